@@ -1,0 +1,48 @@
+"""Metadata helpers shared by the asset modules: tables, images, hashes."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable
+
+import dagster as dg
+import polars as pl
+from tabulate import tabulate
+
+from rewardbox.tasks.schema import Task
+
+
+def md_table(df: pl.DataFrame, max_rows: int = 30) -> dg.MetadataValue:
+    """A markdown table of the first ``max_rows`` rows (floats to 3 decimals)."""
+    shown = df.head(max_rows)
+    text = tabulate(shown.rows(), headers=shown.columns, tablefmt="github", floatfmt=".3f")
+    if df.height > max_rows:
+        text += f"\n\n… {df.height - max_rows} more rows"
+    return dg.MetadataValue.md(text)
+
+
+def md_image(png: bytes, alt: str) -> dg.MetadataValue:
+    """A PNG embedded in markdown metadata (shown inline in the Dagster UI)."""
+    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
+
+
+def tasks_hash(tasks: Iterable[Task]) -> str:
+    """Short SHA-256 over the tasks' uids and content hashes (the input identity)."""
+    digest = hashlib.sha256()
+    for task in sorted(tasks, key=lambda t: t.uid):
+        digest.update(f"{task.uid}:{task.content_hash()}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def tasks_frame(tasks: Iterable[Task]) -> pl.DataFrame:
+    rows = [{"uid": t.uid, "domain": t.domain, "golden_calls": len(t.golden_interactions()),
+             "tags": ",".join(t.tags)} for t in tasks]
+    return pl.DataFrame(rows, schema={"uid": pl.Utf8, "domain": pl.Utf8, "golden_calls": pl.Int64, "tags": pl.Utf8})
+
+
+def per_domain(tasks: Iterable[Task]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.domain] = counts.get(task.domain, 0) + 1
+    return dict(sorted(counts.items()))

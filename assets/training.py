@@ -1,0 +1,69 @@
+"""GRPO training and the merged checkpoint, with the gate that the merge loads and runs."""
+
+from __future__ import annotations
+
+import shutil
+
+import dagster as dg
+import polars as pl
+
+from assets.metadata import md_image, md_table, tasks_hash
+from resources.rewardbox import RewardboxResource
+from rewardbox.evaluation.services import run_trials
+from rewardbox.report import training_curve_png
+from rewardbox.tasks.schema import Task
+from rewardbox.training.checkpoint import merge_checkpoint
+from rewardbox.training.local import train_local_grpo
+
+GROUP = "training"
+
+
+@dg.asset(group_name=GROUP)
+def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+                    training_pool: list[Task], base_checkpoint: str) -> str:
+    """LoRA adapter trained with local GRPO on the training pool (never on benchmark tasks)."""
+    profile = rewardbox.load()
+    leaked = [t.uid for t in training_pool if t.split != "candidate"]
+    if leaked:
+        raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
+    out = rewardbox.path("checkpoints", "grpo_adapter")
+    shutil.rmtree(out, ignore_errors=True)
+    adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, log=context.log.info)
+    steps = pl.DataFrame([m.as_dict() for m in summary.steps]) if summary.steps else pl.DataFrame()
+    metadata = {"path": dg.MetadataValue.path(str(adapter)), "steps": len(summary.steps),
+                "pool_tasks": len(training_pool), "config_hash": profile.section_hash("grpo"),
+                "input_hash": tasks_hash(training_pool)}
+    if summary.steps:
+        metadata |= {"step_metrics": md_table(steps),
+                     "training_curve": md_image(training_curve_png([m.as_dict() for m in summary.steps]), "training")}
+    context.add_output_metadata(metadata)
+    return str(adapter)
+
+
+@dg.asset(group_name=GROUP)
+def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+                      base_checkpoint: str, grpo_checkpoint: str) -> str:
+    """The adapter merged into the base weights: an HF safetensors directory transformers loads."""
+    out = rewardbox.path("checkpoints", "merged")
+    shutil.rmtree(out, ignore_errors=True)
+    merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
+    context.add_output_metadata({"path": dg.MetadataValue.path(str(merged)),
+                                 "files": dg.MetadataValue.json(sorted(p.name for p in merged.iterdir()))})
+    return str(merged)
+
+
+@dg.asset_check(asset=merged_checkpoint, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True)
+def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
+                           benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
+    """Blocking: the merged checkpoint loads with transformers and runs one full episode."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(merged_checkpoint)
+    n_params = sum(p.numel() for p in model.parameters())
+    del model
+    profile = rewardbox.load()
+    rows, results = run_trials(benchmark_tasks[:1], 1, rewardbox.policy(merged_checkpoint), profile)
+    ok = bool(results) and results[0].system_error is None and results[0].turns > 0
+    return dg.AssetCheckResult(passed=ok, metadata={
+        "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",
+    })

@@ -1,0 +1,1 @@
+"""Dagster wiring: the one Definitions object (``pipelines.definitions.defs``), jobs, partitions."""

@@ -1,0 +1,78 @@
+"""The one ``Definitions`` object (``defs``): assets, checks, jobs, sensors, resources.
+
+The profile is picked in one place: the ``REWARDBOX_PROFILE`` environment
+variable (default ``demo``); ``REWARDBOX_DATA_DIR`` moves every artifact.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from assets import evaluation, model, report, selection, tasks, training
+from pipelines.jobs import checkpoint_evaluation_job, main_job, reprobe_job, rescreen_job
+from pipelines.partitions import checkpoint_partitions
+from resources.io import ParquetIOManager
+from resources.rewardbox import RewardboxResource
+from rewardbox.config.profile import load_profile
+from rewardbox.tasks.sources import load_benchmark, resolve_dataset
+from sensors.checkpoints import build_checkpoint_sensor
+from sensors.schedules import build_reprobe_schedule
+from sensors.task_source import build_task_source_sensor, fingerprint_task_source
+
+PROFILE = os.environ.get("REWARDBOX_PROFILE", "demo")
+
+
+def _profile():
+    return load_profile(PROFILE)
+
+
+def _incoming_dir() -> Path:
+    profile = _profile()
+    return profile.data_path / profile.name / "checkpoints" / "incoming"
+
+
+def _benchmark_version() -> str:
+    """Version of the benchmark task set: hash of its uids and content hashes."""
+    loaded = load_benchmark(_profile().tasks)
+    digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in loaded.tasks)).encode())
+    return digest.hexdigest()[:12]
+
+
+def _validate_checkpoint(path: Path) -> None:
+    from transformers import AutoConfig
+
+    AutoConfig.from_pretrained(path)  # raises for a malformed checkpoint directory
+    if not any(path.glob("*.safetensors")):
+        raise ValueError(f"{path} has no *.safetensors weights")
+
+
+def _candidate_fingerprint() -> str:
+    parts = [fingerprint_task_source(resolve_dataset(s.dataset)) for s in _profile().tasks.candidates]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+
+
+all_assets = dg.load_assets_from_modules([tasks, model, selection, training, evaluation, report])
+all_checks = dg.load_asset_checks_from_modules([tasks, model, selection, training, evaluation, report])
+
+defs = dg.Definitions(
+    assets=all_assets,
+    asset_checks=all_checks,
+    jobs=[main_job, reprobe_job, rescreen_job, checkpoint_evaluation_job],
+    sensors=[
+        build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=_incoming_dir,
+                                task_set_version_fn=_benchmark_version, validate_fn=_validate_checkpoint,
+                                job=checkpoint_evaluation_job),
+        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint, job=rescreen_job),
+    ],
+    schedules=[build_reprobe_schedule(reprobe_job)],
+    resources={
+        "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(_profile().data_path / _profile().name / "assets")),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(_profile().data_path / _profile().name / "objects")),
+    },
+    executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
+)

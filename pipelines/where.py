@@ -1,0 +1,20 @@
+"""Print where the latest reliability report is (``make demo`` calls this last)."""
+
+from __future__ import annotations
+
+import os
+
+from rewardbox.config.profile import load_profile
+
+
+def main() -> None:
+    profile = load_profile(os.environ.get("REWARDBOX_PROFILE", "demo"))
+    report = profile.data_path / profile.name / "report" / "reliability_report.md"
+    if report.exists():
+        print(f"\nReport: {report}\nPlots:  {report.parent}/*.png\nUI:     make dev  (then open http://127.0.0.1:3000)")
+    else:
+        raise SystemExit(f"no report at {report}: the run did not reach reliability_report")
+
+
+if __name__ == "__main__":
+    main()

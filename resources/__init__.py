@@ -1,0 +1,6 @@
+"""Dagster resources: thin adapters around the engine's config and storage."""
+
+from resources.io import ParquetIOManager
+from resources.rewardbox import RewardboxResource
+
+__all__ = ["ParquetIOManager", "RewardboxResource"]

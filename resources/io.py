@@ -1,0 +1,33 @@
+"""Parquet IO manager: polars DataFrames stored as real Parquet files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+
+class ParquetIOManager(dg.ConfigurableIOManager):
+    """Stores each asset's DataFrame at ``<base_dir>/<asset key path>.parquet``.
+
+    Partitioned assets get one file per partition: ``<key>/<partition>.parquet``.
+    """
+
+    base_dir: str
+
+    def _path(self, context) -> Path:
+        key = context.asset_key.path
+        path = Path(self.base_dir).joinpath(*key)
+        if context.has_partition_key:
+            path = path / context.partition_key
+        return path.with_suffix(".parquet")
+
+    def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
+        path = self._path(context)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_parquet(path)
+        context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "rows": obj.height})
+
+    def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        return pl.read_parquet(self._path(context.upstream_output))

@@ -1,0 +1,167 @@
+"""Profiles: every concern's config in one validated object, loaded from YAML.
+
+``load_profile("demo")`` reads ``rewardbox/config/profiles/demo.yaml``; a path
+to a YAML file works too. Unknown keys are errors (``extra="forbid"``) whose
+message names the key, so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.metrics.cost import PriceTable
+from rewardbox.policy.config import PolicyConfig
+from rewardbox.selection import SelectionConfig
+from rewardbox.tasks.schema import canonical_json
+from rewardbox.training.config import GRPOConfig
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskSource(_Strict):
+    """One dataset: ``embedded:<domain>`` or a ThinkingBox dataset directory.
+
+    Attributes:
+        dataset: ``embedded:retail`` or a path (relative to the working directory).
+        test_list: optional YAML test list (relative paths resolve against the dataset).
+        servers: optional ThinkingBox ``servers.yaml`` for external tool servers.
+        name: dataset (domain) name reported in tables; defaults to the directory name.
+    """
+
+    dataset: str
+    test_list: str | None = None
+    servers: str | None = None
+    name: str | None = None
+
+
+class TaskSourcesConfig(_Strict):
+    """Candidates (training) and benchmark (evaluation only) task sources.
+
+    The benchmark's tasks never enter a training pool: candidates are filtered
+    by uid and content hash against them, and a blocking check proves it.
+    """
+
+    candidates: list[TaskSource]
+    benchmark: list[TaskSource]
+    max_candidates: int | None = Field(None, ge=1)
+    max_benchmark: int | None = Field(None, ge=1)
+
+
+class SandboxConfig(_Strict):
+    """Tool backends: in-process embedded servers, external MCP servers, or a Session Proxy."""
+
+    kind: Literal["inprocess", "external", "proxy"] = "inprocess"
+    servers_yaml: str | None = None
+    proxy_url: str | None = None
+    tool_timeout_s: float = Field(30.0, gt=0)
+
+
+class UserSimulatorConfig(_Strict):
+    """``scripted`` answers from the task's user_context; ``endpoint`` uses an LLM."""
+
+    kind: Literal["scripted", "endpoint"] = "scripted"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.3
+
+    @field_validator("model")
+    @classmethod
+    def _needs_model(cls, v, info):
+        if info.data.get("kind") == "endpoint" and not (v and info.data.get("base_url")):
+            raise ValueError("user.kind=endpoint needs user.base_url and user.model")
+        return v
+
+
+class GradingConfig(_Strict):
+    """Test execution pool and the optional yes/no judge endpoint."""
+
+    workers: int = Field(2, ge=1)
+    timeout_s: float = Field(30.0, gt=0)
+    judge_base_url: str | None = None
+    judge_model: str | None = None
+    judge_api_key_env: str = "OPENAI_API_KEY"
+
+    def judge_config(self) -> dict | None:
+        if not self.judge_base_url:
+            return None
+        return {"base_url": self.judge_base_url, "model": self.judge_model or "judge",
+                "api_key_env": self.judge_api_key_env}
+
+
+class ProbeConfig(_Strict):
+    """Offline difficulty probes: n trials of each candidate with the base policy."""
+
+    trials: int = Field(8, ge=1)
+
+
+class EvaluationConfig(_Strict):
+    """Benchmark evaluation: every task x k trials."""
+
+    trials: int = Field(20, ge=1)
+
+
+class ReportConfig(_Strict):
+    k_values: list[int] = [1, 2, 4, 8, 20]
+    price_table: PriceTable = Field(default_factory=PriceTable)
+
+
+class Profile(_Strict):
+    """Everything a run needs. ``data_dir`` holds every artifact (``make clean`` removes it)."""
+
+    name: str
+    data_dir: str = "data"
+    tasks: TaskSourcesConfig
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    policy: PolicyConfig
+    user: UserSimulatorConfig = Field(default_factory=UserSimulatorConfig)
+    grading: GradingConfig = Field(default_factory=GradingConfig)
+    episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    def section_hash(self, *sections: str) -> str:
+        """Short SHA-256 of the named sections' config (asset metadata: what produced it)."""
+        payload = canonical_json({s: getattr(self, s).model_dump(mode="json") for s in sections})
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def load_profile(name_or_path: str | os.PathLike) -> Profile:
+    """Load and validate a profile by name (``demo``, ``test``) or YAML path.
+
+    Raises:
+        FileNotFoundError: no such profile.
+        ValueError: the YAML is invalid; the message names the file and field.
+    """
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = PROFILE_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+        raise FileNotFoundError(f"profile {name_or_path!r} not found; known profiles: {known}")
+    data = yaml.safe_load(path.read_text()) or {}
+    data.setdefault("name", path.stem)
+    if os.environ.get("REWARDBOX_DATA_DIR"):
+        data["data_dir"] = os.environ["REWARDBOX_DATA_DIR"]
+    try:
+        return Profile.model_validate(data)
+    except ValidationError as exc:
+        raise ValueError(f"{path}: invalid profile:\n{exc}") from exc

@@ -1,0 +1,179 @@
+"""The MCP server of an embedded domain, with the ThinkingBox reserved tools.
+
+``build_domain_server(domain)`` returns a FRESH ``MCPServer`` (official ``mcp``
+SDK, 2.x) with a fresh episode state: nothing is shared between two servers, so
+no episode ever sees another's writes. Tools return ``json.dumps(result)``; a
+tool's own error (not found, invalid state, invalid arguments) is ordinary output
+``{"error": "...", "tool": name}`` (THINKINGBOX_FORMAT.md §3).
+
+Reserved tools (§2.3), hidden from the agent by the sandbox:
+
+* ``__reserved__init(config)``: new database (seed + ``config.data_patch``),
+  stores ``config.golden_test_case.tool_interactions``; replies ``{}``, or
+  ``{"status": "error", "error": ...}`` when the patch or golden block is invalid.
+* ``__reserved__geteffects()``: ``compute_effects`` (initial, result and golden
+  states, their hashes and the diff; ``golden_error`` when the golden state
+  cannot be built); ``{"status": "error", ...}`` on an internal failure.
+* ``__reserved__teardown()``: disposes the database; replies ``{}``.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent
+from pydantic import ValidationError
+
+from rewardbox.domains.base import (
+    DataPatchError,
+    Domain,
+    EpisodeDatabase,
+    ToolRunner,
+    compute_effects,
+    format_validation_error,
+    golden_interactions,
+    public_signature,
+    to_json,
+)
+
+RESERVED_PREFIX = "__reserved__"
+
+logger = logging.getLogger(__name__)
+
+
+class DomainMCPServer(MCPServer):
+    """``MCPServer`` whose argument-validation failures are ordinary tool output.
+
+    The SDK reports invalid arguments as an ``is_error`` result with its own
+    wording; ThinkingBox servers reply ``{"error": "...", "tool": name}`` instead,
+    which is what the agent should see. Unknown tools keep the SDK's behaviour.
+    """
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError) and self._tool_manager.get_tool(name) is not None:
+                text = json.dumps({"error": format_validation_error(cause), "tool": name})
+                return CallToolResult(content=[TextContent(type="text", text=text)])
+            raise
+
+
+class EpisodeState:
+    """The state of one server instance: its database and the task's init config."""
+
+    def __init__(self, runner: ToolRunner):
+        self.runner = runner
+        self.db: EpisodeDatabase | None = None
+        self.initial_state: dict[str, Any] | None = None
+        self.data_patch: Mapping[str, Any] | None = None
+        self.interactions: list[dict[str, Any]] = []
+
+    def init(self, config: Mapping[str, Any] | None) -> None:
+        """Fresh database from seed + ``data_patch``; remember the golden interactions.
+
+        Raises:
+            DataPatchError: invalid ``data_patch`` or ``golden_test_case``.
+        """
+        config = config or {}
+        if not isinstance(config, Mapping):
+            raise DataPatchError(f"init config must be a mapping, got {type(config).__name__}")
+        interactions = golden_interactions(config.get("golden_test_case"))
+        db = EpisodeDatabase(self.runner.domain, config.get("data_patch"))
+        self.teardown()
+        self.db, self.data_patch, self.interactions = db, config.get("data_patch"), interactions
+        self.initial_state = db.dump()
+
+    def ensure_db(self) -> EpisodeDatabase:
+        """The database; a tool called before init gets the seed-only database."""
+        if self.db is None:
+            self.init({})
+        assert self.db is not None
+        return self.db
+
+    def effects(self) -> dict[str, Any]:
+        """The ``geteffects`` payload (see ``compute_effects``)."""
+        db = self.ensure_db()
+        return compute_effects(
+            self.runner, self.initial_state or {}, db.dump(), self.data_patch, self.interactions
+        )
+
+    def teardown(self) -> None:
+        """Dispose the database (idempotent)."""
+        if self.db is not None:
+            self.db.dispose()
+            self.db = None
+
+
+@functools.lru_cache(maxsize=16)
+def tool_runner(domain: Domain) -> ToolRunner:
+    """The (stateless, cached) tool runner of a domain."""
+    return ToolRunner(domain)
+
+
+def _tool_handler(state: EpisodeState, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    async def handler(**kwargs: Any) -> str:
+        payload, _failed = state.runner.execute(state.ensure_db().engine, name, kwargs)
+        return to_json(payload)
+
+    handler.__signature__ = public_signature(fn)  # type: ignore[attr-defined]
+    handler.__name__ = name
+    handler.__doc__ = inspect.getdoc(fn)
+    return handler
+
+
+def _add_reserved_tools(server: MCPServer, state: EpisodeState) -> None:
+    async def reserved_init(config: dict[str, Any] | None = None) -> str:
+        try:
+            state.init(config)
+        except DataPatchError as exc:
+            return json.dumps({"status": "error", "error": f"init failed: {exc}"})
+        return "{}"
+
+    async def reserved_geteffects() -> str:
+        try:
+            return to_json(await anyio.to_thread.run_sync(state.effects))
+        except Exception as exc:  # boundary: reported to the sandbox, which raises SandboxError
+            logger.exception("geteffects failed")
+            return json.dumps({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
+
+    async def reserved_teardown() -> str:
+        state.teardown()
+        return "{}"
+
+    for fn, name in (
+        (reserved_init, "init"),
+        (reserved_geteffects, "geteffects"),
+        (reserved_teardown, "teardown"),
+    ):
+        server.add_tool(fn, name=RESERVED_PREFIX + name, description=f"reserved: {name}", structured_output=False)
+
+
+def build_domain_server(domain: Domain) -> MCPServer:
+    """A fresh MCP server with a fresh, private episode state.
+
+    Args:
+        domain: the domain whose tools to serve.
+
+    Returns:
+        An ``MCPServer`` exposing the domain's tools (described by their
+        docstrings) and the three reserved tools. Connect in-process with
+        ``mcp.Client(server)`` or run over stdio with ``server.run("stdio")``.
+    """
+    runner = tool_runner(domain)
+    state = EpisodeState(runner)
+    server = DomainMCPServer(name=domain.server_name, log_level="WARNING")
+    for name, fn in runner.functions.items():
+        handler = _tool_handler(state, name, fn)
+        server.add_tool(handler, name=name, description=handler.__doc__, structured_output=False)
+    _add_reserved_tools(server, state)
+    return server

@@ -1,0 +1,26 @@
+"""Attempts: one episode, retried on system errors with a fresh sandbox."""
+
+from __future__ import annotations
+
+from rewardbox.episode.runner import EpisodeRunner
+from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.tasks.schema import Task
+
+
+async def run_attempt(runner: EpisodeRunner, task: Task, trial: int) -> EpisodeResult:
+    """Run (task, trial); a system error is retried up to ``max_system_error_retries`` times.
+
+    Each try starts from a fresh sandbox (the runner asks its factory for one).
+    Transport-level retries (HTTP 429/5xx) happen below this, in the clients.
+
+    Returns:
+        The first scored result, or the last system-error result (``reward`` None)
+        when every try hit a system error. ``attempts`` counts the tries.
+    """
+    tries = runner.config.max_system_error_retries + 1
+    for count in range(1, tries + 1):
+        result = await runner.run(task, trial)
+        result.attempts = count
+        if result.system_error is None:
+            break
+    return result

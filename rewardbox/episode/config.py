@@ -1,0 +1,37 @@
+"""Episode limits and generation settings (one config object for this concern)."""
+
+from __future__ import annotations
+
+import sys
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class EpisodeConfig(BaseModel):
+    """Limits of one episode.
+
+    Attributes:
+        max_user_turns: simulated user replies after the query (DESIGN.md default 10);
+            the task's own ``max_user_sim_turns`` applies too (the smaller wins).
+        max_agent_turns: agent completions over the whole episode (as ThinkingBox
+            counts them, THINKINGBOX_FORMAT.md §4.2); the task's limit applies too.
+        max_agent_steps_per_user_turn: agent completions between two user messages
+            (DESIGN.md: ``max_agent_turns`` per user message); stops tool loops.
+        max_new_tokens: generation budget per completion, tokens.
+        temperature: sampling temperature for the policy (0 = greedy).
+        seed: base sampling seed; trial ``t`` uses ``seed + t``. None = unseeded.
+        max_system_error_retries: fresh attempts after a system error before the
+            attempt is recorded as a system error (never as a reward of 0).
+        concurrency: episodes in flight at once (the local policy batches them).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_user_turns: int = Field(10, ge=0)
+    max_agent_turns: int = Field(sys.maxsize, ge=1)
+    max_agent_steps_per_user_turn: int = Field(8, ge=1)
+    max_new_tokens: int = Field(256, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    seed: int | None = 0
+    max_system_error_retries: int = Field(2, ge=0)
+    concurrency: int = Field(8, ge=1)

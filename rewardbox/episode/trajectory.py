@@ -1,0 +1,120 @@
+"""What one episode leaves behind: messages, agent turns, outcome, usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Termination reasons (THINKINGBOX_FORMAT.md §4.2), plus "system_error".
+FINISH_REASONS = (
+    "done",            # agent ended its message with <DONE>
+    "end_turn_tool",   # agent called an is_end_turn builtin tool
+    "user_done",       # the user simulator ended the conversation
+    "user_limit",      # max_user_turns reached
+    "agent_limit",     # max_agent_turns reached
+    "no_user_llm",     # no user simulator / no user_context after the first turn
+    "agent_error",     # the agent produced nothing
+    "system_error",    # infrastructure fault; the attempt is not scored
+)
+
+
+@dataclass
+class AgentTurn:
+    """One agent completion inside an episode (used by training and usage)."""
+
+    raw_text: str
+    finish_reason: str
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int = 0
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    events: tuple[str, ...] = ()
+
+
+@dataclass
+class TestOutcome:
+    """The graded result of one episode (THINKINGBOX_FORMAT.md §1.5 TestResult).
+
+    ``result`` True means passed; ``reward`` in [0, 1]; ``is_system_error``
+    marks a grader fault (never a reward of 0 for the policy).
+    """
+
+    result: bool
+    reward: float
+    is_system_error: bool = False
+    message: str = ""
+    tb: str = ""
+    lineno: int | None = None
+    line_content: str = ""
+    prints: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EpisodeResult:
+    """One attempt of (policy, task, trial).
+
+    ``system_error`` is None for a scored attempt, else ``"<kind>: <message>"``;
+    such an attempt has ``reward`` None and must be retried or refilled.
+    """
+
+    uid: str
+    trial: int
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    agent_turns: list[AgentTurn] = field(default_factory=list)
+    finish_reason: str = ""
+    reward: float | None = None
+    passed: bool | None = None
+    system_error: str | None = None
+    test_outcome: TestOutcome | None = None
+    effects: dict[str, Any] = field(default_factory=dict)
+    events: list[str] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    time_agent_s: float = 0.0
+    time_user_s: float = 0.0
+    time_tool_s: float = 0.0
+    time_test_s: float = 0.0
+    attempts: int = 1
+
+    @property
+    def input_tokens(self) -> int:
+        return sum(t.input_tokens for t in self.agent_turns)
+
+    @property
+    def cached_input_tokens(self) -> int:
+        return sum(t.cached_input_tokens for t in self.agent_turns)
+
+    @property
+    def output_tokens(self) -> int:
+        return sum(t.output_tokens for t in self.agent_turns)
+
+    @property
+    def turns(self) -> int:
+        return len(self.agent_turns)
+
+    @property
+    def response(self) -> str:
+        """Content of the last visible assistant text (still holds <DONE>)."""
+        for m in reversed(self.messages):
+            if m.get("role") == "assistant" and m.get("content") and not m.get("dummy"):
+                return m["content"]
+        return ""
+
+    def to_row(self) -> dict[str, Any]:
+        """One Parquet row (probe / evaluation schema)."""
+        return {
+            "uid": self.uid,
+            "trial": self.trial,
+            "reward": self.reward,
+            "passed": self.passed,
+            "system_error": self.system_error,
+            "finish_reason": self.finish_reason,
+            "turns": self.turns,
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "output_tokens": self.output_tokens,
+            "seconds": self.seconds,
+            "attempts": self.attempts,
+        }

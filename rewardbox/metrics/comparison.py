@@ -1,0 +1,79 @@
+"""Base vs tuned, task by task: the probability that the tuned policy is better.
+
+Per task: ``P(p_tuned > p_base)`` under independent Jeffreys posteriors
+``Beta(c + 1/2, n - c + 1/2)`` built from each policy's clean counts, computed
+exactly by numerical integration (:func:`rewardbox.metrics.intervals.prob_better`).
+Overall: ``P(mean_i p_tuned,i > mean_i p_base,i)`` over the tasks both
+campaigns share, by Monte Carlo with a fixed seed
+(:func:`rewardbox.metrics.intervals.prob_better_overall`). Tasks present in
+only one campaign, or with no clean attempt in either, are left out and
+counted. This is the same model ``tb sbs`` uses (THINKINGBOX_FORMAT.md 5.2).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rewardbox.metrics.intervals import prob_better, prob_better_overall
+from rewardbox.metrics.rows import task_counts
+
+
+def compare_counts(
+    base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, draws: int = 20_000, seed: int = 0
+) -> dict[str, Any]:
+    """Compare two policies from per-task counts (``task_counts`` output).
+
+    Returns:
+        ``per_task``: a DataFrame sorted by uid with ``uid``, ``domain`` (if
+        either side has it), ``base_n``, ``base_c``, ``tuned_n``, ``tuned_c``,
+        ``prob_tuned_better``; ``overall_prob_tuned_better`` (None when no task
+        is shared); ``matched_tasks``; ``unmatched_tasks`` (uids in only one
+        campaign or without clean attempts in one); ``draws`` and ``seed``.
+    """
+    joined = _side(base_counts, "base").join(_side(tuned_counts, "tuned"), on="uid", how="inner").sort("uid")
+    domains = [
+        df.select("uid", pl.col("domain").cast(pl.Utf8)) for df in (base_counts, tuned_counts) if "domain" in df.columns
+    ]
+    if domains:
+        domain_of = pl.concat(domains).drop_nulls().unique(subset="uid", keep="first", maintain_order=True)
+        joined = joined.join(domain_of, on="uid", how="left").select("uid", "domain", pl.exclude("uid", "domain"))
+    probs = [
+        prob_better(r["base_c"], r["base_n"], r["tuned_c"], r["tuned_n"]) for r in joined.iter_rows(named=True)
+    ]
+    joined = joined.with_columns(prob_tuned_better=pl.Series(probs, dtype=pl.Float64))
+    all_uids = set(base_counts["uid"].to_list()) | set(tuned_counts["uid"].to_list())
+    overall = None
+    if joined.height:
+        overall = prob_better_overall(
+            list(zip(joined["base_c"].to_list(), joined["base_n"].to_list())),
+            list(zip(joined["tuned_c"].to_list(), joined["tuned_n"].to_list())),
+            draws=draws,
+            seed=seed,
+        )
+    return {
+        "per_task": joined,
+        "overall_prob_tuned_better": overall,
+        "matched_tasks": joined.height,
+        "unmatched_tasks": sorted(all_uids - set(joined["uid"].to_list())),
+        "draws": draws,
+        "seed": seed,
+    }
+
+
+def compare_campaigns(
+    base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, draws: int = 20_000, seed: int = 0
+) -> dict[str, Any]:
+    """Compare two campaigns from their attempt rows; see :func:`compare_counts`.
+
+    Raises:
+        ValueError: bad rows (see ``rewardbox.metrics.rows.with_outcome``).
+    """
+    return compare_counts(task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows"), draws, seed)
+
+
+def _side(counts: pl.DataFrame, prefix: str) -> pl.DataFrame:
+    return counts.filter(pl.col("n") > 0).select(
+        "uid", pl.col("n").alias(f"{prefix}_n"), pl.col("c").alias(f"{prefix}_c")
+    )

@@ -1,0 +1,149 @@
+"""Estimated cost: token usage x a versioned price table (a comparative index, not an invoice).
+
+Token convention (OpenAI usage semantics, THINKINGBOX_FORMAT.md 5.1):
+``input_tokens`` *includes* ``cached_input_tokens``; the cached part is billed
+at the cached rate and the rest at the input rate.
+
+Headline costs (DESIGN.md "Metrics"):
+
+* cost per successful attempt = estimated cost of one attempt at every task /
+  (tasks x pass@1). "One attempt at every task" is the sum over tasks of the
+  task's mean cost per clean attempt, so the ratio is the expected spend per
+  success.
+* cost per dependable task = estimated cost of the whole tasks x k campaign /
+  tasks that passed every clean trial (observed k/k).
+
+Only clean attempts are costed: a system error is an infrastructure fault, its
+attempt is refilled, and the refill's tokens are what the campaign costs.
+When a denominator is 0 (pass@1 = 0, or no task passed k/k) the cost is
+``None``, meaning "not attainable from this campaign", and reports print n/a.
+A local model priced at 0 gives costs of 0; reports then show tokens too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rewardbox.metrics.rows import task_counts
+
+WILDCARD_MODEL = "*"
+"""Price-table key that matches any model not listed explicitly."""
+
+
+class ModelPrice(BaseModel):
+    """USD per one million tokens for one model."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    usd_per_1m_input_tokens: float = Field(ge=0.0)
+    usd_per_1m_cached_input_tokens: float = Field(ge=0.0)
+    usd_per_1m_output_tokens: float = Field(ge=0.0)
+
+
+class PriceTable(BaseModel):
+    """A versioned table of model prices; the version is stamped on every cost.
+
+    Attributes:
+        version: a label such as ``"2025-06-list-prices"``; must be non-empty.
+        models: model name -> :class:`ModelPrice`. The key ``"*"`` (optional)
+            prices every model not listed, e.g. 0 for local weights.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: str
+    models: dict[str, ModelPrice]
+
+    @field_validator("version")
+    @classmethod
+    def _version_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("version must be a non-empty label, e.g. '2025-06-list-prices'")
+        return value
+
+    def price(self, model: str) -> ModelPrice:
+        """The price of ``model`` (or the ``"*"`` entry).
+
+        Raises:
+            KeyError: the model is not in the table and there is no ``"*"`` entry;
+                the message names the model and the table version.
+        """
+        if model in self.models:
+            return self.models[model]
+        if WILDCARD_MODEL in self.models:
+            return self.models[WILDCARD_MODEL]
+        raise KeyError(
+            f"price table {self.version!r} has no entry for model {model!r} (have {sorted(self.models)}); "
+            f"add it or a '*' entry"
+        )
+
+
+def attempt_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
+    """Estimated USD cost of token usage (one attempt, or sums over many).
+
+    ``(input - cached) * input_rate + cached * cached_rate + output * output_rate``,
+    rates per 1e6 tokens.
+
+    Raises:
+        ValueError: a negative count, or more cached than input tokens.
+    """
+    if min(input_tokens, cached_input_tokens, output_tokens) < 0:
+        raise ValueError(
+            f"token counts must be >= 0, got input={input_tokens}, cached={cached_input_tokens}, output={output_tokens}"
+        )
+    if cached_input_tokens > input_tokens:
+        raise ValueError(
+            f"cached_input_tokens={cached_input_tokens} exceeds input_tokens={input_tokens}; "
+            "input_tokens must include the cached part"
+        )
+    uncached = input_tokens - cached_input_tokens
+    return (
+        uncached * price.usd_per_1m_input_tokens
+        + cached_input_tokens * price.usd_per_1m_cached_input_tokens
+        + output_tokens * price.usd_per_1m_output_tokens
+    ) / 1e6
+
+
+def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> dict[str, Any]:
+    """Campaign cost and the two headline cost ratios for one policy.
+
+    Args:
+        rows: attempt rows (``rewardbox.metrics.rows``) with token columns.
+        price_table: prices; its version is returned with the numbers.
+        model: the model name to price.
+
+    Returns:
+        ``price_table_version``, ``model``, ``campaign_cost_usd`` (all clean
+        attempts), ``one_attempt_every_task_usd``, ``cost_per_successful_attempt_usd``
+        (None when pass@1 = 0), ``cost_per_dependable_task_usd`` (None when no task
+        passed all its clean trials), ``dependable_tasks``, ``tasks`` (with at
+        least one clean attempt).
+
+    Raises:
+        KeyError: the model has no price. ValueError: bad rows (see ``task_counts``).
+    """
+    price = price_table.price(model)
+    per_task = task_counts(rows).filter(pl.col("n") > 0)
+    task_costs = [
+        attempt_cost_usd(r["input_tokens"], r["cached_input_tokens"], r["output_tokens"], price)
+        for r in per_task.iter_rows(named=True)
+    ]
+    n_list, c_list = per_task["n"].to_list(), per_task["c"].to_list()
+    campaign_usd = float(sum(task_costs))
+    one_round_usd = float(sum(cost / n for cost, n in zip(task_costs, n_list)))
+    tasks, attempts, successes = len(n_list), sum(n_list), sum(c_list)
+    dependable = sum(1 for n, c in zip(n_list, c_list) if c == n)
+    pass_at_1 = successes / attempts if attempts else 0.0
+    return {
+        "price_table_version": price_table.version,
+        "model": model,
+        "tasks": tasks,
+        "campaign_cost_usd": campaign_usd,
+        "one_attempt_every_task_usd": one_round_usd,
+        "cost_per_successful_attempt_usd": one_round_usd / (tasks * pass_at_1) if pass_at_1 > 0 else None,
+        "dependable_tasks": dependable,
+        "cost_per_dependable_task_usd": campaign_usd / dependable if dependable else None,
+    }

@@ -1,0 +1,130 @@
+"""The tool-calling chat template shared by prompting, training and saved checkpoints.
+
+SmolLM2-135M-Instruct's own template knows no tools. ``chat_template.jinja``
+(next to this module) is the one source: ``render_prompt`` renders it with
+transformers' own Jinja renderer (the code behind
+``tokenizer.apply_chat_template``), and ``convert_gguf_to_safetensors`` stores
+the same text as the checkpoint's chat template, so a vLLM server started on a
+merged checkpoint builds the very same prompts.
+
+Layout (ChatML, as SmolLM2 uses it)::
+
+    <|im_start|>system
+    {system messages, joined}
+
+    # Tools
+    {one compact JSON object per tool}
+    {how to write <tool_call>{"name": ..., "arguments": {...}}</tool_call>}<|im_end|>
+    {one worked example: user ask -> call to get_weather -> <tool_response> -> answer <DONE>}
+    {the conversation; tool results as user turns of <tool_response> blocks}
+    <|im_start|>assistant
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+from rewardbox.policy.base import Interpretation, ToolCall, ToolCallError
+from rewardbox.sandbox.base import ToolSpec
+
+TEMPLATE_FILE = "chat_template.jinja"
+EXAMPLE_TOOL_NAME = "get_weather"
+
+
+@functools.cache
+def chat_template() -> str:
+    """The Jinja chat template text (the file shipped in this package)."""
+    return resources.files("rewardbox.policy").joinpath(TEMPLATE_FILE).read_text(encoding="utf-8")
+
+
+def render_prompt(
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[ToolSpec | dict[str, Any]] | None,
+    *,
+    add_generation_prompt: bool = True,
+) -> str:
+    """Render a conversation into the prompt text the local model continues.
+
+    Deterministic: the same messages and tools always give the same string,
+    equal to ``tokenizer.apply_chat_template(messages, tools=..., tokenize=False)``
+    on a checkpoint written by ``convert_gguf_to_safetensors``.
+
+    Args:
+        messages: OpenAI-format history (``system``/``user``/``assistant``/``tool``);
+            assistant ``tool_calls[].function.arguments`` may be a dict or a JSON
+            string (decoded here so it is rendered once, as an object).
+        tools: ``ToolSpec`` objects or OpenAI ``{type: function, function}`` dicts;
+            None or empty renders no tool section and no worked example.
+        add_generation_prompt: end with the opened assistant turn.
+
+    Returns:
+        The prompt text, special tokens written out (tokenise it with
+        ``add_special_tokens=False``).
+    """
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    tool_dicts = [_tool_dict(t) for t in tools] if tools else None
+    rendered, _ = render_jinja_template(
+        conversations=[normalise_messages(messages)],
+        tools=tool_dicts,
+        chat_template=chat_template(),
+        add_generation_prompt=add_generation_prompt,
+    )
+    return rendered[0]
+
+
+def normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copy ``messages`` with tool-call arguments decoded to objects where possible.
+
+    A string that holds a JSON object becomes that object (so it is never
+    double-encoded); any other string is kept and rendered verbatim.
+    """
+    out = copy.deepcopy(list(messages))
+    for message in out:
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function", call)
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                try:
+                    decoded = json.loads(args)
+                except ValueError:
+                    continue
+                if isinstance(decoded, dict):
+                    fn["arguments"] = decoded
+    return out
+
+
+def _tool_dict(tool: ToolSpec | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(tool, ToolSpec):
+        return tool.to_openai()
+    return dict(tool)
+
+
+def assistant_message(interpretation: Interpretation) -> dict[str, Any]:
+    """The history entry for one interpreted completion (OpenAI format).
+
+    ``content`` is the visible text; ``tool_calls`` lists well-formed calls
+    (``arguments`` a dict) and malformed ones (``raw`` holds the body the model
+    wrote, rendered back verbatim) in the order the model wrote them.
+    Reasoning is kept under ``reasoning_content`` and never rendered.
+    """
+    by_id: dict[str, ToolCall | ToolCallError] = {c.id: c for c in interpretation.tool_calls}
+    by_id.update({e.id: e for e in interpretation.errors})
+    order = [i for i in interpretation.call_order if i in by_id] or list(by_id)
+    message: dict[str, Any] = {"role": "assistant", "content": interpretation.content}
+    if interpretation.reasoning:
+        message["reasoning_content"] = interpretation.reasoning
+    if order:
+        message["tool_calls"] = [_history_call(by_id[i]) for i in order]
+    return message
+
+
+def _history_call(call: ToolCall | ToolCallError) -> dict[str, Any]:
+    if isinstance(call, ToolCall):
+        return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": dict(call.arguments)}}
+    return {"id": call.id, "type": "function", "function": {"name": call.name or "", "arguments": {}}, "raw": call.raw}

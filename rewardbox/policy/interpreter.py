@@ -1,0 +1,222 @@
+"""The one output interpreter: raw model text -> reasoning, content, tool calls.
+
+Training and evaluation both call ``interpret`` (DESIGN.md, parser parity), and
+endpoint policies that receive structured calls type them with
+``type_tool_call``, so a call means the same thing on every path.
+
+Format (Hermes style, as Qwen and the shipped chat template use it)::
+
+    <think>reasoning, never parsed for calls</think>
+    visible text
+    <tool_call>{"name": "get_order", "arguments": {"order_id": "ORD-9"}}</tool_call>
+
+Rules:
+    * Everything inside ``<think>...</think>`` is reasoning. With
+      ``reasoning_open=True`` (the prompt already opened ``<think>``), text up to
+      the first ``</think>`` is reasoning, and all of it when none follows. A
+      ``</think>`` with no opening tag before it also closes prompt-opened reasoning.
+    * Several calls in one message are allowed (parallel calls).
+    * ``finish_reason == "length"``: no call is run, complete or not; event
+      ``"truncated_call"``.
+    * ``finish_reason == "stop"`` and a call whose closing tag is missing: a
+      complete JSON body is recovered with ``unclosed=True``; event ``"unclosed_call"``.
+    * Malformed calls become ``ToolCallError`` whose message is the tool
+      observation the model sees. Nothing here raises on model output.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from rewardbox.policy.arguments import ArgumentError, json_type_name, type_arguments
+from rewardbox.policy.base import Interpretation, ToolCall, ToolCallError
+from rewardbox.sandbox.base import ToolSpec
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
+EVENT_TRUNCATED_CALL = "truncated_call"
+EVENT_UNCLOSED_CALL = "unclosed_call"
+_THINK_BLOCK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
+_SHAPE_HINT = 'a tool call must be a JSON object like {"name": "<tool>", "arguments": {...}}'
+
+
+def interpret(
+    raw_text: str,
+    tools: Sequence[ToolSpec],
+    *,
+    finish_reason: str = "stop",
+    reasoning_open: bool = False,
+) -> Interpretation:
+    """Read one raw completion.
+
+    Args:
+        raw_text: exactly what the model produced (special tokens removed).
+        tools: the tools the agent may call; arguments are typed from their schemas.
+        finish_reason: ``"stop"`` or ``"length"`` (the generation budget was hit).
+        reasoning_open: the prompt ended inside an opened ``<think>`` block.
+
+    Returns:
+        An ``Interpretation``: ``content`` holds the visible text with all
+        reasoning and call markup removed (``<DONE>`` kept), ``tool_calls`` the
+        typed calls, ``errors`` the malformed ones (policy failures, shown to
+        the model as tool output), ``events`` flags such as ``"truncated_call"``.
+        Degenerate inputs (empty text, only reasoning) give empty content and no calls.
+    """
+    raw_text = raw_text if isinstance(raw_text, str) else ""
+    reasoning, visible = split_reasoning(raw_text, reasoning_open=reasoning_open)
+    content_parts, bodies = _scan_calls(visible)
+    prefix = "call_" + hashlib.sha1(raw_text.encode("utf-8")).hexdigest()[:8]
+    calls: list[ToolCall] = []
+    errors: list[ToolCallError] = []
+    events: list[str] = []
+    if bodies and finish_reason == "length":
+        events.append(EVENT_TRUNCATED_CALL)
+        bodies = []
+    for index, (body, closed) in enumerate(bodies):
+        call_id = f"{prefix}_{index}"
+        if closed:
+            parsed = _parse_body(body, tools, call_id)
+        else:
+            events.append(EVENT_UNCLOSED_CALL)
+            parsed, rest = _parse_unclosed_body(body, tools, call_id)
+            content_parts.append(rest)
+        (calls if isinstance(parsed, ToolCall) else errors).append(parsed)
+    content = "\n".join(part.strip() for part in content_parts if part.strip())
+    return Interpretation(
+        reasoning=reasoning,
+        content=content,
+        tool_calls=tuple(calls),
+        errors=tuple(errors),
+        events=tuple(dict.fromkeys(events)),
+        call_order=tuple(f"{prefix}_{i}" for i in range(len(bodies))),
+    )
+
+
+def split_reasoning(raw_text: str, *, reasoning_open: bool = False) -> tuple[str, str]:
+    """Split raw text into ``(reasoning, visible text)``; see the module rules."""
+    text = raw_text
+    reasoning: list[str] = []
+    first_open = text.find(THINK_OPEN)
+    first_close = text.find(THINK_CLOSE)
+    if reasoning_open or (first_close >= 0 and (first_open < 0 or first_close < first_open)):
+        if first_close < 0:
+            return text.strip(), ""
+        reasoning.append(text[:first_close])
+        text = text[first_close + len(THINK_CLOSE) :]
+    reasoning.extend(m.group(1) for m in _THINK_BLOCK.finditer(text))
+    visible = _THINK_BLOCK.sub("", text).replace(THINK_CLOSE, "")
+    return "\n".join(r.strip() for r in reasoning if r.strip()), visible
+
+
+def _scan_calls(visible: str) -> tuple[list[str], list[tuple[str, bool]]]:
+    """Cut ``visible`` into content parts and ``(call body, closed)`` pairs."""
+    parts: list[str] = []
+    bodies: list[tuple[str, bool]] = []
+    pos = 0
+    while True:
+        start = visible.find(CALL_OPEN, pos)
+        if start < 0:
+            parts.append(visible[pos:])
+            break
+        parts.append(visible[pos:start])
+        end = visible.find(CALL_CLOSE, start + len(CALL_OPEN))
+        if end < 0:
+            bodies.append((visible[start + len(CALL_OPEN) :], False))
+            break
+        bodies.append((visible[start + len(CALL_OPEN) : end], True))
+        pos = end + len(CALL_CLOSE)
+    return [p.replace(CALL_CLOSE, "") for p in parts], bodies
+
+
+def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> ToolCall | ToolCallError:
+    try:
+        obj = json.loads(body)
+    except ValueError as exc:
+        return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}")
+    return _typed_from_object(obj, body, tools, call_id, unclosed=False)
+
+
+def _parse_unclosed_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, str]:
+    """Recover a complete JSON object that lost its closing tag; the rest is content."""
+    stripped = body.lstrip()
+    try:
+        obj, end = json.JSONDecoder().raw_decode(stripped)
+    except ValueError as exc:
+        return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}"), ""
+    raw = stripped[:end]
+    return _typed_from_object(obj, raw, tools, call_id, unclosed=True), stripped[end:]
+
+
+def _typed_from_object(
+    obj: Any, raw: str, tools: Sequence[ToolSpec], call_id: str, *, unclosed: bool
+) -> ToolCall | ToolCallError:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ToolCallError(call_id, None, raw, f"Error: invalid tool call: {_SHAPE_HINT}")
+    arguments = obj["arguments"] if "arguments" in obj else obj.get("parameters", {})
+    typed = type_tool_call(obj["name"], arguments, tools, call_id, raw=raw)
+    if unclosed and isinstance(typed, ToolCall):
+        return ToolCall(typed.id, typed.name, typed.arguments, unclosed=True)
+    return typed
+
+
+def type_tool_call(
+    name: str,
+    arguments: Any,
+    tools: Sequence[ToolSpec],
+    call_id: str,
+    *,
+    raw: str | None = None,
+) -> ToolCall | ToolCallError:
+    """Type one call's arguments from its tool's schema.
+
+    Args:
+        name: the tool name the model chose.
+        arguments: a dict, a JSON string of an object (as OpenAI structured
+            calls carry it), or anything else the model wrote. ``""`` means ``{}``.
+        tools: the available tools.
+        call_id: the call id to keep (the endpoint's id for structured calls).
+        raw: the raw call text for the error record; defaults to a JSON dump.
+
+    Returns:
+        ``ToolCall`` with typed arguments, or ``ToolCallError`` whose message
+        starts with ``Error:`` (unknown tool, arguments not an object, invalid
+        JSON, missing required or untypable values). Never raises.
+    """
+    if raw is None:
+        raw = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, default=str)
+    spec = next((t for t in tools if t.name == name), None)
+    if spec is None:
+        return ToolCallError(call_id, name, raw, f"Error: function '{name}' does not exist")
+    if isinstance(arguments, str):
+        if not arguments.strip():
+            arguments = {}
+        else:
+            try:
+                arguments = json.loads(arguments)
+            except ValueError as exc:
+                return ToolCallError(call_id, name, raw, f"Error: invalid JSON in tool call arguments for '{name}': {exc}")
+    if not isinstance(arguments, dict):
+        message = f"Error: invalid arguments for '{name}': arguments must be a JSON object, got {json_type_name(arguments)}"
+        return ToolCallError(call_id, name, raw, message)
+    try:
+        typed = type_arguments(arguments, spec.input_schema)
+    except ArgumentError as exc:
+        return ToolCallError(call_id, name, raw, f"Error: invalid arguments for '{name}': {exc}")
+    return ToolCall(call_id, name, typed)
+
+
+def render_tool_call(call: ToolCall | ToolCallError) -> str:
+    """How a call is written back into the history (and by scripted policies).
+
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``: arguments are
+    always a JSON object, encoded once (``json.dumps`` default separators, non-ASCII
+    kept), identical to what the chat template renders. A ``ToolCallError`` is
+    written back as the raw body the model produced.
+    """
+    if isinstance(call, ToolCallError):
+        return f"{CALL_OPEN}{call.raw}{CALL_CLOSE}"
+    return f"{CALL_OPEN}{json.dumps({'name': call.name, 'arguments': call.arguments}, ensure_ascii=False)}{CALL_CLOSE}"

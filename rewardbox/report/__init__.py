@@ -1,0 +1,25 @@
+"""Report tables and plots: return values only, no file I/O."""
+
+from rewardbox.report.document import METHOD_NOTES, render_report_markdown
+from rewardbox.report.plots import PNG_MAGIC, band_histogram_png, reliability_png, training_curve_png
+from rewardbox.report.tables import (
+    band_table,
+    compute_reliability,
+    format_reliability_tables,
+    markdown_table,
+    reliability_tables,
+)
+
+__all__ = [
+    "METHOD_NOTES",
+    "PNG_MAGIC",
+    "band_histogram_png",
+    "band_table",
+    "compute_reliability",
+    "format_reliability_tables",
+    "markdown_table",
+    "reliability_png",
+    "reliability_tables",
+    "render_report_markdown",
+    "training_curve_png",
+]

@@ -1,0 +1,55 @@
+"""The reliability report as one markdown document (string in, string out)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+METHOD_NOTES: tuple[str, ...] = (
+    "pass@1 = successes / clean attempts; system errors are counted apart and never scored.",
+    "pass@k (at least one of k) and pass^k (all k) are unbiased per-task estimators "
+    "1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) (tau-bench, arXiv 2406.12045), averaged over tasks, "
+    "each task with its own clean trial count; the plug-in (c/n)^k is biased and labelled so.",
+    "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): exact per task, "
+    "Monte Carlo (fixed seed) for the mean over tasks.",
+    "Costs are token usage x a versioned price table: a comparative index, not an invoice.",
+)
+
+
+def render_report_markdown(
+    tables: Mapping[str, str],
+    images: Mapping[str, str] | None = None,
+    title: str = "Reliability report",
+    notes: Sequence[str] = METHOD_NOTES,
+    extra_sections: Mapping[str, str] | None = None,
+) -> str:
+    """Combine tables and image links into one markdown document.
+
+    Args:
+        tables: markdown tables keyed ``overall``, ``per_domain``, ``per_task``
+            (``reliability_tables`` output); any other key becomes its own section.
+        images: caption -> link (relative path or URL) of a PNG, shown after the
+            overall table as ``![caption](link)``.
+        title: the document's heading.
+        notes: method notes listed under the title.
+        extra_sections: heading -> markdown, appended at the end (e.g. the band table).
+
+    Returns:
+        The markdown text, ending with a newline.
+    """
+    parts = [f"# {title}", ""]
+    if notes:
+        parts += [f"- {note}" for note in notes] + [""]
+    headings = {"overall": "Overall: base vs tuned", "per_domain": "Per domain", "per_task": "Per task"}
+    if "overall" in tables:
+        parts += [f"## {headings['overall']}", "", tables["overall"], ""]
+    for caption, link in (images or {}).items():
+        parts += [f"![{caption}]({link})", ""]
+    for key in ("per_domain", "per_task"):
+        if key in tables:
+            parts += [f"## {headings[key]}", "", tables[key], ""]
+    for key, table in tables.items():
+        if key not in headings:
+            parts += [f"## {key.replace('_', ' ')}", "", table, ""]
+    for heading, body in (extra_sections or {}).items():
+        parts += [f"## {heading}", "", body, ""]
+    return "\n".join(parts).rstrip("\n") + "\n"

@@ -1,0 +1,125 @@
+"""Report plots as PNG bytes (matplotlib Agg; no pyplot state, no files).
+
+Each function builds a ``matplotlib.figure.Figure`` on an Agg canvas, so it is
+safe to call from worker threads and never opens a window.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import polars as pl
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from rewardbox.selection.bands import BANDS
+from rewardbox.selection.difficulty import band_counts
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+TRAINING_CURVE_KEYS = ("mean_reward", "zero_variance_frac", "loss")
+"""Per-step metric names :func:`training_curve_png` plots (those present)."""
+
+
+def _png(fig: Figure) -> bytes:
+    FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def band_histogram_png(difficulty_df: pl.DataFrame) -> bytes:
+    """Stacked bars: tasks per difficulty band (x), one colour per domain.
+
+    Args:
+        difficulty_df: output of ``rewardbox.selection.task_difficulty``
+            (``band`` and optional ``domain``; unbanded tasks get their own bar).
+
+    Returns:
+        PNG bytes.
+    """
+    counts = band_counts(difficulty_df)
+    bands = [b for b in counts["band"].unique(maintain_order=True).to_list()]
+    bands = [b for b in BANDS if b in bands] + [b for b in bands if b not in BANDS]
+    fig = Figure(figsize=(7, 4))
+    ax = fig.add_subplot()
+    bottom = [0] * len(bands)
+    for domain in sorted(counts["domain"].unique().to_list()):
+        sub = counts.filter(pl.col("domain") == domain)
+        by_band = dict(zip(sub["band"].to_list(), sub["tasks"].to_list()))
+        heights = [by_band.get(b, 0) for b in bands]
+        ax.bar(bands, heights, bottom=bottom, label=domain)
+        bottom = [a + h for a, h in zip(bottom, heights)]
+    ax.set_xlabel("difficulty band (Jeffreys posterior, base policy)")
+    ax.set_ylabel("tasks")
+    ax.set_title("Tasks per difficulty band")
+    ax.legend(title="domain", fontsize="small")
+    return _png(fig)
+
+
+def reliability_png(summary_base: Mapping[str, Any], summary_tuned: Mapping[str, Any]) -> bytes:
+    """pass@k and pass^k (unbiased) against k, base vs tuned, in two panels.
+
+    Args:
+        summary_base, summary_tuned: ``rewardbox.metrics.summarise_campaign``
+            results (``pass_at_k`` and ``pass_hat_k`` dicts k -> fraction).
+
+    Returns:
+        PNG bytes. Omitted k are simply not plotted.
+    """
+    fig = Figure(figsize=(10, 4))
+    axes = fig.subplots(1, 2)
+    for ax, key, title in (
+        (axes[0], "pass_at_k", "pass@k (at least one of k)"),
+        (axes[1], "pass_hat_k", "pass^k (all k)"),
+    ):
+        for label, summary, style in (("base", summary_base, "o--"), ("tuned", summary_tuned, "s-")):
+            points = sorted((int(k), v) for k, v in summary[key].items())
+            if points:
+                ax.plot([p[0] for p in points], [100 * p[1] for p in points], style, label=label)
+        ax.set_xlabel("k")
+        ax.set_ylabel("% of tasks")
+        ax.set_ylim(0, 100)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    return _png(fig)
+
+
+def _step_columns(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    df = step_metrics if isinstance(step_metrics, pl.DataFrame) else pl.DataFrame(list(step_metrics))
+    if df.height == 0:
+        raise ValueError("step_metrics is empty; nothing to plot")
+    present = [key for key in TRAINING_CURVE_KEYS if key in df.columns]
+    if not present:
+        raise ValueError(f"step_metrics has none of {list(TRAINING_CURVE_KEYS)}; columns are {df.columns}")
+    steps = df["step"].to_list() if "step" in df.columns else list(range(df.height))
+    return {"step": steps, **{key: df[key].to_list() for key in present}}
+
+
+def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> bytes:
+    """One panel per training metric against step: mean reward, zero-variance share, loss.
+
+    Args:
+        step_metrics: one row per step (DataFrame or list of dicts) with
+            ``step`` (optional; row index otherwise) and any of
+            ``mean_reward`` (0-1), ``zero_variance_frac`` (0-1), ``loss``.
+
+    Returns:
+        PNG bytes.
+
+    Raises:
+        ValueError: no rows, or none of the metric columns.
+    """
+    columns = _step_columns(step_metrics)
+    keys = [key for key in TRAINING_CURVE_KEYS if key in columns]
+    fig = Figure(figsize=(4 * len(keys), 3.5))
+    axes = fig.subplots(1, len(keys), squeeze=False)[0]
+    titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss"}
+    for ax, key in zip(axes, keys):
+        ax.plot(columns["step"], columns[key], "-", marker=".")
+        ax.set_xlabel("step")
+        ax.set_title(titles[key])
+        ax.grid(alpha=0.3)
+    return _png(fig)

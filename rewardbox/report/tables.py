@@ -1,0 +1,292 @@
+"""Base vs tuned reliability tables as markdown strings (return values, no I/O).
+
+:func:`compute_reliability` gathers the numbers (campaign summaries, costs,
+per-task and overall P(tuned better)); :func:`format_reliability_tables` turns
+them into markdown; :func:`reliability_tables` does both. Rates print as
+percentages with two decimals; intervals are Wilson at ``confidence``; the
+plug-in pass^k is labelled as such; costs carry the price-table version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import polars as pl
+
+from rewardbox.metrics.campaign import NO_DOMAIN, summarise_counts
+from rewardbox.metrics.comparison import compare_counts
+from rewardbox.metrics.cost import PriceTable, campaign_cost
+from rewardbox.metrics.intervals import prob_better_overall
+from rewardbox.metrics.rows import task_counts
+from rewardbox.selection.difficulty import band_counts
+
+NA = "n/a"
+
+
+def markdown_table(df: pl.DataFrame) -> str:
+    """Render a DataFrame as a GitHub markdown table: every row and column, cells unabridged.
+
+    Cells print with ``str()`` (None as empty); ``|`` inside a cell is escaped.
+    (polars' own MARKDOWN formatting wraps or truncates wide cells and caps the
+    table width at 65535 characters, so it is not used for report tables.)
+    """
+
+    def cell(value: Any) -> str:
+        return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "|" + "---|" * df.width]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines)
+
+
+def fmt_pct(value: float | None) -> str:
+    """A fraction as a percentage with two decimals; None -> ``n/a``."""
+    return NA if value is None else f"{100 * value:.2f}%"
+
+
+def fmt_interval(value: float | None, interval: tuple[float, float]) -> str:
+    """``51.70% [50.73, 52.67]`` (interval ends in percent)."""
+    if value is None:
+        return NA
+    return f"{fmt_pct(value)} [{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]"
+
+
+def fmt_usd(value: float | None) -> str:
+    """USD with 2 decimals from $1 up, 4 below; None -> ``n/a``."""
+    if value is None:
+        return NA
+    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
+
+
+def _fmt_points(base: float | None, tuned: float | None) -> str:
+    if base is None or tuned is None:
+        return ""
+    return f"{100 * (tuned - base):+.2f} pts"
+
+
+def compute_reliability(
+    base_rows: pl.DataFrame,
+    tuned_rows: pl.DataFrame,
+    k: int,
+    price_table: PriceTable | None = None,
+    *,
+    base_model: str = "base",
+    tuned_model: str = "tuned",
+    k_values: Sequence[int] | None = None,
+    confidence: float = 0.95,
+    draws: int = 20_000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """All numbers behind the reliability report.
+
+    Args:
+        base_rows, tuned_rows: attempt rows of the two campaigns (``rewardbox.metrics.rows``).
+        k: the headline k (usually the trials per task).
+        price_table: prices for ``base_model`` and ``tuned_model``; None skips costs.
+        base_model, tuned_model: model names looked up in ``price_table``.
+        k_values: the k for curves; default 1..k.
+        confidence: Wilson interval level.
+        draws, seed: Monte Carlo settings of the overall P(tuned better).
+
+    Returns:
+        ``k``, ``k_values``, ``base`` / ``tuned`` (``summarise_counts`` dicts),
+        ``base_cost`` / ``tuned_cost`` (``campaign_cost`` dicts or None),
+        ``comparison`` (``compare_counts``), ``per_domain`` (DataFrame),
+        ``price_table_version``.
+
+    Raises:
+        ValueError: bad rows or k. KeyError: a model missing from the price table.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    k_values = sorted(set(k_values or range(1, k + 1)) | {1, k})
+    base_counts, tuned_counts = task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows")
+    comparison = compare_counts(base_counts, tuned_counts, draws=draws, seed=seed)
+    return {
+        "k": k,
+        "k_values": k_values,
+        "base": summarise_counts(base_counts, k_values, confidence),
+        "tuned": summarise_counts(tuned_counts, k_values, confidence),
+        "base_cost": campaign_cost(base_rows, price_table, base_model) if price_table else None,
+        "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model) if price_table else None,
+        "comparison": comparison,
+        "per_domain": _per_domain(base_counts, tuned_counts, comparison["per_task"], k, confidence, draws, seed),
+        "price_table_version": price_table.version if price_table else None,
+    }
+
+
+def _with_domain(counts: pl.DataFrame) -> pl.DataFrame:
+    if "domain" not in counts.columns:
+        counts = counts.with_columns(domain=pl.lit(NO_DOMAIN))
+    return counts.with_columns(pl.col("domain").cast(pl.Utf8).fill_null(NO_DOMAIN))
+
+
+def _per_domain(base_counts, tuned_counts, per_task, k, confidence, draws, seed) -> pl.DataFrame:
+    base_counts, tuned_counts = _with_domain(base_counts), _with_domain(tuned_counts)
+    per_task = _with_domain(per_task)
+    domains = sorted(set(base_counts["domain"].to_list()) | set(tuned_counts["domain"].to_list()))
+    records = []
+    for domain in domains:
+        record: dict[str, Any] = {"domain": domain}
+        for side, counts in (("base", base_counts), ("tuned", tuned_counts)):
+            summary = summarise_counts(counts.filter(pl.col("domain") == domain), [k], confidence)
+            record[f"{side}_tasks"] = summary["tasks"]
+            record[f"{side}_pass_at_1"] = summary["pass_at_1"]
+            record[f"{side}_pass_at_1_interval"] = summary["pass_at_1_interval"]
+            record[f"{side}_pass_at_k"] = summary["pass_at_k"].get(k)
+            record[f"{side}_pass_hat_k"] = summary["pass_hat_k"].get(k)
+            record[f"{side}_all_pass_tasks"] = summary["observed_all_pass_tasks"]
+        shared = per_task.filter(pl.col("domain") == domain)
+        record["prob_tuned_better"] = (
+            prob_better_overall(
+                list(zip(shared["base_c"].to_list(), shared["base_n"].to_list())),
+                list(zip(shared["tuned_c"].to_list(), shared["tuned_n"].to_list())),
+                draws=draws,
+                seed=seed,
+            )
+            if shared.height
+            else None
+        )
+        records.append(record)
+    return pl.DataFrame(records, infer_schema_length=None) if records else pl.DataFrame()
+
+
+def _pass_k_cell(summary: dict[str, Any], key: str, k: int) -> str:
+    if k in summary[key]:
+        return fmt_pct(summary[key][k])
+    return f"{NA} ({summary['omitted_k'].get(k, 'not computed')})"
+
+
+def _all_pass_label(summary_base: dict[str, Any], summary_tuned: dict[str, Any], k: int) -> str:
+    equal = all(s["clean_counts_equal"] and s["n_clean_max"] == k for s in (summary_base, summary_tuned))
+    return f"observed {k}/{k} tasks" if equal else "tasks passing all their clean trials"
+
+
+def _overall_table(rel: dict[str, Any]) -> str:
+    k, base, tuned = rel["k"], rel["base"], rel["tuned"]
+    rows: list[tuple[str, str, str, str]] = [
+        ("tasks (with a clean attempt)", str(base["tasks"]), str(tuned["tasks"]), ""),
+        ("clean attempts", str(base["clean_attempts"]), str(tuned["clean_attempts"]), ""),
+        (
+            f"pass@1 ({100 * base['confidence']:.0f}% Wilson)",
+            fmt_interval(base["pass_at_1"], base["pass_at_1_interval"]),
+            fmt_interval(tuned["pass_at_1"], tuned["pass_at_1_interval"]),
+            _fmt_points(base["pass_at_1"], tuned["pass_at_1"]),
+        ),
+    ]
+    for key, label in (
+        ("pass_at_k", f"pass@{k} (at least one of {k}, unbiased)"),
+        ("pass_hat_k", f"pass^{k} (all {k}, unbiased)"),
+        ("pass_hat_k_plugin", f"pass^{k} plug-in (c/n)^{k}, biased"),
+    ):
+        rows.append(
+            (label, _pass_k_cell(base, key, k), _pass_k_cell(tuned, key, k), _fmt_points(base[key].get(k), tuned[key].get(k)))
+        )
+    rows += [
+        (
+            _all_pass_label(base, tuned, k),
+            f"{base['observed_all_pass_tasks']} of {base['tasks']}",
+            f"{tuned['observed_all_pass_tasks']} of {tuned['tasks']}",
+            f"{tuned['observed_all_pass_tasks'] - base['observed_all_pass_tasks']:+d}",
+        ),
+        ("system errors (not scored)", str(base["system_errors"]), str(tuned["system_errors"]), ""),
+    ]
+    for name in ("input_tokens", "cached_input_tokens", "output_tokens"):
+        rows.append((name.replace("_", " "), f"{base[name]:,}", f"{tuned[name]:,}", ""))
+    rows += _cost_rows(rel)
+    overall_p = rel["comparison"]["overall_prob_tuned_better"]
+    rows.append(("P(tuned better), mean over shared tasks", "", NA if overall_p is None else f"{overall_p:.3f}", ""))
+    df = pl.DataFrame(rows, schema=["metric", "base", "tuned", "change"], orient="row")
+    return markdown_table(df)
+
+
+def _cost_rows(rel: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    base_cost, tuned_cost = rel["base_cost"], rel["tuned_cost"]
+    if base_cost is None or tuned_cost is None:
+        return [("cost", "no price table", "no price table", "")]
+    version = rel["price_table_version"]
+    return [
+        (
+            f"cost per successful attempt (USD, prices {version})",
+            fmt_usd(base_cost["cost_per_successful_attempt_usd"]),
+            fmt_usd(tuned_cost["cost_per_successful_attempt_usd"]),
+            "",
+        ),
+        (
+            f"cost per dependable task (USD, prices {version})",
+            fmt_usd(base_cost["cost_per_dependable_task_usd"]),
+            fmt_usd(tuned_cost["cost_per_dependable_task_usd"]),
+            "",
+        ),
+        ("campaign cost (USD)", fmt_usd(base_cost["campaign_cost_usd"]), fmt_usd(tuned_cost["campaign_cost_usd"]), ""),
+    ]
+
+
+def _domain_table(rel: dict[str, Any]) -> str:
+    k, per_domain = rel["k"], rel["per_domain"]
+    records = []
+    for r in per_domain.iter_rows(named=True):
+        records.append({
+            "domain": r["domain"],
+            "tasks (base/tuned)": f"{r['base_tasks']}/{r['tuned_tasks']}",
+            "pass@1 base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
+            "pass@1 tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
+            f"pass@{k} base": fmt_pct(r["base_pass_at_k"]),
+            f"pass@{k} tuned": fmt_pct(r["tuned_pass_at_k"]),
+            f"pass^{k} base": fmt_pct(r["base_pass_hat_k"]),
+            f"pass^{k} tuned": fmt_pct(r["tuned_pass_hat_k"]),
+            "all-pass base": str(r["base_all_pass_tasks"]),
+            "all-pass tuned": str(r["tuned_all_pass_tasks"]),
+            "P(tuned better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
+        })
+    return markdown_table(pl.DataFrame(records)) if records else "(no tasks)"
+
+
+def _task_table(rel: dict[str, Any]) -> str:
+    per_task = rel["comparison"]["per_task"]
+    if per_task.height == 0:
+        return "(no task has clean attempts in both campaigns)"
+    df = per_task.select(
+        "uid",
+        *(["domain"] if "domain" in per_task.columns else []),
+        pl.format("{}/{}", "base_c", "base_n").alias("base c/n"),
+        pl.format("{}/{}", "tuned_c", "tuned_n").alias("tuned c/n"),
+        pl.col("prob_tuned_better").map_elements(lambda p: f"{p:.3f}", return_dtype=pl.Utf8).alias("P(tuned better)"),
+    )
+    table = markdown_table(df)
+    unmatched = rel["comparison"]["unmatched_tasks"]
+    if unmatched:
+        table += f"\n\n{len(unmatched)} task(s) not in both campaigns with clean attempts: {', '.join(unmatched)}"
+    return table
+
+
+def format_reliability_tables(reliability: dict[str, Any]) -> dict[str, str]:
+    """Markdown ``overall``, ``per_domain`` and ``per_task`` tables from :func:`compute_reliability`."""
+    return {
+        "overall": _overall_table(reliability),
+        "per_domain": _domain_table(reliability),
+        "per_task": _task_table(reliability),
+    }
+
+
+def reliability_tables(
+    base_rows: pl.DataFrame,
+    tuned_rows: pl.DataFrame,
+    k: int,
+    price_table: PriceTable | None = None,
+    **kwargs: Any,
+) -> dict[str, str]:
+    """Base vs tuned markdown tables: ``overall``, ``per_domain``, ``per_task``.
+
+    Keyword arguments are those of :func:`compute_reliability`. See its docs
+    for errors; the tables show ``n/a`` with a reason for undefined values.
+    """
+    return format_reliability_tables(compute_reliability(base_rows, tuned_rows, k, price_table, **kwargs))
+
+
+def band_table(difficulty_df: pl.DataFrame) -> str:
+    """Markdown table of task counts per domain (rows) and band (columns)."""
+    counts = band_counts(difficulty_df)
+    wide = counts.pivot(on="band", index="domain", values="tasks", sort_columns=False)
+    return markdown_table(wide)

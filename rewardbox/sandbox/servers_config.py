@@ -1,0 +1,224 @@
+"""``servers.yaml``: where each tool server of a scenario comes from.
+
+The shape follows ThinkingBox's ``ServersConfig`` (THINKINGBOX_FORMAT.md §2.1)::
+
+    use_internal_servers: false
+    servers:
+      sandbox_external_retail:
+        type: mcp-process
+        command: "{python} -m tb_business_ops_servers_202606.mcp_sandbox_external_retail"
+        env: {TYPESENSE_API_KEY: Fake}
+        cwd: ${THINKINGBOX_DATA}/servers        # optional
+      search:
+        type: mcp-remote
+        endpoint: http://127.0.0.1:8000/mcp
+        transport: streamable-http
+        headers: {Authorization: "Bearer ${SEARCH_API_KEY}"}
+        timeout: 30
+
+Substitution in ``command``, ``env`` values, ``cwd``, ``endpoint`` and header
+values, in this order:
+
+1. ``{python}`` becomes ``sys.executable``; ``{env[NAME]}`` becomes
+   ``os.environ["NAME"]`` (an unset NAME is an error naming file and field).
+   Other braces are left alone, so JSON in arguments survives.
+2. ``$NAME`` / ``${NAME}`` are expanded by ``os.path.expandvars``; an unset
+   NAME is left as written (expandvars' rule), so a literal ``$`` survives.
+
+``command`` may be a string (split with ``shlex``) or a list of strings.
+A process server runs with env = ``os.environ`` + its ``env`` +
+``FASTMCP_LOG_LEVEL=WARNING``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+
+_ENV_REF = re.compile(r"\{env\[['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\]\}")
+
+
+class ServersConfigError(ValueError):
+    """A servers.yaml file is malformed; the message names the file and field."""
+
+    def __init__(self, path: str | Path, message: str, field: str | None = None):
+        detail = f" (field {field!r})" if field else ""
+        super().__init__(f"{path}{detail}: {message}")
+        self.path = str(path)
+        self.field = field
+
+
+def substitute(text: str, *, field: str = "", path: str | Path = "<servers config>") -> str:
+    """Apply ``{python}``, ``{env[NAME]}`` and ``$NAME`` substitution to one string.
+
+    Raises:
+        ServersConfigError: ``{env[NAME]}`` names an unset variable.
+    """
+
+    def env_ref(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in os.environ:
+            raise ServersConfigError(path, f"environment variable {name!r} is not set", field)
+        return os.environ[name]
+
+    text = text.replace("{python}", sys.executable)
+    text = _ENV_REF.sub(env_ref, text)
+    return os.path.expandvars(text)
+
+
+class ProcessServer(BaseModel):
+    """A stdio MCP server spawned once per episode (``type: mcp-process``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["mcp-process"]
+    command: str | list[str]
+    env: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    cwd: str | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _non_empty(cls, value: str | list[str]) -> str | list[str]:
+        if not (value.strip() if isinstance(value, str) else value):
+            raise ValueError("command is empty")
+        return value
+
+    def argv(self, path: str | Path = "<servers config>", name: str = "") -> list[str]:
+        """The command as an argv list, with substitution applied."""
+        field = f"servers.{name}.command"
+        parts = shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+        return [substitute(p, field=field, path=path) for p in parts]
+
+    def process_env(self, path: str | Path = "<servers config>", name: str = "") -> dict[str, str]:
+        """``os.environ`` + this server's ``env`` (substituted) + ``FASTMCP_LOG_LEVEL=WARNING``."""
+        env = dict(os.environ)
+        for key, value in self.env.items():
+            env[key] = substitute(str(value), field=f"servers.{name}.env.{key}", path=path)
+        env["FASTMCP_LOG_LEVEL"] = "WARNING"
+        return env
+
+    def resolved_cwd(self, path: str | Path = "<servers config>", name: str = "") -> str | None:
+        """The working directory with substitution applied (``None``: inherit)."""
+        return substitute(self.cwd, field=f"servers.{name}.cwd", path=path) if self.cwd else None
+
+
+class RemoteServer(BaseModel):
+    """An MCP server reached over HTTP (``type: mcp-remote``); not spawned by us."""
+
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["mcp-remote"]
+    endpoint: str
+    transport: Literal["streamable-http", "streamable_http", "http", "sse"] = "streamable-http"
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=30.0, gt=0)
+
+    def resolved_endpoint(self, path: str | Path = "<servers config>", name: str = "") -> str:
+        """The endpoint URL with substitution applied."""
+        return substitute(self.endpoint, field=f"servers.{name}.endpoint", path=path)
+
+    def resolved_headers(self, path: str | Path = "<servers config>", name: str = "") -> dict[str, str]:
+        """Header values with substitution applied (secrets come from the environment)."""
+        return {
+            key: substitute(value, field=f"servers.{name}.headers.{key}", path=path)
+            for key, value in self.headers.items()
+        }
+
+
+ServerConfig = Annotated[ProcessServer | RemoteServer, Field(discriminator="type")]
+
+
+class ServersConfig(BaseModel):
+    """The whole servers.yaml: ``{use_internal_servers, servers: {name: server}}``."""
+
+    model_config = ConfigDict(extra="forbid")
+    use_internal_servers: bool = False
+    servers: dict[str, ServerConfig] = Field(default_factory=dict)
+    _source: str = PrivateAttr(default="<servers config>")
+
+    @property
+    def source(self) -> str:
+        """The file this config came from (used in error messages)."""
+        return self._source
+
+    def get(self, name: str) -> ProcessServer | RemoteServer:
+        """The config of server ``name``.
+
+        Raises:
+            KeyError: with a message naming the file, when ``name`` is not configured.
+        """
+        try:
+            return self.servers[name]
+        except KeyError:
+            known = ", ".join(sorted(self.servers)) or "none"
+            raise KeyError(f"server {name!r} is not defined in {self.source} (defined: {known})") from None
+
+
+def internal_servers() -> dict[str, ProcessServer]:
+    """rewardbox's embedded domain servers: ``rewardbox/domains/<d>/server.py`` → server ``<d>``.
+
+    The analogue of ThinkingBox's ``use_internal_servers`` (which adds its own
+    ``tb/tools/mcp_*.py``). Each runs as ``{python} -m rewardbox.domains.<d>.server``.
+    """
+    domains = Path(__file__).resolve().parent.parent / "domains"
+    found: dict[str, ProcessServer] = {}
+    for server_file in sorted(domains.glob("*/server.py")):
+        name = server_file.parent.name
+        found[name] = ProcessServer(type="mcp-process", command=["{python}", "-m", f"rewardbox.domains.{name}.server"])
+    return found
+
+
+def _field_of(error: dict[str, Any]) -> str:
+    return ".".join(str(part) for part in error["loc"])
+
+
+def parse_servers_config(data: Any, source: str | Path = "<servers config>") -> ServersConfig:
+    """Validate an already-loaded servers mapping.
+
+    Raises:
+        ServersConfigError: naming ``source`` and the first bad field.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ServersConfigError(source, f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = ServersConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ServersConfigError(source, f"{first['msg']} ({len(exc.errors())} error(s))", _field_of(first)) from None
+    config._source = str(source)
+    if config.use_internal_servers:
+        for name, server in internal_servers().items():
+            config.servers.setdefault(name, server)
+    return config
+
+
+def load_servers_config(path: str | Path) -> ServersConfig:
+    """Read and validate a servers.yaml file.
+
+    Args:
+        path: the YAML file.
+
+    Returns:
+        The validated config; ``source`` is the path, used in later error messages.
+
+    Raises:
+        ServersConfigError: the file is missing, not YAML, or a field is invalid
+            (the message names the file and the field, e.g. ``servers.retail.command``).
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ServersConfigError(path, f"cannot read: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ServersConfigError(path, f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    return parse_servers_config(data, path)

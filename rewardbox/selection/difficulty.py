@@ -1,0 +1,117 @@
+"""Probe rows -> per-task difficulty table -> training pool.
+
+Probe rows have the attempt-row schema of ``rewardbox.metrics.rows`` (``uid``,
+``trial``, ``passed`` or ``reward``, ``system_error``, optional ``domain``).
+System-error rows are excluded from n and k and counted separately; they are
+infrastructure faults, not evidence that the task is hard.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from rewardbox.metrics.rows import task_counts
+from rewardbox.selection.bands import BANDS, JEFFREYS_PRIOR, SelectionConfig, assign_band, band_masses
+
+DIFFICULTY_COLUMNS = (
+    "uid",
+    "domain",
+    "n",
+    "k",
+    "system_errors",
+    "posterior_mean",
+    "band",
+    *(f"mass_{band}" for band in BANDS),
+)
+"""Columns of :func:`task_difficulty` output, in order (``domain`` only when the probes have it)."""
+
+
+def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = None) -> pl.DataFrame:
+    """Per-task policy-relative difficulty from probe rows.
+
+    Args:
+        probe_rows: one row per (uid, trial) probe attempt of the base policy.
+        config: selection settings; defaults to ``SelectionConfig()``.
+
+    Returns:
+        One row per uid, sorted by uid, with ``DIFFICULTY_COLUMNS``: ``n`` clean
+        trials, ``k`` clean successes, ``system_errors``, ``posterior_mean``
+        = (k + 1/2) / (n + 1), ``band`` (null when ``n < config.min_clean_trials``),
+        and ``mass_<band>`` for the five bands (Jeffreys posterior Beta(k + 1/2,
+        n - k + 1/2), always filled; with n = 0 they are the prior's masses).
+
+    Raises:
+        ValueError: missing columns, duplicated (uid, trial) keys, or a clean
+            probe without an outcome; the message names the field and uid.
+    """
+    config = config or SelectionConfig()
+    counts = task_counts(probe_rows, "probe rows")
+    records = []
+    for row in counts.iter_rows(named=True):
+        n, k = row["n"], row["c"]
+        masses = band_masses(k, n, config.boundaries)
+        record = {"uid": row["uid"]}
+        if "domain" in counts.columns:
+            record["domain"] = row["domain"]
+        band = assign_band(k, n, config.boundaries) if n >= config.min_clean_trials else None
+        record.update(
+            n=n,
+            k=k,
+            system_errors=row["system_errors"],
+            posterior_mean=(k + JEFFREYS_PRIOR) / (n + 2 * JEFFREYS_PRIOR),
+            band=band,
+        )
+        record.update({f"mass_{name}": value for name, value in masses.items()})
+        records.append(record)
+    schema = _difficulty_schema("domain" in counts.columns)
+    return pl.DataFrame(records, schema=schema)
+
+
+def _difficulty_schema(with_domain: bool) -> dict[str, pl.DataType]:
+    schema: dict[str, pl.DataType] = {"uid": pl.Utf8}
+    if with_domain:
+        schema["domain"] = pl.Utf8
+    schema.update(
+        n=pl.Int64, k=pl.Int64, system_errors=pl.Int64, posterior_mean=pl.Float64, band=pl.Utf8
+    )
+    schema.update({f"mass_{band}": pl.Float64 for band in BANDS})
+    return schema
+
+
+def training_pool(difficulty_df: pl.DataFrame, config: SelectionConfig | None = None) -> pl.DataFrame:
+    """The tasks whose band is in ``config.kept_bands`` (the rows of ``task_difficulty``).
+
+    Tasks without a band (too few clean trials) never enter the pool.
+
+    Args:
+        difficulty_df: output of :func:`task_difficulty`.
+        config: selection settings; defaults to ``SelectionConfig()``.
+
+    Returns:
+        The kept rows, same columns, sorted by uid.
+
+    Raises:
+        ValueError: ``difficulty_df`` has no ``band`` or ``uid`` column.
+    """
+    config = config or SelectionConfig()
+    missing = [c for c in ("uid", "band") if c not in difficulty_df.columns]
+    if missing:
+        raise ValueError(f"difficulty table: missing column(s) {missing}; pass the output of task_difficulty")
+    return difficulty_df.filter(pl.col("band").is_in(list(config.kept_bands))).sort("uid")
+
+
+def band_counts(difficulty_df: pl.DataFrame) -> pl.DataFrame:
+    """Tasks per (domain, band): ``domain`` (``"(all)"`` if absent), ``band``, ``tasks``.
+
+    Every band of ``BANDS`` appears for every domain (count 0 if empty); tasks
+    without a band are counted under band ``"unbanded"``.
+    """
+    df = difficulty_df
+    if "domain" not in df.columns:
+        df = df.with_columns(domain=pl.lit("(all)"))
+    df = df.with_columns(pl.col("domain").fill_null("(all)").cast(pl.Utf8), pl.col("band").fill_null("unbanded"))
+    domains = sorted(df["domain"].unique().to_list())
+    bands = list(BANDS) + (["unbanded"] if (df["band"] == "unbanded").any() else [])
+    grid = pl.DataFrame({"domain": [d for d in domains for _ in bands], "band": bands * len(domains)})
+    counts = df.group_by("domain", "band").agg(pl.len().cast(pl.Int64).alias("tasks"))
+    return grid.join(counts, on=["domain", "band"], how="left").with_columns(pl.col("tasks").fill_null(0))

@@ -1,0 +1,123 @@
+"""The task record shared by every stage.
+
+A task is one hydrated ThinkingBox test case (THINKINGBOX_FORMAT.md §1): the
+first user message, the simulated user's private context, the merged
+``world_state`` sent to the tool servers, the tools the agent may see, the
+policy text, and the test code that grades the terminal state.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace; the input of every content hash."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+@dataclass(frozen=True)
+class ToolOverride:
+    """A scenario tool entry (§1.1): which tool, and how the agent sees it."""
+
+    name: str
+    override_description: str | None = None
+    override_arg_description: dict[str, str] | None = None
+    direct_response: str | None = None
+    is_end_turn: bool = False
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task. Plain data: picklable, JSON-serialisable via ``to_dict``.
+
+    Attributes:
+        uid: ``"<file basename>:<test function name>"`` (§1.2).
+        dataset: the dataset (domain) name, e.g. ``"retail"``.
+        scenario: scenario name; agent: agent config name.
+        query: the first user message, verbatim.
+        user_context: persona and facts for the user simulator ('' if none).
+        init: the test's own ``init`` block, before merging (used for the content hash).
+        world_state: scenario ``world_state`` merged with ``init`` (§1.3):
+            ``{server_name: server_config}``; key order is tool priority.
+        tools: the scenario's tool entries; their names are the available tools.
+        system_instructions: the agent file's system prompt.
+        bot_instructions: scenario + test instructions joined with newlines (§4.1).
+        builtin_tools: agent builtin tools as JSON-schema dicts (``is_end_turn`` tools).
+        test_code: the test file with other tests blanked, plus ``__tb_test_fn = name``.
+        test_name, test_file: where the test lives.
+        tags: tags from defaults and the test.
+        max_user_turns, max_agent_turns: episode limits (§1.2 defaults).
+        split: ``"candidate"`` or ``"benchmark"`` once assigned.
+        fixtures: test fixtures by name, ``{name: {type: "pkg.mod.attr", **kwargs}}``
+            (conftest.yaml files, then the scenario's ``fixtures``), injected into
+            the test function by parameter name (§1.5).
+    """
+
+    uid: str
+    dataset: str
+    scenario: str
+    agent: str
+    query: str
+    user_context: str
+    init: dict[str, Any]
+    world_state: dict[str, Any]
+    tools: tuple[ToolOverride, ...]
+    system_instructions: str
+    bot_instructions: str
+    test_code: str
+    test_name: str
+    test_file: str
+    builtin_tools: tuple[dict[str, Any], ...] = ()
+    tags: tuple[str, ...] = ()
+    max_user_turns: int = 10
+    max_agent_turns: int = sys.maxsize
+    split: str = "candidate"
+    metadata: dict[str, Any] = field(default_factory=dict)
+    fixtures: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def available_tools(self) -> list[str]:
+        return [t.name for t in self.tools]
+
+    @property
+    def domain(self) -> str:
+        return self.dataset
+
+    def golden_interactions(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Reference actions as ``(server, tool, parameters)``, in world_state order."""
+        out: list[tuple[str, str, dict[str, Any]]] = []
+        for server, cfg in self.world_state.items():
+            golden = (cfg or {}).get("golden_test_case") or {}
+            for item in golden.get("tool_interactions") or []:
+                out.append((server, item["tool"], dict(item.get("parameters") or {})))
+        return out
+
+    def expects_write(self) -> bool:
+        """True when the golden trajectory has at least one interaction that writes.
+
+        Domains mark read-only tools with the ``readonly`` tag; unknown tools
+        count as writes. The authoritative check is golden state != initial state
+        (see ``rewardbox.grading``); this is only a cheap hint.
+        """
+        return bool(self.metadata.get("expects_write", bool(self.golden_interactions())))
+
+    def content_hash(self) -> str:
+        """SHA-256 of the canonical JSON of ``query`` + ``init`` (exclusion key)."""
+        payload = canonical_json({"query": self.query.strip(), "init": self.init})
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Task":
+        data = dict(data)
+        data["tools"] = tuple(ToolOverride(**t) for t in data.get("tools", ()))
+        data["builtin_tools"] = tuple(data.get("builtin_tools", ()))
+        data["tags"] = tuple(data.get("tags", ()))
+        return cls(**data)

@@ -1,0 +1,151 @@
+"""PPO-clip policy loss with named token aggregations (GRPO's surrogate objective).
+
+Shapes: ``logprobs``, ``old_logprobs``, ``mask`` are ``[B, T]`` (B sequences
+of T response tokens, ``mask`` 1 for a response token that carries loss and 0
+for padding, prompt, tool output or a system-error rollout); ``advantages`` is
+``[B]`` (one advantage per rollout, broadcast over its tokens) or ``[B, T]``.
+
+Per token (Schulman et al. 2017, PPO, arXiv 1707.06347):
+``ratio = exp(logprobs - old_logprobs)``,
+``loss_t = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``.
+``eps_high`` defaults to ``eps_low`` (symmetric clip 0.2); DAPO's "clip-higher"
+(arXiv 2503.14476) raises it. No KL term (DESIGN.md: no KL).
+
+Aggregations (``LOSS_AGGREGATIONS``; names follow verl's ``loss_agg_mode``):
+
+* ``"token-mean"``: sum of ``loss_t`` over every masked token in the batch /
+  number of masked tokens in the batch (DAPO, arXiv 2503.14476). Long
+  responses weigh in proportion to their length. The reference run uses it.
+* ``"seq-mean-token-mean"``: mean over the tokens of each sequence, then mean
+  over sequences that have at least one masked token (the original GRPO
+  objective, arXiv 2402.03300).
+* ``"seq-mean-token-sum"``: sum over each sequence's tokens, mean over the
+  sequences (Dr. GRPO, arXiv 2503.20783, with a constant normaliser).
+
+Degenerate case: a batch with no masked token gives loss 0 (still attached to
+the graph so ``backward()`` works) and zero gradients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+LossAggregation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Sum of masked ``loss [B, T]`` over all masked tokens / their count (0 if none)."""
+    return (loss * mask).sum() / mask.sum().clamp_min(1.0)
+
+
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-sequence masked token mean, then mean over sequences with >= 1 masked token."""
+    tokens = mask.sum(dim=-1)
+    per_seq = (loss * mask).sum(dim=-1) / tokens.clamp_min(1.0)
+    has_tokens = (tokens > 0).to(loss.dtype)
+    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1.0)
+
+
+def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Per-sequence masked token sum, then mean over all B sequences."""
+    return (loss * mask).sum(dim=-1).mean()
+
+
+LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
+    "token-mean": token_mean,
+    "seq-mean-token-mean": seq_mean_token_mean,
+    "seq-mean-token-sum": seq_mean_token_sum,
+}
+"""Aggregation name -> ``(loss [B, T], mask [B, T]) -> scalar``."""
+
+
+def _check_shapes(logprobs, old_logprobs, advantages, mask) -> torch.Tensor:
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    for name, tensor in (("old_logprobs", old_logprobs), ("mask", mask)):
+        if tensor.shape != logprobs.shape:
+            raise ValueError(f"{name} shape {tuple(tensor.shape)} != logprobs shape {tuple(logprobs.shape)}")
+    if advantages.dim() == 1 and advantages.shape[0] == logprobs.shape[0]:
+        return advantages.unsqueeze(-1)
+    if advantages.shape == logprobs.shape:
+        return advantages
+    raise ValueError(
+        f"advantages must be [B] = [{logprobs.shape[0]}] or [B, T], got shape {tuple(advantages.shape)}"
+    )
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    aggregation: str = "token-mean",
+    clip_eps_high: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip surrogate loss, aggregated by name (see module docstring).
+
+    Args:
+        logprobs: ``[B, T]`` log-probabilities of the sampled tokens under the
+            current policy (requires grad).
+        old_logprobs: ``[B, T]`` log-probabilities under the policy that sampled
+            them (no grad; detached here).
+        advantages: ``[B]`` or ``[B, T]``; detached here.
+        mask: ``[B, T]`` 1/0 (bool or float): which tokens carry loss.
+        clip_eps: lower clip range, ``ratio >= 1 - clip_eps``; in (0, 1).
+        aggregation: a key of ``LOSS_AGGREGATIONS``.
+        clip_eps_high: upper clip range (``ratio <= 1 + clip_eps_high``); None = ``clip_eps``.
+
+    Returns:
+        ``(loss, stats)``: a scalar tensor to minimise, and floats over masked
+        tokens: ``clip_frac`` (share where the clipped branch is active),
+        ``ratio_mean``, ``approx_kl`` (mean of ``old - new`` log-prob, the k1
+        estimator), ``tokens`` (masked token count).
+
+    Raises:
+        ValueError: shape mismatch, bad clip ranges or unknown aggregation.
+    """
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    if not (0.0 < clip_eps < 1.0 and high > 0.0):
+        raise ValueError(f"need 0 < clip_eps < 1 and clip_eps_high > 0, got {clip_eps}, {high}")
+    if aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(f"unknown loss aggregation {aggregation!r}; choose from {sorted(LOSS_AGGREGATIONS)}")
+    adv = _check_shapes(logprobs, old_logprobs, advantages, mask).detach().float()
+    mask_f = mask.to(torch.float32)
+    log_ratio = logprobs.float() - old_logprobs.detach().float()
+    # Zero the log-ratio on masked-out tokens (where, not multiply): padding may hold
+    # -inf or garbage log-probs, and must neither overflow exp() nor leak NaN.
+    log_ratio = torch.where(mask_f > 0, log_ratio, torch.zeros_like(log_ratio))
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
+    per_token = -torch.minimum(unclipped, clipped)
+    loss = LOSS_AGGREGATIONS[aggregation](per_token, mask_f)
+    with torch.no_grad():
+        tokens = mask_f.sum()
+        denom = tokens.clamp_min(1.0)
+        stats = {
+            "clip_frac": float(((clipped < unclipped).float() * mask_f).sum() / denom),
+            "ratio_mean": float((ratio * mask_f).sum() / denom),
+            "approx_kl": float((-log_ratio * mask_f).sum() / denom),
+            "tokens": float(tokens),
+        }
+    return loss, stats
+
+
+def token_mean_policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO-clip loss with "token-mean" aggregation (DAPO, arXiv 2503.14476).
+
+    ``loss = sum over masked tokens of -min(r A, clip(r, 1 - eps, 1 + eps) A) /
+    number of masked tokens in the batch``. Shapes and stats as :func:`policy_loss`.
+    Masked tokens (``mask = 0``) get exactly zero gradient.
+    """
+    return policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps=clip_eps, aggregation="token-mean")

@@ -1,0 +1,110 @@
+"""Task-source sensor: a change to the candidate task source triggers a re-screen.
+
+The sensor compares a fingerprint of the candidate task source (a hash of its dataset files, see
+:func:`fingerprint_task_source`) with the one seen last, and requests a run of the re-screen job
+(``candidate_tasks -> screened_candidates``) when it differs.
+
+Cursor: the last fingerprint seen (a string); empty before the first tick.
+
+Run key: ``"<fingerprint>@after:<previous fingerprint or 'none'>"``. The fingerprint makes a
+repeated tick over the same source launch nothing new; including the previous fingerprint means
+that a source that goes A -> B -> A gets a third run (the screened candidates then reflect B, not
+A) instead of Dagster silently dropping a second request keyed "A" (a sensor launches at most one
+run per run key, across all ticks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+from dagster import RunRequest, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
+
+TAG_SOURCE_FINGERPRINT = "rewardbox/task_source_fingerprint"
+DEFAULT_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".py", ".toml", ".sql", ".parquet")
+
+
+def fingerprint_task_source(root: Path, suffixes: tuple[str, ...] = DEFAULT_SUFFIXES) -> str:
+    """Hashes a task-source directory: every file with a listed suffix, by relative path and bytes.
+
+    Args:
+        root: The source directory (or a single file).
+        suffixes: File suffixes that count as dataset files; others (caches, editor files) are
+            ignored so they do not trigger a re-screen.
+
+    Returns:
+        A SHA-256 hex digest (64 characters). Renaming, adding, removing or editing a counted
+        file changes it; modification times do not. An empty directory has a fixed digest.
+
+    Raises:
+        FileNotFoundError: If ``root`` does not exist (the sensor tick then fails visibly).
+    """
+    root = Path(root)
+    if not root.exists():
+        raise FileNotFoundError(f"candidate task source {root} does not exist")
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    digest = hashlib.sha256()
+    for path in files:
+        if path.suffix.lower() not in suffixes:
+            continue
+        rel = path.name if path == root else path.relative_to(root).as_posix()
+        digest.update(rel.encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def task_source_run_key(fingerprint: str, previous: str | None) -> str:
+    """Returns the run key for re-screening ``fingerprint`` after ``previous`` (see module doc)."""
+    return f"{fingerprint}@after:{previous or 'none'}"
+
+
+def build_task_source_sensor(
+    *,
+    source_fingerprint_fn: Callable[[], str],
+    job_name: str | None = None,
+    job=None,
+    name: str = "task_source_sensor",
+    minimum_interval_seconds: int = 300,
+) -> SensorDefinition:
+    """Builds the sensor that requests a re-screen when the candidate task source changes.
+
+    Args:
+        source_fingerprint_fn: Returns the current fingerprint of the source, e.g.
+            ``lambda: fingerprint_task_source(path)``; called every tick. If it raises, the tick
+            fails and the cursor does not move.
+        job_name: Name of the re-screen job (give this or ``job``).
+        job: The re-screen job definition (give this or ``job_name``).
+        name: Sensor name.
+        minimum_interval_seconds: Minimum seconds between ticks.
+
+    Returns:
+        The sensor: a run request (run key from :func:`task_source_run_key`, fingerprint tag)
+        when the fingerprint differs from the cursor, else a skip; the cursor becomes the
+        fingerprint. The first tick always requests a run.
+
+    Raises:
+        ValueError: If not exactly one of ``job_name`` and ``job`` is given.
+    """
+    if (job_name is None) == (job is None):
+        raise ValueError("build_task_source_sensor: give exactly one of job_name= or job=")
+
+    @sensor(
+        name=name,
+        job_name=job_name,
+        job=job,
+        minimum_interval_seconds=minimum_interval_seconds,
+        description="Requests a re-screen run when the candidate task source changes.",
+    )
+    def _task_source_sensor(context: SensorEvaluationContext):
+        fingerprint = source_fingerprint_fn()
+        previous = context.cursor or None
+        if fingerprint == previous:
+            return SkipReason(f"candidate task source unchanged ({fingerprint[:12]})")
+        context.update_cursor(fingerprint)
+        return RunRequest(
+            run_key=task_source_run_key(fingerprint, previous),
+            tags={TAG_SOURCE_FINGERPRINT: fingerprint},
+        )
+
+    return _task_source_sensor
