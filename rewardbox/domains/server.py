@@ -29,20 +29,20 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
 from rewardbox.domains.base import (
     DataPatchError,
     Domain,
-    EpisodeDatabase,
     ToolRunner,
-    compute_effects,
     format_validation_error,
-    golden_interactions,
     public_signature,
     to_json,
 )
+from rewardbox.domains.database import EpisodeDatabase
+from rewardbox.domains.golden import build_golden_state, compute_effects, golden_interactions
 
 RESERVED_PREFIX = "__reserved__"
 
@@ -77,6 +77,7 @@ class EpisodeState:
         self.initial_state: dict[str, Any] | None = None
         self.data_patch: Mapping[str, Any] | None = None
         self.interactions: list[dict[str, Any]] = []
+        self._golden: tuple[dict[str, Any] | None, str | None] | None = None
 
     def init(self, config: Mapping[str, Any] | None) -> None:
         """Fresh database from seed + ``data_patch``; remember the golden interactions.
@@ -92,6 +93,7 @@ class EpisodeState:
         self.teardown()
         self.db, self.data_patch, self.interactions = db, config.get("data_patch"), interactions
         self.initial_state = db.dump()
+        self._golden = None
 
     def ensure_db(self) -> EpisodeDatabase:
         """The database; a tool called before init gets the seed-only database."""
@@ -103,9 +105,9 @@ class EpisodeState:
     def effects(self) -> dict[str, Any]:
         """The ``geteffects`` payload (see ``compute_effects``)."""
         db = self.ensure_db()
-        return compute_effects(
-            self.runner, self.initial_state or {}, db.dump(), self.data_patch, self.interactions
-        )
+        if self._golden is None:  # fixed after init: built once, on the first request
+            self._golden = build_golden_state(self.runner, self.data_patch, self.interactions)
+        return compute_effects(self.runner, self.initial_state or {}, db.dump(), self._golden)
 
     def teardown(self) -> None:
         """Dispose the database (idempotent)."""
@@ -120,18 +122,25 @@ def tool_runner(domain: Domain) -> ToolRunner:
     return ToolRunner(domain)
 
 
-def _tool_handler(state: EpisodeState, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _tool_handler(state: EpisodeState, name: str, fn: Callable[..., Any], describe: bool) -> Callable[..., Any]:
+    """An async handler running tool ``name`` on ``state``'s database (arguments already validated).
+
+    With ``describe``, the handler carries the tool's public signature and
+    docstring, from which the SDK builds the schema (done once per domain).
+    """
+
     async def handler(**kwargs: Any) -> str:
         payload, _failed = state.runner.execute(state.ensure_db().engine, name, kwargs)
         return to_json(payload)
 
-    handler.__signature__ = public_signature(fn)  # type: ignore[attr-defined]
     handler.__name__ = name
-    handler.__doc__ = inspect.getdoc(fn)
+    if describe:
+        handler.__signature__ = public_signature(fn)  # type: ignore[attr-defined]
+        handler.__doc__ = inspect.getdoc(fn)
     return handler
 
 
-def _add_reserved_tools(server: MCPServer, state: EpisodeState) -> None:
+def _reserved_handlers(state: EpisodeState) -> dict[str, Callable[..., Any]]:
     async def reserved_init(config: dict[str, Any] | None = None) -> str:
         try:
             state.init(config)
@@ -150,12 +159,32 @@ def _add_reserved_tools(server: MCPServer, state: EpisodeState) -> None:
         state.teardown()
         return "{}"
 
-    for fn, name in (
-        (reserved_init, "init"),
-        (reserved_geteffects, "geteffects"),
-        (reserved_teardown, "teardown"),
-    ):
-        server.add_tool(fn, name=RESERVED_PREFIX + name, description=f"reserved: {name}", structured_output=False)
+    return {
+        RESERVED_PREFIX + "init": reserved_init,
+        RESERVED_PREFIX + "geteffects": reserved_geteffects,
+        RESERVED_PREFIX + "teardown": reserved_teardown,
+    }
+
+
+def _handlers(state: EpisodeState, describe: bool = False) -> dict[str, Callable[..., Any]]:
+    """Every tool of one server instance, bound to its episode state."""
+    out = {name: _tool_handler(state, name, fn, describe) for name, fn in state.runner.functions.items()}
+    out.update(_reserved_handlers(state))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _tool_templates(domain: Domain) -> tuple[Tool, ...]:
+    """SDK ``Tool`` records (schemas, argument models) built once per domain.
+
+    Building argument models is most of the cost of a server; each new server
+    copies these records and swaps in handlers bound to its own state.
+    """
+    donor = _handlers(EpisodeState(tool_runner(domain)), describe=True)
+    return tuple(
+        Tool.from_function(fn, name=name, description=inspect.getdoc(fn) or name, structured_output=False)
+        for name, fn in donor.items()
+    )
 
 
 def build_domain_server(domain: Domain) -> MCPServer:
@@ -169,11 +198,7 @@ def build_domain_server(domain: Domain) -> MCPServer:
         docstrings) and the three reserved tools. Connect in-process with
         ``mcp.Client(server)`` or run over stdio with ``server.run("stdio")``.
     """
-    runner = tool_runner(domain)
-    state = EpisodeState(runner)
-    server = DomainMCPServer(name=domain.server_name, log_level="WARNING")
-    for name, fn in runner.functions.items():
-        handler = _tool_handler(state, name, fn)
-        server.add_tool(handler, name=name, description=handler.__doc__, structured_output=False)
-    _add_reserved_tools(server, state)
-    return server
+    state = EpisodeState(tool_runner(domain))
+    handlers = _handlers(state)
+    tools = [t.model_copy(update={"fn": handlers[t.name]}) for t in _tool_templates(domain)]
+    return DomainMCPServer(name=domain.server_name, tools=tools, log_level="WARNING")

@@ -57,9 +57,13 @@ def primary_keys(metadata: sa.MetaData) -> dict[str, list[str]]:
 def normalise_value(column: sa.Column, value: Any, ndigits: int | None = None) -> Any:
     """One column value in canonical form (see the module docstring).
 
+    Accepts both driver values (SQLite returns dates as ISO text and money as
+    REAL) and Python values (``date``, ``Decimal``), so that a dump read with or
+    without SQLAlchemy's type processing is the same.
+
     Args:
         column: the column the value came from; its type decides the form.
-        value: the raw value read from the database.
+        value: the value read from the database.
         ndigits: explicit rounding for this column, or None for none.
 
     Returns:
@@ -77,6 +81,10 @@ def normalise_value(column: sa.Column, value: Any, ndigits: int | None = None) -
         return bool(value)
     if isinstance(col_type, sa.Integer):
         return int(value)
+    if isinstance(col_type, (sa.DateTime, sa.Date, sa.Time)):
+        return _render_temporal(col_type, value)
+    if isinstance(col_type, sa.JSON) and isinstance(value, (str, bytes)):
+        return json.loads(value)
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     if isinstance(value, decimal.Decimal):
@@ -84,6 +92,18 @@ def normalise_value(column: sa.Column, value: Any, ndigits: int | None = None) -
     if isinstance(value, float) and ndigits is not None:
         return round(value, ndigits)
     return value
+
+
+def _render_temporal(col_type: sa.types.TypeEngine, value: Any) -> str:
+    """ISO text of a date/datetime/time, from a Python value or the driver's text."""
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    text = str(value)
+    if isinstance(col_type, sa.DateTime):
+        return dt.datetime.fromisoformat(text).isoformat()
+    if isinstance(col_type, sa.Date):
+        return dt.date.fromisoformat(text[:10]).isoformat()
+    return dt.time.fromisoformat(text).isoformat()
 
 
 def _render_decimal(value: Any, scale: int | None, ndigits: int | None) -> str:
@@ -97,19 +117,15 @@ def _render_decimal(value: Any, scale: int | None, ndigits: int | None) -> str:
     return format(number.quantize(quantum, rounding=decimal.ROUND_HALF_EVEN), "f")
 
 
-def _sort_key(values: Iterable[Any]) -> tuple:
-    """A total order over canonical values of mixed types (None < numbers < text)."""
-    key: list[tuple] = []
-    for v in values:
-        if v is None:
-            key.append((0, 0))
-        elif isinstance(v, bool):
-            key.append((1, int(v)))
-        elif isinstance(v, (int, float)):
-            key.append((1, v))
-        else:
-            key.append((2, json.dumps(v, sort_keys=True, default=str)))
-    return tuple(key)
+def _scalar_key(value: Any) -> tuple:
+    """A total order over canonical values of mixed types (None < numbers < text < other)."""
+    if value is None:
+        return (0, 0, "")
+    if isinstance(value, (bool, int, float)):
+        return (1, value, "")
+    if isinstance(value, str):
+        return (2, 0, value)
+    return (3, 0, json.dumps(value, sort_keys=True, default=str))
 
 
 def dump_table(
@@ -120,6 +136,9 @@ def dump_table(
     rounding: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """All rows of one table in canonical form, sorted by primary key.
+
+    The rows are read with plain driver SQL and normalised here by column type
+    (an SQLAlchemy ``select`` would be compiled afresh for every new engine).
 
     Args:
         conn: an open connection.
@@ -133,13 +152,14 @@ def dump_table(
     rounding = rounding or {}
     columns = [c for c in table.columns if c.name not in skip_columns]
     key_cols = [c.name for c in table.primary_key.columns if c.name not in skip_columns]
+    quote = conn.dialect.identifier_preparer.quote
+    sql = f"SELECT {', '.join(quote(c.name) for c in columns)} FROM {quote(table.name)}"
+    digits = [rounding.get(f"{table.name}.{c.name}") for c in columns]
     rows: list[dict[str, Any]] = []
-    for raw in conn.execute(sa.select(*table.columns)).mappings():
-        rows.append(
-            {c.name: normalise_value(c, raw[c.name], rounding.get(f"{table.name}.{c.name}")) for c in columns}
-        )
+    for raw in conn.exec_driver_sql(sql):  # driver values: no per-engine statement compilation
+        rows.append({c.name: normalise_value(c, v, n) for c, v, n in zip(columns, raw, digits)})
     order = key_cols or [c.name for c in columns]
-    rows.sort(key=lambda r: _sort_key([r[k] for k in order] + [r[c.name] for c in columns]))
+    rows.sort(key=lambda r: tuple(_scalar_key(r[k]) for k in order))
     return rows
 
 
@@ -203,9 +223,19 @@ def _index_rows(rows: list[dict[str, Any]], keys: list[str] | None) -> dict[str,
     return out
 
 
-def _infer_keys(rows: list[dict[str, Any]]) -> list[str] | None:
-    if rows and all("id" in r for r in rows):
-        return ["id"]
+def _infer_keys(result: list[dict[str, Any]], golden: list[dict[str, Any]]) -> list[str] | None:
+    """Row identity without metadata: ``id``, else the first column (where dumps put the
+    primary key) when its values are unique and non-null in both lists; else None (position)."""
+    rows = golden or result
+    if not rows:
+        return None
+    for candidate in ("id", next(iter(rows[0]))):
+        for side in (result, golden):
+            values = [r.get(candidate) for r in side]
+            if None in values or len(set(map(repr, values))) != len(values):
+                break
+        else:
+            return [candidate]
     return None
 
 
@@ -248,7 +278,7 @@ def _diff_field(path: str, result: Any, golden: Any, out: list[dict[str, Any]]) 
 def _diff_table(
     name: str, result: list[dict], golden: list[dict], keys: list[str] | None, out: list[dict[str, Any]]
 ) -> None:
-    keys = keys if keys is not None else _infer_keys(golden) or _infer_keys(result)
+    keys = keys if keys is not None else _infer_keys(result, golden)
     if len(result) != len(golden):
         out.append({"path": name, "type": "length mismatch", "result": len(result), "golden": len(golden)})
     res_rows, gold_rows = _index_rows(result, keys), _index_rows(golden, keys)
@@ -272,7 +302,8 @@ def diff_states(
     """Every difference between a terminal state and the golden state.
 
     Rows are matched by primary key (``keys`` from ``primary_keys(metadata)``;
-    without it, by an ``id`` column when every row has one, else by position).
+    without it, by an ``id`` column, else by the first column when its values are
+    unique in both states, else by position).
 
     Args:
         result: the terminal state (``dump_database`` output).

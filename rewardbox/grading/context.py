@@ -9,7 +9,7 @@ boundaries to the grading workers. Payload keys, all optional:
   is hidden from the transcript when its tag is ``think`` or it is a dummy
   (``dummy`` / ``is_dummy`` / ``metadata.is_dummy``);
 - ``response``: the last visible assistant text (derived from ``messages`` when absent);
-- ``tool_calls``: ``[{tool_call: {name, arguments, id?}, tool_response: {name?, content, id?}}]``
+- ``tool_calls``: ``[{tool_call: {name, arguments, id?}, tool_response: {name?, content, id?} | text}]``
   or flat ``[{name, arguments, content|output}]``;
 - ``tool_direct_responses``, ``init_result``, ``session_id``, ``metadata``.
 
@@ -86,7 +86,8 @@ class ToolCallResponse:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ToolCallResponse":
         if "tool_call" in data:
-            call, resp = dict(data["tool_call"]), dict(data.get("tool_response") or {})
+            call, resp = dict(data["tool_call"]), data.get("tool_response") or {}
+            resp = {"content": resp} if isinstance(resp, str) else dict(resp)
         else:  # flat form
             call, resp = data, {"content": data.get("content", data.get("output", ""))}
         name = str(call.get("name", ""))

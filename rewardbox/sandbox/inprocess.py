@@ -17,6 +17,9 @@ Errors:
       expected to answer such calls itself with ``Error: function '<n>' does
       not exist`` before reaching the sandbox; reaching here is a caller bug.
     * A tool's own ``{"error": ...}`` output is ordinary text, returned as is.
+      Embedded servers report every tool-level error that way (invalid
+      arguments included), so an MCP result flagged ``is_error`` means the tool
+      crashed: that is a ``SandboxError`` too.
 """
 
 from __future__ import annotations
@@ -212,13 +215,17 @@ class InProcessSandbox:
 
         Raises:
             UnknownToolError: ``name`` is not an available tool (see module docstring).
-            SandboxError: not started, closed, a transport fault or a timeout.
+            SandboxError: not started, closed, a transport fault, a timeout, or a
+                tool that crashed (an ``is_error`` result).
         """
         if not self._started or self._closed:
             raise SandboxError("sandbox is not running")
         if name not in self._available:
             raise UnknownToolError(f"Tool {name} does not exist")
-        result = await self._call(self._connections[self._routes[name]], name, dict(arguments))
+        server = self._routes[name]
+        result = await self._call(self._connections[server], name, dict(arguments))
+        if getattr(result, "is_error", False):
+            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {_result_text(result)[:500]}")
         return _result_text(result)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:

@@ -1,19 +1,15 @@
-"""Process reaping for tool-server processes: a PDEATHSIG launcher and a reaper.
+"""Process reaping for tool-server processes.
 
-Two halves:
-
-- **Launcher** (this file run as a script, before the server is exec'd): sets
-  Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` so the server dies with the
-  worker that spawned it even when that worker is killed with SIGKILL, writes
-  its pid to a pidfile, then ``execvp``s the real command (same pid, so the
-  pidfile names the server itself). Run as
-  ``python -I -S reaper.py --pdeathsig --parent PID --pidfile F -- cmd args...``;
-  it imports only the standard library so it starts in a few milliseconds.
-  Caveat (Linux semantics): PDEATHSIG fires when the *thread* that forked the
-  child exits, so the event loop that starts a sandbox must outlive it.
-- **Reaper** (imported): :class:`TrackedProcess` remembers a pid with its
-  start time (so a recycled pid is never signalled) and :func:`reap` sends
-  SIGTERM to its process group, waits ``term_grace_s``, then SIGKILLs.
+- :func:`launcher_argv` wraps a server command in the PDEATHSIG launcher
+  (:mod:`rewardbox.sandbox.launcher`): the server dies with the worker that
+  spawned it, even when that worker is killed with SIGKILL, and its pid is
+  written to a pidfile before ``exec`` (same pid, so the pidfile names the
+  server itself). Caveat (Linux semantics): PDEATHSIG fires when the *thread*
+  that forked the child exits, so the event loop that starts a sandbox must
+  outlive the sandbox.
+- :class:`TrackedProcess` remembers a pid with its start time (so a recycled
+  pid is never signalled); :func:`reap` sends SIGTERM to its process group,
+  waits ``term_grace_s``, then SIGKILLs.
 
 A zombie counts as dead: it holds no resources but a pid slot, and in a
 container whose PID 1 never reaps, orphaned zombies can linger.
@@ -32,7 +28,6 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
-PR_SET_PDEATHSIG = 1
 _POLL_S = 0.02
 
 
@@ -45,9 +40,9 @@ def launcher_argv(command: list[str], pidfile: Path | str, *, pdeathsig: bool = 
         pdeathsig: set ``PR_SET_PDEATHSIG=SIGKILL`` (Linux only; ignored elsewhere).
 
     Returns:
-        ``[sys.executable, "-I", "-S", <this file>, flags..., "--", *command]``.
+        ``[sys.executable, "-I", "-S", <launcher.py>, flags..., "--", *command]``.
     """
-    argv = [sys.executable, "-I", "-S", str(Path(__file__).resolve())]
+    argv = [sys.executable, "-I", "-S", str(Path(__file__).resolve().with_name("launcher.py"))]
     if pdeathsig:
         argv += ["--pdeathsig", "--parent", str(os.getpid())]
     return [*argv, "--pidfile", str(pidfile), "--", *command]
@@ -64,7 +59,7 @@ class TrackedProcess:
 
     @classmethod
     def from_pidfile(cls, pidfile: Path, label: str = "") -> TrackedProcess | None:
-        """Read a launcher pidfile; ``None`` if absent, empty or already gone."""
+        """Read a launcher pidfile; ``None`` if it is absent or empty."""
         try:
             pid = int(Path(pidfile).read_text().strip())
         except (OSError, ValueError):
@@ -72,15 +67,15 @@ class TrackedProcess:
         return cls.from_pid(pid, label)
 
     @classmethod
-    def from_pid(cls, pid: int, label: str = "") -> TrackedProcess | None:
-        """Track a live pid (``None`` if it no longer exists)."""
+    def from_pid(cls, pid: int, label: str = "") -> TrackedProcess:
+        """Track a pid; one that no longer exists is recorded as already dead."""
         import psutil
 
         try:
             proc = psutil.Process(pid)
             return cls(pid=pid, create_time=proc.create_time(), label=label, _proc=proc)
         except psutil.Error:
-            return None
+            return cls(pid=pid, label=label)
 
     def is_alive(self) -> bool:
         """True while the process runs and is not a zombie; never raises."""
@@ -155,42 +150,7 @@ def kill_now(procs: list[TrackedProcess]) -> None:
         proc.signal_group(signal.SIGKILL)
 
 
-def _set_pdeathsig(parent: int | None) -> None:
-    """Ask the kernel to SIGKILL us when our parent dies (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+if __name__ == "__main__":  # ``python -m rewardbox.sandbox.reaper -- cmd...`` also launches
+    from rewardbox.sandbox.launcher import main
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}")
-    # The parent may have died before prctl took effect; then we are an orphan.
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
-
-
-def main(argv: list[str]) -> None:
-    """Launcher entry point: ``[--pdeathsig --parent PID] [--pidfile F] -- cmd args...``."""
-    if "--" not in argv:
-        sys.stderr.write("reaper launcher: usage: [--pdeathsig --parent PID] [--pidfile F] -- cmd args...\n")
-        os._exit(2)
-    split = argv.index("--")
-    flags, command = argv[:split], argv[split + 1 :]
-    if not command:
-        sys.stderr.write("reaper launcher: empty command\n")
-        os._exit(2)
-    parent = int(flags[flags.index("--parent") + 1]) if "--parent" in flags else None
-    if "--pdeathsig" in flags:
-        _set_pdeathsig(parent)
-    if "--pidfile" in flags:
-        Path(flags[flags.index("--pidfile") + 1]).write_text(str(os.getpid()))
-    try:
-        os.execvp(command[0], command)
-    except OSError as exc:
-        sys.stderr.write(f"reaper launcher: cannot exec {command[0]!r}: {exc}\n")
-        os._exit(127)
-
-
-if __name__ == "__main__":
     main(sys.argv[1:])

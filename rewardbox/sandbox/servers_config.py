@@ -160,17 +160,21 @@ class ServersConfig(BaseModel):
 
 
 def internal_servers() -> dict[str, ProcessServer]:
-    """rewardbox's embedded domain servers: ``rewardbox/domains/<d>/server.py`` → server ``<d>``.
+    """rewardbox's embedded domain servers, by their ``world_state`` server name.
 
     The analogue of ThinkingBox's ``use_internal_servers`` (which adds its own
-    ``tb/tools/mcp_*.py``). Each runs as ``{python} -m rewardbox.domains.<d>.server``.
+    ``tb/tools/mcp_*.py``): each server in ``rewardbox.domains.registry`` runs
+    as ``{python} -m <its builder's module>``, which serves it on stdio.
     """
-    domains = Path(__file__).resolve().parent.parent / "domains"
-    found: dict[str, ProcessServer] = {}
-    for server_file in sorted(domains.glob("*/server.py")):
-        name = server_file.parent.name
-        found[name] = ProcessServer(type="mcp-process", command=["{python}", "-m", f"rewardbox.domains.{name}.server"])
-    return found
+    from rewardbox.domains.registry import SERVER_BUILDERS
+
+    root = str(Path(__file__).resolve().parents[2])  # so `-m rewardbox...` imports from any cwd
+    pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    return {
+        name: ProcessServer(type="mcp-process", command=["{python}", "-m", target.partition(":")[0]],
+                            env={"PYTHONPATH": pythonpath})
+        for name, target in SERVER_BUILDERS.items()
+    }
 
 
 def _field_of(error: dict[str, Any]) -> str:

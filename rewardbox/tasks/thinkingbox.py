@@ -18,79 +18,30 @@ and no choice is a TaskFormatError (field ``agent``) for that scenario's tests.
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from rewardbox.errors import TaskFormatError
+from rewardbox.tasks.exclusion import load_test_list, parse_uid
 from rewardbox.tasks.pyfile import RawTestCase, parse_python_test_file
 from rewardbox.tasks.schema import Task, ToolOverride
-from rewardbox.tasks.exclusion import load_test_list, parse_uid
+from rewardbox.tasks.tb_config import (
+    DEFAULT_MAX_USER_SIM_TURNS,
+    AgentConfig,
+    Conftest,
+    ScenarioConfig,
+    TestConfig,
+    builtin_tool_dict,
+    flatten_tags,
+    format_validation_error,
+    load_config_file,
+    merge_bot_instructions,
+    merge_init,
+)
 from rewardbox.tasks.yamlfile import parse_yaml_test_file
-
-DEFAULT_MAX_USER_SIM_TURNS = 10
-DEFAULT_MAX_AGENT_SIM_TURNS = sys.maxsize
-
-
-class BuiltinTool(BaseModel):
-    """An agent builtin tool; ``parameters`` is accepted as ``input_schema``."""
-
-    model_config = ConfigDict(extra="ignore")
-    name: str
-    description: str = ""
-    input_schema: dict[str, Any] | None = None
-    parameters: dict[str, Any] | None = None
-    is_end_turn: bool = False
-
-
-class AgentConfig(BaseModel):
-    """``agent/<name>.yaml``; other keys (``parallel_tool_calls``...) are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-    system_instructions: str
-    builtin_tools: list[BuiltinTool] = []
-
-
-class ToolEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    name: str
-    override_description: str | None = None
-    override_arg_description: dict[str, str] | None = None
-    direct_response: str | None = None
-    is_end_turn: bool = False
-
-
-class ScenarioConfig(BaseModel):
-    """``scenario/<name>.yaml``."""
-
-    model_config = ConfigDict(extra="ignore")
-    world_state: dict[str, Any]
-    tools: list[ToolEntry]
-    bot_instructions: str | None = None
-    tags: list[str] | dict[str, Any] | None = None
-    fixtures: dict[str, dict[str, Any]] = {}
-    metadata: dict[str, Any] = {}
-
-
-class TestConfig(BaseModel):
-    """A test's merged YAML config (§1.2 defaults)."""
-
-    __test__ = False
-    model_config = ConfigDict(extra="forbid")
-    scenario: str
-    query: str
-    user_context: str | None = None
-    max_user_sim_turns: int | None = DEFAULT_MAX_USER_SIM_TURNS
-    max_agent_sim_turns: int = DEFAULT_MAX_AGENT_SIM_TURNS
-    bot_instructions: str | None = None
-    history: Any = None
-    init: dict[str, dict[str, Any]] = {}
-    format_query: bool = False  # ignored, as upstream (§1.2)
-    tags: list[str] | dict[str, Any] | None = None
 
 
 @dataclass
@@ -106,93 +57,6 @@ class LoadResult:
         if self.errors:
             lines = "\n".join(f"  {e}" for e in self.errors)
             raise TaskFormatError(self.errors[0].path, f"{len(self.errors)} task format error(s):\n{lines}")
-
-
-def recursive_merge(base: Any, override: Any) -> Any:
-    """Merge a test's ``init`` value into the scenario's (§1.3).
-
-    dict + dict recurses (the test's keys win), list + list concatenates
-    (scenario items first), anything else becomes a deep copy of ``override``.
-    Neither input is modified. A test can never delete a key or empty a list.
-    """
-    if isinstance(base, dict) and isinstance(override, dict):
-        out = copy.deepcopy(base)
-        for key, value in override.items():
-            out[key] = recursive_merge(base[key], value) if key in base else copy.deepcopy(value)
-        return out
-    if isinstance(base, list) and isinstance(override, list):
-        return copy.deepcopy(base) + copy.deepcopy(override)
-    return copy.deepcopy(override)
-
-
-def merge_init(world_state: dict[str, Any], init: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``server_config`` for ``session_create``: ``init`` merged per server key.
-
-    A truthy scenario value is combined with :func:`recursive_merge`; a falsy
-    one (missing, None, ``{}``) is replaced by the test's value as is. Key order
-    (tool priority) is the scenario's, then new servers in ``init`` order.
-    """
-    out = copy.deepcopy(world_state)
-    for server, value in (init or {}).items():
-        current = out.get(server)
-        out[server] = recursive_merge(current, value) if current else copy.deepcopy(value)
-    return out
-
-
-def merge_bot_instructions(scenario: str | None, test: str | None) -> str:
-    """Scenario and test instructions joined with ``"\\n"``, non-None ones only."""
-    return "\n".join(s for s in (scenario, test) if s is not None)
-
-
-def _tags(value: list[str] | dict[str, Any] | None) -> tuple[list[str], bool]:
-    """Flatten tags: a list as is; a mapping gives ``labels`` + ``category`` and ``skip``."""
-    if value is None:
-        return [], False
-    if isinstance(value, list):
-        return [str(t) for t in value], False
-    labels = list(value.get("labels") or []) + list(value.get("category") or [])
-    return [str(t) for t in labels], bool(value.get("skip"))
-
-
-def _yaml_line(text: str, loc: tuple[Any, ...]) -> int | None:
-    """1-based line of the node at ``loc`` (a pydantic error location) in ``text``."""
-    try:
-        node = yaml.compose(text)
-    except yaml.YAMLError:
-        return None
-    line = 1
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = [(k, v) for k, v in node.value if k.value == str(part)]
-            if not match:
-                break
-            line, node = match[0][0].start_mark.line + 1, match[0][1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
-def _format_error(path: Path, exc: ValidationError, line_of: Any) -> TaskFormatError:
-    first = exc.errors()[0]
-    loc = tuple(first["loc"])
-    return TaskFormatError(str(path), first["msg"], line=line_of(loc), field=".".join(map(str, loc)) or None)
-
-
-def load_config_file(path: Path, model: type[BaseModel]) -> BaseModel:
-    """Read and validate one YAML config file; errors name the file, line and field."""
-    text = path.read_text(encoding="utf-8")
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TaskFormatError(str(path), f"invalid YAML: {exc}", line=mark.line + 1 if mark else None) from exc
-    try:
-        return model.model_validate(raw if raw is not None else {})
-    except ValidationError as exc:
-        raise _format_error(path, exc, lambda loc: _yaml_line(text, loc)) from exc
 
 
 class ThinkingBoxDataset:
@@ -271,7 +135,7 @@ class ThinkingBoxDataset:
         merged: dict[str, dict[str, Any]] = {}
         for conftest in (d / "conftest.yaml" for d in dirs):
             if conftest.is_file():
-                merged.update(self._config(conftest, _Conftest).fixtures)
+                merged.update(self._config(conftest, Conftest).fixtures)
         return merged
 
     def hydrate(self, raw: RawTestCase) -> tuple[Task, bool]:
@@ -283,11 +147,11 @@ class ThinkingBoxDataset:
         try:
             cfg = TestConfig.model_validate(raw.config)
         except ValidationError as exc:
-            raise _format_error(raw.path, exc, lambda loc: raw.lineno) from exc
+            raise format_validation_error(raw.path, exc, lambda loc: raw.lineno) from exc
         scenario = self.scenario(cfg.scenario)
         agent_name, agent = self.agent_for(scenario)
-        scenario_tags, scenario_skip = _tags(scenario.tags)
-        test_tags, test_skip = _tags(cfg.tags)
+        scenario_tags, scenario_skip = flatten_tags(scenario.tags)
+        test_tags, test_skip = flatten_tags(cfg.tags)
         rel = raw.path.relative_to(self.root).as_posix()
         metadata = {**raw.extra.get("metadata", {}), "test_case_file": rel, "test_case_name": raw.name,
                     "agent": agent_name, "scenario": cfg.scenario}
@@ -308,7 +172,7 @@ class ThinkingBoxDataset:
             test_code=raw.test_code,
             test_name=raw.name,
             test_file=rel,
-            builtin_tools=tuple(_builtin_tool_dict(t) for t in agent.builtin_tools),
+            builtin_tools=tuple(builtin_tool_dict(t) for t in agent.builtin_tools),
             tags=tuple(scenario_tags + test_tags),
             max_user_turns=cfg.max_user_sim_turns if cfg.max_user_sim_turns is not None else DEFAULT_MAX_USER_SIM_TURNS,
             max_agent_turns=cfg.max_agent_sim_turns,
@@ -316,17 +180,6 @@ class ThinkingBoxDataset:
             fixtures={**self.fixtures_for(raw.path), **scenario.fixtures},
         )
         return task, scenario_skip or test_skip
-
-
-class _Conftest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    fixtures: dict[str, dict[str, Any]] = {}
-
-
-def _builtin_tool_dict(tool: BuiltinTool) -> dict[str, Any]:
-    """``{name, description, input_schema, is_end_turn}``: the fields of ``ToolSpec``."""
-    schema = tool.input_schema or tool.parameters or {"type": "object", "properties": {}}
-    return {"name": tool.name, "description": tool.description, "input_schema": schema, "is_end_turn": tool.is_end_turn}
 
 
 def load_dataset(

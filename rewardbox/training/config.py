@@ -39,7 +39,7 @@ class GRPOConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0)
     advantage_estimator: str = "grpo"
-    loss_aggregation: str = "token_mean"
+    loss_aggregation: str = "token-mean"
     max_refill_rounds: int = Field(2, ge=0)
     lora_r: int = Field(8, ge=1)
     lora_alpha: int = Field(16, ge=1)

@@ -26,7 +26,7 @@ import torch
 
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.groups import AttemptFn, Group, collect_groups
-from rewardbox.training.losses import LOSS_AGGREGATIONS
+from rewardbox.training.losses import policy_loss
 from rewardbox.tasks.schema import Task
 
 
@@ -115,11 +115,11 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     """One optimiser step over all samples; token-mean over the step's policy tokens.
 
     Each micro-batch's loss is weighted by its share of the step's policy
-    tokens, so the result equals the token-mean over the whole step (DAPO).
+    tokens (token-mean, DAPO) or sequences (sequence means), so the result equals
+    the chosen aggregation over the whole step.
     With a single update per batch the old policy equals the current one
     (ratio 1), as in on-policy GRPO; the clip stays for multi-epoch use.
     """
-    loss_fn = LOSS_AGGREGATIONS[config.loss_aggregation]
     total_tokens = sum(len(s.completion_ids) for s in samples)
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -128,8 +128,11 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
         batch = samples[start : start + config.micro_batch_sequences]
         logprobs, mask = completion_logprobs(model, batch, pad_id)
         advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)
-        loss, _ = loss_fn(logprobs, logprobs.detach(), advantages, mask, clip_eps=config.clip_eps)
-        weight = mask.sum().item() / total_tokens
+        loss, _ = policy_loss(logprobs, logprobs.detach(), advantages, mask, clip_eps=config.clip_eps,
+                              aggregation=config.loss_aggregation)
+        # token-mean: weight by the micro-batch's share of tokens; sequence means: of sequences
+        weight = (mask.sum().item() / total_tokens if config.loss_aggregation == "token-mean"
+                  else len(batch) / len(samples))
         (loss * weight).backward()
         total += loss.item() * weight
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)

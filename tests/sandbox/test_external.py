@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -169,6 +170,9 @@ def test_missing_tool_and_failed_init_are_system_errors_and_reap():
     assert len(sandbox.pids) == 2 and all(_gone(pid) for pid in sandbox.pids)
     sandbox, message = run(attempt({"unknown": {}}, None))
     assert "'unknown' is not defined in test-servers.yaml" in message and sandbox.pids == []
+    config = _config(a={"type": "mcp-process", "command": "{env[RB_TEST_SURELY_UNSET]} serve"})
+    sandbox, message = run(attempt({"a": {}}, None))
+    assert "test-servers.yaml (field 'servers.a.command')" in message and sandbox.pids == []
 
 
 # ----- reaping (issue #5 item 8) ---------------------------------------------
@@ -219,7 +223,8 @@ def test_servers_die_when_the_worker_is_sigkilled(tmp_path):
     path = tmp_path / "servers.yaml"
     path.write_text(yaml.safe_dump({"servers": {"a": _process("a"), "b": _process("b")}}))
     worker = subprocess.Popen([sys.executable, str(SERVERS / "episode_worker.py"), str(path), "a", "b"],
-                              stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+                              stdout=subprocess.PIPE, text=True, cwd=tmp_path,
+                              env={**os.environ, "TMPDIR": str(tmp_path)})  # its workdir cannot be cleaned
     try:
         line = worker.stdout.readline()
         pids = json.loads(line)["pids"]
@@ -233,14 +238,21 @@ def test_servers_die_when_the_worker_is_sigkilled(tmp_path):
     assert all(_gone(pid) for pid in pids), [pid for pid in pids if not _gone(pid)]
 
 
-@pytest.mark.parametrize(("attempts", "succeeds"), [(4, True), (3, False)])
-def test_transient_connect_failures_leave_at_most_one_live_process(tmp_path, attempts, succeeds):
+@pytest.mark.parametrize(
+    ("attempts", "mode", "succeeds"),
+    [(4, "close_stdout", True), (3, "hang", False)],
+)
+def test_transient_connect_failures_leave_at_most_one_live_process(tmp_path, attempts, mode, succeeds):
+    """Each failed start leaves a live process (stdout closed, or handshake never answered)."""
     counter = tmp_path / "starts.txt"
-    config = _config(a=_process("a", REAPER_COUNTER_FILE=str(counter), REAPER_FAIL_FIRST="3"))
+    env = {"REAPER_COUNTER_FILE": str(counter), "REAPER_FAIL_FIRST": "3", "REAPER_FAIL_MODE": mode}
+    if mode == "hang":
+        env["REAPER_IGNORE_SIGTERM"] = "1"  # each reap must escalate to SIGKILL
+    config = _config(a=_process("a", **env))
+    timeouts = SandboxTimeouts(connect_s=1.0 if mode == "hang" else 30.0, term_grace_s=0.5)
 
     async def episode():
-        sandbox = ExternalSandbox(config, timeouts=SandboxTimeouts(connect_s=1.0, term_grace_s=1.0),
-                                  connect_attempts=attempts)
+        sandbox = ExternalSandbox(config, timeouts=timeouts, connect_attempts=attempts)
         if succeeds:
             await sandbox.start({"a": {}}, ["echo"])
             live = sandbox.live_pids()
@@ -273,8 +285,27 @@ def test_cancelled_start_leaves_no_process():
         return sandbox
 
     sandbox = run(episode())
-    assert all(_gone(pid) for pid in sandbox.pids)
+    assert len(sandbox.pids) == 2 and all(_gone(pid) for pid in sandbox.pids)
     assert not [c for c in psutil.Process().children(recursive=True) if "reaper_server" in " ".join(c.cmdline())]
+
+
+def test_internal_retail_server_runs_as_an_external_process(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the server must import from any working directory
+    config = parse_servers_config({"use_internal_servers": True})
+
+    async def episode():
+        sandbox = ExternalSandbox(config)
+        await sandbox.start({"rewardbox_retail": {}}, ["find_customer"])
+        found = json.loads(await sandbox.call_tool("find_customer", {"email": "maria.santos@example.com"}))
+        effects = await sandbox.get_effects()
+        await sandbox.close()
+        return sandbox, found, effects
+
+    sandbox, found, effects = run(episode())
+    assert "CUS-1001" in json.dumps(found)
+    retail = effects["rewardbox_retail"]
+    assert retail["result_db_hash"] == retail["golden_db_hash"]  # a read-only episode changes nothing
+    assert all(_gone(pid) for pid in sandbox.pids)
 
 
 # ----- mcp-remote -------------------------------------------------------------
@@ -316,6 +347,17 @@ def test_remote_streamable_http_server_and_factory(tmp_path):
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def test_factories_are_picklable_and_make_fresh_sandboxes(tmp_path):
+    path = tmp_path / "servers.yaml"
+    path.write_text(yaml.safe_dump({"servers": {"a": _process("a")}}))
+    for kind, cfg in [("external", {"servers": path, "timeouts": {"tool_s": 5}}),
+                      ("proxy", {"base_url": "http://127.0.0.1:7111"}), ("inprocess", {})]:
+        make = pickle.loads(pickle.dumps(build_sandbox_factory(kind, **cfg)))
+        first, second = make(), make()
+        assert first is not second and type(first) is type(second)
+    assert build_sandbox_factory("external", servers=path, timeouts={"tool_s": 5})().timeouts.tool_s == 5
 
 
 def test_factory_rejects_unknown_kind_and_validates_config_early(tmp_path):

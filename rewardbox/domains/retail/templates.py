@@ -1,0 +1,250 @@
+"""Parametrised retail task templates, from one explicit call to policy traps.
+
+Each template builds one task from a ``WorldBuilder`` and a variant number
+``k``: the data patch (through the builder), the first user message, the
+simulated user's facts, the golden tool interactions, and optionally values the
+agent must tell the user. Traps (the right action is to refuse) have golden
+interactions that only read, so their golden state equals the initial state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rewardbox.domains.retail.builder import WorldBuilder, call, day, user_context
+
+Template = Callable[[WorldBuilder, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A task template: its name, test file, difficulty and how many variants to make."""
+
+    name: str
+    file: str
+    difficulty: str
+    build: Template
+    count: int = 4
+
+
+def _task(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
+          values: list[str] | None = None) -> dict[str, Any]:
+    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
+            "response_values": values or []}
+
+
+def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, ("pending", "processing")[k % 2], n_items=1 + k % 2)
+    b.distractors(p, 1)
+    return _task(f"Hi, I'm {p.name} ({p.email}). Please cancel order {o.order_id}.",
+                 user_context(p, f"cancel order {o.order_id}.", order=f"{o.order_id} ({', '.join(o.products)})"),
+                 [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)], write=True)
+
+
+def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    before = b.distractors(p, k % 2 + 1)
+    o = b.order(p, ("pending", "processing")[k % 2])
+    b.distractors(p, 2 - len(before) + 1)
+    product = o.products[0]
+    return _task(f"Hello, this is {p.name}, my email is {p.email}. I want to cancel my order with the {product}.",
+                 user_context(p, f"cancel the order that contains the {product} (you do not know its order id)."),
+                 [call("find_customer", email=p.email), call("list_orders", customer_id=p.customer_id),
+                  call("cancel_order", order_id=o.order_id)], write=True)
+
+
+def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, ("shipped", "delivered")[k % 2])
+    b.distractors(p, 1)
+    return _task(f"Hi, {p.name} here ({p.email}). Cancel order {o.order_id} please, I changed my mind.",
+                 user_context(p, f"cancel order {o.order_id}; you do not want a return instead.",
+                              order=f"{o.order_id} ({', '.join(o.products)})"),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+
+
+def cancel_tell_refund(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, ("pending", "processing")[k % 2], n_items=1 + k % 2, quantities=[3, 2])
+    return _task(f"Hi, I'm {p.name}, {p.email}. Please cancel order {o.order_id} and tell me how much "
+                 "will be refunded.",
+                 user_context(p, f"cancel order {o.order_id} and learn the refund amount.", order=o.order_id),
+                 [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)],
+                 write=True, values=[o.total])
+
+
+def address_change(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, ("processing", "pending")[k % 2])
+    b.distractors(p, 1)
+    return _task(f"Hi, this is {p.name} ({p.email}). Could you ship order {o.order_id} to my work address "
+                 "instead of my home?",
+                 user_context(p, f"have order {o.order_id} shipped to your saved work address.", order=o.order_id,
+                              extra=[f"Work address: {p.work_line1}"]),
+                 [call("find_customer", email=p.email),
+                  call("update_shipping_address", order_id=o.order_id, address_id=p.work_id)], write=True)
+
+
+def address_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, ("shipped", "delivered")[k % 2])
+    return _task(f"Hello, {p.name} here, email {p.email}. Please send order {o.order_id} to my work address.",
+                 user_context(p, f"have order {o.order_id} shipped to your work address.", order=o.order_id,
+                              extra=[f"Work address: {p.work_line1}"]),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+
+
+def return_in_window(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, "delivered", n_items=2, delivered_ago=b.rng.randint(2, 30))
+    product = o.products[k % 2]
+    return _task(f"Hi, I'm {p.name} ({p.email}). I'd like to return the {product} from order {o.order_id}.",
+                 user_context(p, f"return only the {product} from order {o.order_id}; keep the rest.",
+                              order=f"{o.order_id} (delivered {day(o.delivered_ago)})"),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                  call("return_items", order_id=o.order_id, item_ids=[o.item_id(product)])], write=True)
+
+
+def return_tier_window(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("gold", "silver")[k % 2]
+    p = b.person(tier)
+    ago = b.delivered_within(tier, beyond_standard=True) if k >= 2 else (60, 45)[k % 2]
+    o = b.order(p, "delivered", n_items=1 + k % 2, delivered_ago=ago)
+    return _task(f"Hello, {p.name} here ({p.email}). I want to return everything in order {o.order_id}.",
+                 user_context(p, f"return all items of order {o.order_id}.", order=o.order_id,
+                              extra=[f"Delivered on: {day(ago)}"]),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                  call("return_items", order_id=o.order_id, item_ids=[i["item_id"] for i in o.items])], write=True)
+
+
+def return_out_of_window(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("standard", "silver", "gold", "standard")[k % 4]
+    p = b.person(tier)
+    o = b.order(p, "delivered", n_items=2, delivered_ago=b.delivered_outside(tier))
+    product = o.products[0]
+    return _task(f"Hi, I'm {p.name} ({p.email}). I want to return the {product} from order {o.order_id}.",
+                 user_context(p, f"return the {product} from order {o.order_id}.", order=o.order_id),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+
+
+def return_multi_item(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, "delivered", n_items=3, delivered_ago=b.rng.randint(2, 30))
+    keep = o.products[k % 3]
+    back = [name for name in o.products if name != keep]
+    return _task(f"Hi, this is {p.name} ({p.email}). From order {o.order_id} please return the {back[0]} "
+                 f"and the {back[1]}, but I'll keep the {keep}.",
+                 user_context(p, f"return the {back[0]} and the {back[1]} from order {o.order_id}; keep the {keep}.",
+                              order=o.order_id),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                  call("return_items", order_id=o.order_id, item_ids=[o.item_id(n) for n in back])], write=True)
+
+
+_PROBLEMS = (
+    ("damaged_item", "The {product} from order {oid} arrived damaged. I don't want to return it, I'd like "
+                     "someone to look into it."),
+    ("missing_package", "Order {oid} says it was delivered but I never received it. Can someone look into it?"),
+    ("wrong_item", "I got the wrong item in order {oid}: I ordered the {product} but something else came. "
+                   "Please have someone look into it."),
+    ("damaged_item", "My {product} (order {oid}) came broken. Please report it so it gets sorted out."),
+)
+
+
+def ticket_problem(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    o = b.order(p, "delivered", delivered_ago=b.rng.randint(1, 10))
+    category, text = _PROBLEMS[k % len(_PROBLEMS)]
+    message = text.format(product=o.products[0], oid=o.order_id)
+    return _task(f"Hi, I'm {p.name} ({p.email}). {message}",
+                 user_context(p, f"report the problem with order {o.order_id} ({category.replace('_', ' ')}); "
+                              "you do not want a return or a cancellation.", order=o.order_id),
+                 [call("find_customer", email=p.email),
+                  call("create_ticket", customer_id=p.customer_id, category=category,
+                       description=message, order_id=o.order_id)], write=True)
+
+
+def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p, other = b.person(), b.person(other=True)
+    b.order(p, "delivered")
+    asks = (("pending", "Please cancel order {oid}."),
+            ("processing", "Please ship order {oid} to my work address."),
+            ("delivered", "I want to return everything in order {oid}."),
+            ("processing", "Cancel order {oid} for me, please."))
+    status, ask = asks[k % len(asks)]
+    o = b.order(other, status)
+    message = ask.format(oid=o.order_id)
+    return _task(f"Hi, I'm {p.name} ({p.email}). {message}",
+                 user_context(p, f"{message} (It is really your friend's order, but do not say so unless asked.)",
+                              order=o.order_id),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+
+
+def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    variant = k % 4
+    if variant == 0:
+        o = b.order(p, "processing", n_items=2, quantities=[3, 1])
+        question, values = f"What was the total of my order {o.order_id}?", [o.total]
+    elif variant == 1:
+        o = b.order(p, "shipped")
+        question, values = f"What is the status of my order {o.order_id}?", ["shipped"]
+    elif variant == 2:
+        o = b.order(p, "returned", n_items=2)
+        b.refund(o, "return")
+        question, values = f"How much was refunded for order {o.order_id}?", [o.total]
+    else:
+        o = b.order(p, "delivered", method="credit_card")
+        question = f"Which card did I pay order {o.order_id} with? Just the last four digits."
+        values = [o.payment["card_last4"]]
+    b.distractors(p, 1)
+    return _task(f"Hi, I'm {p.name} ({p.email}). {question}",
+                 user_context(p, f"learn the answer to: {question}", order=o.order_id),
+                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)],
+                 write=False, values=values)
+
+
+def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.person()
+    if k % 2 == 0:
+        a, c = b.order(p, "pending"), b.order(p, "processing")
+        query = (f"Hi, {p.name} here ({p.email}). Two things: cancel order {a.order_id}, and ship order "
+                 f"{c.order_id} to my work address.")
+        golden = [call("find_customer", email=p.email), call("cancel_order", order_id=a.order_id),
+                  call("update_shipping_address", order_id=c.order_id, address_id=p.work_id)]
+        extra = [f"Work address: {p.work_line1}"]
+        goal = f"cancel order {a.order_id} and have order {c.order_id} shipped to your work address."
+    else:
+        a = b.order(p, "delivered", n_items=2, delivered_ago=b.rng.randint(2, 28))
+        c = b.order(p, "pending")
+        product = a.products[1]
+        query = (f"Hi, I'm {p.name} ({p.email}). Please return the {product} from order {a.order_id} "
+                 f"and cancel order {c.order_id}.")
+        golden = [call("find_customer", email=p.email), call("get_order", order_id=a.order_id),
+                  call("return_items", order_id=a.order_id, item_ids=[a.item_id(product)]),
+                  call("cancel_order", order_id=c.order_id)]
+        extra = []
+        goal = f"return only the {product} from order {a.order_id} and cancel order {c.order_id}."
+    return _task(query, user_context(p, goal, order=f"{a.order_id} and {c.order_id}", extra=extra),
+                 golden, write=True)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("cancel_explicit", "retail_cancel.py", "trivial", cancel_explicit),
+    Family("cancel_lookup", "retail_cancel.py", "easy", cancel_lookup),
+    Family("cancel_refused", "retail_cancel.py", "medium", cancel_refused),
+    Family("cancel_tell_refund", "retail_cancel.py", "medium", cancel_tell_refund),
+    Family("address_change", "retail_address.py", "easy", address_change),
+    Family("address_refused", "retail_address.py", "medium", address_refused),
+    Family("return_in_window", "retail_returns.py", "medium", return_in_window),
+    Family("return_multi_item", "retail_returns.py", "hard", return_multi_item),
+    Family("return_tier_window", "retail_returns.py", "hard", return_tier_window),
+    Family("return_out_of_window", "retail_returns.py", "hard", return_out_of_window),
+    Family("ticket_problem", "retail_tickets.py", "medium", ticket_problem),
+    Family("tell_value", "retail_info.py", "easy", tell_value),
+    Family("wrong_owner", "retail_security.py", "hard", wrong_owner),
+    Family("multi_action", "retail_multi.py", "hard", multi_action),
+)
+"""Every template, in the order tasks are numbered and written."""

@@ -1,0 +1,328 @@
+"""The local transformers policy: one worker thread, batched ``generate``.
+
+Episodes run concurrently on an asyncio loop and each awaits ``complete``.
+Requests go into a queue; a single worker thread takes up to
+``max_batch_size`` of them (waiting at most ``batch_wait_ms`` for company) and
+runs ONE left-padded ``model.generate`` for the batch. Each row keeps its own
+temperature (a per-row logits processor; 0 means greedy) and its own token
+budget (a per-row stopping criterion), so mixed requests share a batch.
+Completions carry the exact prompt and completion token ids, so the trainer
+scores the policy's own tokens without re-tokenising.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
+
+from rewardbox.errors import EndpointError
+from rewardbox.policy.base import ChatRequest, Completion
+from rewardbox.policy.chat_template import render_prompt
+from rewardbox.policy.interpreter import interpret
+
+log = logging.getLogger(__name__)
+STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+_STOP = object()
+
+
+class _PerRowTemperature(LogitsProcessor):
+    """Divide row i's logits by ``temperatures[i]``; a 0 keeps only the argmax (greedy)."""
+
+    def __init__(self, temperatures: list[float]):
+        self.temperatures = temperatures
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        out = scores.clone()
+        for row, temperature in enumerate(self.temperatures):
+            if temperature <= 0:
+                keep = scores[row].argmax()
+                out[row] = float("-inf")
+                out[row, keep] = 0.0
+            elif temperature != 1.0:
+                out[row] = scores[row] / temperature
+        return out
+
+
+class _PerRowBudget(StoppingCriteria):
+    """Stop row i once it has ``budgets[i]`` new tokens (shape: (batch,) bool)."""
+
+    def __init__(self, budgets: list[int], prompt_len: int):
+        self.budgets = budgets
+        self.prompt_len = prompt_len
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        produced = input_ids.shape[1] - self.prompt_len
+        return torch.tensor([produced >= b for b in self.budgets], dtype=torch.bool, device=input_ids.device)
+
+
+@dataclass
+class _Pending:
+    request: ChatRequest
+    prompt_ids: list[int]
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+    enqueued_s: float
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    value = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(value, torch.dtype):
+        raise ValueError(f"dtype {dtype!r} is not a torch dtype; use float32, bfloat16 or float16")
+    return value
+
+
+class LocalPolicy:
+    """SmolLM2 (or any causal LM checkpoint directory) served in-process.
+
+    Attributes:
+        model, tokenizer: the live objects; the trainer may use them (train-mode
+            toggling is the trainer's job) while holding ``generation_lock``.
+        name: policy name for records (defaults to the checkpoint directory name).
+    """
+
+    def __init__(
+        self,
+        checkpoint_dir: Path | str,
+        *,
+        adapter_dir: Path | str | None = None,
+        max_batch_size: int = 8,
+        batch_wait_ms: float = 20.0,
+        device: str = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        seed: int | None = None,
+        num_threads: int | None = 2,
+        temperature: float | None = None,
+        max_new_tokens: int | None = None,
+        name: str | None = None,
+    ):
+        """Load the checkpoint and start the worker thread.
+
+        Args:
+            checkpoint_dir: a Hugging Face directory (the base checkpoint or a merged one).
+            adapter_dir: optional PEFT adapter directory, merged into the weights on load.
+            max_batch_size: most requests per ``generate`` call.
+            batch_wait_ms: how long the worker waits for more requests after the first, ms.
+            device, dtype: where and how the weights live.
+            seed: seeds torch's global RNG before each batch (reproducible runs);
+                None leaves the RNG alone. A request's own ``seed`` wins.
+            num_threads: ``torch.set_num_threads`` value (None: leave as is).
+            temperature, max_new_tokens: when set, override every request's values.
+            name: policy name for records.
+        """
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if num_threads:
+            torch.set_num_threads(num_threads)
+        self.checkpoint_dir = Path(checkpoint_dir)
+        self.name = name or self.checkpoint_dir.name
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_ms / 1000.0
+        self.device = torch.device(device)
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self._rng = random.Random(seed) if seed is not None else None
+        self.generation_lock = threading.RLock()
+        self.model, self.tokenizer = _load(self.checkpoint_dir, self.device, _as_dtype(dtype))
+        self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
+        self.pad_token_id = self.stop_token_ids[0]
+        if adapter_dir is not None:
+            self.load_adapter(adapter_dir)
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
+        self._thread.start()
+
+    def load_adapter(self, adapter_dir: Path | str, *, merge: bool = True) -> None:
+        """Apply a PEFT (LoRA) adapter to the live model, merged into the weights by default."""
+        from peft import PeftModel
+
+        with self.generation_lock:
+            model = PeftModel.from_pretrained(self.model, str(adapter_dir))
+            self.model = model.merge_and_unload() if merge else model
+            self.model.eval()
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """Queue one request and await its completion (batched with concurrent ones).
+
+        Raises:
+            EndpointError: generation failed or the prompt does not fit the
+                context window (a system error; the episode is not scored).
+        """
+        if not self._thread.is_alive():
+            raise EndpointError(f"local policy {self.name!r} is closed")
+        prompt = render_prompt(request.messages, request.tools)
+        prompt_ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+        loop = asyncio.get_running_loop()
+        pending = _Pending(request, list(prompt_ids), loop.create_future(), loop, time.perf_counter())
+        self._queue.put(pending)
+        return await pending.future
+
+    async def aclose(self) -> None:
+        """Stop the worker after the requests already queued; idempotent."""
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            await asyncio.to_thread(self._thread.join)
+
+    def _worker(self) -> None:
+        while True:
+            batch, stop = self._collect()
+            if batch:
+                self._run_batch(batch)
+            if stop:
+                return
+
+    def _collect(self) -> tuple[list[_Pending], bool]:
+        first = self._queue.get()
+        if first is _STOP:
+            return [], True
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait_s
+        while len(batch) < self.max_batch_size:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is _STOP:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _run_batch(self, batch: list[_Pending]) -> None:
+        batch = [p for p in batch if not p.future.cancelled()]
+        if not batch:
+            return
+        try:
+            completions = self.generate_batch([p.request for p in batch], [p.prompt_ids for p in batch])
+            outcomes: list[tuple[Any, BaseException | None]] = [(c, None) for c in completions]
+        except EndpointError as exc:
+            outcomes = [(None, exc)] * len(batch)
+        except Exception as exc:  # noqa: BLE001 - any generation fault is a system error
+            log.exception("local generation failed")
+            outcomes = [(None, EndpointError(f"local generation failed: {type(exc).__name__}: {exc}"))] * len(batch)
+        now = time.perf_counter()
+        for pending, (completion, error) in zip(batch, outcomes):
+            if completion is not None:
+                completion.seconds = now - pending.enqueued_s
+            try:
+                pending.loop.call_soon_threadsafe(_resolve, pending.future, completion, error)
+            except RuntimeError:  # the caller's loop is gone; nobody is waiting
+                pass
+
+    def generate_batch(self, requests: list[ChatRequest], prompt_ids: list[list[int]]) -> list[Completion]:
+        """Run ONE batched ``generate`` for these requests (synchronous; the worker's step).
+
+        Args:
+            requests: the requests, in batch order.
+            prompt_ids: their prompt token ids (rendered with ``render_prompt``).
+
+        Returns:
+            One ``Completion`` per request: ``completion_token_ids`` end with the
+            stop token when ``finish_reason == "stop"``; ``raw_text`` is their
+            decoding without it. ``finish_reason == "length"`` when the row's
+            budget was used up without a stop token.
+
+        Raises:
+            EndpointError: a prompt leaves no room in the context window.
+        """
+        budgets = [self._budget(r, len(p)) for r, p in zip(requests, prompt_ids)]
+        temperatures = [self.temperature if self.temperature is not None else r.temperature for r in requests]
+        input_ids, attention_mask = self._left_pad(prompt_ids)
+        with self.generation_lock, torch.inference_mode():
+            self._seed([r.seed for r in requests])
+            output = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max(budgets),
+                do_sample=True,
+                temperature=1.0,
+                top_k=0,
+                top_p=1.0,
+                logits_processor=LogitsProcessorList([_PerRowTemperature(temperatures)]),
+                stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
+                eos_token_id=self.stop_token_ids,
+                pad_token_id=self.pad_token_id,
+            )
+        new_tokens = output[:, input_ids.shape[1] :].tolist()
+        return [
+            self._completion(req, ids, row[:budget], temp, len(requests))
+            for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
+        ]
+
+    def _budget(self, request: ChatRequest, prompt_len: int) -> int:
+        wanted = self.max_new_tokens if self.max_new_tokens is not None else request.max_new_tokens
+        room = int(getattr(self.model.config, "max_position_embeddings", 1 << 30)) - prompt_len
+        if room <= 0:
+            raise EndpointError(f"prompt of {prompt_len} tokens does not fit the context window of {self.name!r}")
+        return max(1, min(int(wanted), room))
+
+    def _left_pad(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(p) for p in prompt_ids)
+        ids = torch.full((len(prompt_ids), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for row, prompt in enumerate(prompt_ids):
+            ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+            mask[row, width - len(prompt) :] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _seed(self, request_seeds: list[int | None]) -> None:
+        given = [s for s in request_seeds if s is not None]
+        if given:
+            torch.manual_seed(hash(tuple(given)) & 0x7FFF_FFFF_FFFF)
+        elif self._rng is not None:
+            torch.manual_seed(self._rng.getrandbits(48))
+
+    def _completion(
+        self, request: ChatRequest, prompt_ids: list[int], row: list[int], temperature: float, batch_size: int
+    ) -> Completion:
+        stop_at = next((i for i, t in enumerate(row) if t in self.stop_token_ids), None)
+        completion_ids = row if stop_at is None else row[: stop_at + 1]
+        finish_reason = "length" if stop_at is None else "stop"
+        text_ids = completion_ids if stop_at is None else completion_ids[:-1]
+        raw_text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        return Completion(
+            raw_text=raw_text,
+            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason),
+            finish_reason=finish_reason,
+            input_tokens=len(prompt_ids),
+            output_tokens=len(completion_ids),
+            prompt_token_ids=list(prompt_ids),
+            completion_token_ids=list(completion_ids),
+            extra={"batch_size": batch_size, "temperature": temperature},
+        )
+
+
+def _load(checkpoint_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
+    """Load model and tokenizer from a local directory only (no hub access)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (checkpoint_dir / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{checkpoint_dir} is not a checkpoint directory (no config.json); "
+            "build one with rewardbox.policy.checkpoint.convert_gguf_to_safetensors"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=dtype, local_files_only=True)
+    model.to(device)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,104 @@
+"""Retail tool behaviour: hard rules enforced, ids deterministic, failures write nothing."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from rewardbox.domains.base import ToolRunner
+from rewardbox.domains.database import EpisodeDatabase
+from rewardbox.domains.retail.domain import DOMAIN
+from rewardbox.domains.retail.tools import READONLY_TOOLS, TOOLS
+
+
+@pytest.fixture
+def env():
+    db = EpisodeDatabase(DOMAIN)
+    runner = ToolRunner(DOMAIN)
+
+    def call(name, **args):
+        return runner.invoke(db.engine, name, args)
+
+    yield db, call
+    db.dispose()
+
+
+def test_every_tool_has_a_docstring_for_the_model():
+    assert 6 <= len(TOOLS) <= 10
+    for fn in TOOLS:
+        doc = inspect.getdoc(fn)
+        assert doc and len(doc.splitlines()[0]) < 100, fn.__name__
+        params = list(inspect.signature(fn).parameters)[1:]
+        for p in params:
+            assert f"{p}:" in doc, (fn.__name__, p)
+        assert "Error" in doc, fn.__name__
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "error"),
+    [
+        ("cancel_order", {"order_id": "ORD-1001"}, "Order ORD-1001 is delivered; only pending or processing"),
+        ("cancel_order", {"order_id": "ORD-0000"}, "Order 'ORD-0000' not found"),
+        ("update_shipping_address", {"order_id": "ORD-1003", "address_id": "ADR-1001-W"}, "is shipped"),
+        ("update_shipping_address", {"order_id": "ORD-1002", "address_id": "ADR-1003-H"},
+         "not a saved address of customer CUS-1001"),
+        ("return_items", {"order_id": "ORD-1002", "item_ids": ["ORD-1002-1"]}, "only delivered orders"),
+        ("return_items", {"order_id": "ORD-1001", "item_ids": []}, "must list each item"),
+        ("create_ticket", {"customer_id": "CUS-1001", "category": "billing", "description": "x",
+                           "order_id": "ORD-1004"}, "does not belong to customer CUS-1001"),
+        ("find_customer", {"email": "nobody@example.com"}, "No customer with email"),
+    ],
+)
+def test_tool_errors_write_nothing(env, tool, args, error):
+    db, call = env
+    before = db.dump()
+    payload, failed = call(tool, **args)
+    assert failed and error in payload["error"] and payload["tool"] == tool
+    assert db.dump() == before
+
+
+def test_cancel_refunds_the_full_total_to_the_original_payment(env):
+    db, call = env
+    order, _ = call("get_order", order_id="ORD-1002")
+    out, failed = call("cancel_order", order_id="ord-1002")  # ids are case-insensitive
+    assert not failed and out["refund_amount"] == order["total"] and out["payment_method"] == "paypal"
+    refunds = [r for r in db.dump()["refunds"] if r["order_id"] == "ORD-1002"]
+    assert refunds == [{"refund_id": out["refund_id"], "order_id": "ORD-1002", "payment_id": "PAY-1002",
+                        "amount": order["total"], "reason": "cancellation", "created_on": "2025-06-15"}]
+    again, failed = call("cancel_order", order_id="ORD-1002")
+    assert failed and "is cancelled" in again["error"]
+
+
+def test_partial_then_full_return(env):
+    db, call = env
+    order, _ = call("get_order", order_id="ORD-1005")  # delivered, two items
+    first, second = [i["item_id"] for i in order["items"]]
+    out, failed = call("return_items", order_id="ORD-1005", item_ids=[first])
+    assert not failed and out["status"] == "delivered"
+    dup, failed = call("return_items", order_id="ORD-1005", item_ids=[first])
+    assert failed and "already returned" in dup["error"]
+    out2, failed = call("return_items", order_id="ORD-1005", item_ids=[second])
+    assert not failed and out2["status"] == "returned"
+    assert int(out2["refund_id"][3:]) == int(out["refund_id"][3:]) + 1  # deterministic ids
+
+
+def test_new_ids_follow_the_largest_existing_one(env):
+    _db, call = env
+    a, _ = call("create_ticket", customer_id="CUS-1001", category="other", description="a")
+    b, _ = call("create_ticket", customer_id="CUS-1001", category="other", description="b")
+    assert (a["ticket_id"], b["ticket_id"]) == ("TCK-0002", "TCK-0003")
+    listed, _ = call("list_tickets", customer_id="CUS-1001")
+    assert [t["ticket_id"] for t in listed["tickets"]] == ["TCK-0002", "TCK-0003"]
+
+
+def test_readonly_tools_never_write(env):
+    db, call = env
+    before = db.dump()
+    call("find_customer", email="MARIA.SANTOS@example.com ")
+    call("get_customer", customer_id="CUS-1001")
+    call("list_orders", customer_id="CUS-1001")
+    call("get_order", order_id="ORD-1001")
+    call("list_tickets", customer_id="CUS-1002")
+    assert db.dump() == before
+    assert READONLY_TOOLS == {"find_customer", "get_customer", "list_orders", "get_order", "list_tickets"}

@@ -1,0 +1,139 @@
+"""Report tables carry the right numbers; plots are PNGs; the document links them."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from rewardbox.metrics import ModelPrice, PriceTable, summarise_campaign
+from rewardbox.report import (
+    PNG_MAGIC,
+    band_histogram_png,
+    band_table,
+    compute_reliability,
+    markdown_table,
+    reliability_png,
+    reliability_tables,
+    render_report_markdown,
+    training_curve_png,
+)
+from rewardbox.selection import task_difficulty
+
+_PRICE = ModelPrice(usd_per_1m_input_tokens=1.0, usd_per_1m_cached_input_tokens=0.5, usd_per_1m_output_tokens=4.0)
+PRICES = PriceTable(version="test-v1", models={"base-model": _PRICE, "tuned-model": _PRICE})
+
+
+def make_rows(spec: dict[str, tuple[str, list]]) -> pl.DataFrame:
+    return pl.DataFrame([
+        {
+            "uid": uid,
+            "trial": t,
+            "domain": domain,
+            "reward": None if o is None else float(o),
+            "passed": None if o is None else bool(o),
+            "system_error": "endpoint: 503" if o is None else None,
+            "input_tokens": 1000,
+            "cached_input_tokens": 200,
+            "output_tokens": 100,
+        }
+        for uid, (domain, outs) in spec.items()
+        for t, o in enumerate(outs)
+    ])
+
+
+BASE = make_rows({"a": ("retail", [1, 1, 0, 0]), "b": ("retail", [0, 0, 0, 0]), "c": ("airline", [1, 1, 1, 1])})
+TUNED = make_rows({"a": ("retail", [1, 1, 1, 1]), "b": ("retail", [1, 0, 1, 0]), "c": ("airline", [1, 1, 1, 0])})
+
+
+def _row(table: str, label: str) -> list[str]:
+    line = next(line for line in table.splitlines() if line.startswith(f"| {label}"))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+def test_overall_table_numbers():
+    tables = reliability_tables(BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model")
+    overall = tables["overall"]
+    # pass@1: base 6/12, tuned 9/12.
+    assert _row(overall, "pass@1")[1].startswith("50.00% [")
+    assert _row(overall, "pass@1")[2].startswith("75.00% [")
+    assert _row(overall, "pass@1")[3] == "+25.00 pts"
+    # pass@4 at k = n: tasks solved at least once; base a, c; tuned a, b, c.
+    assert _row(overall, "pass@4")[1:3] == ["66.67%", "100.00%"]
+    # pass^4 at k = n: observed 4/4 share; base c; tuned a.
+    assert _row(overall, "pass^4 (all")[1:3] == ["33.33%", "33.33%"]
+    # plug-in (c/n)^4: base (0.0625 + 0 + 1)/3; tuned (1 + 0.0625 + 0.3164)/3.
+    plug = _row(overall, "pass^4 plug-in")
+    assert plug[1:3] == [f"{100 * 1.0625 / 3:.2f}%", f"{100 * (1 + 0.0625 + 0.75 ** 4) / 3:.2f}%"]
+    assert _row(overall, "observed 4/4 tasks")[1:4] == ["1 of 3", "1 of 3", "+0"]
+    assert _row(overall, "system errors")[1:3] == ["0", "0"]
+    assert _row(overall, "input tokens")[1:3] == ["12,000", "12,000"]
+    # Attempt cost: (800 x 1 + 200 x 0.5 + 100 x 4) / 1e6 = $0.0013.
+    # Per successful attempt: 3 x 0.0013 / (3 x pass@1).
+    assert _row(overall, "cost per successful attempt")[1:3] == ["$0.0026", f"${0.0039 / 2.25:.4f}"]
+    assert _row(overall, "cost per dependable task")[1:3] == ["$0.0156", "$0.0156"]
+    assert "prices test-v1" in overall
+    p_tuned = float(_row(overall, "P(tuned better)")[2])
+    assert 0.5 < p_tuned <= 1.0
+
+
+def test_domain_and_task_tables():
+    tables = reliability_tables(BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model")
+    retail = _row(tables["per_domain"], "retail")
+    assert retail[1] == "2/2"
+    assert retail[2].startswith("25.00%") and retail[3].startswith("75.00%")
+    task_a = _row(tables["per_task"], "a")
+    assert task_a[1:4] == ["retail", "2/4", "4/4"]
+    assert float(task_a[4]) > 0.9
+    assert float(_row(tables["per_task"], "c")[4]) < 0.5
+
+
+def test_omitted_k_and_missing_prices_are_explained():
+    tuned = make_rows({"a": ("retail", [1, None, 1, 1]), "b": ("retail", [1, 0, 1, 0]), "c": ("airline", [1, 1, 1, 0])})
+    tables = reliability_tables(BASE, tuned, 4, None)
+    overall = tables["overall"]
+    assert "n/a (k = 4 exceeds the smallest clean trial count n = 3)" in _row(overall, "pass@4")[2]
+    assert _row(overall, "system errors")[2] == "1"
+    assert _row(overall, "tasks passing all their clean trials")[2] == "1 of 3"
+    assert "no price table" in overall
+
+
+def test_unmatched_tasks_are_listed_and_missing_price_raises():
+    tuned = TUNED.filter(pl.col("uid") != "b")
+    result = compute_reliability(BASE, tuned, 4, None)
+    assert result["comparison"]["unmatched_tasks"] == ["b"]
+    with pytest.raises(KeyError, match="base"):
+        reliability_tables(BASE, TUNED, 4, PRICES)  # default model names are not in the table
+
+
+def test_markdown_table_escapes_pipes():
+    text = markdown_table(pl.DataFrame({"x": ["a|b", None]}))
+    assert text.splitlines() == ["| x |", "|---|", "| a\\|b |", "|  |"]
+
+
+def test_plots_are_png():
+    difficulty = task_difficulty(BASE)
+    assert band_histogram_png(difficulty).startswith(PNG_MAGIC)
+    assert band_histogram_png(difficulty.drop("domain")).startswith(PNG_MAGIC)
+    base, tuned = summarise_campaign(BASE, [1, 2, 4]), summarise_campaign(TUNED, [1, 2, 4])
+    assert reliability_png(base, tuned).startswith(PNG_MAGIC)
+    steps = [{"step": i, "mean_reward": 0.1 * i, "zero_variance_frac": 0.5, "loss": 0.01 * i} for i in range(5)]
+    assert training_curve_png(steps).startswith(PNG_MAGIC)
+    assert training_curve_png(pl.DataFrame(steps).drop("loss", "step")).startswith(PNG_MAGIC)
+    with pytest.raises(ValueError, match="empty"):
+        training_curve_png([])
+    with pytest.raises(ValueError, match="none of"):
+        training_curve_png([{"step": 0, "other": 1.0}])
+
+
+def test_band_table_and_document():
+    difficulty = task_difficulty(BASE)
+    bands = band_table(difficulty)
+    assert bands.splitlines()[0] == "| domain | too_hard | hard | medium | easy | too_easy |"
+    assert _row(bands, "retail")[1:] == ["1", "0", "1", "0", "0"]  # b 0/4 too_hard, a 2/4 medium
+    tables = reliability_tables(BASE, TUNED, 4, None)
+    doc = render_report_markdown(tables, {"pass curves": "reliability.png"}, extra_sections={"Difficulty": bands})
+    assert doc.startswith("# Reliability report\n")
+    assert "![pass curves](reliability.png)" in doc
+    order = [doc.index(h) for h in ("## Overall", "![pass curves]", "## Per domain", "## Per task", "## Difficulty")]
+    assert order == sorted(order)
+    assert tables["per_task"] in doc

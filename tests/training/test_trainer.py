@@ -1,0 +1,122 @@
+"""GRPO glue: group filtering/refill, sample building, one optimiser step on a tiny real model."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from rewardbox.episode.trajectory import AgentTurn, EpisodeResult
+from rewardbox.tasks.schema import Task
+from rewardbox.training.config import GRPOConfig
+from rewardbox.training.groups import classify_group, collect_groups, task_stream
+from rewardbox.training.trainer import Sample, completion_logprobs, group_samples, optimise_step, train_grpo
+
+
+def task(uid: str) -> Task:
+    return Task(uid=uid, dataset="d", scenario="s", agent="a", query=uid, user_context="", init={},
+                world_state={}, tools=(), system_instructions="", bot_instructions="", test_code="",
+                test_name="t", test_file="f.py")
+
+
+def result(uid, trial, reward, system_error=None, ids=True):
+    turn = AgentTurn(raw_text="x", finish_reason="stop", input_tokens=3, output_tokens=2,
+                     prompt_token_ids=[1, 2, 3] if ids else None, completion_token_ids=[4, 5] if ids else None)
+    return EpisodeResult(uid=uid, trial=trial, reward=reward, system_error=system_error, agent_turns=[turn])
+
+
+def test_classify_group():
+    assert classify_group([result("a", 0, 1.0), result("a", 1, 1.0)]) == "zero_variance"
+    assert classify_group([result("a", 0, 1.0), result("a", 1, 0.0)]) == "ok"
+    assert classify_group([result("a", 0, 1.0), result("a", 1, None, "sandbox: died")]) == "system_error"
+
+
+def test_collect_groups_replaces_zero_variance_and_system_error_groups():
+    # task "flat" always 0, "broken" always a system error, "good*" alternate 0/1
+    async def attempt(t: Task, trial: int) -> EpisodeResult:
+        if t.uid == "flat":
+            return result(t.uid, trial, 0.0)
+        if t.uid == "broken":
+            return result(t.uid, trial, None, "sandbox: died")
+        return result(t.uid, trial, float(trial % 2))
+
+    stream = iter([task("flat"), task("broken"), task("good1"), task("good2"), task("good3")])
+    groups, stats = asyncio.run(collect_groups(stream, attempt, group_size=4, groups_wanted=2, max_refill_rounds=2))
+    assert [g.task.uid for g in groups] == ["good1", "good2"]
+    assert (stats.drawn, stats.zero_variance, stats.system_error) == (4, 1, 1)
+    assert stats.zero_variance_frac == pytest.approx(0.25)
+    # the mean reward counts every scored rollout drawn, not only the kept groups
+    assert stats.mean_reward == pytest.approx((0 * 4 + 2 + 2) / 12)
+    for g in groups:
+        assert len(g.advantages) == 4 and sum(g.advantages) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_collect_groups_gives_up_after_refill_rounds():
+    async def attempt(t, trial):
+        return result(t.uid, trial, 1.0)
+
+    groups, stats = asyncio.run(collect_groups(task_stream([task("a")], 0), attempt, group_size=2,
+                                               groups_wanted=1, max_refill_rounds=1))
+    assert groups == [] and stats.drawn == 2
+
+
+def test_empty_pool_is_a_clear_error():
+    with pytest.raises(ValueError, match="pool is empty"):
+        next(task_stream([], 0))
+
+
+def test_group_samples_skip_zero_advantage_and_missing_ids():
+    from rewardbox.training.groups import Group
+
+    g = Group(task("a"), [result("a", 0, 1.0), result("a", 1, 0.0), result("a", 2, 0.5, ids=False)], [1.0, -1.0, 0.0])
+    samples = group_samples([g])
+    assert [(s.advantage, s.completion_ids) for s in samples] == [(1.0, [4, 5]), (-1.0, [4, 5])]
+
+
+def tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def test_completion_logprobs_match_manual_forward():
+    model = tiny_model()
+    batch = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
+    logprobs, mask = completion_logprobs(model, batch, pad_id=0)
+    assert logprobs.shape == (2, 3) and mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([[1, 2, 6, 7, 8]])).logits[0]
+    expected = torch.log_softmax(logits, -1)[[1, 2, 3], [6, 7, 8]]
+    assert torch.allclose(logprobs[1].detach(), expected, atol=1e-5)
+
+
+def test_optimise_step_changes_only_trainable_parameters():
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2, micro_batch_sequences=1)
+    model = attach_lora(tiny_model(), config)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2, 3], [6, 7], -1.0)]
+    loss = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
+                         samples, config, pad_id=0)
+    assert loss == loss  # finite, not NaN
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all("lora_" in n for n in changed)
+
+
+def test_train_grpo_runs_steps_and_logs_metrics():
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=2, learning_rate=1e-2, max_refill_rounds=0)
+    model = attach_lora(tiny_model(), config)
+
+    async def attempt(t, trial):
+        return result(t.uid, trial, float(trial % 2))
+
+    summary = asyncio.run(train_grpo(model, 0, task_stream([task("a")], 0), attempt, config))
+    assert [m.step for m in summary.steps] == [0, 1]
+    assert all(m.loss is not None and m.samples == 2 and m.mean_reward == 0.5 for m in summary.steps)
