@@ -14,10 +14,13 @@ from typing import Any
 
 SERVER_BUILDERS: dict[str, str] = {
     "rewardbox_retail": "rewardbox.domains.retail.server:build_server",
+    "rewardbox_hotel": "rewardbox.domains.hotel.server:build_server",
+    "rewardbox_helpdesk": "rewardbox.domains.helpdesk.server:build_server",
 }
 """Server name -> ``"module:function"`` of a zero-argument builder of a fresh MCP server."""
 
-DOMAIN_SERVERS: dict[str, str] = {"retail": "rewardbox_retail"}
+DOMAIN_SERVERS: dict[str, str] = {"retail": "rewardbox_retail", "hotel": "rewardbox_hotel",
+                                   "helpdesk": "rewardbox_helpdesk"}
 """Domain (dataset) name -> its server name."""
 
 _DOMAINS_ROOT = Path(__file__).resolve().parent

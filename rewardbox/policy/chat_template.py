@@ -14,10 +14,19 @@ Layout (ChatML, as SmolLM2 uses it)::
 
     # Tools
     {one compact JSON object per tool}
+    Tool names: {names}.
     {how to write <tool_call>{"name": ..., "arguments": {...}}</tool_call>}<|im_end|>
-    {one worked example: user ask -> call to get_weather -> <tool_response> -> answer <DONE>}
-    {the conversation; tool results as user turns of <tool_response> blocks}
+    {one worked example: user ask -> call to get_weather -> <result> -> answer <DONE>}
+    {the conversation; tool results as user turns of <result>...</result> blocks}
     <|im_start|>assistant
+
+Why ``<result>`` and not Hermes' ``<tool_response>`` (measured on the embedded
+SmolLM2-135M, three support asks, 48 new tokens): with ``<tool_response>`` the
+model opens its reply by copying ``<tool_response>`` (greedy: 0/3 replies even
+try a call; temperature 0.7: 0/9), because ``<tool_`` then continues with the
+more recent tag. With ``<result>``: greedy 3/3 replies are well-formed
+``<tool_call>`` JSON (1/3 names a real tool), temperature 0.7: 7/9 open a call,
+temperature 1.0: 8/18. Without the worked example: 0/9.
 """
 
 from __future__ import annotations

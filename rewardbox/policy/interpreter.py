@@ -147,8 +147,10 @@ def _parse_unclosed_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> 
         obj, end = json.JSONDecoder().raw_decode(stripped)
     except ValueError as exc:
         return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}"), ""
-    raw = stripped[:end]
-    return _typed_from_object(obj, raw, tools, call_id, unclosed=True), stripped[end:]
+    if not isinstance(obj, dict):
+        return ToolCallError(call_id, None, body, f"Error: invalid tool call: {_SHAPE_HINT}"), ""
+    rest = stripped[end:].replace(CALL_OPEN, "").replace(CALL_CLOSE, "")
+    return _typed_from_object(obj, stripped[:end], tools, call_id, unclosed=True), rest
 
 
 def _typed_from_object(

@@ -1,0 +1,24 @@
+"""The IT helpdesk ``Domain`` record: tables, tools, seed, policy, ungraded parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rewardbox.domains.base import Domain
+from rewardbox.domains.helpdesk.models import METADATA, UNGRADED
+from rewardbox.domains.helpdesk.seed import seed_rows
+from rewardbox.domains.helpdesk.tools import READONLY_TOOLS, TOOLS
+
+SERVER_NAME = "rewardbox_helpdesk"
+POLICY_PATH = Path(__file__).with_name("policy.md")
+
+DOMAIN = Domain(
+    name="helpdesk",
+    server_name=SERVER_NAME,
+    metadata=METADATA,
+    tools=TOOLS,
+    seed_rows=seed_rows,
+    policy_text=POLICY_PATH.read_text(encoding="utf-8").strip(),
+    ungraded=UNGRADED,
+    readonly_tools=READONLY_TOOLS,
+)

@@ -1,0 +1,353 @@
+"""Parametrised hotel task templates, from one explicit call to policy traps.
+
+Each template builds one task from a ``WorldBuilder`` and a variant number
+``k``: the data patch (through the builder), the first user message, the
+simulated user's facts, the golden tool interactions, and optionally values the
+agent must tell the user. Traps (the right action is to refuse or to do nothing)
+have golden interactions that only read, so their golden state equals the
+initial state. The credit templates live in ``templates_credits.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, call, user_context
+from rewardbox.domains.hotel.tools import GOODWILL_CREDITS, REDEEM_LIMIT_CREDITS, money
+
+Template = Callable[[WorldBuilder, int], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """A task template: its name, test file, difficulty and how many variants to make."""
+
+    name: str
+    file: str
+    difficulty: str
+    build: Template
+    count: int = 4
+
+
+def task(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
+         values: list[str] | None = None) -> dict[str, Any]:
+    """The template output the generator turns into a test function."""
+    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
+            "response_values": values or []}
+
+
+def hello(p: Person) -> str:
+    """The opening of every first message: who is writing (name and email)."""
+    return f"Hi, I'm {p.name} ({p.email})."
+
+
+def describe(s: Stay) -> str:
+    """A booking as the traveller knows it."""
+    return f"{s.booking_id} ({s.hotel}, {s.city}, {s.room.name}, {s.check_in} to {s.check_out})"
+
+
+def find(p: Person) -> dict[str, Any]:
+    return call("find_traveller", email=p.email)
+
+
+def look(s: Stay) -> dict[str, Any]:
+    return call("get_booking", booking_id=s.booking_id)
+
+
+# -- cancellations ------------------------------------------------------------------------
+
+
+def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", offset=b.rng.randint(3, 30))
+    b.distractors(p, 1)
+    return task(f"{hello(p)} Please cancel booking {s.booking_id}.",
+                user_context(p, f"cancel booking {s.booking_id}.", booking=describe(s)),
+                [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True)
+
+
+def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    b.distractors(p, 1 + k % 2)
+    s = b.booking(p, "confirmed", offset=b.rng.randint(4, 30))
+    b.distractors(p, 1)
+    return task(f"{hello(p)} Please cancel my booking at the {s.hotel} in {s.city}.",
+                user_context(p, f"cancel your booking at the {s.hotel} in {s.city} (you do not know its id).",
+                             extra=[f"Stay: {s.check_in} to {s.check_out}"]),
+                [find(p), call("list_bookings", traveller_id=p.traveller_id),
+                 call("cancel_booking", booking_id=s.booking_id)], write=True)
+
+
+def cancel_fee_tell(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(2, 4))
+    refund = s.refund_if_cancelled_now(fee=True)
+    return task(f"{hello(p)} Please cancel booking {s.booking_id} and tell me how much will be refunded.",
+                user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn the refund amount.",
+                             booking=describe(s)),
+                [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True, values=[refund])
+
+
+def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, ("checked_in", "completed", "checked_in", "cancelled")[k % 4])
+    b.distractors(p, 1)
+    return task(f"{hello(p)} Please cancel booking {s.booking_id} and refund me.",
+                user_context(p, f"cancel booking {s.booking_id} and get a refund.", booking=describe(s)),
+                [find(p), look(s)], write=False)
+
+
+def cancel_only_if_free(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    offset = (3, 2, b.rng.randint(4, 20), b.rng.randint(0, 1))[k % 4]
+    free = offset >= 3
+    s = b.booking(p, "confirmed", offset=offset, nights=b.rng.randint(1, 3))
+    b.distractors(p, 1)
+    golden = [find(p), look(s)] + ([call("cancel_booking", booking_id=s.booking_id)] if free else [])
+    return task(f"{hello(p)} Please cancel booking {s.booking_id}, but only if it is free of charge. "
+                "If there is a cancellation fee, keep the booking.",
+                user_context(p, f"cancel booking {s.booking_id} only if there is no fee; with a fee, keep it.",
+                             booking=describe(s)),
+                golden, write=free)
+
+
+# -- room changes -------------------------------------------------------------------------
+
+
+def approval_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed")
+    target = s.others[k % 2]
+    return task(f"{hello(p)} Please file a manager approval request to change booking {s.booking_id} "
+                f"to room type {target.room_type_id}.",
+                user_context(p, f"have an approval request filed to move booking {s.booking_id} to room type "
+                             f"{target.room_type_id} ({target.name}).", booking=describe(s)),
+                [find(p), call("request_approval", booking_id=s.booking_id, room_type_id=target.room_type_id,
+                               reason=f"Traveller asks for the {target.name}.")], write=True)
+
+
+def _wanted(s: Stay, k: int) -> tuple[str, Any]:
+    """Downgrade on even variants, upgrade on odd ones: (verb, room)."""
+    return ("downgrade", s.cheaper()) if k % 2 == 0 else ("upgrade", s.dearer())
+
+
+def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", room_index=1)
+    b.distractors(p, k // 2)
+    verb, room = _wanted(s, k)
+    return task(f"{hello(p)} I'd like to {verb} booking {s.booking_id} to the {room.name}.",
+                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}. You accept that your manager "
+                             f"({p.manager_name}) must approve it first.", booking=describe(s)),
+                [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
+                 call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
+                      reason=f"Traveller asks to {verb} to the {room.name}.")], write=True)
+
+
+def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", room_index=1, nights=b.rng.randint(2, 4))
+    verb, room = _wanted(s, k)
+    b.approval(p, s, room, "approved")
+    new_total = money(Decimal(room.rate) * s.nights)
+    ask = " and tell me the new total" if k == 3 else ""
+    opening = "My manager approved it: please " if k < 2 else "Please "
+    return task(f"{hello(p)} {opening}{verb} booking {s.booking_id} to the {room.name}{ask}.",
+                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}"
+                             f"{' and learn the new total' if ask else ''}.", booking=describe(s),
+                             extra=[f"Your manager {p.manager_name} approved the change."]),
+                [find(p), look(s), call("change_room", booking_id=s.booking_id, room_type_id=room.room_type_id)],
+                write=True, values=[new_total] if ask else None)
+
+
+def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", room_index=1)
+    verb, room = _wanted(s, k // 2)
+    status = ("pending", "denied")[k % 2]
+    b.approval(p, s, room, status)
+    b.distractors(p, 1)
+    return task(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
+                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}.", booking=describe(s),
+                             extra=[f"You asked for this change before; the manager's answer is {status}."]),
+                [find(p), look(s)], write=False)
+
+
+def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", room_index=1)
+    verb, room = _wanted(s, k)
+    _other_verb, approved = _wanted(s, k + 1)
+    b.approval(p, s, approved, "approved")
+    return task(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
+                user_context(p, f"{verb} booking {s.booking_id} to the {room.name} (not the {approved.name}). You "
+                             "accept that your manager must approve it first.", booking=describe(s),
+                             extra=[f"Earlier your manager approved the {approved.name}, but you changed your mind."]),
+                [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
+                 call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
+                      reason=f"Traveller now asks for the {room.name}.")], write=True)
+
+
+# -- information --------------------------------------------------------------------------
+
+
+def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller()
+    s = b.booking(p, "confirmed", nights=b.rng.randint(2, 4))
+    b.distractors(p, 1)
+    variant = k % 6
+    golden = [find(p), look(s)]
+    if variant == 0:
+        question, values, golden = "How many loyalty credits do I have?", [str(p.balance)], [find(p)]
+    elif variant == 1:
+        question, values = f"What is the nightly rate of booking {s.booking_id}?", [s.room.rate]
+    elif variant == 2:
+        question, values = f"What is my check-out date for booking {s.booking_id}?", [s.check_out]
+    elif variant == 3:
+        question, values = f"What is the total price of booking {s.booking_id}?", [s.total]
+    elif variant == 4:
+        other = s.others[0]
+        question = f"How much per night is the {other.name} at the hotel of my booking {s.booking_id}?"
+        values, golden = [other.rate], golden + [call("list_room_types", hotel_id=s.hotel_id)]
+    else:
+        question, values, golden = "Who is my manager for travel approvals?", [p.manager_name], [find(p)]
+    return task(f"{hello(p)} {question}",
+                user_context(p, f"learn the answer to: {question}", booking=describe(s)),
+                golden, write=False, values=values)
+
+
+def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p, other = b.traveller(), b.traveller(other=True)
+    b.booking(p, "confirmed")
+    s = b.booking(other, "confirmed", room_index=1, nights=3)
+    asks = (f"Please cancel booking {s.booking_id}.",
+            f"Please redeem 20 of my credits on booking {s.booking_id}.",
+            f"Please downgrade booking {s.booking_id} to the {s.cheaper().name}.",
+            f"Please cancel booking {s.booking_id}, the trip is off.")
+    message = asks[k % len(asks)]
+    return task(f"{hello(p)} {message}",
+                user_context(p, f"{message} (It is really your colleague's booking, but do not say so unless "
+                             "asked.)", booking=s.booking_id),
+                [find(p), look(s)], write=False)
+
+
+# -- loyalty credits ----------------------------------------------------------------------
+
+
+def redeem_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("standard", "silver", "gold")[k % 3]
+    p = b.traveller(tier, balance=REDEEM_LIMIT_CREDITS[tier] + b.rng.randint(0, 150))
+    s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
+    credits = b.redeemable(tier)
+    return task(f"{hello(p)} Please redeem {credits} of my loyalty credits on booking {s.booking_id}.",
+                user_context(p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)),
+                [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+
+
+def redeem_over_limit(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("standard", "silver", "silver", "gold")[k % 4]
+    limit = REDEEM_LIMIT_CREDITS[tier]
+    p = b.traveller(tier, balance=limit * 2 + b.rng.randint(10, 90))
+    s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
+    if k % 4 == 2:  # an earlier redemption leaves less than asked
+        earlier = 5 * b.rng.randint(12, 18)
+        b.credits(p, s, "redeemed", earlier)
+        credits, extra = 5 * b.rng.randint((limit - earlier) // 5 + 1, 10), [f"You already redeemed {earlier} "
+                                                                               "credits on this booking."]
+    else:
+        credits, extra = limit + 5 * b.rng.randint(2, 12), []
+    return task(f"{hello(p)} Please redeem {credits} loyalty credits on booking {s.booking_id}.",
+                user_context(p, f"redeem exactly {credits} credits on booking {s.booking_id}; you do not want a "
+                             "smaller amount.", booking=describe(s), extra=extra),
+                [find(p), look(s)], write=False)
+
+
+def redeem_max(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("silver", "standard", "gold")[k % 3]
+    limit = REDEEM_LIMIT_CREDITS[tier]
+    variant = k % 3
+    balance = limit - b.rng.randint(5, limit // 2) if variant == 1 else limit + b.rng.randint(20, 200)
+    p = b.traveller(tier, balance=balance)
+    s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
+    earlier = 5 * b.rng.randint(4, 20) if variant == 2 else 0
+    if earlier:
+        b.credits(p, s, "redeemed", earlier)
+    credits = min(limit - earlier, balance)
+    return task(f"{hello(p)} Please use as many of my loyalty credits on booking {s.booking_id} as the policy allows.",
+                user_context(p, f"redeem the most credits the policy allows on booking {s.booking_id}.",
+                             booking=describe(s)),
+                [find(p), look(s), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+
+
+_COMPLAINTS = ("The room was very noisy every night because of construction next door.",
+               "The bathroom was dirty when I arrived and nobody cleaned it.",
+               "My room was not ready until late in the evening.",
+               "The room smelled of smoke and the sheets were stained.")
+
+
+def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller(("standard", "silver", "gold", "silver")[k % 4])
+    s = b.booking(p, ("completed", "checked_in")[k % 2])
+    complaint = _COMPLAINTS[k % len(_COMPLAINTS)]
+    return task(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} I want to complain.",
+                user_context(p, f"complain about your stay ({s.booking_id}); you accept goodwill credits.",
+                             booking=describe(s)),
+                [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
+                                        reason=complaint)], write=True)
+
+
+def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
+    p = b.traveller(("gold", "standard", "silver")[k % 3])
+    s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
+    b.credits(p, s, "goodwill", GOODWILL_CREDITS[p.tier])
+    complaint = _COMPLAINTS[(k + 1) % len(_COMPLAINTS)]
+    return task(f"{hello(p)} Booking {s.booking_id}: {complaint} I want compensation.",
+                user_context(p, f"complain about your stay ({s.booking_id}) and ask for compensation.",
+                             booking=describe(s), extra=["You already complained about this stay once."]),
+                [find(p), look(s)], write=False)
+
+
+def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
+    tier = ("silver", "gold")[k % 2]
+    p = b.traveller(tier, balance=REDEEM_LIMIT_CREDITS[tier] + b.rng.randint(0, 80))
+    a = b.booking(p, "confirmed", offset=b.rng.randint(4, 25))
+    c = b.booking(p, "confirmed", offset=b.rng.randint(4, 25), nights=3)
+    if k % 2 == 0:
+        credits = b.redeemable(tier)
+        query = f"Two things: cancel booking {a.booking_id}, and redeem {credits} credits on booking {c.booking_id}."
+        second = call("redeem_credits", booking_id=c.booking_id, credits=credits)
+        goal = f"cancel booking {a.booking_id} and redeem {credits} credits on booking {c.booking_id}."
+    else:
+        query = f"My trip is off: please cancel both bookings {a.booking_id} and {c.booking_id}."
+        second = call("cancel_booking", booking_id=c.booking_id)
+        goal = f"cancel bookings {a.booking_id} and {c.booking_id}."
+    b.distractors(p, 1)
+    return task(f"{hello(p)} {query}",
+                user_context(p, goal, booking=f"{describe(a)} and {describe(c)}"),
+                [find(p), call("cancel_booking", booking_id=a.booking_id), second], write=True)
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("cancel_explicit", "hotel_cancel.py", "trivial", cancel_explicit, 5),
+    Family("cancel_lookup", "hotel_cancel.py", "easy", cancel_lookup),
+    Family("cancel_fee_tell", "hotel_cancel.py", "medium", cancel_fee_tell),
+    Family("cancel_refused", "hotel_cancel.py", "medium", cancel_refused),
+    Family("cancel_only_if_free", "hotel_cancel.py", "hard", cancel_only_if_free),
+    Family("approval_explicit", "hotel_rooms.py", "trivial", approval_explicit),
+    Family("room_change_request", "hotel_rooms.py", "medium", room_change_request),
+    Family("room_change_approved", "hotel_rooms.py", "medium", room_change_approved),
+    Family("room_change_blocked", "hotel_rooms.py", "hard", room_change_blocked),
+    Family("room_change_mismatch", "hotel_rooms.py", "hard", room_change_mismatch, 3),
+    Family("redeem_explicit", "hotel_credits.py", "trivial", redeem_explicit, 5),
+    Family("redeem_over_limit", "hotel_credits.py", "hard", redeem_over_limit),
+    Family("redeem_max", "hotel_credits.py", "hard", redeem_max, 3),
+    Family("goodwill_credits", "hotel_credits.py", "medium", goodwill_credits),
+    Family("goodwill_repeat", "hotel_credits.py", "hard", goodwill_repeat, 3),
+    Family("tell_value", "hotel_info.py", "easy", tell_value, 6),
+    Family("wrong_owner", "hotel_security.py", "hard", wrong_owner),
+    Family("multi_action", "hotel_multi.py", "hard", multi_action),
+)
+"""Every template, in the order tasks are numbered and written."""

@@ -1,0 +1,79 @@
+"""``PolicyConfig``: which policy to build, validated with errors that say how to fix them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+POLICY_KINDS = ("local", "endpoint", "golden", "null")
+
+
+class PolicyConfig(BaseModel):
+    """One policy's settings. Unknown keys are rejected (a typo never passes silently).
+
+    Attributes:
+        kind: ``local`` (transformers in-process), ``endpoint`` (OpenAI-compatible
+            server), ``golden`` (replays reference actions), ``null`` (does nothing).
+        name: policy name for records (default: checkpoint dir name / model / kind).
+        checkpoint_dir: local only; a Hugging Face directory (base or merged checkpoint).
+        adapter_dir: local only; an optional PEFT adapter merged on load.
+        device, dtype: local only; where and how weights live.
+        max_batch_size: local only; most requests per batched ``generate``.
+        batch_wait_ms: local only; how long to wait for more requests, ms.
+        num_threads: local only; ``torch.set_num_threads`` (None leaves it).
+        seed: local only; seeds sampling per batch (None: unseeded).
+        base_url, model: endpoint only; e.g. ``http://127.0.0.1:8000/v1`` and the served name.
+        api_key_env: endpoint only; the environment variable holding the key.
+        timeout_s: endpoint only; per-attempt timeout, seconds.
+        max_retries, max_timeout_retries, max_rate_limit_retries: endpoint only;
+            retries on 5xx, on timeouts/connection errors, on 429 (None: unlimited)
+            (THINKINGBOX_FORMAT.md §4.6).
+        reasoning_field: endpoint only; message field that carries reasoning.
+        extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
+        temperature, max_new_tokens: when set, override every request's values
+            (local and endpoint); None keeps each request's own.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    kind: Literal["local", "endpoint", "golden", "null"]
+    name: str | None = None
+    checkpoint_dir: Path | None = None
+    adapter_dir: Path | None = None
+    device: str = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_batch_size: int = Field(8, ge=1)
+    batch_wait_ms: float = Field(20.0, ge=0)
+    num_threads: int | None = Field(2, ge=1)
+    seed: int | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout_s: float = Field(600.0, gt=0)
+    max_retries: int = Field(5, ge=0)
+    max_timeout_retries: int = Field(10, ge=0)
+    max_rate_limit_retries: int | None = Field(None, ge=0)
+    reasoning_field: str = "reasoning_content"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    temperature: float | None = Field(None, ge=0)
+    max_new_tokens: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_kind_fields(self) -> "PolicyConfig":
+        if self.kind == "local" and self.checkpoint_dir is None:
+            raise ValueError(
+                "kind 'local' needs checkpoint_dir: the directory written by the base_checkpoint asset "
+                "(rewardbox.policy.checkpoint.convert_gguf_to_safetensors) or a merged checkpoint"
+            )
+        if self.kind == "endpoint":
+            missing = [f for f in ("base_url", "model") if not getattr(self, f)]
+            if missing:
+                raise ValueError(
+                    f"kind 'endpoint' needs {' and '.join(missing)}: e.g. base_url='http://127.0.0.1:8000/v1', "
+                    "model='<served model name>'"
+                )
+            if not self.base_url.startswith(("http://", "https://")):
+                raise ValueError(f"base_url {self.base_url!r} must start with http:// or https://")
+        return self

@@ -1,0 +1,281 @@
+"""A policy behind any OpenAI-compatible chat-completions endpoint (vLLM, OpenAI, ...).
+
+Request body as THINKINGBOX_FORMAT.md §4.4: messages, tools (``parameters`` +
+``additionalProperties: false``), ``parallel_tool_calls: false``, temperature,
+``max_completion_tokens``, seed. Structured ``tool_calls`` are typed with
+``type_tool_call``; ``content`` goes through ``interpret`` as well, so a server
+without a tool parser (Hermes calls written in text) reads the same. Reasoning
+(``reasoning_content`` or the configured field) is kept, never parsed for calls.
+
+Retries follow §4.6 (``BackoffAsyncClient``): delay ``uniform(0, min(2**(n-1), 32))`` s;
+429 without limit by default, honouring ``Retry-After`` (capped at 32 s); 5xx up to
+``max_retries``; timeouts and connection errors up to ``max_timeout_retries``;
+any other 4xx at once. What is left after retries is an ``EndpointError``:
+a system error, never a policy failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import Counter
+from typing import Any
+
+import openai
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
+
+from rewardbox.errors import EndpointError
+from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
+from rewardbox.policy.interpreter import CALL_CLOSE, CALL_OPEN, EVENT_TRUNCATED_CALL, interpret, type_tool_call
+from rewardbox.sandbox.base import ToolSpec
+
+_MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
+
+
+class _RetryBudget:
+    """Per-kind retry counters for one request (§4.6)."""
+
+    def __init__(self, max_retries: int, max_timeout_retries: int, max_rate_limit_retries: int | None):
+        self.limits = {"server": max_retries, "timeout": max_timeout_retries, "rate_limit": max_rate_limit_retries}
+        self.used: Counter[str] = Counter()
+
+    @staticmethod
+    def kind(exc: BaseException) -> str | None:
+        if isinstance(exc, openai.RateLimitError):
+            return "rate_limit"
+        if isinstance(exc, openai.APIStatusError):
+            return "server" if exc.status_code >= 500 else None
+        if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
+            return "timeout"
+        return None
+
+    def allows(self, exc: BaseException) -> bool:
+        kind = self.kind(exc)
+        if kind is None:
+            return False
+        self.used[kind] += 1
+        limit = self.limits[kind]
+        return limit is None or self.used[kind] <= limit
+
+
+def _retry_after_s(exc: BaseException | None) -> float | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class EndpointPolicy:
+    """Chat completions from an OpenAI-compatible server, via the official ``openai`` client."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 5,
+        max_timeout_retries: int = 10,
+        max_rate_limit_retries: int | None = None,
+        backoff_max_s: float = 32.0,
+        reasoning_field: str = "reasoning_content",
+        extra_body: dict[str, Any] | None = None,
+        name: str | None = None,
+    ):
+        """Create the client (no request is made here).
+
+        Args:
+            base_url: e.g. ``http://127.0.0.1:8000/v1``.
+            model: the served model name.
+            api_key_env: environment variable holding the key (read now; the key
+                is never stored in config). Unset means the placeholder ``"EMPTY"``.
+            temperature, max_tokens: when set, override every request's values.
+            timeout_s: per-attempt timeout, seconds.
+            max_retries: retries on 5xx; max_timeout_retries: on timeouts and
+                connection errors; max_rate_limit_retries: on 429 (None: no limit).
+            backoff_max_s: cap of the backoff delay and of ``Retry-After``, seconds.
+            reasoning_field: message field holding reasoning (vLLM: ``reasoning_content``
+                or ``reasoning``).
+            extra_body: extra JSON fields sent with every request (e.g. ``reasoning_effort``).
+            name: policy name for records (default: the model name).
+        """
+        self.base_url = base_url
+        self.model = model
+        self.name = name or model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.reasoning_field = reasoning_field
+        self.extra_body = dict(extra_body or {})
+        self.backoff_max_s = backoff_max_s
+        self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout_s, max_retries=0
+        )
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        """One chat completion.
+
+        Raises:
+            EndpointError: the endpoint failed after its retries, answered a
+                non-retryable error (4xx other than 429), or returned no choice.
+                A system error: the caller retries or refills, never scores it.
+        """
+        body = self.request_body(request)
+        started = time.perf_counter()
+        response, attempts = await self._create(body)
+        completion = self._completion(response, request.tools)
+        completion.seconds = time.perf_counter() - started
+        completion.extra["attempts"] = attempts
+        return completion
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def request_body(self, request: ChatRequest) -> dict[str, Any]:
+        """The chat-completions request body for ``request`` (§4.4)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [api_message(m) for m in request.messages],
+            "temperature": self.temperature if self.temperature is not None else request.temperature,
+            "max_completion_tokens": self.max_tokens if self.max_tokens is not None else request.max_new_tokens,
+        }
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.tools:
+            body["tools"] = [api_tool(t) for t in request.tools]
+            body["parallel_tool_calls"] = False
+        return body
+
+    async def _create(self, body: dict[str, Any]) -> tuple[Any, int]:
+        budget = _RetryBudget(*self._limits)
+        backoff = wait_random_exponential(multiplier=1, max=self.backoff_max_s)
+
+        def wait(state: RetryCallState) -> float:
+            retry_after = _retry_after_s(state.outcome.exception() if state.outcome else None)
+            return min(retry_after, self.backoff_max_s) if retry_after is not None else backoff(state)
+
+        retrying = AsyncRetrying(retry=retry_if_exception(budget.allows), wait=wait, stop=stop_never, reraise=True)
+        attempts = 0
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    attempts += 1
+                    response = await self._client.chat.completions.create(**body, extra_body=self.extra_body or None)
+        except openai.APIError as exc:
+            status = getattr(exc, "status_code", None)
+            what = f"HTTP {status}" if status else type(exc).__name__
+            raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}") from exc
+        if not getattr(response, "choices", None):
+            raise EndpointError(f"{self.base_url} ({self.model}): response has no choices")
+        return response, attempts
+
+    def _completion(self, response: Any, tools: list[ToolSpec]) -> Completion:
+        choice = response.choices[0]
+        message = choice.message
+        reasoning = _reasoning(message, self.reasoning_field)
+        finish_reason = "length" if choice.finish_reason == "length" else "stop"
+        interpretation, raw_text = combine(
+            message.content or "", reasoning, list(message.tool_calls or []), tools, finish_reason
+        )
+        usage = response.usage
+        details = getattr(usage, "prompt_tokens_details", None) if usage else None
+        out_details = getattr(usage, "completion_tokens_details", None) if usage else None
+        return Completion(
+            raw_text=raw_text,
+            interpretation=interpretation,
+            finish_reason=finish_reason,
+            input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            cached_input_tokens=int(getattr(details, "cached_tokens", 0) or 0),
+            output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+            extra={
+                "model": getattr(response, "model", self.model),
+                "raw_finish_reason": choice.finish_reason,
+                "reasoning_tokens": int(getattr(out_details, "reasoning_tokens", 0) or 0),
+            },
+        )
+
+
+def combine(
+    content: str, reasoning: str, structured: list[Any], tools: list[ToolSpec], finish_reason: str
+) -> tuple[Interpretation, str]:
+    """Merge text calls and structured calls into one interpretation and a replayable raw text.
+
+    ``raw_text`` is ``<think>reasoning</think>`` + content + each structured call
+    written as ``<tool_call>`` markup, so ``interpret(raw_text)`` later yields the
+    same tool names and arguments (parser parity); only the call ids differ.
+    A turn cut at the length limit runs no call, structured or not.
+    """
+    text = interpret(content, tools, finish_reason=finish_reason)
+    calls: list[ToolCall] = list(text.tool_calls)
+    errors: list[ToolCallError] = list(text.errors)
+    events = list(text.events)
+    order = list(text.call_order)
+    rendered: list[str] = []
+    for call in structured:
+        name, arguments = call.function.name, call.function.arguments
+        rendered.append(_render_structured(name, arguments))
+        if finish_reason == "length":
+            continue
+        typed = type_tool_call(name, arguments, tools, call.id)
+        (calls if isinstance(typed, ToolCall) else errors).append(typed)
+        order.append(call.id)
+    if structured and finish_reason == "length" and EVENT_TRUNCATED_CALL not in events:
+        events.append(EVENT_TRUNCATED_CALL)
+    thought = "\n".join(r for r in (reasoning.strip(), text.reasoning) if r)
+    raw_text = (f"<think>{reasoning}</think>\n" if reasoning else "") + content + "".join(rendered)
+    interpretation = Interpretation(thought, text.content, tuple(calls), tuple(errors), tuple(events), tuple(order))
+    return interpretation, raw_text
+
+
+def _render_structured(name: str, arguments: Any) -> str:
+    value = arguments
+    if isinstance(arguments, str):
+        try:
+            decoded = json.loads(arguments)
+            value = decoded if isinstance(decoded, dict) else arguments
+        except ValueError:
+            value = arguments
+    return f"{CALL_OPEN}{json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
+
+
+def _reasoning(message: Any, field: str) -> str:
+    value = getattr(message, field, None)
+    if value is None and getattr(message, "model_extra", None):
+        value = message.model_extra.get(field)
+    return value if isinstance(value, str) else ""
+
+
+def api_tool(tool: ToolSpec) -> dict[str, Any]:
+    """The ``tools`` entry for one tool, ``additionalProperties: false`` added (§4.4)."""
+    entry = tool.to_openai()
+    entry["function"]["parameters"] = {**(tool.input_schema or {"type": "object"}), "additionalProperties": False}
+    return entry
+
+
+def api_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One history message in wire format: arguments as JSON strings, private keys dropped."""
+    role = message.get("role")
+    if role != "assistant":
+        out = {"role": role}
+        out.update({k: message[k] for k in _MESSAGE_KEYS.get(role, ("content",)) if k in message})
+        out.setdefault("content", "")
+        return out
+    out = {"role": "assistant", "content": message.get("content") or ""}
+    calls = []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", {})
+        args = fn.get("arguments", {})
+        calls.append({
+            "id": call.get("id", ""),
+            "type": "function",
+            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)},
+        })
+    if calls:
+        out["tool_calls"] = calls
+    return out

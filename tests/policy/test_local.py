@@ -1,0 +1,99 @@
+"""LocalPolicy: per-row sampling/budget pieces (fast) and the real embedded model (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rewardbox.policy.base import ChatRequest  # noqa: E402
+from rewardbox.policy.local import LocalPolicy, _PerRowBudget, _PerRowTemperature  # noqa: E402
+
+
+def test_per_row_temperature_greedy_and_scaled():
+    scores = torch.tensor([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [2.0, 4.0, 6.0]])
+    out = _PerRowTemperature([0.0, 1.0, 2.0])(None, scores)
+    assert out[0].tolist() == [float("-inf"), 0.0, float("-inf")]
+    assert out[1].tolist() == [1.0, 3.0, 2.0]
+    assert out[2].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_per_row_budget_stops_each_row_at_its_own_length():
+    criterion = _PerRowBudget([2, 4], prompt_len=5)
+    assert criterion(torch.zeros((2, 6), dtype=torch.long), None).tolist() == [False, False]
+    assert criterion(torch.zeros((2, 7), dtype=torch.long), None).tolist() == [True, False]
+    assert criterion(torch.zeros((2, 9), dtype=torch.long), None).tolist() == [True, True]
+
+
+class _Tok:
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(f"t{i}" for i in ids)
+
+
+def test_completion_cut_at_stop_token_or_budget(retail_tools):
+    policy = LocalPolicy.__new__(LocalPolicy)
+    policy.stop_token_ids, policy.tokenizer = [2, 0], _Tok()
+    request = ChatRequest(messages=[], tools=retail_tools)
+    stopped = policy._completion(request, [1, 5], [7, 8, 2, 2, 2], 1.0, 2)
+    assert (stopped.completion_token_ids, stopped.finish_reason, stopped.raw_text) == ([7, 8, 2], "stop", "t7 t8")
+    assert (stopped.input_tokens, stopped.output_tokens, stopped.prompt_token_ids) == (2, 3, [1, 5])
+    cut = policy._completion(request, [1], [7, 8, 9], 1.0, 2)
+    assert (cut.completion_token_ids, cut.finish_reason, cut.output_tokens) == ([7, 8, 9], "length", 3)
+
+
+# --- slow: the real embedded SmolLM2 ---------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(tmp_path_factory) -> Path:
+    from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
+
+    target = os.environ.get("REWARDBOX_TEST_CHECKPOINT_DIR")
+    out = Path(target) if target else tmp_path_factory.mktemp("smollm2") / "base"
+    return convert_gguf_to_safetensors(out)
+
+
+@pytest.mark.slow
+def test_embedded_model_batched_completion(smollm2_checkpoint, retail_tools):
+    from transformers import AutoTokenizer
+
+    from rewardbox.policy.chat_template import render_prompt
+    from rewardbox.policy.checkpoint import convert_gguf_to_safetensors, read_marker
+
+    marker = read_marker(smollm2_checkpoint)
+    assert marker and marker["source"].endswith(".gguf")
+    assert convert_gguf_to_safetensors(smollm2_checkpoint) == smollm2_checkpoint  # idempotent
+    messages = [{"role": "system", "content": "You are a support agent."}, {"role": "user", "content": "Where is ORD-9?"}]
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_checkpoint)
+    tool_dicts = [t.to_openai() for t in retail_tools]
+    assert tokenizer.apply_chat_template(messages, tools=tool_dicts, tokenize=False, add_generation_prompt=True) == \
+        render_prompt(messages, retail_tools)
+
+    async def run():
+        policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, batch_wait_ms=500, seed=0)
+        try:
+            requests = [ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=16, temperature=0.0),
+                        ChatRequest(messages=messages[1:], tools=[], max_new_tokens=16, temperature=1.0)]
+            return policy, await asyncio.gather(*(policy.complete(r) for r in requests))
+        finally:
+            await policy.aclose()
+
+    policy, completions = asyncio.run(run())
+    stop_ids = set(policy.stop_token_ids)
+    for completion, with_tools in zip(completions, (True, False)):
+        assert completion.extra["batch_size"] == 2
+        ids = completion.completion_token_ids
+        assert 1 <= len(ids) <= 16 and completion.output_tokens == len(ids)
+        assert completion.input_tokens == len(completion.prompt_token_ids)
+        if completion.finish_reason == "stop":
+            assert ids[-1] in stop_ids and not stop_ids & set(ids[:-1])
+        else:
+            assert completion.finish_reason == "length" and len(ids) == 16 and not stop_ids & set(ids)
+        text_ids = ids[:-1] if completion.finish_reason == "stop" else ids
+        assert completion.raw_text == policy.tokenizer.decode(text_ids)
+        prompt = render_prompt(messages if with_tools else messages[1:], retail_tools if with_tools else [])
+        assert completion.prompt_token_ids == policy.tokenizer(prompt, add_special_tokens=False).input_ids
+    assert completions[0].prompt_token_ids != completions[1].prompt_token_ids
