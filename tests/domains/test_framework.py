@@ -150,7 +150,7 @@ def test_effects_have_the_thinkingbox_keys_and_ungraded_parts_are_left_out():
 
 
 def test_registry():
-    assert registry.server_names() == ["rewardbox_retail"]
+    assert registry.server_names() == ["rewardbox_helpdesk", "rewardbox_hotel", "rewardbox_retail"]
     assert registry.get_server_builder(SRV) is build_server
     assert (registry.dataset_dir("retail") / "scenario" / "retail.yaml").is_file()
     with pytest.raises(KeyError, match="known"):

@@ -144,7 +144,8 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
         golden = [call("verify_identity", employee_id=p.employee_id, badge_number=p.badge_number),
                   call("reset_password", employee_id=p.employee_id), call("get_ticket", ticket_id=t.ticket_id),
                   call("escalate_ticket", ticket_id=t.ticket_id)]
-        extra, goal = [f"Badge number: {p.badge_number}"], f"get your password reset and ticket {t.ticket_id} escalated."
+        extra = [f"Badge number: {p.badge_number}"]
+        goal = f"get your password reset and ticket {t.ticket_id} escalated."
     elif variant == 1:
         d = b.device(p, in_warranty=True)
         sid, name, _level, _owner = b.rng.choice(STANDARD)
@@ -154,7 +155,8 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
                   call("order_replacement", device_id=d.device_id, billing="warranty"),
                   call("get_employee", employee_id=p.employee_id), call("list_systems"),
                   call("request_access", employee_id=p.employee_id, system_id=sid, approver_id=p.manager_id)]
-        extra, goal = [f"Your manager: {p.manager_name}"], f"get {d.device_id} replaced and access to {name} requested."
+        extra = [f"Your manager: {p.manager_name}"]
+        goal = f"get {d.device_id} replaced and access to {name} requested."
     else:
         d = b.device(p, in_warranty=False)
         t = b.ticket(p, "high", b.eligible_age("high"))

@@ -186,7 +186,8 @@ def request_access(db: Session, employee_id: str, system_id: str, approver_id: s
         AccessRequest.employee_id == e.employee_id, AccessRequest.system_id == s.system_id,
         AccessRequest.status.in_(OPEN_REQUEST_STATUSES))).first()
     if open_request is not None:
-        raise ToolFailure(f"Request {open_request.request_id} for {s.system_id} is already open ({open_request.status})")
+        raise ToolFailure(
+            f"Request {open_request.request_id} for {s.system_id} is already open ({open_request.status})")
     request = AccessRequest(request_id=next_id(db, AccessRequest.request_id, "AR-"), employee_id=e.employee_id,
                             system_id=s.system_id, approver_id=approver.employee_id, status="pending_approval",
                             approved_by=None, requested_on=TODAY)
