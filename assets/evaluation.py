@@ -1,6 +1,5 @@
 """Benchmark evaluation: base and tuned policies, tasks x k trials, with coverage gates."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

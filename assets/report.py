@@ -1,6 +1,5 @@
 """The reliability report: base vs tuned on the held-out tasks, as markdown and PNG files."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

@@ -1,6 +1,5 @@
 """Probes, offline policy-relative difficulty, and the training pool."""
 
-from __future__ import annotations
 
 import dagster as dg
 import polars as pl

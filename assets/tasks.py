@@ -1,6 +1,5 @@
 """Task assets: candidates, benchmark (held out), screened candidates, and their gates."""
 
-from __future__ import annotations
 
 import dagster as dg
 

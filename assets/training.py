@@ -1,6 +1,5 @@
 """GRPO training and the merged checkpoint, with the gate that the merge loads and runs."""
 
-from __future__ import annotations
 
 import shutil
 
@@ -10,6 +9,7 @@ import polars as pl
 from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.services import run_trials
+from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
@@ -62,7 +62,8 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
     n_params = sum(p.numel() for p in model.parameters())
     del model
     profile = rewardbox.load()
-    rows, results = run_trials(benchmark_tasks[:1], 1, rewardbox.policy(merged_checkpoint), profile)
+    local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
+    rows, results = run_trials(benchmark_tasks[:1], 1, build_policy(local, checkpoint_dir=merged_checkpoint), profile)
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     return dg.AssetCheckResult(passed=ok, metadata={
         "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",

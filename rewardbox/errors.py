@@ -47,3 +47,12 @@ class TaskFormatError(ValueError):
         self.path = str(path)
         self.line = line
         self.field = field
+
+
+class ContextLengthError(Exception):
+    """The conversation no longer fits the policy's context window.
+
+    Not a system error: the episode grew too long for this policy, which is the
+    policy's own limit. The episode ends (``finish_reason == "context_limit"``)
+    and is graded on the state it reached.
+    """

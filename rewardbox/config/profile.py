@@ -37,12 +37,14 @@ class TaskSource(_Strict):
         test_list: optional YAML test list (relative paths resolve against the dataset).
         servers: optional ThinkingBox ``servers.yaml`` for external tool servers.
         name: dataset (domain) name reported in tables; defaults to the directory name.
+        limit: keep only the first ``limit`` tasks of this source (list order), for small profiles.
     """
 
     dataset: str
     test_list: str | None = None
     servers: str | None = None
     name: str | None = None
+    limit: int | None = Field(None, ge=1)
 
 
 class TaskSourcesConfig(_Strict):

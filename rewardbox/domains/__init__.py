@@ -5,7 +5,10 @@ tables), ``tools.py`` (plain functions over a session; their docstrings are the
 tool descriptions the model reads), ``seed.py`` (deterministic seed rows),
 ``policy.md`` (the policy text), ``server.py`` (builds the MCP server),
 ``generator.py`` (the task generator) and ``dataset/`` (a ThinkingBox-layout
-dataset). The shared machinery lives in ``base.py`` (database, data patch, tool
-runner, golden state) and ``server.py`` (the MCP server and reserved tools);
+dataset). The shared machinery lives in ``base.py`` (the ``Domain`` record, tool
+runner), ``database.py`` (episode database, data patch), ``golden.py`` (golden
+state), ``server.py`` (the MCP server and reserved tools), ``toolkit.py`` (what
+models and tools share), ``authoring.py`` (what task templates share) and
+``dataset_writer.py`` (templates -> ThinkingBox dataset, byte for byte);
 ``registry.py`` maps server names to builders.
 """

@@ -16,6 +16,8 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import sqlalchemy as sa
@@ -60,6 +62,26 @@ class Domain:
     ungraded: frozenset[str] = frozenset()
     rounding: Mapping[str, int] = field(default_factory=dict)
     readonly_tools: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_modules(cls, name: str, *, models: ModuleType, seed: ModuleType, tools: ModuleType) -> Domain:
+        """The record of a domain package laid out as every embedded domain is.
+
+        Args:
+            name: the domain (dataset and scenario) name; the server is ``rewardbox_<name>``.
+            models: its ``models`` module (``METADATA``, ``UNGRADED``).
+            seed: its ``seed`` module (``seed_rows``).
+            tools: its ``tools`` module (``TOOLS``, ``READONLY_TOOLS``).
+
+        The policy is ``policy.md`` next to ``models``, stripped.
+
+        Raises:
+            OSError: the policy file cannot be read.
+        """
+        policy_path = Path(models.__file__).with_name("policy.md")
+        return cls(name=name, server_name=f"rewardbox_{name}", metadata=models.METADATA, tools=tools.TOOLS,
+                   seed_rows=seed.seed_rows, policy_text=policy_path.read_text(encoding="utf-8").strip(),
+                   ungraded=models.UNGRADED, readonly_tools=tools.READONLY_TOOLS)
 
     def dump(self, engine: sa.Engine) -> State:
         """The canonical state of an engine of this domain."""

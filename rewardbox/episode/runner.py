@@ -25,9 +25,9 @@ from typing import Any, Protocol
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.episode.user_simulator import UserSimulator, split_stop_marker
-from rewardbox.errors import GraderError, InfrastructureError
-from rewardbox.policy.base import ChatRequest, Completion, Policy, ToolCall, ToolCallError
-from rewardbox.policy.interpreter import render_tool_call
+from rewardbox.errors import ContextLengthError, GraderError, InfrastructureError
+from rewardbox.policy.base import ChatRequest, Completion, Interpretation, Policy, ToolCall, ToolCallError
+from rewardbox.policy.chat_template import assistant_message
 from rewardbox.sandbox.base import Sandbox, SandboxFactory, ToolSpec
 from rewardbox.tasks.schema import Task
 
@@ -129,6 +129,7 @@ class EpisodeRunner:
         server_tools = await run.sandbox.list_tools()
         run.result.time_tool_s += time.perf_counter() - t0
         run.tools = _builtin_specs(task) + _apply_overrides(task, server_tools)
+        run.result.tools = list(run.tools)
         messages = run.result.messages
         messages.append({"role": "system", "content": task.system_instructions})
         if task.bot_instructions:
@@ -150,8 +151,12 @@ class EpisodeRunner:
             task=run.task,
         )
         t0 = time.perf_counter()
-        completion = await self.policy.complete(request)
-        result.time_agent_s += time.perf_counter() - t0
+        try:
+            completion = await self.policy.complete(request)
+        except ContextLengthError:
+            return _finish(result, "context_limit")
+        finally:
+            result.time_agent_s += time.perf_counter() - t0
         run.last_completion = completion
         run.steps_this_user_turn += 1
         _record_turn(result, completion)
@@ -159,13 +164,8 @@ class EpisodeRunner:
 
     def _after_completion(self, run: EpisodeRun, completion: Completion) -> State:
         interp, result = completion.interpretation, run.result
-        calls: list[ToolCall | ToolCallError] = [*interp.tool_calls, *interp.errors]
-        message: dict[str, Any] = {"role": "assistant", "content": interp.content}
-        if interp.reasoning:
-            message["reasoning"] = interp.reasoning
-        if calls:
-            message["tool_calls"] = [_call_message(c) for c in calls]
-        result.messages.append(message)
+        calls = ordered_calls(interp)
+        result.messages.append(assistant_message(interp))
         end_turn = {t.name for t in run.tools if t.is_end_turn}
         if any(isinstance(c, ToolCall) and c.name in end_turn for c in calls):
             for c in calls:
@@ -183,7 +183,7 @@ class EpisodeRunner:
         interp = run.last_completion.interpretation
         known = {t.name for t in run.tools}
         t0 = time.perf_counter()
-        for call in [*interp.tool_calls, *interp.errors]:
+        for call in ordered_calls(interp):
             if isinstance(call, ToolCallError):
                 output = call.message
             elif call.name not in known:
@@ -265,6 +265,14 @@ def _record_turn(result: EpisodeResult, completion: Completion) -> None:
     result.events.extend(interp.events)
 
 
+def ordered_calls(interp: Interpretation) -> list[ToolCall | ToolCallError]:
+    """Well-formed and malformed calls in the order the model wrote them (dispatched sequentially)."""
+    by_id: dict[str, ToolCall | ToolCallError] = {c.id: c for c in interp.tool_calls}
+    by_id.update({e.id: e for e in interp.errors})
+    order = [i for i in interp.call_order if i in by_id]
+    return [by_id[i] for i in order] + [c for i, c in by_id.items() if i not in order]
+
+
 def _call_message(call: ToolCall | ToolCallError) -> dict[str, Any]:
     if isinstance(call, ToolCall):
         fn = {"name": call.name, "arguments": dict(call.arguments)}
@@ -279,7 +287,7 @@ def _tool_message(call: ToolCall | ToolCallError, output: str) -> dict[str, Any]
 
 def _visible(message: dict[str, Any]) -> dict[str, Any]:
     """The message as the policy sees it: no simulator flags, no hidden reasoning."""
-    return {k: v for k, v in message.items() if k not in ("is_user_llm", "reasoning")}
+    return {k: v for k, v in message.items() if k not in ("is_user_llm", "reasoning_content")}
 
 
 def _builtin_specs(task: Task) -> list[ToolSpec]:

@@ -14,6 +14,7 @@ FINISH_REASONS = (
     "agent_limit",     # max_agent_turns reached
     "no_user_llm",     # no user simulator / no user_context after the first turn
     "agent_error",     # the agent produced nothing
+    "context_limit",   # the conversation outgrew the policy's context window
     "system_error",    # infrastructure fault; the attempt is not scored
 )
 
@@ -71,6 +72,7 @@ class EpisodeResult:
     effects: dict[str, Any] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[Any] = field(default_factory=list)
     seconds: float = 0.0
     time_agent_s: float = 0.0
     time_user_s: float = 0.0

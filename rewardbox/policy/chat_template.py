@@ -21,12 +21,13 @@ Layout (ChatML, as SmolLM2 uses it)::
     <|im_start|>assistant
 
 Why ``<result>`` and not Hermes' ``<tool_response>`` (measured on the embedded
-SmolLM2-135M, three support asks, 48 new tokens): with ``<tool_response>`` the
-model opens its reply by copying ``<tool_response>`` (greedy: 0/3 replies even
-try a call; temperature 0.7: 0/9), because ``<tool_`` then continues with the
-more recent tag. With ``<result>``: greedy 3/3 replies are well-formed
-``<tool_call>`` JSON (1/3 names a real tool), temperature 0.7: 7/9 open a call,
-temperature 1.0: 8/18. Without the worked example: 0/9.
+SmolLM2-135M, three support asks, 48 new tokens, full-distribution sampling):
+with ``<tool_response>`` the model opens its reply by copying
+``<tool_response>`` (greedy: 0/3 replies try a call; temperature 0.7: 0/9),
+because after ``<tool_`` it continues with the more recent tag. With ``<result>``
+and this template: greedy 3/3 replies are well-formed ``<tool_call>`` JSON (1/3
+names a real tool); temperature 0.7: 6/9 open a call; 1.0: 4/18. Without the
+worked example: 0/9.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-POLICY_KINDS = ("local", "endpoint", "golden", "null")
+POLICY_KINDS = ("local", "endpoint", "golden", "null", "scripted_mix")
 
 
 class PolicyConfig(BaseModel):
@@ -15,9 +15,11 @@ class PolicyConfig(BaseModel):
 
     Attributes:
         kind: ``local`` (transformers in-process), ``endpoint`` (OpenAI-compatible
-            server), ``golden`` (replays reference actions), ``null`` (does nothing).
+            server), ``golden`` (replays reference actions), ``null`` (does nothing), ``scripted_mix`` (golden or null per episode).
         name: policy name for records (default: checkpoint dir name / model / kind).
         checkpoint_dir: local only; a Hugging Face directory (base or merged checkpoint).
+            In a profile it is usually left unset: the pipeline passes the
+            ``base_checkpoint`` / ``merged_checkpoint`` asset's directory.
         adapter_dir: local only; an optional PEFT adapter merged on load.
         device, dtype: local only; where and how weights live.
         max_batch_size: local only; most requests per batched ``generate``.
@@ -32,13 +34,15 @@ class PolicyConfig(BaseModel):
             (THINKINGBOX_FORMAT.md §4.6).
         reasoning_field: endpoint only; message field that carries reasoning.
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
+        golden_frac: scripted_mix only; share of episodes that replay the golden
+            actions (the rest do nothing), for tests and CI without a model.
         temperature, max_new_tokens: when set, override every request's values
             (local and endpoint); None keeps each request's own.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
-    kind: Literal["local", "endpoint", "golden", "null"]
+    kind: Literal["local", "endpoint", "golden", "null", "scripted_mix"]
     name: str | None = None
     checkpoint_dir: Path | None = None
     adapter_dir: Path | None = None
@@ -59,14 +63,10 @@ class PolicyConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     temperature: float | None = Field(None, ge=0)
     max_new_tokens: int | None = Field(None, ge=1)
+    golden_frac: float = Field(0.5, ge=0.0, le=1.0)
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> "PolicyConfig":
-        if self.kind == "local" and self.checkpoint_dir is None:
-            raise ValueError(
-                "kind 'local' needs checkpoint_dir: the directory written by the base_checkpoint asset "
-                "(rewardbox.policy.checkpoint.convert_gguf_to_safetensors) or a merged checkpoint"
-            )
         if self.kind == "endpoint":
             missing = [f for f in ("base_url", "model") if not getattr(self, f)]
             if missing:

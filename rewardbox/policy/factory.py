@@ -8,11 +8,12 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.config import PolicyConfig
 
 
-def build_policy(config: PolicyConfig | dict[str, Any]) -> Policy:
+def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> Policy:
     """Build the policy a config describes.
 
     Args:
         config: a ``PolicyConfig`` or a dict of its fields (validated here).
+        checkpoint_dir: for ``local``, the checkpoint to load (overrides the config's).
 
     Returns:
         ``LocalPolicy``, ``EndpointPolicy``, ``GoldenReplayPolicy`` or ``NullPolicy``.
@@ -23,7 +24,13 @@ def build_policy(config: PolicyConfig | dict[str, Any]) -> Policy:
         FileNotFoundError: a local checkpoint directory that does not exist.
     """
     cfg = config if isinstance(config, PolicyConfig) else PolicyConfig.model_validate(config)
+    if checkpoint_dir:
+        cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
     if cfg.kind == "local":
+        if cfg.checkpoint_dir is None:
+            raise ValueError("policy kind 'local' needs checkpoint_dir: the directory written by the "
+                             "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
+                             "or a merged checkpoint")
         from rewardbox.policy.local import LocalPolicy
 
         return LocalPolicy(
@@ -56,6 +63,8 @@ def build_policy(config: PolicyConfig | dict[str, Any]) -> Policy:
             extra_body=cfg.extra_body,
             name=cfg.name,
         )
-    from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
+    from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy, ScriptedMixPolicy
 
+    if cfg.kind == "scripted_mix":
+        return ScriptedMixPolicy(cfg.golden_frac)
     return GoldenReplayPolicy() if cfg.kind == "golden" else NullPolicy()

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
-from rewardbox.errors import EndpointError
+from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.interpreter import interpret
@@ -144,6 +144,7 @@ class LocalPolicy:
         self._rng = random.Random(seed) if seed is not None else None
         self.generation_lock = threading.RLock()
         self.model, self.tokenizer = _load(self.checkpoint_dir, self.device, _as_dtype(dtype))
+        self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
         self.pad_token_id = self.stop_token_ids[0]
         if adapter_dir is not None:
@@ -165,13 +166,17 @@ class LocalPolicy:
         """Queue one request and await its completion (batched with concurrent ones).
 
         Raises:
-            EndpointError: generation failed or the prompt does not fit the
-                context window (a system error; the episode is not scored).
+            EndpointError: generation failed (a system error; the episode is not scored).
+            ContextLengthError: the prompt leaves no room in the context window
+                (the episode's own limit, checked here so it never fails a batch).
         """
         if not self._thread.is_alive():
             raise EndpointError(f"local policy {self.name!r} is closed")
         prompt = render_prompt(request.messages, request.tools)
         prompt_ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
+        if len(prompt_ids) >= self.context_tokens:
+            raise ContextLengthError(f"prompt of {len(prompt_ids)} tokens does not fit the context window "
+                                     f"({self.context_tokens} tokens) of {self.name!r}")
         loop = asyncio.get_running_loop()
         pending = _Pending(request, list(prompt_ids), loop.create_future(), loop, time.perf_counter())
         self._queue.put(pending)
@@ -214,7 +219,7 @@ class LocalPolicy:
         try:
             completions = self.generate_batch([p.request for p in batch], [p.prompt_ids for p in batch])
             outcomes: list[tuple[Any, BaseException | None]] = [(c, None) for c in completions]
-        except EndpointError as exc:
+        except (EndpointError, ContextLengthError) as exc:
             outcomes = [(None, exc)] * len(batch)
         except Exception as exc:  # noqa: BLE001 - any generation fault is a system error
             log.exception("local generation failed")
@@ -270,9 +275,9 @@ class LocalPolicy:
 
     def _budget(self, request: ChatRequest, prompt_len: int) -> int:
         wanted = self.max_new_tokens if self.max_new_tokens is not None else request.max_new_tokens
-        room = int(getattr(self.model.config, "max_position_embeddings", 1 << 30)) - prompt_len
+        room = self.context_tokens - prompt_len
         if room <= 0:
-            raise EndpointError(f"prompt of {prompt_len} tokens does not fit the context window of {self.name!r}")
+            raise ContextLengthError(f"prompt of {prompt_len} tokens does not fit the context window of {self.name!r}")
         return max(1, min(int(wanted), room))
 
     def _left_pad(self, prompt_ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -76,3 +76,34 @@ class NullPolicy:
 
     async def aclose(self) -> None:
         return None
+
+
+class ScriptedMixPolicy:
+    """Per episode, the golden replay with probability ``golden_frac``, else the null policy.
+
+    For tests and CI: it gives tasks a spread of outcomes (so difficulty bands,
+    the training pool and zero-variance filtering all have something to do)
+    without a model. The choice is a pure function of (task uid, request seed),
+    so one episode never mixes the two, and trial t of a task is reproducible.
+    """
+
+    def __init__(self, golden_frac: float = 0.5) -> None:
+        if not 0.0 <= golden_frac <= 1.0:
+            raise ValueError(f"golden_frac must be in [0, 1], got {golden_frac}")
+        self.golden_frac = golden_frac
+        self.name = f"scripted-mix-{golden_frac:g}"
+        self._golden, self._null = GoldenReplayPolicy(), NullPolicy()
+
+    def picks_golden(self, uid: str, seed: int | None) -> bool:
+        import hashlib
+
+        digest = hashlib.sha256(f"{uid}#{seed}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64 < self.golden_frac
+
+    async def complete(self, request: ChatRequest) -> Completion:
+        uid = getattr(request.task, "uid", "")
+        chosen = self._golden if self.picks_golden(uid, request.seed) else self._null
+        return await chosen.complete(request)
+
+    async def aclose(self) -> None:
+        return None

@@ -66,7 +66,8 @@ def load_sources(sources, split: str, limit: int | None = None) -> LoadedTasks:
             out.errors.append(str(exc))
             continue
         out.errors.extend(str(e) for e in loaded.errors)
-        out.tasks.extend(replace(t, split=split) for t in loaded.tasks)
+        tasks = loaded.tasks[: source.limit] if source.limit else loaded.tasks
+        out.tasks.extend(replace(t, split=split) for t in tasks)
     if limit is not None:
         out.tasks = out.tasks[:limit]
     return out

@@ -1,4 +1,12 @@
-"""Glue for the ``grpo_checkpoint`` stage: local policy + LoRA + episodes + trainer."""
+"""Glue for the ``grpo_checkpoint`` stage: policy + LoRA + episodes + trainer.
+
+With ``policy.kind == "local"`` the rollouts come from the model being trained
+(on-policy GRPO, exact token ids). With any other kind (scripted policies in
+CI, an endpoint) the rollouts come from that policy and their completions are
+re-tokenised with the base checkpoint's chat template (off-policy; the loss
+then has no importance correction, which is only meant for tests and
+distillation-like use).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +17,46 @@ from pathlib import Path
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import episode_runner
+from rewardbox.policy.chat_template import render_prompt
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import attach_lora, save_adapter
 from rewardbox.training.groups import task_stream
-from rewardbox.training.trainer import StepMetrics, TrainingSummary, train_grpo
+from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
+
+END_OF_TURN = "<|im_end|>"
+
+
+def chat_tokenizer(tokenizer) -> TokenizeTurn:
+    """Render agent turn ``i`` of a rollout as (prompt ids, completion ids) with the chat template.
+
+    The prompt is the conversation before the i-th assistant message (its tools
+    included); the completion is that turn's raw text plus the end-of-turn token.
+    """
+
+    def tokenize(rollout: EpisodeResult, index: int) -> tuple[list[int], list[int]]:
+        positions = [i for i, m in enumerate(rollout.messages) if m.get("role") == "assistant"]
+        if index >= len(positions):
+            return None, None
+        history = [{k: v for k, v in m.items() if k not in ("is_user_llm", "reasoning_content")}
+                   for m in rollout.messages[: positions[index]]]
+        prompt = render_prompt(history, rollout.tools)
+        completion = rollout.agent_turns[index].raw_text + END_OF_TURN
+        encode = partial(tokenizer, add_special_tokens=False)
+        return list(encode(prompt).input_ids), list(encode(completion).input_ids)
+
+    return tokenize
+
+
+def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], None]:
+    def report(metrics: StepMetrics) -> None:
+        if log:
+            log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
+                f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
+                f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
+
+    return report
 
 
 def train_local_grpo(
@@ -24,7 +67,7 @@ def train_local_grpo(
     *,
     log: Callable[[str], None] | None = None,
 ) -> tuple[Path, TrainingSummary]:
-    """Train a LoRA adapter on ``pool`` with GRPO; rollouts use the model being trained.
+    """Train a LoRA adapter on ``pool`` with GRPO.
 
     Args:
         pool: training tasks (never benchmark tasks; the assets enforce it).
@@ -38,30 +81,32 @@ def train_local_grpo(
     Raises:
         ValueError: empty pool.
     """
-    from rewardbox.policy.local import LocalPolicy
+    from rewardbox.policy import build_policy
 
     cfg = profile.grpo
-    policy = LocalPolicy(base_dir, max_batch_size=profile.policy.max_batch_size, seed=cfg.seed)
-    policy.model = attach_lora(policy.model, cfg)
     episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
     profile = profile.model_copy(update={"episode": episode})
+    on_policy = profile.policy.kind == "local"
+    if on_policy:
+        policy = build_policy(profile.policy, checkpoint_dir=base_dir)
+        policy.model = attach_lora(policy.model, cfg)
+        model, pad_id, tokenize = policy.model, policy.pad_token_id, None
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    def report(metrics: StepMetrics) -> None:
-        if log:
-            log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
-                f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
-                f"samples={metrics.samples} ({metrics.seconds:.0f}s)")
+        policy = build_policy(profile.policy)
+        tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+        pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
 
     async def main() -> TrainingSummary:
         try:
             async with episode_runner(profile, policy) as runner:
-                return await train_grpo(
-                    policy.model, policy.tokenizer.pad_token_id or 0, task_stream(pool, cfg.seed),
-                    partial(run_attempt, runner), cfg, on_step=report,
-                )
+                return await train_grpo(model, pad_id, task_stream(pool, cfg.seed), partial(run_attempt, runner),
+                                        cfg, on_step=_step_logger(log), tokenize=tokenize)
         finally:
             await policy.aclose()
 
     summary = asyncio.run(main())
-    save_adapter(policy.model, out_dir, [m.as_dict() for m in summary.steps])
+    save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])
     return Path(out_dir), summary

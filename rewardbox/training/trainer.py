@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.groups import AttemptFn, Group, collect_groups
 from rewardbox.training.losses import policy_loss
@@ -63,20 +64,26 @@ class TrainingSummary:
     steps: list[StepMetrics] = field(default_factory=list)
 
 
-def group_samples(groups: Sequence[Group]) -> list[Sample]:
+TokenizeTurn = Callable[[EpisodeResult, int], tuple[list[int], list[int]]]
+
+
+def group_samples(groups: Sequence[Group], tokenize: TokenizeTurn | None = None) -> list[Sample]:
     """Every agent completion of every rollout, paired with its rollout's advantage.
 
-    Completions from local policies carry exact token ids; completions without
-    ids (scripted or endpoint rollouts) cannot be scored and are skipped, and so
-    are rollouts with advantage 0 (no gradient under the surrogate).
+    Completions from local policies carry exact token ids. Completions without
+    ids (scripted or endpoint rollouts) are rendered by ``tokenize(rollout,
+    turn_index)`` when given (off-policy use, e.g. CI with scripted rollouts),
+    else skipped. Rollouts with advantage 0 give no gradient and are skipped.
     """
     samples = []
     for group in groups:
         for rollout, advantage in zip(group.rollouts, group.advantages):
             if advantage == 0.0:
                 continue  # contributes no gradient under the surrogate
-            for turn in rollout.agent_turns:
+            for index, turn in enumerate(rollout.agent_turns):
                 ids = (turn.prompt_token_ids, turn.completion_token_ids)
+                if (ids[0] is None or ids[1] is None) and tokenize is not None:
+                    ids = tokenize(rollout, index)
                 if ids[0] is None or ids[1] is None:
                     continue
                 if ids[1]:
@@ -149,6 +156,7 @@ async def train_grpo(
     config: GRPOConfig,
     *,
     on_step: Callable[[StepMetrics], None] | None = None,
+    tokenize: TokenizeTurn | None = None,
 ) -> TrainingSummary:
     """Run ``config.steps`` GRPO steps on ``model`` in place.
 
@@ -159,6 +167,7 @@ async def train_grpo(
         attempt_fn: runs one rollout with the CURRENT ``model`` (same object).
         config: GRPO settings.
         on_step: called with each step's metrics.
+        tokenize: renders completions that carry no token ids (see ``group_samples``).
 
     Returns:
         The per-step metrics. A step whose groups all lacked variance records
@@ -175,7 +184,7 @@ async def train_grpo(
             max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
             trial_offset=step * config.group_size,
         )
-        samples = group_samples(groups)
+        samples = group_samples(groups, tokenize)
         loss = optimise_step(model, optimizer, samples, config, pad_id) if samples else None
         metrics = StepMetrics(
             step=step, mean_reward=stats.mean_reward,

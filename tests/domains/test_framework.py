@@ -7,10 +7,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 
 from rewardbox.domains import registry
 from rewardbox.domains.base import DataPatchError, ToolRunner
@@ -19,7 +18,8 @@ from rewardbox.domains.retail.domain import DOMAIN
 from rewardbox.domains.retail.server import build_server
 from rewardbox.grading.canonical import state_hash
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import ROOT, call_json, call_text, run_stdio_server
+
 SRV = "rewardbox_retail"
 
 
@@ -160,21 +160,14 @@ def test_registry():
 
 
 def test_standalone_stdio_server():
-    params = StdioServerParameters(
-        command=sys.executable, args=["-m", "rewardbox.domains.retail.server"], cwd=str(ROOT),
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    async def session(client):
+        names = [t.name for t in (await client.list_tools()).tools]
+        init = await call_text(client, "__reserved__init", {"config": {"golden_test_case": {
+            "tool_interactions": [{"tool": "cancel_order", "parameters": {"order_id": "ORD-1002"}}]}}})
+        await client.call_tool("cancel_order", {"order_id": "ORD-1002"})
+        return names, init, await call_json(client, "__reserved__geteffects", {})
 
-    async def go():
-        async with Client(params) as client:
-            names = [t.name for t in (await client.list_tools()).tools]
-            init = (await client.call_tool("__reserved__init", {"config": {"golden_test_case": {
-                "tool_interactions": [{"tool": "cancel_order", "parameters": {"order_id": "ORD-1002"}}]}}}))
-            await client.call_tool("cancel_order", {"order_id": "ORD-1002"})
-            effects = json.loads((await client.call_tool("__reserved__geteffects", {})).content[0].text)
-            return names, init.content[0].text, effects
-
-    names, init, effects = asyncio.run(asyncio.wait_for(go(), 60))
+    names, init, effects = run_stdio_server("rewardbox.domains.retail.server", session)
     assert "cancel_order" in names and "__reserved__init" in names
     assert init == "{}"
     assert effects["result_db_hash"] == effects["golden_db_hash"]

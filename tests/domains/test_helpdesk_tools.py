@@ -2,44 +2,19 @@
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 
-from rewardbox.domains.base import ToolRunner
-from rewardbox.domains.database import EpisodeDatabase
-from rewardbox.domains.helpdesk.domain import DOMAIN
-from rewardbox.domains.helpdesk.tools import READONLY_TOOLS, TOOLS
+from rewardbox.domains.helpdesk.domain import DOMAIN  # the ``env`` fixture serves it
+from rewardbox.domains.helpdesk.tools import READONLY_TOOLS
+
+from .conftest import assert_calls_write_nothing, assert_fails_without_writing
 
 # seed facts (seed.py): EMP-1011 is locked, badge B-51570, phone 4830; EMP-1012 is disabled;
 # DEV-1001 is in warranty (949.00), DEV-1007 is out of warranty, DEV-1009 has a replacement ordered.
 
 
-@pytest.fixture
-def env():
-    db = EpisodeDatabase(DOMAIN)
-    runner = ToolRunner(DOMAIN)
-
-    def call(name, **args):
-        return runner.invoke(db.engine, name, args)
-
-    yield db, call
-    db.dispose()
-
-
 def _row(db, table, key, value):
     return next(r for r in db.dump()[table] if r[key] == value)
-
-
-def test_every_tool_has_a_docstring_for_the_model():
-    assert 6 <= len(TOOLS) <= 12
-    for fn in TOOLS:
-        doc = inspect.getdoc(fn)
-        assert doc and len(doc.splitlines()[0]) < 100, fn.__name__
-        for p in list(inspect.signature(fn).parameters)[1:]:
-            assert f"{p}:" in doc, (fn.__name__, p)
-        assert "Error" in doc or "Never fails" in doc, fn.__name__
-    assert len(DOMAIN.policy_text.split()) < 300 and "2025-03-10" in DOMAIN.policy_text
 
 
 @pytest.mark.parametrize(
@@ -66,11 +41,7 @@ def test_every_tool_has_a_docstring_for_the_model():
     ],
 )
 def test_tool_errors_write_nothing(env, tool, args, error):
-    db, call = env
-    before = db.dump()
-    payload, failed = call(tool, **args)
-    assert failed and error in payload["error"] and payload["tool"] == tool
-    assert db.dump() == before
+    assert_fails_without_writing(env, tool, args, error)
 
 
 def test_verify_identity_needs_every_given_factor_to_match(env):
@@ -133,14 +104,11 @@ def test_escalation_climbs_one_level_and_stops_at_three(env):
 
 
 def test_readonly_tools_never_write(env):
-    db, call = env
-    before = db.dump()
-    call("get_employee", employee_id="EMP-1008")
-    call("verify_identity", employee_id="EMP-1011", badge_number="B-51570")
-    call("list_systems")
-    call("get_device", device_id="DEV-1001")
-    call("get_ticket", ticket_id="TCK-0001")
-    assert db.dump() == before
+    assert_calls_write_nothing(env, [("get_employee", {"employee_id": "EMP-1008"}),
+                                     ("verify_identity", {"employee_id": "EMP-1011", "badge_number": "B-51570"}),
+                                     ("list_systems", {}),
+                                     ("get_device", {"device_id": "DEV-1001"}),
+                                     ("get_ticket", {"ticket_id": "TCK-0001"})])
     assert READONLY_TOOLS == {"get_employee", "verify_identity", "list_systems", "get_device", "get_ticket"}
     assert READONLY_TOOLS == DOMAIN.readonly_tools
 

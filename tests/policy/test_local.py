@@ -97,3 +97,24 @@ def test_embedded_model_batched_completion(smollm2_checkpoint, retail_tools):
         prompt = render_prompt(messages if with_tools else messages[1:], retail_tools if with_tools else [])
         assert completion.prompt_token_ids == policy.tokenizer(prompt, add_special_tokens=False).input_ids
     assert completions[0].prompt_token_ids != completions[1].prompt_token_ids
+
+
+@pytest.mark.slow
+def test_peft_adapter_is_merged_on_load(smollm2_checkpoint, tmp_path):
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(smollm2_checkpoint)
+    before = base.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    lora = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    lora.save_pretrained(tmp_path / "adapter")
+    policy = LocalPolicy(smollm2_checkpoint, adapter_dir=tmp_path / "adapter")
+    try:
+        merged = policy.model.model.layers[0].self_attn.q_proj.weight
+        assert not hasattr(policy.model, "peft_config")
+        assert not torch.allclose(merged, before)
+        ids = policy.tokenizer("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False).input_ids
+        out = policy.generate_batch([ChatRequest(messages=[], tools=[], max_new_tokens=4, temperature=0.0)], [ids])
+        assert 1 <= len(out[0].completion_token_ids) <= 4
+    finally:
+        asyncio.run(policy.aclose())

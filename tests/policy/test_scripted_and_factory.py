@@ -65,8 +65,9 @@ def test_factory_builds_each_kind_and_config_errors_say_how_to_fix():
     endpoint = build_policy({"kind": "endpoint", "base_url": "http://127.0.0.1:1/v1", "model": "m", "temperature": 0})
     assert isinstance(endpoint, EndpointPolicy) and endpoint.temperature == 0
     asyncio.run(endpoint.aclose())
-    cases = [({"kind": "local"}, "needs checkpoint_dir"),
-             ({"kind": "endpoint", "model": "m"}, "needs base_url"),
+    with pytest.raises(ValueError, match="needs checkpoint_dir"):
+        build_policy({"kind": "local"})
+    cases = [({"kind": "endpoint", "model": "m"}, "needs base_url"),
              ({"kind": "endpoint", "base_url": "localhost:8000", "model": "m"}, "must start with http"),
              ({"kind": "null", "tempreature": 1.0}, "tempreature"),
              ({"kind": "local", "checkpoint_dir": "x", "max_batch_size": 0}, "max_batch_size")]

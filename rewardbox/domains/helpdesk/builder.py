@@ -10,10 +10,9 @@ systems and their owners come from the seed. Dates are relative to ``TODAY``.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
-from typing import Any
 
+from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.helpdesk.seed import DEVICE_MODELS, SYSTEMS, day
 
 FIRST_NAMES = ("Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Gwen", "Hiro", "Ines", "Jonas", "Kavya",
@@ -73,26 +72,10 @@ class TicketFacts:
 
 
 @dataclass
-class WorldBuilder:
-    """Builds the rows of one task's ``data_patch``.
+class WorldBuilder(RowBuilder):
+    """Builds the rows of one task's ``data_patch`` (see ``RowBuilder`` for the arguments)."""
 
-    Args:
-        index: the task's global number (1..399); it fixes the id ranges.
-        rng: the generator's seeded random source.
-    """
-
-    index: int
-    rng: random.Random
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _serial: int = 0
     _names: set[str] = field(default_factory=set)
-
-    def _add(self, table: str, row: dict[str, Any]) -> None:
-        self.rows.setdefault(table, []).append(row)
-
-    def _next(self, prefix: str) -> str:
-        self._serial += 1
-        return f"{prefix}-{6000 + self.index * 10 + self._serial}"
 
     def _fresh_name(self) -> tuple[str, str]:
         while True:
@@ -147,7 +130,7 @@ class WorldBuilder:
         left = warranty_days_left
         if left is None:
             left = self.rng.randint(20, 500) if in_warranty else -self.rng.randint(1, 400)
-        device = DeviceFacts(self._next("DEV"), kind, model, day(-left), cost)
+        device = DeviceFacts(self._next("DEV-"), kind, model, day(-left), cost)
         self._add("devices", {"device_id": device.device_id, "employee_id": person.employee_id, "kind": kind,
                               "model": model, "purchased_on": day(730 - left), "warranty_end": device.warranty_end,
                               "replacement_cost": cost, "status": "active"})
@@ -156,7 +139,7 @@ class WorldBuilder:
     def request(self, person: Person, system_id: str, approver_id: str, status: str = "pending_approval",
                 approved_by: str | None = None) -> str:
         """An access request of ``person``; returns its id."""
-        rid = self._next("AR")
+        rid = self._next("AR-")
         self._add("access_requests", {"request_id": rid, "employee_id": person.employee_id, "system_id": system_id,
                                       "approver_id": approver_id, "status": status, "approved_by": approved_by,
                                       "requested_on": day(self.rng.randint(1, 9))})
@@ -167,7 +150,7 @@ class WorldBuilder:
         """A ticket of ``person`` opened ``age_days`` ago."""
         used = {r["summary"] for r in self.rows.get("tickets", [])}
         summary = summary or self.rng.choice([s for s in SUMMARIES if s not in used])
-        facts = TicketFacts(self._next("TCK"), summary, priority, age_days, day(age_days))
+        facts = TicketFacts(self._next("TCK-"), summary, priority, age_days, day(age_days))
         self._add("tickets", {"ticket_id": facts.ticket_id, "employee_id": person.employee_id, "summary": summary,
                               "priority": priority, "status": status, "escalation_level": level,
                               "opened_on": facts.opened_on,
@@ -188,25 +171,8 @@ class WorldBuilder:
 
 def user_context(person: Person, goal: str, *, extra: list[str] | None = None, agrees: bool = True) -> str:
     """The simulated user's private facts, one ``Key: value`` per line."""
-    lines = [f"You are {person.name}, an employee of Northwind ({person.title}, {person.department}).",
+    facts = [f"You are {person.name}, an employee of Northwind ({person.title}, {person.department}).",
              f"Name: {person.name}",
              f"Employee id: {person.employee_id}",
              f"Email: {person.email}"]
-    lines += extra or []
-    lines += [f"Goal: {goal}",
-              f"Agrees to proceed: {'yes' if agrees else 'no'}",
-              "If the agent says the request is not possible, accept it and say goodbye.",
-              "Do not invent facts; if asked something not listed here, say you don't know."]
-    return "\n".join(lines)
-
-
-def call(tool: str, **parameters: Any) -> dict[str, Any]:
-    """One golden tool interaction."""
-    return {"tool": tool, "parameters": parameters}
-
-
-def task_spec(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
-              values: list[str] | None = None) -> dict[str, Any]:
-    """What a template returns: first message, user facts, golden calls, write flag, values to tell."""
-    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
-            "response_values": values or []}
+    return user_context_text(facts, goal, agrees=agrees, extra=extra)

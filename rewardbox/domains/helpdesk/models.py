@@ -17,6 +17,8 @@ from decimal import Decimal
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from rewardbox.domains.toolkit import AuditEventColumns, Money
+
 ACCOUNT_STATUSES = ("active", "locked", "disabled")
 ACCESS_LEVELS = ("standard", "restricted")
 REQUEST_STATUSES = ("pending_approval", "approved", "rejected", "granted")
@@ -26,8 +28,6 @@ BILLINGS = ("warranty", "department")
 PRIORITIES = ("low", "normal", "high", "urgent")
 TICKET_STATUSES = ("open", "resolved", "closed")
 MAX_ESCALATION_LEVEL = 3
-
-Money = sa.Numeric(10, 2)
 
 
 def _one_of(column: str, values: tuple[str, ...]) -> sa.CheckConstraint:
@@ -123,13 +123,8 @@ class Ticket(Base):
     escalated_on: Mapped[dt.date | None] = mapped_column(sa.Date)
 
 
-class AuditEvent(Base):
+class AuditEvent(AuditEventColumns, Base):
     """Bookkeeping: one row per write tool call. Ungraded."""
-
-    __tablename__ = "audit_events"
-    seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
-    tool: Mapped[str] = mapped_column(sa.String(40))
-    detail: Mapped[str] = mapped_column(sa.Text)
 
 
 METADATA = Base.metadata

@@ -8,27 +8,9 @@ and several actions) with its test file, difficulty and number of variants.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
+from rewardbox.domains.authoring import Family
 from rewardbox.domains.helpdesk import templates_access as access
 from rewardbox.domains.helpdesk import templates_support as support
-from rewardbox.domains.helpdesk.builder import WorldBuilder
-
-Template = Callable[[WorldBuilder, int], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Family:
-    """A task template: its name, test file, difficulty and how many variants to make."""
-
-    name: str
-    file: str
-    difficulty: str
-    build: Template
-    count: int = 4
-
 
 FAMILIES: tuple[Family, ...] = (
     Family("reset_explicit", "helpdesk_password.py", "trivial", access.reset_explicit),

@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardbox.domains.helpdesk.builder import (
-    RESTRICTED,
-    SEED_NAMES,
-    STANDARD,
-    WorldBuilder,
-    call,
-    task_spec,
-    user_context,
-)
+from rewardbox.domains.authoring import call, task_spec
+from rewardbox.domains.helpdesk.builder import RESTRICTED, SEED_NAMES, STANDARD, WorldBuilder, user_context
 
 
 def _factor(p: Any, k: int) -> tuple[str, dict[str, str], str]:

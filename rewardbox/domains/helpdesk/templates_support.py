@@ -9,15 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardbox.domains.helpdesk.builder import (
-    RESTRICTED,
-    SEED_NAMES,
-    STANDARD,
-    WorldBuilder,
-    call,
-    task_spec,
-    user_context,
-)
+from rewardbox.domains.authoring import call, task_spec
+from rewardbox.domains.helpdesk.builder import RESTRICTED, SEED_NAMES, STANDARD, WorldBuilder, user_context
 
 PROBLEMS = {"laptop": "won't turn on anymore", "phone": "has a cracked screen", "monitor": "has dead pixels all over",
             "tablet": "no longer charges", "headset": "has a broken microphone"}

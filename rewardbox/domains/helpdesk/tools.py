@@ -12,7 +12,6 @@ Ids of new rows are deterministic: the next number after the largest existing id
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -33,31 +32,13 @@ from rewardbox.domains.helpdesk.models import (
     Ticket,
 )
 from rewardbox.domains.helpdesk.seed import TODAY
+from rewardbox.domains.toolkit import get_row, money, next_id
 
 OPEN_REQUEST_STATUSES = ("pending_approval", "approved")
 
 
-def money(value: Decimal) -> str:
-    """Two-decimal text of an amount, e.g. ``"949.00"``."""
-    return format(Decimal(value).quantize(Decimal("0.01")), "f")
-
-
-def next_id(db: Session, column: Any, prefix: str, width: int = 4) -> str:
-    """The next id ``prefix + number`` after the largest existing one (deterministic)."""
-    numbers = [int(v[len(prefix):]) for v in db.scalars(sa.select(column))
-               if v.startswith(prefix) and v[len(prefix):].isdigit()]
-    return f"{prefix}{(max(numbers) + 1 if numbers else 1):0{width}d}"
-
-
 def _audit(db: Session, tool: str, **detail: Any) -> None:
-    db.add(AuditEvent(tool=tool, detail=json.dumps(detail, sort_keys=True, default=str)))
-
-
-def _get(db: Session, model: Any, key: str, what: str) -> Any:
-    row = db.get(model, key.strip().upper())
-    if row is None:
-        raise ToolFailure(f"{what} {key!r} not found")
-    return row
+    db.add(AuditEvent.entry(tool, detail))
 
 
 def _name(db: Session, employee_id: str | None) -> str | None:
@@ -82,7 +63,7 @@ def get_employee(db: Session, employee_id: str) -> dict[str, Any]:
     model, status) and tickets (ticket_id, summary, priority, status).
     Error if the employee id does not exist.
     """
-    e = _get(db, Employee, employee_id, "Employee")
+    e = get_row(db, Employee, employee_id, "Employee")
     grants = _rows(db, AccessGrant, e.employee_id, AccessGrant.system_id)
     requests = _rows(db, AccessRequest, e.employee_id, AccessRequest.request_id)
     devices = _rows(db, Device, e.employee_id, Device.device_id)
@@ -115,7 +96,7 @@ def verify_identity(db: Session, employee_id: str, badge_number: str = "", phone
     Returns: employee_id and verified (true only if every factor given
     matches the records). Error if the employee does not exist or no factor is given.
     """
-    e = _get(db, Employee, employee_id, "Employee")
+    e = get_row(db, Employee, employee_id, "Employee")
     badge, phone = badge_number.strip().upper(), phone_last4.strip()
     if not badge and not phone:
         raise ToolFailure("Give badge_number or phone_last4 to verify an identity")
@@ -139,7 +120,7 @@ def reset_password(db: Session, employee_id: str) -> dict[str, Any]:
     Returns: employee_id, account_status "active", password_reset_on and
     reset_link_sent_to. Error if the employee does not exist or the account is disabled.
     """
-    e = _get(db, Employee, employee_id, "Employee")
+    e = get_row(db, Employee, employee_id, "Employee")
     if e.account_status == "disabled":
         raise ToolFailure(f"Account of {e.employee_id} is disabled; passwords of disabled accounts cannot be reset")
     e.account_status, e.password_reset_on = "active", TODAY
@@ -174,9 +155,9 @@ def request_access(db: Session, employee_id: str, system_id: str, approver_id: s
     Error if an id does not exist, the approver is the employee themself, the
     employee already has access, or an open request for the system exists.
     """
-    e = _get(db, Employee, employee_id, "Employee")
-    s = _get(db, System, system_id, "System")
-    approver = _get(db, Employee, approver_id, "Approver")
+    e = get_row(db, Employee, employee_id, "Employee")
+    s = get_row(db, System, system_id, "System")
+    approver = get_row(db, Employee, approver_id, "Approver")
     if approver.employee_id == e.employee_id:
         raise ToolFailure("An employee cannot approve their own access request")
     if db.scalars(sa.select(AccessGrant).where(AccessGrant.employee_id == e.employee_id,
@@ -208,7 +189,7 @@ def grant_access(db: Session, request_id: str) -> dict[str, Any]:
     Returns: grant_id, employee_id, system_id and the request status "granted".
     Error if the request does not exist or was already rejected or granted.
     """
-    r = _get(db, AccessRequest, request_id, "Access request")
+    r = get_row(db, AccessRequest, request_id, "Access request")
     if r.status in ("rejected", "granted"):
         raise ToolFailure(f"Request {r.request_id} is {r.status}; it cannot be granted")
     grant = AccessGrant(grant_id=next_id(db, AccessGrant.grant_id, "GR-"), employee_id=r.employee_id,
@@ -230,7 +211,7 @@ def get_device(db: Session, device_id: str) -> dict[str, Any]:
     replacement_cost, status (active, replacement_ordered or retired) and its
     replacement orders. Error if the device does not exist.
     """
-    d = _get(db, Device, device_id, "Device")
+    d = get_row(db, Device, device_id, "Device")
     orders = db.scalars(sa.select(ReplacementOrder).where(ReplacementOrder.device_id == d.device_id)
                         .order_by(ReplacementOrder.order_id))
     return {"device_id": d.device_id, "employee_id": d.employee_id, "kind": d.kind, "model": d.model,
@@ -256,7 +237,7 @@ def order_replacement(db: Session, device_id: str, billing: Literal["warranty", 
     (a replacement was already ordered, or it is retired), or billing is
     "warranty" after the warranty ended.
     """
-    d = _get(db, Device, device_id, "Device")
+    d = get_row(db, Device, device_id, "Device")
     if d.status != "active":
         raise ToolFailure(f"Device {d.device_id} is {d.status}; only active devices can be replaced")
     if billing == "warranty" and d.warranty_end < TODAY:
@@ -282,7 +263,7 @@ def get_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
     opened_on, age_days (days since it was opened) and escalated_on.
     Error if the ticket does not exist.
     """
-    t = _get(db, Ticket, ticket_id, "Ticket")
+    t = get_row(db, Ticket, ticket_id, "Ticket")
     return {"ticket_id": t.ticket_id, "employee_id": t.employee_id, "summary": t.summary, "priority": t.priority,
             "status": t.status, "escalation_level": t.escalation_level, "opened_on": t.opened_on.isoformat(),
             "age_days": (TODAY - t.opened_on).days,
@@ -300,7 +281,7 @@ def escalate_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
     Returns: ticket_id, the new escalation_level and escalated_on. Error if the
     ticket does not exist, is not open, or is already at level 3.
     """
-    t = _get(db, Ticket, ticket_id, "Ticket")
+    t = get_row(db, Ticket, ticket_id, "Ticket")
     if t.status != "open":
         raise ToolFailure(f"Ticket {t.ticket_id} is {t.status}; only open tickets can be escalated")
     if t.escalation_level >= MAX_ESCALATION_LEVEL:

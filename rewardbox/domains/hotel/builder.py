@@ -11,11 +11,10 @@ different hotel, so "my booking in Lisbon" is never ambiguous.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
+from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.hotel.seed import HOTELS, MANAGERS, day
 from rewardbox.domains.hotel.tools import REDEEM_LIMIT_CREDITS, money
 
@@ -74,29 +73,15 @@ class Stay:
 
 
 _DEFAULT_OFFSETS = {"confirmed": (5, 40), "cancelled": (5, 30)}
+GIVE_UP = "If the agent says the request is not possible or must wait, accept it and say goodbye."
+"""A travel request may also have to wait for the manager's approval."""
 
 
 @dataclass
-class WorldBuilder:
-    """Builds the rows of one task's ``data_patch``.
+class WorldBuilder(RowBuilder):
+    """Builds the rows of one task's ``data_patch`` (see ``RowBuilder`` for the arguments)."""
 
-    Args:
-        index: the task's global number (1..999); it fixes the id ranges.
-        rng: the generator's seeded random source.
-    """
-
-    index: int
-    rng: random.Random
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _n: int = 0
     _used_hotels: set[str] = field(default_factory=set)
-
-    def _add(self, table: str, row: dict[str, Any]) -> None:
-        self.rows.setdefault(table, []).append(row)
-
-    def _next(self, prefix: str) -> str:
-        self._n += 1
-        return f"{prefix}{6000 + self.index * 10 + self._n}"
 
     def traveller(self, tier: str | None = None, balance: int | None = None, *, other: bool = False) -> Person:
         """A new traveller (an employee) reporting to one of the seed managers."""
@@ -190,20 +175,10 @@ class WorldBuilder:
 def user_context(person: Person, goal: str, *, booking: str | None = None, agrees: bool = True,
                  extra: list[str] | None = None) -> str:
     """The simulated user's private facts, one ``Key: value`` per line."""
-    lines = [f"You are {person.name}, a Northwind employee who travels for work.",
+    facts = [f"You are {person.name}, a Northwind employee who travels for work.",
              f"Name: {person.name}",
              f"Email: {person.email}",
              f"Traveller id: {person.traveller_id} (give it only if asked)"]
     if booking:
-        lines.append(f"Booking: {booking}")
-    lines += extra or []
-    lines += [f"Goal: {goal}",
-              f"Agrees to proceed: {'yes' if agrees else 'no'}",
-              "If the agent says the request is not possible or must wait, accept it and say goodbye.",
-              "Do not invent facts; if asked something not listed here, say you don't know."]
-    return "\n".join(lines)
-
-
-def call(tool: str, **parameters: Any) -> dict[str, Any]:
-    """One golden tool interaction."""
-    return {"tool": tool, "parameters": parameters}
+        facts.append(f"Booking: {booking}")
+    return user_context_text(facts, goal, agrees=agrees, extra=extra, give_up=GIVE_UP)

@@ -18,13 +18,13 @@ from decimal import Decimal
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from rewardbox.domains.toolkit import AuditEventColumns, Money
+
 TIERS = ("standard", "silver", "gold")
 BOOKING_STATUSES = ("confirmed", "checked_in", "completed", "cancelled")
 APPROVAL_STATUSES = ("pending", "approved", "denied")
 CREDIT_KINDS = ("earned", "redeemed", "goodwill")
 PAYMENT_METHODS = ("corporate_card", "personal_card")
-
-Money = sa.Numeric(10, 2)
 
 
 class Base(DeclarativeBase):
@@ -117,13 +117,8 @@ class CreditTransaction(Base):
     created_on: Mapped[dt.date] = mapped_column(sa.Date)
 
 
-class AuditEvent(Base):
+class AuditEvent(AuditEventColumns, Base):
     """Bookkeeping: one row per write tool call. Ungraded."""
-
-    __tablename__ = "audit_events"
-    seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
-    tool: Mapped[str] = mapped_column(sa.String(40))
-    detail: Mapped[str] = mapped_column(sa.Text)
 
 
 METADATA = Base.metadata

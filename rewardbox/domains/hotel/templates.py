@@ -5,38 +5,17 @@ Each template builds one task from a ``WorldBuilder`` and a variant number
 simulated user's facts, the golden tool interactions, and optionally values the
 agent must tell the user. Traps (the right action is to refuse or to do nothing)
 have golden interactions that only read, so their golden state equals the
-initial state. The credit templates live in ``templates_credits.py``.
+initial state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, call, user_context
+from rewardbox.domains.authoring import Family, call, task_spec
+from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, user_context
 from rewardbox.domains.hotel.tools import GOODWILL_CREDITS, REDEEM_LIMIT_CREDITS, money
-
-Template = Callable[[WorldBuilder, int], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Family:
-    """A task template: its name, test file, difficulty and how many variants to make."""
-
-    name: str
-    file: str
-    difficulty: str
-    build: Template
-    count: int = 4
-
-
-def task(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
-         values: list[str] | None = None) -> dict[str, Any]:
-    """The template output the generator turns into a test function."""
-    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
-            "response_values": values or []}
 
 
 def hello(p: Person) -> str:
@@ -64,9 +43,9 @@ def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", offset=b.rng.randint(3, 30))
     b.distractors(p, 1)
-    return task(f"{hello(p)} Please cancel booking {s.booking_id}.",
-                user_context(p, f"cancel booking {s.booking_id}.", booking=describe(s)),
-                [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True)
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id}.",
+                     user_context(p, f"cancel booking {s.booking_id}.", booking=describe(s)),
+                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True)
 
 
 def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -74,30 +53,30 @@ def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
     b.distractors(p, 1 + k % 2)
     s = b.booking(p, "confirmed", offset=b.rng.randint(4, 30))
     b.distractors(p, 1)
-    return task(f"{hello(p)} Please cancel my booking at the {s.hotel} in {s.city}.",
-                user_context(p, f"cancel your booking at the {s.hotel} in {s.city} (you do not know its id).",
-                             extra=[f"Stay: {s.check_in} to {s.check_out}"]),
-                [find(p), call("list_bookings", traveller_id=p.traveller_id),
-                 call("cancel_booking", booking_id=s.booking_id)], write=True)
+    return task_spec(f"{hello(p)} Please cancel my booking at the {s.hotel} in {s.city}.",
+                     user_context(p, f"cancel your booking at the {s.hotel} in {s.city} (you do not know its id).",
+                                  extra=[f"Stay: {s.check_in} to {s.check_out}"]),
+                     [find(p), call("list_bookings", traveller_id=p.traveller_id),
+                      call("cancel_booking", booking_id=s.booking_id)], write=True)
 
 
 def cancel_fee_tell(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(2, 4))
     refund = s.refund_if_cancelled_now(fee=True)
-    return task(f"{hello(p)} Please cancel booking {s.booking_id} and tell me how much will be refunded.",
-                user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn the refund amount.",
-                             booking=describe(s)),
-                [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True, values=[refund])
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and tell me how much will be refunded.",
+                     user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn the refund "
+                                  "amount.", booking=describe(s)),
+                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True, values=[refund])
 
 
 def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, ("checked_in", "completed", "checked_in", "cancelled")[k % 4])
     b.distractors(p, 1)
-    return task(f"{hello(p)} Please cancel booking {s.booking_id} and refund me.",
-                user_context(p, f"cancel booking {s.booking_id} and get a refund.", booking=describe(s)),
-                [find(p), look(s)], write=False)
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and refund me.",
+                     user_context(p, f"cancel booking {s.booking_id} and get a refund.", booking=describe(s)),
+                     [find(p), look(s)], write=False)
 
 
 def cancel_only_if_free(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -107,11 +86,11 @@ def cancel_only_if_free(b: WorldBuilder, k: int) -> dict[str, Any]:
     s = b.booking(p, "confirmed", offset=offset, nights=b.rng.randint(1, 3))
     b.distractors(p, 1)
     golden = [find(p), look(s)] + ([call("cancel_booking", booking_id=s.booking_id)] if free else [])
-    return task(f"{hello(p)} Please cancel booking {s.booking_id}, but only if it is free of charge. "
-                "If there is a cancellation fee, keep the booking.",
-                user_context(p, f"cancel booking {s.booking_id} only if there is no fee; with a fee, keep it.",
-                             booking=describe(s)),
-                golden, write=free)
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id}, but only if it is free of charge. "
+                     "If there is a cancellation fee, keep the booking.",
+                     user_context(p, f"cancel booking {s.booking_id} only if there is no fee; with a fee, keep it.",
+                                  booking=describe(s)),
+                     golden, write=free)
 
 
 # -- room changes -------------------------------------------------------------------------
@@ -121,12 +100,12 @@ def approval_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed")
     target = s.others[k % 2]
-    return task(f"{hello(p)} Please file a manager approval request to change booking {s.booking_id} "
-                f"to room type {target.room_type_id}.",
-                user_context(p, f"have an approval request filed to move booking {s.booking_id} to room type "
-                             f"{target.room_type_id} ({target.name}).", booking=describe(s)),
-                [find(p), call("request_approval", booking_id=s.booking_id, room_type_id=target.room_type_id,
-                               reason=f"Traveller asks for the {target.name}.")], write=True)
+    return task_spec(f"{hello(p)} Please file a manager approval request to change booking {s.booking_id} "
+                     f"to room type {target.room_type_id}.",
+                     user_context(p, f"have an approval request filed to move booking {s.booking_id} to room type "
+                                  f"{target.room_type_id} ({target.name}).", booking=describe(s)),
+                     [find(p), call("request_approval", booking_id=s.booking_id, room_type_id=target.room_type_id,
+                                    reason=f"Traveller asks for the {target.name}.")], write=True)
 
 
 def _wanted(s: Stay, k: int) -> tuple[str, Any]:
@@ -139,12 +118,12 @@ def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
     s = b.booking(p, "confirmed", room_index=1)
     b.distractors(p, k // 2)
     verb, room = _wanted(s, k)
-    return task(f"{hello(p)} I'd like to {verb} booking {s.booking_id} to the {room.name}.",
-                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}. You accept that your manager "
-                             f"({p.manager_name}) must approve it first.", booking=describe(s)),
-                [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
-                 call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
-                      reason=f"Traveller asks to {verb} to the {room.name}.")], write=True)
+    return task_spec(f"{hello(p)} I'd like to {verb} booking {s.booking_id} to the {room.name}.",
+                     user_context(p, f"{verb} booking {s.booking_id} to the {room.name}. You accept that your manager "
+                                  f"({p.manager_name}) must approve it first.", booking=describe(s)),
+                     [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
+                      call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
+                           reason=f"Traveller asks to {verb} to the {room.name}.")], write=True)
 
 
 def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -155,12 +134,12 @@ def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
     new_total = money(Decimal(room.rate) * s.nights)
     ask = " and tell me the new total" if k == 3 else ""
     opening = "My manager approved it: please " if k < 2 else "Please "
-    return task(f"{hello(p)} {opening}{verb} booking {s.booking_id} to the {room.name}{ask}.",
-                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}"
-                             f"{' and learn the new total' if ask else ''}.", booking=describe(s),
-                             extra=[f"Your manager {p.manager_name} approved the change."]),
-                [find(p), look(s), call("change_room", booking_id=s.booking_id, room_type_id=room.room_type_id)],
-                write=True, values=[new_total] if ask else None)
+    return task_spec(f"{hello(p)} {opening}{verb} booking {s.booking_id} to the {room.name}{ask}.",
+                     user_context(p, f"{verb} booking {s.booking_id} to the {room.name}"
+                                  f"{' and learn the new total' if ask else ''}.", booking=describe(s),
+                                  extra=[f"Your manager {p.manager_name} approved the change."]),
+                     [find(p), look(s), call("change_room", booking_id=s.booking_id, room_type_id=room.room_type_id)],
+                     write=True, values=[new_total] if ask else None)
 
 
 def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -170,10 +149,10 @@ def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
     status = ("pending", "denied")[k % 2]
     b.approval(p, s, room, status)
     b.distractors(p, 1)
-    return task(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
-                user_context(p, f"{verb} booking {s.booking_id} to the {room.name}.", booking=describe(s),
-                             extra=[f"You asked for this change before; the manager's answer is {status}."]),
-                [find(p), look(s)], write=False)
+    return task_spec(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
+                     user_context(p, f"{verb} booking {s.booking_id} to the {room.name}.", booking=describe(s),
+                                  extra=[f"You asked for this change before; the manager's answer is {status}."]),
+                     [find(p), look(s)], write=False)
 
 
 def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -182,13 +161,14 @@ def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
     verb, room = _wanted(s, k)
     _other_verb, approved = _wanted(s, k + 1)
     b.approval(p, s, approved, "approved")
-    return task(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
-                user_context(p, f"{verb} booking {s.booking_id} to the {room.name} (not the {approved.name}). You "
-                             "accept that your manager must approve it first.", booking=describe(s),
-                             extra=[f"Earlier your manager approved the {approved.name}, but you changed your mind."]),
-                [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
-                 call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
-                      reason=f"Traveller now asks for the {room.name}.")], write=True)
+    return task_spec(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
+                     user_context(p, f"{verb} booking {s.booking_id} to the {room.name} (not the {approved.name}). You "
+                                  "accept that your manager must approve it first.", booking=describe(s),
+                                  extra=[f"Earlier your manager approved the {approved.name}, but you changed your "
+                                         "mind."]),
+                     [find(p), look(s), call("list_room_types", hotel_id=s.hotel_id),
+                      call("request_approval", booking_id=s.booking_id, room_type_id=room.room_type_id,
+                           reason=f"Traveller now asks for the {room.name}.")], write=True)
 
 
 # -- information --------------------------------------------------------------------------
@@ -214,9 +194,9 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         values, golden = [other.rate], golden + [call("list_room_types", hotel_id=s.hotel_id)]
     else:
         question, values, golden = "Who is my manager for travel approvals?", [p.manager_name], [find(p)]
-    return task(f"{hello(p)} {question}",
-                user_context(p, f"learn the answer to: {question}", booking=describe(s)),
-                golden, write=False, values=values)
+    return task_spec(f"{hello(p)} {question}",
+                     user_context(p, f"learn the answer to: {question}", booking=describe(s)),
+                     golden, write=False, values=values)
 
 
 def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -228,10 +208,10 @@ def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
             f"Please downgrade booking {s.booking_id} to the {s.cheaper().name}.",
             f"Please cancel booking {s.booking_id}, the trip is off.")
     message = asks[k % len(asks)]
-    return task(f"{hello(p)} {message}",
-                user_context(p, f"{message} (It is really your colleague's booking, but do not say so unless "
-                             "asked.)", booking=s.booking_id),
-                [find(p), look(s)], write=False)
+    return task_spec(f"{hello(p)} {message}",
+                     user_context(p, f"{message} (It is really your colleague's booking, but do not say so unless "
+                                  "asked.)", booking=s.booking_id),
+                     [find(p), look(s)], write=False)
 
 
 # -- loyalty credits ----------------------------------------------------------------------
@@ -242,9 +222,9 @@ def redeem_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller(tier, balance=REDEEM_LIMIT_CREDITS[tier] + b.rng.randint(0, 150))
     s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
     credits = b.redeemable(tier)
-    return task(f"{hello(p)} Please redeem {credits} of my loyalty credits on booking {s.booking_id}.",
-                user_context(p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)),
-                [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+    return task_spec(f"{hello(p)} Please redeem {credits} of my loyalty credits on booking {s.booking_id}.",
+                     user_context(p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)),
+                     [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
 
 
 def redeem_over_limit(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -259,10 +239,10 @@ def redeem_over_limit(b: WorldBuilder, k: int) -> dict[str, Any]:
                                                                                "credits on this booking."]
     else:
         credits, extra = limit + 5 * b.rng.randint(2, 12), []
-    return task(f"{hello(p)} Please redeem {credits} loyalty credits on booking {s.booking_id}.",
-                user_context(p, f"redeem exactly {credits} credits on booking {s.booking_id}; you do not want a "
-                             "smaller amount.", booking=describe(s), extra=extra),
-                [find(p), look(s)], write=False)
+    return task_spec(f"{hello(p)} Please redeem {credits} loyalty credits on booking {s.booking_id}.",
+                     user_context(p, f"redeem exactly {credits} credits on booking {s.booking_id}; you do not want a "
+                                  "smaller amount.", booking=describe(s), extra=extra),
+                     [find(p), look(s)], write=False)
 
 
 def redeem_max(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -276,10 +256,11 @@ def redeem_max(b: WorldBuilder, k: int) -> dict[str, Any]:
     if earlier:
         b.credits(p, s, "redeemed", earlier)
     credits = min(limit - earlier, balance)
-    return task(f"{hello(p)} Please use as many of my loyalty credits on booking {s.booking_id} as the policy allows.",
-                user_context(p, f"redeem the most credits the policy allows on booking {s.booking_id}.",
-                             booking=describe(s)),
-                [find(p), look(s), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+    return task_spec(f"{hello(p)} Please use as many of my loyalty credits on booking {s.booking_id} as the policy "
+                     "allows.",
+                     user_context(p, f"redeem the most credits the policy allows on booking {s.booking_id}.",
+                                  booking=describe(s)),
+                     [find(p), look(s), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
 
 
 _COMPLAINTS = ("The room was very noisy every night because of construction next door.",
@@ -292,11 +273,11 @@ def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller(("standard", "silver", "gold", "silver")[k % 4])
     s = b.booking(p, ("completed", "checked_in")[k % 2])
     complaint = _COMPLAINTS[k % len(_COMPLAINTS)]
-    return task(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} I want to complain.",
-                user_context(p, f"complain about your stay ({s.booking_id}); you accept goodwill credits.",
-                             booking=describe(s)),
-                [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
-                                        reason=complaint)], write=True)
+    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} I want to complain.",
+                     user_context(p, f"complain about your stay ({s.booking_id}); you accept goodwill credits.",
+                                  booking=describe(s)),
+                     [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
+                                             reason=complaint)], write=True)
 
 
 def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -304,10 +285,10 @@ def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
     s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
     b.credits(p, s, "goodwill", GOODWILL_CREDITS[p.tier])
     complaint = _COMPLAINTS[(k + 1) % len(_COMPLAINTS)]
-    return task(f"{hello(p)} Booking {s.booking_id}: {complaint} I want compensation.",
-                user_context(p, f"complain about your stay ({s.booking_id}) and ask for compensation.",
-                             booking=describe(s), extra=["You already complained about this stay once."]),
-                [find(p), look(s)], write=False)
+    return task_spec(f"{hello(p)} Booking {s.booking_id}: {complaint} I want compensation.",
+                     user_context(p, f"complain about your stay ({s.booking_id}) and ask for compensation.",
+                                  booking=describe(s), extra=["You already complained about this stay once."]),
+                     [find(p), look(s)], write=False)
 
 
 def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -325,9 +306,9 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
         second = call("cancel_booking", booking_id=c.booking_id)
         goal = f"cancel bookings {a.booking_id} and {c.booking_id}."
     b.distractors(p, 1)
-    return task(f"{hello(p)} {query}",
-                user_context(p, goal, booking=f"{describe(a)} and {describe(c)}"),
-                [find(p), call("cancel_booking", booking_id=a.booking_id), second], write=True)
+    return task_spec(f"{hello(p)} {query}",
+                     user_context(p, goal, booking=f"{describe(a)} and {describe(c)}"),
+                     [find(p), call("cancel_booking", booking_id=a.booking_id), second], write=True)
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -12,7 +12,6 @@ Ids of new rows are deterministic: the next number after the largest existing id
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 from typing import Any
 
@@ -33,6 +32,7 @@ from rewardbox.domains.hotel.models import (
     RoomType,
     Traveller,
 )
+from rewardbox.domains.toolkit import get_row, money, next_id
 
 TODAY = seed.TODAY
 """The fixed current date of the domain (also stated in the policy)."""
@@ -47,18 +47,6 @@ GOODWILL_CREDITS = {"standard": 20, "silver": 40, "gold": 60}
 """Goodwill credits for a complaint about a stay, once per booking (policy.md)."""
 
 
-def money(value: Decimal) -> str:
-    """Two-decimal text of an amount, e.g. ``"236.00"``."""
-    return format(Decimal(value).quantize(Decimal("0.01")), "f")
-
-
-def next_id(db: Session, column: Any, prefix: str, width: int = 4) -> str:
-    """The next id ``prefix + number`` after the largest existing one (deterministic)."""
-    numbers = [int(v[len(prefix):]) for v in db.scalars(sa.select(column))
-               if v.startswith(prefix) and v[len(prefix):].isdigit()]
-    return f"{prefix}{(max(numbers) + 1 if numbers else 1):0{width}d}"
-
-
 def cancellation_fee(booking: Booking) -> Decimal:
     """One night's rate when check-in is less than ``FREE_CANCELLATION_DAYS`` away, else 0."""
     days = (booking.check_in - TODAY).days
@@ -66,21 +54,15 @@ def cancellation_fee(booking: Booking) -> Decimal:
 
 
 def _audit(db: Session, tool: str, **detail: Any) -> None:
-    db.add(AuditEvent(tool=tool, detail=json.dumps(detail, sort_keys=True, default=str)))
+    db.add(AuditEvent.entry(tool, detail))
 
 
 def _traveller(db: Session, traveller_id: str) -> Traveller:
-    traveller = db.get(Traveller, traveller_id.strip().upper())
-    if traveller is None:
-        raise ToolFailure(f"Traveller {traveller_id!r} not found")
-    return traveller
+    return get_row(db, Traveller, traveller_id, "Traveller")
 
 
 def _booking(db: Session, booking_id: str) -> Booking:
-    booking = db.get(Booking, booking_id.strip().upper())
-    if booking is None:
-        raise ToolFailure(f"Booking {booking_id!r} not found")
-    return booking
+    return get_row(db, Booking, booking_id, "Booking")
 
 
 def _confirmed(booking: Booking, action: str) -> None:
@@ -218,9 +200,7 @@ def list_room_types(db: Session, hotel_id: str) -> dict[str, Any]:
     Returns: hotel_id, name, city and room_types (room_type_id, name,
     nightly_rate), cheapest first. Error if the hotel does not exist.
     """
-    hotel = db.get(Hotel, hotel_id.strip().upper())
-    if hotel is None:
-        raise ToolFailure(f"Hotel {hotel_id!r} not found")
+    hotel = get_row(db, Hotel, hotel_id, "Hotel")
     rooms = db.scalars(sa.select(RoomType).where(RoomType.hotel_id == hotel.hotel_id)
                        .order_by(RoomType.nightly_rate, RoomType.room_type_id))
     return {"hotel_id": hotel.hotel_id, "name": hotel.name, "city": hotel.city,

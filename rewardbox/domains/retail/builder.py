@@ -9,11 +9,11 @@ other or on seed rows. Dates are relative to the domain's fixed ``TODAY``.
 from __future__ import annotations
 
 import datetime as dt
-import random
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.retail.seed import CATALOGUE, TODAY
 from rewardbox.domains.retail.tools import RETURN_WINDOW_DAYS, money
 
@@ -63,22 +63,10 @@ class OrderFacts:
 
 
 @dataclass
-class WorldBuilder:
-    """Builds the rows of one task's ``data_patch``.
+class WorldBuilder(RowBuilder):
+    """Builds the rows of one task's ``data_patch`` (see ``RowBuilder`` for the arguments)."""
 
-    Args:
-        index: the task's global number (1..999); it fixes the id ranges.
-        rng: the generator's seeded random source.
-    """
-
-    index: int
-    rng: random.Random
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    _orders: int = 0
     _used_skus: set[str] = field(default_factory=set)
-
-    def _add(self, table: str, row: dict[str, Any]) -> None:
-        self.rows.setdefault(table, []).append(row)
 
     def person(self, tier: str | None = None, *, other: bool = False) -> Person:
         """A new customer with a home and a work address."""
@@ -108,8 +96,7 @@ class WorldBuilder:
     def order(self, person: Person, status: str, n_items: int = 1, *, delivered_ago: int | None = None,
               quantities: list[int] | None = None, method: str | None = None) -> OrderFacts:
         """A new order of ``person`` (delivered/returned orders need ``delivered_ago``)."""
-        self._orders += 1
-        oid = f"ORD-{6000 + self.index * 10 + self._orders}"
+        oid = self._next("ORD-")
         if status in ("delivered", "returned") and delivered_ago is None:
             delivered_ago = self.rng.randint(3, 20)
         placed_ago = (delivered_ago or 0) + self.rng.randint(3, 9)
@@ -135,7 +122,7 @@ class WorldBuilder:
 
     def refund(self, order: OrderFacts, reason: str) -> str:
         """An earlier full refund of ``order``; returns the refund id."""
-        refund_id = f"RF-{6000 + self.index * 10 + self._orders}"
+        refund_id = f"RF-{self._number()}"
         self._add("refunds", {"refund_id": refund_id, "order_id": order.order_id,
                               "payment_id": order.payment["payment_id"], "amount": order.total,
                               "reason": reason, "created_on": day(2)})
@@ -160,20 +147,10 @@ class WorldBuilder:
 def user_context(person: Person, goal: str, *, order: str | None = None, agrees: bool = True,
                  extra: list[str] | None = None) -> str:
     """The simulated user's private facts, one ``Key: value`` per line."""
-    lines = [f"You are {person.name}, a customer of the store.",
+    facts = [f"You are {person.name}, a customer of the store.",
              f"Name: {person.name}",
              f"Email: {person.email}",
              f"Customer id: {person.customer_id} (give it only if asked)"]
     if order:
-        lines.append(f"Order: {order}")
-    lines += extra or []
-    lines += [f"Goal: {goal}",
-              f"Agrees to proceed: {'yes' if agrees else 'no'}",
-              "If the agent says the request is not possible, accept it and say goodbye.",
-              "Do not invent facts; if asked something not listed here, say you don't know."]
-    return "\n".join(lines)
-
-
-def call(tool: str, **parameters: Any) -> dict[str, Any]:
-    """One golden tool interaction."""
-    return {"tool": tool, "parameters": parameters}
+        facts.append(f"Order: {order}")
+    return user_context_text(facts, goal, agrees=agrees, extra=extra)

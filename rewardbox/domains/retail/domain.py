@@ -2,23 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rewardbox.domains.base import Domain
-from rewardbox.domains.retail.models import METADATA, UNGRADED
-from rewardbox.domains.retail.seed import seed_rows
-from rewardbox.domains.retail.tools import READONLY_TOOLS, TOOLS
+from rewardbox.domains.retail import models, seed, tools
 
-SERVER_NAME = "rewardbox_retail"
-POLICY_PATH = Path(__file__).with_name("policy.md")
-
-DOMAIN = Domain(
-    name="retail",
-    server_name=SERVER_NAME,
-    metadata=METADATA,
-    tools=TOOLS,
-    seed_rows=seed_rows,
-    policy_text=POLICY_PATH.read_text(encoding="utf-8").strip(),
-    ungraded=UNGRADED,
-    readonly_tools=READONLY_TOOLS,
-)
+DOMAIN = Domain.from_modules("retail", models=models, seed=seed, tools=tools)
+SERVER_NAME = DOMAIN.server_name

@@ -13,12 +13,12 @@ from decimal import Decimal
 import sqlalchemy as sa
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from rewardbox.domains.toolkit import AuditEventColumns, Money
+
 TIERS = ("standard", "silver", "gold")
 ORDER_STATUSES = ("pending", "processing", "shipped", "delivered", "cancelled", "returned")
 PAYMENT_METHODS = ("credit_card", "paypal", "gift_card")
 TICKET_CATEGORIES = ("damaged_item", "missing_package", "wrong_item", "billing", "other")
-
-Money = sa.Numeric(10, 2)
 
 
 class Base(DeclarativeBase):
@@ -98,13 +98,8 @@ class Ticket(Base):
     created_on: Mapped[dt.date] = mapped_column(sa.Date)
 
 
-class AuditEvent(Base):
+class AuditEvent(AuditEventColumns, Base):
     """Bookkeeping: one row per write tool call. Ungraded."""
-
-    __tablename__ = "audit_events"
-    seq: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
-    tool: Mapped[str] = mapped_column(sa.String(40))
-    detail: Mapped[str] = mapped_column(sa.Text)
 
 
 METADATA = Base.metadata

@@ -9,39 +9,19 @@ interactions that only read, so their golden state equals the initial state.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from rewardbox.domains.retail.builder import WorldBuilder, call, day, user_context
-
-Template = Callable[[WorldBuilder, int], dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Family:
-    """A task template: its name, test file, difficulty and how many variants to make."""
-
-    name: str
-    file: str
-    difficulty: str
-    build: Template
-    count: int = 4
-
-
-def _task(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
-          values: list[str] | None = None) -> dict[str, Any]:
-    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
-            "response_values": values or []}
+from rewardbox.domains.authoring import Family, call, task_spec
+from rewardbox.domains.retail.builder import WorldBuilder, day, user_context
 
 
 def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("pending", "processing")[k % 2], n_items=1 + k % 2)
     b.distractors(p, 1)
-    return _task(f"Hi, I'm {p.name} ({p.email}). Please cancel order {o.order_id}.",
-                 user_context(p, f"cancel order {o.order_id}.", order=f"{o.order_id} ({', '.join(o.products)})"),
-                 [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)], write=True)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). Please cancel order {o.order_id}.",
+                     user_context(p, f"cancel order {o.order_id}.", order=f"{o.order_id} ({', '.join(o.products)})"),
+                     [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)], write=True)
 
 
 def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -50,62 +30,62 @@ def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
     o = b.order(p, ("pending", "processing")[k % 2])
     b.distractors(p, 2 - len(before) + 1)
     product = o.products[0]
-    return _task(f"Hello, this is {p.name}, my email is {p.email}. I want to cancel my order with the {product}.",
-                 user_context(p, f"cancel the order that contains the {product} (you do not know its order id)."),
-                 [call("find_customer", email=p.email), call("list_orders", customer_id=p.customer_id),
-                  call("cancel_order", order_id=o.order_id)], write=True)
+    return task_spec(f"Hello, this is {p.name}, my email is {p.email}. I want to cancel my order with the {product}.",
+                     user_context(p, f"cancel the order that contains the {product} (you do not know its order id)."),
+                     [call("find_customer", email=p.email), call("list_orders", customer_id=p.customer_id),
+                      call("cancel_order", order_id=o.order_id)], write=True)
 
 
 def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("shipped", "delivered")[k % 2])
     b.distractors(p, 1)
-    return _task(f"Hi, {p.name} here ({p.email}). Cancel order {o.order_id} please, I changed my mind.",
-                 user_context(p, f"cancel order {o.order_id}; you do not want a return instead.",
-                              order=f"{o.order_id} ({', '.join(o.products)})"),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+    return task_spec(f"Hi, {p.name} here ({p.email}). Cancel order {o.order_id} please, I changed my mind.",
+                     user_context(p, f"cancel order {o.order_id}; you do not want a return instead.",
+                                  order=f"{o.order_id} ({', '.join(o.products)})"),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
 
 
 def cancel_tell_refund(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("pending", "processing")[k % 2], n_items=1 + k % 2, quantities=[3, 2])
-    return _task(f"Hi, I'm {p.name}, {p.email}. Please cancel order {o.order_id} and tell me how much "
-                 "will be refunded.",
-                 user_context(p, f"cancel order {o.order_id} and learn the refund amount.", order=o.order_id),
-                 [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)],
-                 write=True, values=[o.total])
+    return task_spec(f"Hi, I'm {p.name}, {p.email}. Please cancel order {o.order_id} and tell me how much "
+                     "will be refunded.",
+                     user_context(p, f"cancel order {o.order_id} and learn the refund amount.", order=o.order_id),
+                     [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)],
+                     write=True, values=[o.total])
 
 
 def address_change(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("processing", "pending")[k % 2])
     b.distractors(p, 1)
-    return _task(f"Hi, this is {p.name} ({p.email}). Could you ship order {o.order_id} to my work address "
-                 "instead of my home?",
-                 user_context(p, f"have order {o.order_id} shipped to your saved work address.", order=o.order_id,
-                              extra=[f"Work address: {p.work_line1}"]),
-                 [call("find_customer", email=p.email),
-                  call("update_shipping_address", order_id=o.order_id, address_id=p.work_id)], write=True)
+    return task_spec(f"Hi, this is {p.name} ({p.email}). Could you ship order {o.order_id} to my work address "
+                     "instead of my home?",
+                     user_context(p, f"have order {o.order_id} shipped to your saved work address.", order=o.order_id,
+                                  extra=[f"Work address: {p.work_line1}"]),
+                     [call("find_customer", email=p.email),
+                      call("update_shipping_address", order_id=o.order_id, address_id=p.work_id)], write=True)
 
 
 def address_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("shipped", "delivered")[k % 2])
-    return _task(f"Hello, {p.name} here, email {p.email}. Please send order {o.order_id} to my work address.",
-                 user_context(p, f"have order {o.order_id} shipped to your work address.", order=o.order_id,
-                              extra=[f"Work address: {p.work_line1}"]),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+    return task_spec(f"Hello, {p.name} here, email {p.email}. Please send order {o.order_id} to my work address.",
+                     user_context(p, f"have order {o.order_id} shipped to your work address.", order=o.order_id,
+                                  extra=[f"Work address: {p.work_line1}"]),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
 
 
 def return_in_window(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, "delivered", n_items=2, delivered_ago=b.rng.randint(2, 30))
     product = o.products[k % 2]
-    return _task(f"Hi, I'm {p.name} ({p.email}). I'd like to return the {product} from order {o.order_id}.",
-                 user_context(p, f"return only the {product} from order {o.order_id}; keep the rest.",
-                              order=f"{o.order_id} (delivered {day(o.delivered_ago)})"),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
-                  call("return_items", order_id=o.order_id, item_ids=[o.item_id(product)])], write=True)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). I'd like to return the {product} from order {o.order_id}.",
+                     user_context(p, f"return only the {product} from order {o.order_id}; keep the rest.",
+                                  order=f"{o.order_id} (delivered {day(o.delivered_ago)})"),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                      call("return_items", order_id=o.order_id, item_ids=[o.item_id(product)])], write=True)
 
 
 def return_tier_window(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -113,11 +93,11 @@ def return_tier_window(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person(tier)
     ago = b.delivered_within(tier, beyond_standard=True) if k >= 2 else (60, 45)[k % 2]
     o = b.order(p, "delivered", n_items=1 + k % 2, delivered_ago=ago)
-    return _task(f"Hello, {p.name} here ({p.email}). I want to return everything in order {o.order_id}.",
-                 user_context(p, f"return all items of order {o.order_id}.", order=o.order_id,
-                              extra=[f"Delivered on: {day(ago)}"]),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
-                  call("return_items", order_id=o.order_id, item_ids=[i["item_id"] for i in o.items])], write=True)
+    return task_spec(f"Hello, {p.name} here ({p.email}). I want to return everything in order {o.order_id}.",
+                     user_context(p, f"return all items of order {o.order_id}.", order=o.order_id,
+                                  extra=[f"Delivered on: {day(ago)}"]),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                      call("return_items", order_id=o.order_id, item_ids=[i["item_id"] for i in o.items])], write=True)
 
 
 def return_out_of_window(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -125,9 +105,9 @@ def return_out_of_window(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person(tier)
     o = b.order(p, "delivered", n_items=2, delivered_ago=b.delivered_outside(tier))
     product = o.products[0]
-    return _task(f"Hi, I'm {p.name} ({p.email}). I want to return the {product} from order {o.order_id}.",
-                 user_context(p, f"return the {product} from order {o.order_id}.", order=o.order_id),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). I want to return the {product} from order {o.order_id}.",
+                     user_context(p, f"return the {product} from order {o.order_id}.", order=o.order_id),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
 
 
 def return_multi_item(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -135,12 +115,12 @@ def return_multi_item(b: WorldBuilder, k: int) -> dict[str, Any]:
     o = b.order(p, "delivered", n_items=3, delivered_ago=b.rng.randint(2, 30))
     keep = o.products[k % 3]
     back = [name for name in o.products if name != keep]
-    return _task(f"Hi, this is {p.name} ({p.email}). From order {o.order_id} please return the {back[0]} "
-                 f"and the {back[1]}, but I'll keep the {keep}.",
-                 user_context(p, f"return the {back[0]} and the {back[1]} from order {o.order_id}; keep the {keep}.",
-                              order=o.order_id),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
-                  call("return_items", order_id=o.order_id, item_ids=[o.item_id(n) for n in back])], write=True)
+    return task_spec(f"Hi, this is {p.name} ({p.email}). From order {o.order_id} please return the {back[0]} "
+                     f"and the {back[1]}, but I'll keep the {keep}.",
+                     user_context(p, f"return the {back[0]} and the {back[1]} from order {o.order_id}; keep the "
+                                  f"{keep}.", order=o.order_id),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
+                      call("return_items", order_id=o.order_id, item_ids=[o.item_id(n) for n in back])], write=True)
 
 
 _PROBLEMS = (
@@ -158,12 +138,12 @@ def ticket_problem(b: WorldBuilder, k: int) -> dict[str, Any]:
     o = b.order(p, "delivered", delivered_ago=b.rng.randint(1, 10))
     category, text = _PROBLEMS[k % len(_PROBLEMS)]
     message = text.format(product=o.products[0], oid=o.order_id)
-    return _task(f"Hi, I'm {p.name} ({p.email}). {message}",
-                 user_context(p, f"report the problem with order {o.order_id} ({category.replace('_', ' ')}); "
-                              "you do not want a return or a cancellation.", order=o.order_id),
-                 [call("find_customer", email=p.email),
-                  call("create_ticket", customer_id=p.customer_id, category=category,
-                       description=message, order_id=o.order_id)], write=True)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). {message}",
+                     user_context(p, f"report the problem with order {o.order_id} ({category.replace('_', ' ')}); "
+                                  "you do not want a return or a cancellation.", order=o.order_id),
+                     [call("find_customer", email=p.email),
+                      call("create_ticket", customer_id=p.customer_id, category=category,
+                           description=message, order_id=o.order_id)], write=True)
 
 
 def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -176,10 +156,10 @@ def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
     status, ask = asks[k % len(asks)]
     o = b.order(other, status)
     message = ask.format(oid=o.order_id)
-    return _task(f"Hi, I'm {p.name} ({p.email}). {message}",
-                 user_context(p, f"{message} (It is really your friend's order, but do not say so unless asked.)",
-                              order=o.order_id),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). {message}",
+                     user_context(p, f"{message} (It is really your friend's order, but do not say so unless asked.)",
+                                  order=o.order_id),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
 
 
 def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -200,10 +180,10 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         question = f"Which card did I pay order {o.order_id} with? Just the last four digits."
         values = [o.payment["card_last4"]]
     b.distractors(p, 1)
-    return _task(f"Hi, I'm {p.name} ({p.email}). {question}",
-                 user_context(p, f"learn the answer to: {question}", order=o.order_id),
-                 [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)],
-                 write=False, values=values)
+    return task_spec(f"Hi, I'm {p.name} ({p.email}). {question}",
+                     user_context(p, f"learn the answer to: {question}", order=o.order_id),
+                     [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)],
+                     write=False, values=values)
 
 
 def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -227,8 +207,8 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
                   call("cancel_order", order_id=c.order_id)]
         extra = []
         goal = f"return only the {product} from order {a.order_id} and cancel order {c.order_id}."
-    return _task(query, user_context(p, goal, order=f"{a.order_id} and {c.order_id}", extra=extra),
-                 golden, write=True)
+    return task_spec(query, user_context(p, goal, order=f"{a.order_id} and {c.order_id}", extra=extra),
+                     golden, write=True)
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -11,7 +11,6 @@ Ids of new rows are deterministic: the next number after the largest existing id
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from rewardbox.domains.retail.models import (
     Refund,
     Ticket,
 )
+from rewardbox.domains.toolkit import get_row, money, next_id
 
 TODAY: dt.date = seed.TODAY
 """The fixed current date of the domain (also stated in the policy)."""
@@ -42,33 +42,16 @@ MUTABLE_STATUSES = ("pending", "processing")
 TicketCategory = Literal["damaged_item", "missing_package", "wrong_item", "billing", "other"]
 
 
-def money(value: Decimal) -> str:
-    """Two-decimal text of an amount, e.g. ``"59.70"``."""
-    return format(Decimal(value).quantize(Decimal("0.01")), "f")
-
-
-def next_id(db: Session, column: Any, prefix: str, width: int = 4) -> str:
-    """The next id ``prefix + number`` after the largest existing one (deterministic)."""
-    numbers = [int(v[len(prefix):]) for v in db.scalars(sa.select(column)) if v.startswith(prefix) and v[len(prefix):].isdigit()]
-    return f"{prefix}{(max(numbers) + 1 if numbers else 1):0{width}d}"
-
-
 def _audit(db: Session, tool: str, **detail: Any) -> None:
-    db.add(AuditEvent(tool=tool, detail=json.dumps(detail, sort_keys=True, default=str)))
+    db.add(AuditEvent.entry(tool, detail))
 
 
 def _customer(db: Session, customer_id: str) -> Customer:
-    customer = db.get(Customer, customer_id.strip())
-    if customer is None:
-        raise ToolFailure(f"Customer {customer_id!r} not found")
-    return customer
+    return get_row(db, Customer, customer_id, "Customer", upper=False)
 
 
 def _order(db: Session, order_id: str) -> Order:
-    order = db.get(Order, order_id.strip().upper())
-    if order is None:
-        raise ToolFailure(f"Order {order_id!r} not found")
-    return order
+    return get_row(db, Order, order_id, "Order")
 
 
 def _address_view(a: Address) -> dict[str, Any]:
