@@ -29,6 +29,7 @@ from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.interpreter import interpret
+from rewardbox.policy.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -115,6 +116,7 @@ class LocalPolicy:
         temperature: float | None = None,
         max_new_tokens: int | None = None,
         name: str | None = None,
+        prefix_cache_min_tokens: int = 64,
     ):
         """Load the checkpoint and start the worker thread.
 
@@ -129,6 +131,8 @@ class LocalPolicy:
             num_threads: ``torch.set_num_threads`` value (None: leave as is).
             temperature, max_new_tokens: when set, override every request's values.
             name: policy name for records.
+            prefix_cache_min_tokens: batches whose prompts share at least this many
+                leading tokens reuse a cached prefix KV (see ``prefix_cache``).
         """
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -149,6 +153,7 @@ class LocalPolicy:
         self.pad_token_id = self.stop_token_ids[0]
         if adapter_dir is not None:
             self.load_adapter(adapter_dir)
+        self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
         self._thread.start()
@@ -161,6 +166,12 @@ class LocalPolicy:
             model = PeftModel.from_pretrained(self.model, str(adapter_dir))
             self.model = model.merge_and_unload() if merge else model
             self.model.eval()
+            self.prefix_cache.invalidate()
+
+    def weights_changed(self) -> None:
+        """Tell the policy its weights were updated in place (drops cached prefix KV)."""
+        with self.generation_lock:
+            self.prefix_cache.invalidate()
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Queue one request and await its completion (batched with concurrent ones).
@@ -251,12 +262,17 @@ class LocalPolicy:
         """
         budgets = [self._budget(r, len(p)) for r, p in zip(requests, prompt_ids)]
         temperatures = [self.temperature if self.temperature is not None else r.temperature for r in requests]
-        input_ids, attention_mask = self._left_pad(prompt_ids)
         with self.generation_lock, torch.inference_mode():
+            prepared = self.prefix_cache.prepare(self.model, prompt_ids, self.pad_token_id, self.device)
+            if prepared is None:
+                input_ids, attention_mask = self._left_pad(prompt_ids)
+                inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            else:
+                inputs, _ = prepared
+                input_ids = inputs["input_ids"]
             self._seed([r.seed for r in requests])
             output = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
+                **inputs,
                 max_new_tokens=max(budgets),
                 do_sample=True,
                 temperature=1.0,

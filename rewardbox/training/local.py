@@ -99,11 +99,18 @@ def train_local_grpo(
         model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
 
+    report = _step_logger(log)
+
+    def after_step(metrics: StepMetrics) -> None:
+        if on_policy:
+            policy.weights_changed()  # the cached prefix KV was computed with the old weights
+        report(metrics)
+
     async def main() -> TrainingSummary:
         try:
             async with episode_runner(profile, policy) as runner:
                 return await train_grpo(model, pad_id, task_stream(pool, cfg.seed), partial(run_attempt, runner),
-                                        cfg, on_step=_step_logger(log), tokenize=tokenize)
+                                        cfg, on_step=after_step, tokenize=tokenize)
         finally:
             await policy.aclose()
 

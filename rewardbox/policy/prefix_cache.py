@@ -1,0 +1,91 @@
+"""Shared-prefix KV cache for batched generation on CPU.
+
+Every prompt of a domain starts with the same long prefix (agent system
+prompt, policy text, tool list, worked example: about 900 of 1,000 tokens in the
+embedded domains). Prefill dominates CPU generation cost, so the prefix's
+key/value cache is computed once (batch 1), copied and expanded for each batch,
+and only the per-row suffixes are prefilled. Rows are laid out as
+``[prefix | padding | suffix]`` with the padding masked out; position ids come
+from the attention mask's cumulative sum (transformers' generation does this),
+so every real token keeps the position it would have without the cache.
+
+The cache is keyed by the prefix tokens and a weights version: call
+``invalidate()`` whenever the model's weights change (a training step).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import torch
+
+
+def common_prefix_len(prompts: list[list[int]]) -> int:
+    """Length of the longest token prefix shared by every prompt, leaving each row >= 1 own token."""
+    if not prompts:
+        return 0
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return max(n, 0)
+
+
+class PrefixCache:
+    """LRU of prefix KV caches (batch 1), expanded per batch.
+
+    Args:
+        min_tokens: shorter shared prefixes are not cached (no gain).
+        max_entries: prefixes kept (one per domain prompt is typical).
+    """
+
+    def __init__(self, min_tokens: int = 64, max_entries: int = 4) -> None:
+        self.min_tokens = min_tokens
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def invalidate(self) -> None:
+        """Drop every cached prefix (the weights changed)."""
+        self._entries.clear()
+
+    def prepare(self, model, prompts: list[list[int]], pad_id: int, device) -> tuple[dict, int] | None:
+        """Inputs for ``model.generate`` that reuse a cached prefix, or None when not worth it.
+
+        Returns:
+            (``{input_ids, attention_mask, cache}``, full input width) where
+            ``input_ids`` ``[B, P + L]`` is ``[prefix | pad | suffix]`` and the cache holds
+            the prefix's P positions expanded to batch B.
+        """
+        n = common_prefix_len(prompts)
+        if n < self.min_tokens:
+            return None
+        key = tuple(prompts[0][:n])
+        cache = self._entries.get(key)
+        if cache is None:
+            self.misses += 1
+            with torch.inference_mode():
+                out = model(input_ids=torch.tensor([list(key)], device=device), use_cache=True)
+            cache = out.past_key_values
+            self._entries[key] = cache
+            if len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+        else:
+            self.hits += 1
+            self._entries.move_to_end(key)
+        batch_cache = copy.deepcopy(cache)
+        batch_cache.batch_repeat_interleave(len(prompts))
+        width = max(len(p) for p in prompts) - n
+        ids = torch.full((len(prompts), n + width), pad_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        ids[:, :n] = torch.tensor(list(key))
+        mask[:, :n] = 1
+        for row, prompt in enumerate(prompts):
+            suffix = prompt[n:]
+            ids[row, n + width - len(suffix):] = torch.tensor(suffix)
+            mask[row, n + width - len(suffix):] = 1
+        inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "cache": batch_cache}
+        return inputs, n + width
