@@ -16,18 +16,18 @@ class ParquetIOManager(dg.ConfigurableIOManager):
 
     base_dir: str
 
-    def _path(self, context) -> Path:
-        key = context.asset_key.path
-        path = Path(self.base_dir).joinpath(*key)
-        if context.has_partition_key:
-            path = path / context.partition_key
+    def _path(self, key: dg.AssetKey, partition: str | None) -> Path:
+        path = Path(self.base_dir).joinpath(*key.path)
+        if partition is not None:
+            path = path / partition
         return path.with_suffix(".parquet")
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
-        path = self._path(context)
+        path = self._path(context.asset_key, context.partition_key if context.has_partition_key else None)
         path.parent.mkdir(parents=True, exist_ok=True)
         obj.write_parquet(path)
         context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "rows": obj.height})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
-        return pl.read_parquet(self._path(context.upstream_output))
+        partition = context.asset_partition_key if context.has_asset_partitions else None
+        return pl.read_parquet(self._path(context.asset_key, partition))

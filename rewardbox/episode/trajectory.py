@@ -35,6 +35,8 @@ class AgentTurn:
 
 @dataclass
 class TestOutcome:
+    __test__ = False  # not a pytest class
+
     """The graded result of one episode (THINKINGBOX_FORMAT.md §1.5 TestResult).
 
     ``result`` True means passed; ``reward`` in [0, 1]; ``is_system_error``

@@ -30,7 +30,8 @@ def test_defs_has_every_asset_check_job_and_sensor():
     repo = defs.get_repository_def()
     keys = {k.to_user_string() for k in repo.asset_graph.get_all_asset_keys()}
     assert ASSETS <= keys
-    specs = {(s.asset_key.to_user_string(), s.name, s.blocking) for s in repo.asset_graph.asset_check_specs}
+    graph = repo.asset_graph
+    specs = {(k.asset_key.to_user_string(), k.name, graph.get_check_spec(k).blocking) for k in graph.asset_check_keys}
     assert CHECKS <= specs
     assert {"main_job", "reprobe_job", "rescreen_job", "checkpoint_evaluation_job"} <= {j.name for j in repo.get_all_jobs()}
     assert {"new_checkpoint_sensor", "task_source_sensor"} <= {s.name for s in repo.sensor_defs}

@@ -18,10 +18,11 @@ def test_system_tools_example_and_generation_prompt(retail_tools):
     prompt = render_prompt(HISTORY, retail_tools)
     assert prompt.startswith("<|im_start|>system\nYou are a support agent.\n\nPolicy: refunds need a reason.\n\n# Tools")
     assert prompt.count("<|im_start|>system") == 1
-    # one compact JSON line per tool, in order
-    lines = [json.loads(line) for line in prompt.splitlines() if line.startswith('{"name":"')]
-    assert [line["name"] for line in lines] == [t.name for t in retail_tools]
-    assert lines[0]["parameters"] == retail_tools[0].input_schema
+    # one compact signature line per tool, in order: required, optional (?) and enum parameters
+    lines = [line for line in prompt.splitlines() if line.startswith("- ")]
+    assert [line[2:].split("(")[0] for line in lines] == [t.name for t in retail_tools]
+    assert lines[0] == "- get_order(order_id: string): The get_order tool."
+    assert "- set_quantity(order_id: string, quantity: integer, gift?: boolean, tags?: array, mode?: fast|slow, note?: value)" in prompt
     assert "Tool names: get_order, cancel_order, update_address, refund_order, list_stores, set_quantity." in prompt
     # exactly one worked example turn with a neutral tool, answered with <DONE>
     assert EXAMPLE_TOOL_NAME not in {t.name for t in retail_tools}

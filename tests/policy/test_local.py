@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
-from pathlib import Path
 
 import pytest
 
@@ -46,14 +44,6 @@ def test_completion_cut_at_stop_token_or_budget(retail_tools):
 
 
 # --- slow: the real embedded SmolLM2 ---------------------------------------------------------------------
-
-@pytest.fixture(scope="session")
-def smollm2_checkpoint(tmp_path_factory) -> Path:
-    from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
-
-    target = os.environ.get("REWARDBOX_TEST_CHECKPOINT_DIR")
-    out = Path(target) if target else tmp_path_factory.mktemp("smollm2") / "base"
-    return convert_gguf_to_safetensors(out)
 
 
 @pytest.mark.slow

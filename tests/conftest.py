@@ -1,0 +1,21 @@
+"""Fixtures shared across the test packages."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def smollm2_checkpoint(tmp_path_factory) -> Path:
+    """The real embedded model converted once per session (GGUF -> HF safetensors, about 40 s).
+
+    ``REWARDBOX_TEST_CHECKPOINT_DIR`` points at a persistent directory to reuse across sessions.
+    """
+    from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
+
+    target = os.environ.get("REWARDBOX_TEST_CHECKPOINT_DIR")
+    out = Path(target) if target else tmp_path_factory.mktemp("smollm2") / "base"
+    return convert_gguf_to_safetensors(out)

@@ -1,0 +1,60 @@
+"""Smoke test: the real embedded model runs a full episode and one GRPO step changes its parameters."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.runner import EpisodeRunner
+from rewardbox.episode.user_simulator import ScriptedUser
+from rewardbox.grading.testrunner import TestRunner
+from rewardbox.sandbox.inprocess import InProcessSandboxFactory
+from rewardbox.tasks.sources import resolve_dataset
+from rewardbox.tasks.thinkingbox import load_dataset
+from rewardbox.training.checkpoint import attach_lora
+from rewardbox.training.config import GRPOConfig
+from rewardbox.training.groups import Group
+from rewardbox.training.trainer import group_samples, optimise_step
+
+pytestmark = pytest.mark.slow
+
+
+def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
+    from rewardbox.policy.local import LocalPolicy
+
+    task = load_dataset(resolve_dataset("embedded:retail")).tasks[0]
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-3, micro_batch_sequences=2)
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0)
+    policy.model = attach_lora(policy.model, config)
+    episode = EpisodeConfig(max_user_turns=1, max_agent_steps_per_user_turn=2, max_new_tokens=24, temperature=1.0)
+
+    async def rollouts():
+        with TestRunner(max_workers=1) as grader:
+            runner = EpisodeRunner(policy, InProcessSandboxFactory(), ScriptedUser(), grader, episode)
+            try:
+                return await asyncio.gather(runner.run(task, 0), runner.run(task, 1))
+            finally:
+                await policy.aclose()
+
+    results = asyncio.run(rollouts())
+    for result in results:
+        assert result.system_error is None, result.system_error
+        assert result.turns >= 1 and result.reward in (0.0, 1.0)
+        assert result.finish_reason in {"done", "user_limit", "agent_limit", "agent_error", "no_user_llm", "user_done"}
+        turn = result.agent_turns[0]
+        assert turn.prompt_token_ids and turn.completion_token_ids and turn.input_tokens == len(turn.prompt_token_ids)
+
+    # one GRPO step on these real rollouts (advantages +1/-1 so the step has a signal whatever the rewards)
+    samples = group_samples([Group(task, list(results), [1.0, -1.0])])
+    assert samples and all(len(s.prompt_ids) > 500 for s in samples)
+    trainable = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+    frozen = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
+    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=config.learning_rate)
+    loss = optimise_step(policy.model, optimizer, samples, config, policy.pad_token_id)
+    assert loss == loss
+    params = dict(policy.model.named_parameters())
+    assert any(not torch.equal(params[n], before) for n, before in trainable.items())
+    assert all(torch.equal(params[n], before) for n, before in frozen.items())
