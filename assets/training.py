@@ -30,7 +30,10 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     shutil.rmtree(out, ignore_errors=True)
     adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, log=context.log.info)
     steps = pl.DataFrame([m.as_dict() for m in summary.steps]) if summary.steps else pl.DataFrame()
+    if not training_pool:
+        context.log.warning("training pool is empty: no GRPO step was taken; the tuned model equals the base")
     metadata = {"path": dg.MetadataValue.path(str(adapter)), "steps": len(summary.steps),
+                "trained": bool(summary.steps),
                 "pool_tasks": len(training_pool), "config_hash": profile.section_hash("grpo"),
                 "input_hash": tasks_hash(training_pool)}
     if summary.steps:

@@ -16,7 +16,7 @@ Layout (ChatML, as SmolLM2 uses it)::
     {one compact JSON object per tool}
     Tool names: {names}.
     {how to write <tool_call>{"name": ..., "arguments": {...}}</tool_call>}<|im_end|>
-    {one worked example: user ask -> call to get_weather -> <result> -> answer <DONE>}
+    {one worked example: user ask -> call to pause_subscription -> <result> -> answer <DONE>}
     {the conversation; tool results as user turns of <result>...</result> blocks}
     <|im_start|>assistant
 
@@ -43,7 +43,7 @@ from rewardbox.policy.base import Interpretation, ToolCall, ToolCallError
 from rewardbox.sandbox.base import ToolSpec
 
 TEMPLATE_FILE = "chat_template.jinja"
-EXAMPLE_TOOL_NAME = "get_weather"
+EXAMPLE_TOOL_NAME = "pause_subscription"
 
 
 @functools.cache

@@ -59,6 +59,16 @@ def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], N
     return report
 
 
+def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
+    from transformers import AutoModelForCausalLM
+
+    if log:
+        log("the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
+    model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+    save_adapter(model, out_dir, [])
+    return Path(out_dir), TrainingSummary()
+
+
 def train_local_grpo(
     pool: Sequence[Task],
     base_dir: Path,
@@ -78,12 +88,15 @@ def train_local_grpo(
     Returns:
         (adapter directory, per-step metrics).
 
-    Raises:
-        ValueError: empty pool.
+    An empty pool (every candidate outside the kept bands) is not an error: the
+    adapter is saved untrained (LoRA's B matrices are zero, so the merged model
+    equals the base) with zero steps, and the caller reports it.
     """
     from rewardbox.policy import build_policy
 
     cfg = profile.grpo
+    if not pool:
+        return _untrained_adapter(base_dir, out_dir, cfg, log)
     episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
     profile = profile.model_copy(update={"episode": episode})
     on_policy = profile.policy.kind == "local"

@@ -120,3 +120,21 @@ def test_train_grpo_runs_steps_and_logs_metrics():
     summary = asyncio.run(train_grpo(model, 0, task_stream([task("a")], 0), attempt, config))
     assert [m.step for m in summary.steps] == [0, 1]
     assert all(m.loss is not None and m.samples == 2 and m.mean_reward == 0.5 for m in summary.steps)
+
+
+def test_empty_pool_saves_an_untrained_adapter(tmp_path):
+    """An empty pool is reported, not a crash: zero steps and a LoRA whose merge equals the base."""
+    from transformers import AutoModelForCausalLM
+
+    from peft import PeftModel
+
+    from rewardbox.config.profile import load_profile
+    from rewardbox.training.local import train_local_grpo
+
+    base = tmp_path / "base"
+    tiny_model().save_pretrained(base)
+    adapter, summary = train_local_grpo([], base, tmp_path / "adapter", load_profile("test"))
+    assert summary.steps == [] and (adapter / "adapter_config.json").exists()
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
+    original = AutoModelForCausalLM.from_pretrained(base)
+    assert all(torch.equal(a, b) for a, b in zip(merged.state_dict().values(), original.state_dict().values()))
