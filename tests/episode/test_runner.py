@@ -197,3 +197,30 @@ def test_truncated_call_never_writes():
     assert FakeSandbox.instances[-1].orders["ORD-8"] == "processing"
     assert "truncated_call" in result.events
     assert result.messages[3]["content"] == "I'll cancel it now."
+
+
+def test_llm_user_agreeing_with_marker_through_a_real_endpoint(fake_openai):
+    """Issue #5 item 5 through the OpenAI-compatible user simulator: the reply is cleaned and split."""
+    from rewardbox.episode.user_simulator import EndpointUser
+    from tests.fixtures.fake_openai import chat_response
+
+    fake_openai.add(200, chat_response("User: Yes, please go ahead. <DONE>"))
+    user = EndpointUser(fake_openai.base_url, "user-model", max_retries=0)
+    policy = ScriptPolicy(["I can cancel ORD-8 and refund $25 to your card. Shall I proceed?",
+                           call("cancel_order", order_id="ORD-8"), "Done: ORD-8 is cancelled."])
+    result = run(policy, user=user)
+    assert [m["content"] for m in result.messages if m["role"] == "user"][-1] == "Yes, please go ahead."
+    assert (result.finish_reason, result.passed) == ("user_done", True)
+    assert FakeSandbox.instances[-1].orders["ORD-8"] == "cancelled"
+    prompt = fake_openai.requests[0]["body"]["messages"]
+    assert "Agreeing to an action is not the action being done" in prompt[0]["content"]
+    assert "Shall I proceed?" in prompt[1]["content"] and "My order is ORD-8." in prompt[1]["content"]
+
+
+def test_llm_user_endpoint_failure_is_a_system_error(fake_openai):
+    from rewardbox.episode.user_simulator import EndpointUser
+
+    fake_openai.default = (503, {"error": {"message": "down"}}, {})
+    user = EndpointUser(fake_openai.base_url, "user-model", max_retries=1)
+    result = run(ScriptPolicy(["Which order?"]), user=user)
+    assert result.system_error.startswith("endpoint:") and result.reward is None
