@@ -35,7 +35,12 @@ class TaskSource(_Strict):
     Attributes:
         dataset: ``embedded:retail`` or a path (relative to the working directory).
         test_list: optional YAML test list (relative paths resolve against the dataset).
-        servers: optional ThinkingBox ``servers.yaml`` for external tool servers.
+        servers: optional ThinkingBox ``servers.yaml`` for this dataset's tool servers
+            (absolute, relative to the working directory, else to the dataset). With
+            ``sandbox.kind: external`` every source's file and ``sandbox.servers_yaml``
+            are merged into one config: server names are global, and a name defined
+            twice with different definitions is a config error naming both files
+            (``rewardbox.evaluation.services.profile_servers_config``). Other kinds ignore it.
         name: dataset (domain) name reported in tables; defaults to the directory name.
         limit: keep only the first ``limit`` tasks of this source (list order), for small profiles.
     """
@@ -61,7 +66,18 @@ class TaskSourcesConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    """Tool backends: in-process embedded servers, external MCP servers, or a Session Proxy."""
+    """Tool backends: in-process embedded servers, external MCP servers, or a Session Proxy.
+
+    Attributes:
+        kind: ``inprocess`` (embedded domains in this process), ``external`` (one
+            MCP process per server per episode, or ``mcp-remote`` endpoints), or
+            ``proxy`` (a running ThinkingBox Session Proxy at ``proxy_url``).
+        servers_yaml: external only; a ThinkingBox ``servers.yaml``, merged with
+            each task source's ``servers`` file (one of them must be set).
+        proxy_url: proxy only; e.g. ``http://127.0.0.1:7111``.
+        tool_timeout_s: external only; limit of one tool call, seconds (a hung
+            call is a system error).
+    """
 
     kind: Literal["inprocess", "external", "proxy"] = "inprocess"
     servers_yaml: str | None = None
@@ -116,7 +132,9 @@ class EvaluationConfig(_Strict):
 
 class ReportConfig(_Strict):
     k_values: list[int] = [1, 2, 4, 8, 20]
-    price_table: PriceTable = Field(default_factory=PriceTable)
+    price_table: PriceTable = Field(default_factory=lambda: PriceTable(
+        version="unpriced", models={"*": {"usd_per_1m_input_tokens": 0.0, "usd_per_1m_cached_input_tokens": 0.0,
+                                          "usd_per_1m_output_tokens": 0.0}}))
 
 
 class Profile(_Strict):

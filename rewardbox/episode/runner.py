@@ -293,7 +293,7 @@ def _visible(message: dict[str, Any]) -> dict[str, Any]:
 def _builtin_specs(task: Task) -> list[ToolSpec]:
     specs = []
     for tool in task.builtin_tools:
-        schema = tool.get("parameters") or {"type": "object", "properties": {}}
+        schema = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
         specs.append(ToolSpec(tool["name"], tool.get("description", ""), schema, bool(tool.get("is_end_turn"))))
     return specs
 

@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 
 import polars as pl
 
-from rewardbox.config.profile import Profile
+from rewardbox.config.profile import Profile, TaskSource
 from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
@@ -21,8 +22,11 @@ from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSim
 from rewardbox.evaluation.campaign import campaign_keys, results_frame, run_campaign
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
+from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.sandbox.factory import build_sandbox_factory
+from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
 from rewardbox.tasks.schema import Task
+from rewardbox.tasks.sources import resolve_dataset
 
 
 def build_user_simulator(profile: Profile) -> UserSimulator:
@@ -32,11 +36,46 @@ def build_user_simulator(profile: Profile) -> UserSimulator:
     return ScriptedUser()
 
 
-def build_sandbox(profile: Profile):
-    """A zero-argument factory of fresh sandboxes, as the profile says."""
+def _source_servers_path(source: TaskSource) -> Path:
+    """A source's ``servers`` file: absolute, or relative to the working directory, else to the dataset."""
+    path = Path(source.servers).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return resolve_dataset(source.dataset) / source.servers
+
+
+def profile_servers_config(profile: Profile) -> ServersConfig:
+    """The union of ``sandbox.servers_yaml`` and every task source's ``servers`` file.
+
+    Files are read once each (the same path twice counts once). Server names
+    are global across the files (``merge_servers_configs``).
+
+    Raises:
+        ValueError: no servers file is configured at all.
+        ServersConfigError: a file is unreadable or invalid, or one server name
+            has two different definitions (names the files and the field).
+    """
+    sources = [*profile.tasks.candidates, *profile.tasks.benchmark]
+    paths = [Path(profile.sandbox.servers_yaml).expanduser()] if profile.sandbox.servers_yaml else []
+    paths += [_source_servers_path(s) for s in sources if s.servers]
+    paths = list(dict.fromkeys(p.resolve() for p in paths))
+    if not paths:
+        raise ValueError(f"profile {profile.name!r}: sandbox.kind 'external' needs sandbox.servers_yaml "
+                         "or a 'servers' file on at least one task source")
+    return merge_servers_configs([load_servers_config(p) for p in paths])
+
+
+def build_sandbox(profile: Profile) -> SandboxFactory:
+    """A zero-argument factory of fresh sandboxes, as the profile says.
+
+    ``external`` serves the union of the profile's and the task sources'
+    servers files (``profile_servers_config``); ``sandbox.tool_timeout_s`` is
+    the per-tool-call limit. Config errors surface here, before any episode.
+    """
     cfg = profile.sandbox
     if cfg.kind == "external":
-        return build_sandbox_factory("external", servers_yaml=cfg.servers_yaml, tool_timeout_s=cfg.tool_timeout_s)
+        return build_sandbox_factory("external", servers=profile_servers_config(profile),
+                                     timeouts={"tool_s": cfg.tool_timeout_s})
     if cfg.kind == "proxy":
         return build_sandbox_factory("proxy", base_url=cfg.proxy_url)
     return build_sandbox_factory("inprocess")

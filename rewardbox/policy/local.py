@@ -155,6 +155,7 @@ class LocalPolicy:
             self.load_adapter(adapter_dir)
         self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self._queue: queue.Queue = queue.Queue()
+        self._waiting: list[_Pending] = []
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
         self._thread.start()
 
@@ -200,28 +201,43 @@ class LocalPolicy:
             await asyncio.to_thread(self._thread.join)
 
     def _worker(self) -> None:
+        stopping = False
         while True:
-            batch, stop = self._collect()
+            batch, stop = self._collect(block=not self._waiting and not stopping)
+            stopping = stopping or stop
             if batch:
                 self._run_batch(batch)
-            if stop:
+            if stopping and not self._waiting:
                 return
 
-    def _collect(self) -> tuple[list[_Pending], bool]:
-        first = self._queue.get()
-        if first is _STOP:
-            return [], True
-        batch = [first]
+    def _collect(self, block: bool = True) -> tuple[list[_Pending], bool]:
+        """Take queued requests, then the oldest one plus those sharing its prompt prefix.
+
+        Requests with another prefix (another domain's system prompt) wait for a
+        later batch, so each batch can reuse one cached prefix (``prefix_cache``).
+        """
+        stop = False
         deadline = time.monotonic() + self.batch_wait_s
-        while len(batch) < self.max_batch_size:
+        while len(self._waiting) < 4 * self.max_batch_size:
             try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                if block and not self._waiting:
+                    item = self._queue.get()
+                else:
+                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if item is _STOP:
-                return batch, True
-            batch.append(item)
-        return batch, False
+                stop = True
+                break
+            self._waiting.append(item)
+        if not self._waiting:
+            return [], stop
+        key = self._waiting[0].prompt_ids[: self.prefix_cache.min_tokens]
+        batch = [p for p in self._waiting if p.prompt_ids[: self.prefix_cache.min_tokens] == key]
+        batch = batch[: self.max_batch_size]
+        chosen = {id(p) for p in batch}
+        self._waiting = [p for p in self._waiting if id(p) not in chosen]
+        return batch, stop
 
     def _run_batch(self, batch: list[_Pending]) -> None:
         batch = [p for p in batch if not p.future.cancelled()]

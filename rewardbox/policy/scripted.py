@@ -37,8 +37,9 @@ class GoldenReplayPolicy:
 
     The number of calls already made is the number of ``tool`` messages in the
     history; the next golden call is written as Hermes text. When all are done,
-    the answer names every value in ``task.metadata["response_values"]`` and ends
-    with ``<DONE>``. A task without golden interactions gets the answer at once.
+    the answer names every value in ``task.metadata["response_values"]`` (or, for
+    tasks loaded from a dataset, which carry none, quotes the golden calls' tool
+    outputs, where a value the user must be told comes from) and ends with ``<DONE>``. A task without golden interactions gets the answer at once.
     """
 
     name = "golden"
@@ -59,6 +60,8 @@ class GoldenReplayPolicy:
             body = json.dumps({"name": tool, "arguments": parameters}, ensure_ascii=False)
             return f"{CALL_OPEN}{body}{CALL_CLOSE}"
         values = [str(v) for v in (getattr(task, "metadata", None) or {}).get("response_values", [])]
+        if not values:  # tasks loaded from a dataset: report what the golden calls returned
+            values = [f"Results: {m.get('content')}" for m in request.messages if m.get("role") == "tool"]
         told = (" " + " ".join(values)) if values else ""
         return f"{DONE_ANSWER}{told} <DONE>"
 

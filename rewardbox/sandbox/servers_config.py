@@ -36,6 +36,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -226,3 +227,43 @@ def load_servers_config(path: str | Path) -> ServersConfig:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ServersConfigError(path, f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     return parse_servers_config(data, path)
+
+
+def _is_internal(name: str, server: ProcessServer | RemoteServer, internal: dict[str, ProcessServer]) -> bool:
+    return name in internal and server.model_dump() == internal[name].model_dump()
+
+
+def merge_servers_configs(configs: Sequence[ServersConfig]) -> ServersConfig:
+    """The union of several servers configs (the profile's and each task source's).
+
+    Server names are global: the same name may appear in several files only
+    with the same definition (compared as written, before substitution). An
+    entry added by ``use_internal_servers`` yields to an explicit entry of the
+    same name in another file.
+
+    Args:
+        configs: validated configs, in priority-free order (e.g. profile first).
+
+    Returns:
+        One config; ``source`` lists the files joined by ``" + "``;
+        ``use_internal_servers`` is true when any input had it.
+
+    Raises:
+        ServersConfigError: a name is defined twice with different definitions;
+            the message names the server and both files.
+    """
+    internal = internal_servers() if any(c.use_internal_servers for c in configs) else {}
+    merged: dict[str, ProcessServer | RemoteServer] = {}
+    origin: dict[str, str] = {}
+    for config in configs:
+        for name, server in config.servers.items():
+            if name not in merged or _is_internal(name, merged[name], internal):
+                merged[name], origin[name] = server, config.source
+            elif server.model_dump() != merged[name].model_dump() and not _is_internal(name, server, internal):
+                raise ServersConfigError(
+                    config.source, f"server {name!r} is already defined differently in {origin[name]}; "
+                    "server names are global, rename one or make the definitions identical", f"servers.{name}")
+    sources = list(dict.fromkeys(c.source for c in configs))
+    out = ServersConfig(use_internal_servers=any(c.use_internal_servers for c in configs), servers=merged)
+    out._source = " + ".join(sources) or "<servers config>"
+    return out

@@ -1,0 +1,368 @@
+"""ThinkingBox interchange: our attempts as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
+
+Export (THINKINGBOX_FORMAT.md §5.1) writes one ``DecodeResult`` JSON object per
+line, in input order, with every field: ``uid``, ``messages`` (tagged union on
+``T``: ``Text`` / ``ParallelToolCall`` / ``ToolResponse``), ``test_result``,
+``test_context``, ``test_tags``, ``tools``, ``raw_messages``, ``user_llm_history``,
+``usage`` (one entry per agent completion), ``metadata``, ``is_system_error``,
+``finish_reason``, so ``tb agg`` / ``tb sbs`` read our campaigns.
+
+Import reads ``tb infer`` output into the attempt-row schema
+(``rewardbox.evaluation.campaign.ROW_SCHEMA``) so existing probe runs feed
+``rewardbox.selection.task_difficulty`` without re-running them.
+
+System errors (§4.7): a *decode* system error is ``is_system_error: true`` with
+``metadata.error = {type, message, tb}`` and no ``test_result``; a *test* system
+error is ``test_result.is_system_error: true``. Both become a non-null
+``system_error`` string on import (never a reward of 0). Our finish reasons
+outside ThinkingBox's set (``context_limit``, ``system_error``) are written as
+``agent_limit`` / ``done`` and kept verbatim in ``metadata.rewardbox_finish_reason``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.evaluation.campaign import ROW_SCHEMA
+from rewardbox.evaluation.tb_messages import tb_messages, tb_tool_calls
+from rewardbox.tasks.schema import Task
+
+TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",
+                     "no_user_llm", "skipped")
+"""``DecodeResult.finish_reason`` values ThinkingBox accepts (``chat_types.FinishReason``)."""
+
+_TO_TB_FINISH = {"context_limit": "agent_limit", "system_error": "done", "": "done"}
+_NULL_SESSION = "00000000-0000-0000-0000-000000000000"
+_GRADER_FALLBACK = "test raised a non-assertion exception"
+
+
+class InterchangeError(ValueError):
+    """A DecodeResult JSONL line is malformed; the message names the file, line and field."""
+
+    def __init__(self, path: str | Path, line: int, message: str, field: str | None = None):
+        detail = f" (field {field!r})" if field else ""
+        super().__init__(f"{path}:{line}{detail}: {message}")
+        self.path, self.line, self.field = str(path), line, field
+
+
+# ----- export ----------------------------------------------------------------------------
+
+
+def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task], path: str | os.PathLike) -> Path:
+    """Write attempts as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
+
+    Args:
+        results: attempts of a campaign (probe or evaluation), e.g. the second
+            value returned by ``rewardbox.evaluation.services.run_trials``.
+        tasks: the tasks the results came from (scenario, agent, file, tags, tools).
+        path: output file; parent directories are created; written atomically.
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: a result's uid is not among ``tasks`` (names the uid).
+    """
+    by_uid = {t.uid: t for t in tasks}
+    missing = sorted({r.uid for r in results} - set(by_uid))
+    if missing:
+        raise ValueError(f"export_decode_results: no task for uid(s) {missing[:5]} ({len(missing)} in all); "
+                         "pass the tasks the results came from")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        for result in results:
+            f.write(json.dumps(decode_result_row(result, by_uid[result.uid]), ensure_ascii=False, default=str))
+            f.write("\n")
+    tmp.replace(path)
+    return path
+
+
+def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
+    """One ``DecodeResult`` as a JSON-ready dict (every §5.1 field present)."""
+    decode_error = result.system_error is not None and not _is_test_error(result)
+    messages = tb_messages(result.messages, _end_turn_names(result, task))
+    row: dict[str, Any] = {
+        "uid": result.uid,
+        "messages": messages,
+        "test_result": None if decode_error else _test_result(result),
+        "test_context": None if decode_error else _test_context(result, messages),
+        "test_tags": tb_test_tags(task.tags),
+        "tools": _tool_defs(result, task),
+        "raw_messages": _jsonable(result.messages),
+        "user_llm_history": None,  # the user simulator's prompts are not kept (§4.5: stateless)
+        "usage": [_usage(turn) for turn in result.agent_turns],
+        "metadata": _metadata(result, task, decode_error),
+        "is_system_error": decode_error,
+        "finish_reason": _TO_TB_FINISH.get(result.finish_reason, result.finish_reason),
+    }
+    if row["finish_reason"] not in TB_FINISH_REASONS:
+        row["finish_reason"] = "done"
+    return row
+
+
+def _is_test_error(result: EpisodeResult) -> bool:
+    return result.test_outcome is not None and result.test_outcome.is_system_error
+
+
+def _test_result(result: EpisodeResult) -> dict[str, Any] | None:
+    outcome = result.test_outcome
+    if outcome is None:
+        return None
+    metadata = dict(outcome.metadata)
+    if outcome.message:
+        metadata.setdefault("message", outcome.message)
+    return {
+        "result": bool(outcome.result),
+        "reward": float(outcome.reward),
+        "is_system_error": bool(outcome.is_system_error),
+        "tb": outcome.tb,
+        "prints": outcome.prints,
+        "lineno": -1 if outcome.lineno is None else int(outcome.lineno),
+        "line_content": outcome.line_content,
+        "metadata": _jsonable(metadata),
+    }
+
+
+def _test_context(result: EpisodeResult, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "response": result.response,
+        "tool_direct_responses": [m["content"] for m in messages
+                                  if m["T"] == "Text" and m["metadata"].get("tag") == "direct"],
+        "effects": _jsonable(result.effects),
+        "tool_calls": tb_tool_calls(messages),
+        "messages": messages,
+        "init_result": {},  # not kept on EpisodeResult
+        "session_id": _NULL_SESSION,
+        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": result.finish_reason},
+    }
+
+
+def tb_test_tags(tags: Sequence[str]) -> dict[str, Any]:
+    """Flat tags -> ThinkingBox ``TestCaseTags`` (``domain:``, ``eval:``, ``category:``, ``skip``, labels)."""
+    out: dict[str, Any] = {"labels": [], "category": [], "domain": None, "eval_type": None, "skip": False}
+    for tag in tags:
+        low = tag.lower()
+        if low.startswith("domain:"):
+            out["domain"] = low[len("domain:"):]
+        elif low.startswith("eval:"):
+            out["eval_type"] = low[len("eval:"):]
+        elif low.startswith("category:"):
+            out["category"].append(low[len("category:"):])
+        elif low == "skip":
+            out["skip"] = True
+        else:
+            out["labels"].append(tag)
+    return out
+
+
+def _end_turn_names(result: EpisodeResult, task: Task) -> set[str]:
+    names = {t["name"] for t in task.builtin_tools if t.get("is_end_turn")}
+    names |= {t.name for t in task.tools if t.is_end_turn}
+    return names | {getattr(t, "name", "") for t in result.tools if getattr(t, "is_end_turn", False)}
+
+
+def _tool_defs(result: EpisodeResult, task: Task) -> list[dict[str, Any]]:
+    """ThinkingBox ``ToolDef``s of the tools the agent saw (builtin ones first)."""
+    direct = {t.name: t.direct_response for t in task.tools}
+    out = []
+    for spec in result.tools:
+        if isinstance(spec, dict):  # already a plain dict (e.g. a reloaded result)
+            name, description = spec.get("name", ""), spec.get("description", "")
+            schema, end_turn = spec.get("input_schema") or spec.get("parameters") or {}, spec.get("is_end_turn", False)
+        else:
+            name, description, schema, end_turn = spec.name, spec.description, spec.input_schema, spec.is_end_turn
+        out.append({"name": name, "description": description, "input_schema": _jsonable(schema),
+                    "direct_response": direct.get(name), "is_end_turn": bool(end_turn)})
+    return out
+
+
+def _usage(turn: Any) -> dict[str, Any]:
+    """ThinkingBox ``Usage`` of one agent completion (reasoning tokens 0 unless recorded)."""
+    reasoning = int(getattr(turn, "reasoning_tokens", 0) or 0)
+    return {
+        "input_tokens": int(turn.input_tokens),
+        "input_tokens_details": {"cached_tokens": int(turn.cached_input_tokens)},
+        "output_tokens": int(turn.output_tokens),
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": int(turn.input_tokens) + int(turn.output_tokens),
+    }
+
+
+def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str, Any]:
+    meta = task.metadata
+    metadata: dict[str, Any] = {
+        "scenario": meta.get("scenario", task.scenario),
+        "test_case_file": meta.get("test_case_file", task.test_file),
+        "test_case_name": meta.get("test_case_name", task.test_name),
+        "agent": meta.get("agent", task.agent),
+        "repetition": result.trial,
+        "execution_time": result.seconds,
+        "time_agent": result.time_agent_s,
+        "time_user": result.time_user_s,
+        "time_tool": result.time_tool_s,
+        "time_test": result.time_test_s,
+        "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
+        "rewardbox_finish_reason": result.finish_reason,
+        "rewardbox_attempts": result.attempts,
+        "rewardbox_domain": task.domain,
+    }
+    if decode_error:
+        kind, _, message = (result.system_error or "").partition(": ")
+        metadata["error"] = {"type": kind or "system", "message": message or result.system_error, "tb": ""}
+    return metadata
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+
+
+# ----- import ----------------------------------------------------------------------------
+
+
+def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None = None) -> pl.DataFrame:
+    """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as attempt rows (``ROW_SCHEMA``).
+
+    Per row: ``trial`` = ``metadata.repetition``; ``reward`` / ``passed`` from
+    ``test_result``; ``system_error`` = ``"<error.type>: <error.message>"`` for a
+    decode system error, ``"grader: <message>"`` for a test system error (the
+    message is ``test_result.metadata.message`` or the traceback's last line), and
+    ``"missing test_result: ..."`` when the test never ran (``tb agg`` counts that
+    as a failed decoding too); ``turns`` = number of ``usage`` entries (agent
+    completions); tokens summed over ``usage``; ``seconds`` =
+    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``).
+
+    Args:
+        path: the JSONL file. Blank lines are ignored.
+        tasks: when given, ``domain`` comes from them and every uid must be one
+            of theirs; otherwise ``domain`` is ``metadata.rewardbox_domain``, the
+            ``test_tags.domain`` or ``metadata.scenario``.
+
+    Returns:
+        One row per line, file order.
+
+    Raises:
+        InterchangeError: a line is not JSON or lacks / mistypes a field
+            (strict: the whole file is rejected, naming file, line and field),
+            or a (uid, repetition) key repeats.
+        ValueError: a uid is not among ``tasks``.
+    """
+    domains = {t.uid: t.domain for t in tasks} if tasks is not None else None
+    rows, seen = [], {}
+    for lineno, obj in _iter_lines(Path(path)):
+        row = _attempt_row(obj, Path(path), lineno)
+        key = (row["uid"], row["trial"])
+        if key in seen:
+            raise InterchangeError(path, lineno, f"(uid, repetition) {key} repeats line {seen[key]}", "uid")
+        seen[key] = lineno
+        if domains is not None:
+            if row["uid"] not in domains:
+                raise ValueError(f"{path}:{lineno}: uid {row['uid']!r} is not among the given tasks")
+            row["domain"] = domains[row["uid"]]
+        rows.append(row)
+    return pl.DataFrame(rows, schema=ROW_SCHEMA)
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InterchangeError(path, lineno, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+            if not isinstance(obj, dict):
+                raise InterchangeError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+            yield lineno, obj
+
+
+def _field(obj: dict[str, Any], name: str, types: type | tuple[type, ...], path: Path, lineno: int,
+           *, required: bool = True, where: str = "") -> Any:
+    value = obj.get(name)
+    label = f"{where}{name}"
+    if value is None:
+        if required:
+            raise InterchangeError(path, lineno, "missing", label)
+        return None
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise InterchangeError(path, lineno, f"expected {types}, got bool", label)
+    if not isinstance(value, types):
+        raise InterchangeError(path, lineno, f"expected {types}, got {type(value).__name__}", label)
+    return value
+
+
+def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]:
+    uid = _field(obj, "uid", str, path, lineno)
+    metadata = _field(obj, "metadata", dict, path, lineno)
+    trial = _field(metadata, "repetition", int, path, lineno, where="metadata.")
+    usage = _field(obj, "usage", list, path, lineno, required=False) or []
+    tokens = _usage_totals(usage, path, lineno)
+    reward, passed, system_error = _outcome(obj, metadata, path, lineno)
+    seconds = _field(metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata.")
+    domain = (metadata.get("rewardbox_domain") or ((obj.get("test_tags") or {}).get("domain"))
+              or metadata.get("scenario") or "")
+    finish = metadata.get("rewardbox_finish_reason") or obj.get("finish_reason") or ""
+    if obj.get("is_system_error") and not metadata.get("rewardbox_finish_reason"):
+        finish = "system_error"
+    return {
+        "uid": uid, "domain": str(domain), "trial": trial, "reward": reward, "passed": passed,
+        "system_error": system_error, "finish_reason": str(finish),
+        "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
+        **tokens, "seconds": float(seconds or 0.0),
+        "attempts": int(metadata.get("rewardbox_attempts") or 1),
+    }
+
+
+def _usage_totals(usage: list[Any], path: Path, lineno: int) -> dict[str, int]:
+    totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
+    for i, item in enumerate(usage):
+        where = f"usage[{i}]."
+        if not isinstance(item, dict):
+            raise InterchangeError(path, lineno, f"expected an object, got {type(item).__name__}", f"usage[{i}]")
+        totals["input_tokens"] += _field(item, "input_tokens", int, path, lineno, required=False, where=where) or 0
+        totals["output_tokens"] += _field(item, "output_tokens", int, path, lineno, required=False, where=where) or 0
+        details = item.get("input_tokens_details") or {}
+        totals["cached_input_tokens"] += int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+    return totals
+
+
+def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
+             lineno: int) -> tuple[float | None, bool | None, str | None]:
+    """(reward, passed, system_error) of one DecodeResult (§4.7, §5.2)."""
+    if obj.get("is_system_error"):
+        error = metadata.get("error") if isinstance(metadata.get("error"), dict) else {}
+        kind = error.get("type") or "decode"
+        return None, None, f"{kind}: {error.get('message') or 'decode system error'}"
+    test = _field(obj, "test_result", dict, path, lineno, required=False)
+    if test is None:
+        return None, None, "missing test_result: the test did not run"
+    if test.get("is_system_error"):
+        meta = test.get("metadata") if isinstance(test.get("metadata"), dict) else {}
+        tb_lines = [line for line in str(test.get("tb") or "").splitlines() if line.strip()]
+        return None, None, f"grader: {meta.get('message') or (tb_lines[-1].strip() if tb_lines else _GRADER_FALLBACK)}"
+    passed = _field(test, "result", bool, path, lineno, where="test_result.")
+    reward = float(_field(test, "reward", (int, float), path, lineno, where="test_result."))
+    if not 0.0 <= reward <= 1.0:
+        raise InterchangeError(path, lineno, f"reward {reward} is outside [0, 1]", "test_result.reward")
+    return reward, passed, None
+
+
+def _count_turns(messages: list[Any]) -> int:
+    """Agent turns when ``usage`` is absent: one per ParallelToolCall and per visible assistant Text (§4.2)."""
+    count = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        tag = (m.get("metadata") or {}).get("tag", "text")
+        if m.get("T") == "ParallelToolCall" or (m.get("T") == "Text" and m.get("role") == "assistant" and tag == "text"):
+            count += 1
+    return count
