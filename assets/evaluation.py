@@ -8,6 +8,7 @@ from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
+from rewardbox.evaluation.interchange import export_decode_results
 from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
@@ -16,19 +17,26 @@ PARQUET = "parquet_io_manager"
 
 
 def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x k trials; one repair pass re-runs system-error keys."""
+    """Every benchmark task x k trials; one repair pass re-runs system-error keys.
+
+    Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
+    """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    rows, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
+    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        repaired, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
+        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
         rows = merge_repair(rows, repaired)
+        latest = {(r.uid, r.trial): r for r in [*results, *repaired_results]}
+        results = [latest[key] for key in sorted(latest)]
+    decode_path = export_decode_results(results, tasks, rewardbox.path("evaluation", f"{context.asset_key.path[-1]}"
+                                                                       f"{'-' + context.partition_key if context.has_partition_key else ''}.jsonl"))
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "repaired_keys": len(redo), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
+        "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": profile.section_hash("evaluation", "policy", "episode"), "input_hash": tasks_hash(tasks),
     })
     return rows

@@ -6,6 +6,7 @@ import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
+from rewardbox.evaluation.interchange import import_infer_results
 from rewardbox.evaluation.services import run_trials
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
@@ -20,10 +21,15 @@ PARQUET = "parquet_io_manager"
 def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                   screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
-    turns, tokens (input, output), seconds. n trials per candidate with the base policy."""
+    turns, tokens (input, output), seconds. n trials per candidate with the base policy, or the
+    rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set."""
     profile = rewardbox.load()
-    policy = rewardbox.policy(base_checkpoint or None)
-    rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)
+    if profile.probe.import_results:
+        rows = import_infer_results(profile.probe.import_results, screened_candidates)
+        context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
+    else:
+        policy = rewardbox.policy(base_checkpoint or None)
+        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,

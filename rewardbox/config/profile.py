@@ -119,9 +119,17 @@ class GradingConfig(_Strict):
 
 
 class ProbeConfig(_Strict):
-    """Offline difficulty probes: n trials of each candidate with the base policy."""
+    """Offline difficulty probes: n trials of each candidate with the base policy.
+
+    Attributes:
+        trials: n, probes per candidate task.
+        import_results: a ``tb infer`` JSONL file (ThinkingBox ``DecodeResult`` rows) to use
+            as the probe results instead of running probes (existing probe runs feed task
+            selection without re-running them).
+    """
 
     trials: int = Field(8, ge=1)
+    import_results: str | None = None
 
 
 class EvaluationConfig(_Strict):

@@ -49,5 +49,7 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
     assert base.select("uid", "trial").n_unique() == base.height == 6 * 2
     report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
     assert "pass^2" in report_md and "| helpdesk |" in report_md
+    decode_rows = (tmp_path / "test" / "evaluation" / "evaluation_results.jsonl").read_text().splitlines()
+    assert len(decode_rows) == 6 * 2 and '"test_result"' in decode_rows[0]  # ThinkingBox DecodeResult rows
     merged = tmp_path / "test" / "checkpoints" / "merged"
     assert (merged / "config.json").exists() and list(merged.glob("*.safetensors"))
