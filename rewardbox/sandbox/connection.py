@@ -74,18 +74,6 @@ class _TransientConnectError(Exception):
     """A connect attempt failed in a way worth retrying (spawn, handshake, listing)."""
 
 
-def first_text(result: mcp_types.CallToolResult) -> str:
-    """The text of ``content[0]`` (THINKINGBOX_FORMAT.md §2.2); ``""`` when empty.
-
-    A non-text first block (image, resource) is returned as its JSON.
-    """
-    if not result.content:
-        return ""
-    block = result.content[0]
-    text = getattr(block, "text", None)
-    return text if isinstance(text, str) else block.model_dump_json(by_alias=True, exclude_none=True)
-
-
 def _consume(future: asyncio.Future[Any]) -> None:
     """Mark a future's exception as retrieved (the failure is reported elsewhere)."""
     if not future.cancelled():

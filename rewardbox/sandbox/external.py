@@ -20,7 +20,6 @@ own ``{"error": ...}`` output is ordinary tool output.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import shutil
 import tempfile
@@ -31,47 +30,19 @@ from typing import Any
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
-from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection, first_text
+from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
+from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
 from rewardbox.sandbox.schema import clean_schema
 from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config
 
 logger = logging.getLogger(__name__)
 
-RESERVED_PREFIX = "__reserved__"
+
 INIT_TOOL = "__reserved__init"
 EFFECTS_TOOL = "__reserved__geteffects"
 TEARDOWN_TOOL = "__reserved__teardown"
 SERVER_TOOL = "__reserved__server_tool"
-
-
-def parse_init_reply(server: str, text: str) -> dict[str, Any]:
-    """Interpret a ``__reserved__init`` reply (§2.3).
-
-    ``{}`` → ``{}``; ``{"status": "ok", ...rest}`` → ``rest`` (the init result);
-    anything else (other JSON, invalid JSON, a tool error) fails the episode.
-
-    Raises:
-        SandboxError: the reply is not OK (system error: the episode cannot start).
-    """
-    try:
-        reply = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        reply = None
-    if reply == {}:
-        return {}
-    if isinstance(reply, dict) and reply.get("status") == "ok":
-        return {k: v for k, v in reply.items() if k != "status"}
-    raise SandboxError(f"__reserved__init of server {server!r} failed: {text[:1000]}")
-
-
-def parse_effects_reply(text: str) -> dict[str, Any]:
-    """A ``__reserved__geteffects`` reply as a dict; anything but a JSON object becomes ``{}`` (§2.3)."""
-    try:
-        reply = json.loads(text)
-    except (json.JSONDecodeError, TypeError):
-        return {}
-    return reply if isinstance(reply, dict) else {}
 
 
 class ExternalSandbox:

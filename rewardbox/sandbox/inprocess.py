@@ -34,9 +34,10 @@ from mcp import Client
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
+from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_init_reply
 from rewardbox.sandbox.schema import clean_schema
 
-RESERVED_PREFIX = "__reserved__"
+
 
 logger = logging.getLogger(__name__)
 
@@ -82,31 +83,6 @@ class _Connection:
             for task in pending:  # a client that does not exit in time is cancelled
                 task.cancel()
         self.client = None
-
-
-def _result_text(result: Any) -> str:
-    """The text of ``content[0]`` of an MCP ``CallToolResult`` ('' when empty)."""
-    content = getattr(result, "content", None) or []
-    if not content:
-        return ""
-    first = content[0]
-    text = getattr(first, "text", None)
-    if isinstance(text, str):
-        return text
-    return json.dumps(first.model_dump(mode="json", by_alias=True, exclude_none=True))
-
-
-def _parse_init(server: str, text: str) -> dict[str, Any]:
-    """``{}`` -> ``{}``; ``{"status": "ok", **rest}`` -> ``rest``; anything else fails."""
-    try:
-        reply = json.loads(text)
-    except json.JSONDecodeError:
-        reply = None
-    if reply == {}:
-        return {}
-    if isinstance(reply, dict) and reply.get("status") == "ok":
-        return {k: v for k, v in reply.items() if k != "status"}
-    raise SandboxError(f"server {server!r}: __reserved__init failed: {text[:1000]}")
 
 
 class InProcessSandbox:
@@ -200,7 +176,7 @@ class InProcessSandbox:
                     init_results[server] = {}
                     continue
                 result = await self._call(conn, RESERVED_PREFIX + "init", {"config": config})
-                init_results[server] = _parse_init(server, _result_text(result))
+                init_results[server] = parse_init_reply(server, first_text(result))
             return init_results
         except BaseException:
             await self.close()
@@ -225,8 +201,8 @@ class InProcessSandbox:
         server = self._routes[name]
         result = await self._call(self._connections[server], name, dict(arguments))
         if getattr(result, "is_error", False):
-            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {_result_text(result)[:500]}")
-        return _result_text(result)
+            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}")
+        return first_text(result)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:
         """``{server: geteffects JSON}`` (``{}`` for a server without the reserved tool).
@@ -241,7 +217,7 @@ class InProcessSandbox:
             if RESERVED_PREFIX + "geteffects" not in conn.reserved:
                 effects[server] = {}
                 continue
-            text = _result_text(await self._call(conn, RESERVED_PREFIX + "geteffects", {}))
+            text = first_text(await self._call(conn, RESERVED_PREFIX + "geteffects", {}))
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:

@@ -25,7 +25,8 @@ import yaml
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.connection import SandboxTimeouts
-from rewardbox.sandbox.external import ExternalSandbox, parse_effects_reply, parse_init_reply
+from rewardbox.sandbox.external import ExternalSandbox
+from rewardbox.sandbox.reserved import parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.servers_config import ServersConfigError, load_servers_config, parse_servers_config
 
