@@ -286,6 +286,7 @@ class LocalPolicy:
             else:
                 inputs, _ = prepared
                 input_ids = inputs["input_ids"]
+            cached_tokens = inputs["cache"].get_seq_length() if "cache" in inputs else 0
             self._seed([r.seed for r in requests])
             output = self.model.generate(
                 **inputs,
@@ -301,7 +302,7 @@ class LocalPolicy:
             )
         new_tokens = output[:, input_ids.shape[1] :].tolist()
         return [
-            self._completion(req, ids, row[:budget], temp, len(requests))
+            self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens)
             for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
         ]
 
@@ -329,7 +330,8 @@ class LocalPolicy:
             torch.manual_seed(self._rng.getrandbits(48))
 
     def _completion(
-        self, request: ChatRequest, prompt_ids: list[int], row: list[int], temperature: float, batch_size: int
+        self, request: ChatRequest, prompt_ids: list[int], row: list[int], temperature: float, batch_size: int,
+        cached_tokens: int = 0,
     ) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in self.stop_token_ids), None)
         completion_ids = row if stop_at is None else row[: stop_at + 1]
@@ -341,6 +343,7 @@ class LocalPolicy:
             interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason),
             finish_reason=finish_reason,
             input_tokens=len(prompt_ids),
+            cached_input_tokens=cached_tokens,
             output_tokens=len(completion_ids),
             prompt_token_ids=list(prompt_ids),
             completion_token_ids=list(completion_ids),
