@@ -151,9 +151,9 @@ class LocalPolicy:
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
         self.pad_token_id = self.stop_token_ids[0]
+        self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         if adapter_dir is not None:
             self.load_adapter(adapter_dir)
-        self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self._queue: queue.Queue = queue.Queue()
         self._waiting: list[_Pending] = []
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)

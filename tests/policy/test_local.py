@@ -65,23 +65,26 @@ def test_embedded_model_batched_completion(smollm2_checkpoint, retail_tools):
     async def run():
         policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, batch_wait_ms=500, seed=0)
         try:
+            # requests sharing a prompt prefix are batched (and reuse its cached KV); others wait their turn
             requests = [ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=16, temperature=0.0),
-                        ChatRequest(messages=messages[1:], tools=[], max_new_tokens=16, temperature=1.0)]
+                        ChatRequest(messages=messages[1:], tools=[], max_new_tokens=16, temperature=1.0),
+                        ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=8, temperature=1.0)]
             return policy, await asyncio.gather(*(policy.complete(r) for r in requests))
         finally:
             await policy.aclose()
 
     policy, completions = asyncio.run(run())
     stop_ids = set(policy.stop_token_ids)
-    for completion, with_tools in zip(completions, (True, False)):
-        assert completion.extra["batch_size"] == 2
+    assert [c.extra["batch_size"] for c in completions] == [2, 1, 2]
+    assert completions[0].cached_input_tokens > 300 and completions[1].cached_input_tokens == 0
+    for completion, with_tools, budget in zip(completions, (True, False, True), (16, 16, 8)):
         ids = completion.completion_token_ids
-        assert 1 <= len(ids) <= 16 and completion.output_tokens == len(ids)
+        assert 1 <= len(ids) <= budget and completion.output_tokens == len(ids)
         assert completion.input_tokens == len(completion.prompt_token_ids)
         if completion.finish_reason == "stop":
             assert ids[-1] in stop_ids and not stop_ids & set(ids[:-1])
         else:
-            assert completion.finish_reason == "length" and len(ids) == 16 and not stop_ids & set(ids)
+            assert completion.finish_reason == "length" and len(ids) == budget and not stop_ids & set(ids)
         text_ids = ids[:-1] if completion.finish_reason == "stop" else ids
         assert completion.raw_text == policy.tokenizer.decode(text_ids)
         prompt = render_prompt(messages if with_tools else messages[1:], retail_tools if with_tools else [])
