@@ -13,13 +13,18 @@ from rewardbox.tasks.sources import load_benchmark, load_candidates
 GROUP = "tasks"
 
 
+def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:
+    """A broken task file names file, line and field; the other tasks still load."""
+    for error in errors:
+        context.log.warning(f"task file skipped: {error}")
+
+
 @dg.asset(group_name=GROUP)
 def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
     """Training candidates; anything in the benchmark split is excluded by uid and content hash."""
     profile = rewardbox.load()
     loaded = load_candidates(profile.tasks)
-    for error in loaded.errors:
-        context.log.warning(f"task file skipped: {error}")
+    _log_load_errors(context, loaded.errors)
     context.add_output_metadata({
         "tasks": len(loaded.tasks), "per_domain": per_domain(loaded.tasks),
         "excluded_as_benchmark": len(loaded.excluded), "load_errors": dg.MetadataValue.json(loaded.errors),
@@ -34,8 +39,7 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """The held-out evaluation set: valid tasks only (invalid ones are reported by uid)."""
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    for error in loaded.errors:
-        context.log.warning(f"task file skipped: {error}")
+    _log_load_errors(context, loaded.errors)
     valid, report = screen_tasks(loaded.tasks, profile)
     invalid = report.filter(~report["valid"])
     context.add_output_metadata({

@@ -59,14 +59,11 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
 def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
                            benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
     """Blocking: the merged checkpoint loads with transformers and runs one full episode."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(merged_checkpoint)
-    n_params = sum(p.numel() for p in model.parameters())
-    del model
     profile = rewardbox.load()
     local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
-    rows, results = run_trials(benchmark_tasks[:1], 1, build_policy(local, checkpoint_dir=merged_checkpoint), profile)
+    policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
+    n_params = sum(p.numel() for p in policy.model.parameters())
+    rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile)
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     return dg.AssetCheckResult(passed=ok, metadata={
         "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",

@@ -31,8 +31,7 @@ def _profile():
 
 
 def _incoming_dir() -> Path:
-    profile = _profile()
-    return profile.data_path / profile.name / "checkpoints" / "incoming"
+    return _ARTIFACTS / "checkpoints" / "incoming"
 
 
 def _benchmark_version() -> str:
@@ -55,6 +54,9 @@ def _candidate_fingerprint() -> str:
     return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
+_STARTUP_PROFILE = _profile()  # read once at start-up
+_ARTIFACTS = _STARTUP_PROFILE.data_path / _STARTUP_PROFILE.name
+
 all_assets = dg.load_assets_from_modules([tasks, model, selection, training, evaluation, report])
 all_checks = dg.load_asset_checks_from_modules([tasks, model, selection, training, evaluation, report])
 
@@ -71,8 +73,8 @@ defs = dg.Definitions(
     schedules=[build_reprobe_schedule(reprobe_job)],
     resources={
         "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
-        "parquet_io_manager": ParquetIOManager(base_dir=str(_profile().data_path / _profile().name / "assets")),
-        "io_manager": dg.FilesystemIOManager(base_dir=str(_profile().data_path / _profile().name / "objects")),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(_ARTIFACTS / "objects")),
     },
     executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
 )

@@ -97,15 +97,6 @@ class Task:
                 out.append((server, item["tool"], dict(item.get("parameters") or {})))
         return out
 
-    def expects_write(self) -> bool:
-        """True when the golden trajectory has at least one interaction that writes.
-
-        Domains mark read-only tools with the ``readonly`` tag; unknown tools
-        count as writes. The authoritative check is golden state != initial state
-        (see ``rewardbox.grading``); this is only a cheap hint.
-        """
-        return bool(self.metadata.get("expects_write", bool(self.golden_interactions())))
-
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of ``query`` + ``init`` (exclusion key)."""
         payload = canonical_json({"query": self.query.strip(), "init": self.init})
