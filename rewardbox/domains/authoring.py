@@ -43,6 +43,19 @@ def task_spec(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool
             "response_values": values or []}
 
 
+def short_ask(request: str, k: int) -> str:
+    """A first message that is the request alone, e.g. "Please cancel my booking BK-6011."
+
+    The trivial families ask this way: the request first and nothing before it.
+    Measured on the embedded SmolLM2-135M (first turn, temperature 0.7, 16
+    samples, tool names guided): "Please cancel my booking BK-6011." gave the
+    right call 9/16 times; the same ask after "Hi, I'm <name> (<email>)." 3/16.
+    Who is asking stays in the simulated user's facts (the agent may ask).
+    Variant ``k`` alternates "Please ..." and "Hi, please ...".
+    """
+    return f"{'Please' if k % 2 == 0 else 'Hi, please'} {request}."
+
+
 def user_context_text(facts: list[str], goal: str, *, agrees: bool = True, extra: list[str] | None = None,
                       give_up: str = GIVE_UP) -> str:
     """The simulated user's private facts, one ``Key: value`` per line.

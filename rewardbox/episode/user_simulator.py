@@ -63,22 +63,42 @@ def split_stop_marker(reply: str) -> tuple[str, bool]:
 class ScriptedUser:
     """Answers from the task's ``user_context``; needs no endpoint (embedded default).
 
-    Turn 1 gives the facts of ``user_context`` (its lines without rule headers),
-    turn 2 agrees to proceed, turn 3 and later end the conversation with a bare
-    ``<DONE>``. Deterministic; the agent must do the work from the facts.
+    Turn 1 gives the facts of ``user_context`` the user may share (see
+    ``shareable_facts``), turn 2 agrees to proceed, turn 3 and later end the
+    conversation with a bare ``<DONE>``. Deterministic; the agent must do the
+    work from the facts.
     """
 
     async def reply(self, task: Task, messages: list[dict[str, Any]], user_turn: int) -> str:
         if user_turn == 1:
-            return _facts(task.user_context) or "I don't know."
+            return shareable_facts(task.user_context) or "I don't know."
         if user_turn == 2:
             return "Yes, please go ahead."
         return STOP_MARKER
 
 
-def _facts(user_context: str) -> str:
+def shareable_facts(user_context: str) -> str:
+    """The ``Key: value`` facts of a user context that the user would say unprompted, as one message.
+
+    Kept: ``Key: value`` lines. Dropped: lines that are instructions to the
+    simulator rather than facts (no ``Key:`` form, e.g. "You are ...", "If the
+    agent says ..."), rule headers, ``Agrees to proceed``, and facts marked
+    ``(give it only if asked)``. A context with no ``Key: value`` line at all
+    (free prose) is given whole, minus rule headers. The raw context once reached the agent whole,
+    and SmolLM2-135M then copied "CUS-2009 (give it only if needed)" into an
+    order id.
+    """
     lines = [ln.strip(" -\t") for ln in user_context.splitlines()]
-    return " ".join(ln for ln in lines if ln and not ln.lower().startswith("rules"))
+    lines = [ln for ln in lines if ln and not ln.lower().startswith("rules")]
+    facts = []
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if not sep or not value.strip() or len(key.split()) > 3:  # not a fact: an instruction with a colon
+            continue
+        if key.lower().startswith("agrees") or "only if asked" in value:
+            continue
+        facts.append(line.rstrip(".") + ".")
+    return " ".join(facts or lines)
 
 
 def render_history(messages: list[dict[str, Any]]) -> str:

@@ -16,7 +16,7 @@ Layout (ChatML, as SmolLM2 uses it)::
     {one compact JSON object per tool}
     Tool names: {names}.
     {how to write <tool_call>{"name": ..., "arguments": {...}}</tool_call>}<|im_end|>
-    {one worked example: user ask -> call to pause_subscription -> <result> -> answer <DONE>}
+    {one worked example: user ask -> call to pause_subscription -> <result> -> plain answer}
     {the conversation; tool results as user turns of <result>...</result> blocks}
     <|im_start|>assistant
 
@@ -28,6 +28,12 @@ because after ``<tool_`` it continues with the more recent tag. With ``<result>`
 and this template: greedy 3/3 replies are well-formed ``<tool_call>`` JSON (1/3
 names a real tool); temperature 0.7: 6/9 open a call; 1.0: 4/18. Without the
 worked example: 0/9.
+
+Why the example's answer has no ``<DONE>`` (the agent's own instructions still
+describe the marker): with it, the model copies the marker as its whole first
+reply. "Hi, please cancel my order 6021." at temperature 0.7, 16 samples, with
+tool names guided (``guided.py``): example ending in ``<DONE>``: 10/16 replies
+are a bare ``<DONE>``, 6/16 the right call; without it: 16/16 the right call.
 """
 
 from __future__ import annotations

@@ -26,6 +26,8 @@ class PolicyConfig(BaseModel):
         batch_wait_ms: local only; how long to wait for more requests, ms.
         num_threads: local only; ``torch.set_num_threads`` (None leaves it).
         seed: local only; seeds sampling per batch (None: unseeded).
+        guided_tool_calls: local only; restrict tool-call names and argument keys
+            to the request's tools while they are written (``policy/guided.py``).
         base_url, model: endpoint only; e.g. ``http://127.0.0.1:8000/v1`` and the served name.
         api_key_env: endpoint only; the environment variable holding the key.
         timeout_s: endpoint only; per-attempt timeout, seconds.
@@ -52,6 +54,7 @@ class PolicyConfig(BaseModel):
     batch_wait_ms: float = Field(20.0, ge=0)
     num_threads: int | None = Field(2, ge=1)
     seed: int | None = None
+    guided_tool_calls: bool = True
     base_url: str | None = None
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"

@@ -45,6 +45,7 @@ def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> 
             temperature=cfg.temperature,
             max_new_tokens=cfg.max_new_tokens,
             name=cfg.name,
+            guided_tool_calls=cfg.guided_tool_calls,
         )
     if cfg.kind == "endpoint":
         from rewardbox.policy.endpoint import EndpointPolicy

@@ -28,6 +28,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import render_prompt
+from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
 
@@ -117,6 +118,7 @@ class LocalPolicy:
         max_new_tokens: int | None = None,
         name: str | None = None,
         prefix_cache_min_tokens: int = 64,
+        guided_tool_calls: bool = True,
     ):
         """Load the checkpoint and start the worker thread.
 
@@ -133,6 +135,9 @@ class LocalPolicy:
             name: policy name for records.
             prefix_cache_min_tokens: batches whose prompts share at least this many
                 leading tokens reuse a cached prefix KV (see ``prefix_cache``).
+            guided_tool_calls: restrict tool-call names and argument keys to the
+                request's tools while the model writes them (``guided``); values
+                and the choice to call stay free.
         """
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -152,6 +157,8 @@ class LocalPolicy:
         self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
         self.pad_token_id = self.stop_token_ids[0]
         self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
+        self.guided_tool_calls = guided_tool_calls
+        self._vocabulary: VocabularyIndex | None = None
         if adapter_dir is not None:
             self.load_adapter(adapter_dir)
         self._queue: queue.Queue = queue.Queue()
@@ -295,7 +302,9 @@ class LocalPolicy:
                 temperature=1.0,
                 top_k=0,
                 top_p=1.0,
-                logits_processor=LogitsProcessorList([_PerRowTemperature(temperatures)]),
+                logits_processor=LogitsProcessorList(
+                    [*self._guides(requests, input_ids.shape[1]), _PerRowTemperature(temperatures)]
+                ),
                 stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
                 eos_token_id=self.stop_token_ids,
                 pad_token_id=self.pad_token_id,
@@ -305,6 +314,13 @@ class LocalPolicy:
             self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens)
             for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
         ]
+
+    def _guides(self, requests: list[ChatRequest], prompt_len: int) -> list[LogitsProcessor]:
+        if not self.guided_tool_calls or not any(r.tools for r in requests):
+            return []
+        if self._vocabulary is None:
+            self._vocabulary = VocabularyIndex(self.tokenizer, int(self.model.config.vocab_size))
+        return [ToolCallGuide(self._vocabulary, [tool_signatures(r.tools or []) for r in requests], prompt_len)]
 
     def _budget(self, request: ChatRequest, prompt_len: int) -> int:
         wanted = self.max_new_tokens if self.max_new_tokens is not None else request.max_new_tokens

@@ -146,7 +146,10 @@ def test_tags_and_user_facts_match_each_task(name):
         for fact in ("Name: ", "Email: ", shape.id_fact, "Goal: ", "Agrees to proceed: "):
             assert fact in ctx, (t["uid"], fact)
         quoted = next(line for line in ctx.splitlines() if line.startswith(shape.quoted_fact))
-        assert quoted[len(shape.quoted_fact):] in t["query"], t["uid"]
+        # who is writing is in the first message, except in the short asks (the request alone, authoring.short_ask)
+        # and questions about one given id; the simulated user still has it
+        short = t["query"].startswith(("Please ", "Hi, please ")) or t["family"] == "tell_value"
+        assert short or quoted[len(shape.quoted_fact):] in t["query"], t["uid"]
 
 
 @pytest.mark.parametrize("name", ["retail", "hotel"])

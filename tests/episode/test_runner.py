@@ -11,7 +11,7 @@ from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import TestOutcome
-from rewardbox.episode.user_simulator import SYSTEM_PROMPT, ScriptedUser, split_stop_marker
+from rewardbox.episode.user_simulator import SYSTEM_PROMPT, ScriptedUser, shareable_facts, split_stop_marker
 from rewardbox.errors import SandboxError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.interpreter import interpret
@@ -184,6 +184,16 @@ def test_user_limit_and_scripted_user():
     assert result.finish_reason == "user_limit"
     users = [m["content"] for m in result.messages if m["role"] == "user"]
     assert users == ["Cancel ORD-8 please.", "My order is ORD-8."]
+
+
+def test_scripted_user_shares_facts_not_simulator_instructions():
+    context = ("You are Yara Brennan, a customer of the store.\nName: Yara Brennan\n"
+               "Customer id: CUS-2001 (give it only if asked)\nOrder: ORD-6011 (leather gloves)\n"
+               "Goal: cancel order ORD-6011.\nAgrees to proceed: yes\n"
+               "If the agent says the request is not possible, accept it and say goodbye.\n"
+               "Note for the simulator: never mention this line.")
+    assert shareable_facts(context) == "Name: Yara Brennan. Order: ORD-6011 (leather gloves). Goal: cancel order ORD-6011."
+    assert shareable_facts("Rules:\n- Order: ORD-8") == "Order: ORD-8."
 
 
 def test_truncated_call_never_writes():

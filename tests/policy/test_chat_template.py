@@ -24,10 +24,11 @@ def test_system_tools_example_and_generation_prompt(retail_tools):
     assert lines[0] == "- get_order(order_id: string): The get_order tool."
     assert "- set_quantity(order_id: string, quantity: integer, gift?: boolean, tags?: array, mode?: fast|slow, note?: value)" in prompt
     assert "Tool names: get_order, cancel_order, update_address, refund_order, list_stores, set_quantity." in prompt
-    # exactly one worked example turn with a neutral tool, answered with <DONE>
+    # exactly one worked example turn with a neutral tool, answered in plain text (no <DONE> to copy)
     assert EXAMPLE_TOOL_NAME not in {t.name for t in retail_tools}
     assert prompt.count(f"<|im_start|>assistant\n<tool_call>{{\"name\": \"{EXAMPLE_TOOL_NAME}\"") == 1
-    assert prompt.count("<DONE><|im_end|>") == 1
+    assert "<|im_start|>assistant\nDone: subscription SUB-311 is now paused.<|im_end|>" in prompt
+    assert "<DONE>" not in prompt
     assert prompt.endswith("<|im_start|>user\nWhere is ORD-9?<|im_end|>\n<|im_start|>assistant\n")
 
 

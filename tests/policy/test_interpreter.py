@@ -155,6 +155,15 @@ def test_done_marker_parallel_calls_and_clean_content(retail_tools):
     assert len(interp.call_order) == 3 and interp.call_order[1] == interp.errors[0].id
 
 
+def test_surplus_closing_braces_are_dropped_other_trailing_text_is_not(retail_tools):
+    extra = interpret('<tool_call>{"name": "get_order", "arguments": {"order_id": "A"}}}\n}</tool_call>', retail_tools)
+    assert [(c.name, c.arguments) for c in extra.tool_calls] == [("get_order", {"order_id": "A"})]
+    assert extra.events == ("surplus_braces",) and extra.errors == ()
+    for junk in ('{"name": "get_order", "arguments": {"order_id": "A"}}} x', '{"name": "get_order"}]}', '["get_order"]}'):
+        bad = interpret(f"<tool_call>{junk}</tool_call>", retail_tools)
+        assert bad.tool_calls == () and bad.errors and bad.events == ()
+
+
 def test_bad_json_and_bad_shape(retail_tools):
     bad = interpret('<tool_call>{"name": "get_order", "arguments": {"order_id": }}</tool_call>', retail_tools)
     assert bad.tool_calls == () and bad.errors[0].message.startswith("Error: invalid JSON in tool call: ")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardbox.domains.authoring import call, task_spec
+from rewardbox.domains.authoring import call, short_ask, task_spec
 from rewardbox.domains.helpdesk.builder import RESTRICTED, SEED_NAMES, STANDARD, WorldBuilder, user_context
 
 
@@ -85,8 +85,7 @@ def access_grant_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     rid = b.request(p, sid, approver, "approved", approver)
     other_sid = next(s[0] for s in STANDARD if s[0] != sid)
     b.request(p, other_sid, p.manager_id)
-    return task_spec(f"Hi, I'm {p.name} ({p.employee_id}). My access request {rid} for {name} has been "
-                     "approved. Please grant it.",
+    return task_spec(short_ask(f"grant my access request {rid} for {name}; it has been approved", k),
                      user_context(p, f"get access request {rid} ({name}) granted.", extra=[f"Request: {rid}"]),
                      [call("get_employee", employee_id=p.employee_id), call("grant_access", request_id=rid)],
                      write=True)

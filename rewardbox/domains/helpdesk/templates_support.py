@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardbox.domains.authoring import call, task_spec
+from rewardbox.domains.authoring import call, short_ask, task_spec
 from rewardbox.domains.helpdesk.builder import RESTRICTED, SEED_NAMES, STANDARD, WorldBuilder, user_context
 
 PROBLEMS = {"laptop": "won't turn on anymore", "phone": "has a cracked screen", "monitor": "has dead pixels all over",
@@ -75,7 +75,7 @@ def escalate_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     priority = ("urgent", "high", "normal", "high")[k % 4]
     t = b.ticket(p, priority, b.eligible_age(priority), level=2 if k == 3 else 1)
     b.ticket(p, "low", b.rng.randint(1, 20))
-    return task_spec(f"{_hello(p)} Please escalate ticket {t.ticket_id}; it is still not fixed.",
+    return task_spec(short_ask(f"escalate ticket {t.ticket_id}; it is still not fixed", k),
                      user_context(p, f"get ticket {t.ticket_id} escalated.",
                                   extra=[f"Ticket: {t.ticket_id} ({t.summary})"]),
                      [call("get_ticket", ticket_id=t.ticket_id), call("escalate_ticket", ticket_id=t.ticket_id)],

@@ -13,7 +13,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from rewardbox.domains.authoring import Family, call, task_spec
+from rewardbox.domains.authoring import Family, call, short_ask, task_spec
 from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, user_context
 from rewardbox.domains.hotel.tools import GOODWILL_CREDITS, REDEEM_LIMIT_CREDITS, money
 
@@ -43,7 +43,7 @@ def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", offset=b.rng.randint(3, 30))
     b.distractors(p, 1)
-    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id}.",
+    return task_spec(short_ask(f"cancel my booking {s.booking_id}", k),
                      user_context(p, f"cancel booking {s.booking_id}.", booking=describe(s)),
                      [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True)
 
@@ -100,8 +100,8 @@ def approval_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed")
     target = s.others[k % 2]
-    return task_spec(f"{hello(p)} Please file a manager approval request to change booking {s.booking_id} "
-                     f"to room type {target.room_type_id}.",
+    return task_spec(short_ask(f"file a manager approval request to change booking {s.booking_id} "
+                               f"to room type {target.room_type_id}", k),
                      user_context(p, f"have an approval request filed to move booking {s.booking_id} to room type "
                                   f"{target.room_type_id} ({target.name}).", booking=describe(s)),
                      [find(p), call("request_approval", booking_id=s.booking_id, room_type_id=target.room_type_id,
@@ -194,7 +194,7 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         values, golden = [other.rate], golden + [call("list_room_types", hotel_id=s.hotel_id)]
     else:
         question, values, golden = "Who is my manager for travel approvals?", [p.manager_name], [find(p)]
-    return task_spec(f"{hello(p)} {question}",
+    return task_spec(question if variant in (1, 2, 3) else f"{hello(p)} {question}",
                      user_context(p, f"learn the answer to: {question}", booking=describe(s)),
                      golden, write=False, values=values)
 
@@ -222,7 +222,7 @@ def redeem_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller(tier, balance=REDEEM_LIMIT_CREDITS[tier] + b.rng.randint(0, 150))
     s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
     credits = b.redeemable(tier)
-    return task_spec(f"{hello(p)} Please redeem {credits} of my loyalty credits on booking {s.booking_id}.",
+    return task_spec(short_ask(f"redeem {credits} of my loyalty credits on booking {s.booking_id}", k),
                      user_context(p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)),
                      [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
 

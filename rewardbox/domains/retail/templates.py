@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardbox.domains.authoring import Family, call, task_spec
+from rewardbox.domains.authoring import Family, call, short_ask, task_spec
 from rewardbox.domains.retail.builder import WorldBuilder, day, user_context
 
 
@@ -19,7 +19,7 @@ def cancel_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("pending", "processing")[k % 2], n_items=1 + k % 2)
     b.distractors(p, 1)
-    return task_spec(f"Hi, I'm {p.name} ({p.email}). Please cancel order {o.order_id}.",
+    return task_spec(short_ask(f"cancel my order {o.order_id}", k),
                      user_context(p, f"cancel order {o.order_id}.", order=f"{o.order_id} ({', '.join(o.products)})"),
                      [call("find_customer", email=p.email), call("cancel_order", order_id=o.order_id)], write=True)
 
@@ -180,7 +180,7 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         question = f"Which card did I pay order {o.order_id} with? Just the last four digits."
         values = [o.payment["card_last4"]]
     b.distractors(p, 1)
-    return task_spec(f"Hi, I'm {p.name} ({p.email}). {question}",
+    return task_spec(question,
                      user_context(p, f"learn the answer to: {question}", order=o.order_id),
                      [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)],
                      write=False, values=values)

@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_access_grant_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Zoe Brennan (EMP-2012). My access request AR-6121 for Email and Calendar has been approved. Please grant it.
+    query: Please grant my access request AR-6121 for Email and Calendar; it has been approved.
     user_context: |-
       You are Zoe Brennan, an employee of Northwind (Recruiter, HR).
       Name: Zoe Brennan
@@ -66,7 +66,7 @@ def test_access_grant_explicit_01(x: TestContext, judge: Judge):
 
 def test_access_grant_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Okafor (EMP-2013). My access request AR-6131 for Sales CRM has been approved. Please grant it.
+    query: Hi, please grant my access request AR-6131 for Sales CRM; it has been approved.
     user_context: |-
       You are Chloe Okafor, an employee of Northwind (Account Manager, Sales).
       Name: Chloe Okafor
@@ -100,7 +100,7 @@ def test_access_grant_explicit_02(x: TestContext, judge: Judge):
 
 def test_access_grant_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Foster (EMP-2014). My access request AR-6141 for Expense Portal has been approved. Please grant it.
+    query: Please grant my access request AR-6141 for Expense Portal; it has been approved.
     user_context: |-
       You are Quinn Foster, an employee of Northwind (Recruiter, HR).
       Name: Quinn Foster
@@ -134,7 +134,7 @@ def test_access_grant_explicit_03(x: TestContext, judge: Judge):
 
 def test_access_grant_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Kavya Fischer (EMP-2015). My access request AR-6151 for Production Servers has been approved. Please grant it.
+    query: Hi, please grant my access request AR-6151 for Production Servers; it has been approved.
     user_context: |-
       You are Kavya Fischer, an employee of Northwind (Recruiter, HR).
       Name: Kavya Fischer

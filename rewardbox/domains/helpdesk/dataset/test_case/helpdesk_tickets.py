@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_escalate_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Tess Lin (EMP-2044). Please escalate ticket TCK-6441; it is still not fixed.
+    query: Please escalate ticket TCK-6441; it is still not fixed.
     user_context: |-
       You are Tess Lin, an employee of Northwind (Support Technician, IT).
       Name: Tess Lin
@@ -66,7 +66,7 @@ def test_escalate_explicit_01(x: TestContext, judge: Judge):
 
 def test_escalate_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Reyes (EMP-2045). Please escalate ticket TCK-6451; it is still not fixed.
+    query: Hi, please escalate ticket TCK-6451; it is still not fixed.
     user_context: |-
       You are Farid Reyes, an employee of Northwind (Support Technician, IT).
       Name: Farid Reyes
@@ -100,7 +100,7 @@ def test_escalate_explicit_02(x: TestContext, judge: Judge):
 
 def test_escalate_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ana Lin (EMP-2046). Please escalate ticket TCK-6461; it is still not fixed.
+    query: Please escalate ticket TCK-6461; it is still not fixed.
     user_context: |-
       You are Ana Lin, an employee of Northwind (Recruiter, HR).
       Name: Ana Lin
@@ -134,7 +134,7 @@ def test_escalate_explicit_03(x: TestContext, judge: Judge):
 
 def test_escalate_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Diaz (EMP-2047). Please escalate ticket TCK-6471; it is still not fixed.
+    query: Hi, please escalate ticket TCK-6471; it is still not fixed.
     user_context: |-
       You are Farid Diaz, an employee of Northwind (Account Manager, Sales).
       Name: Farid Diaz

@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Grace Iyer (grace.iyer@northwind.test). Please cancel booking BK-6011.
+    query: Please cancel my booking BK-6011.
     user_context: |-
       You are Grace Iyer, a Northwind employee who travels for work.
       Name: Grace Iyer
@@ -65,7 +65,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Rosa Iyer (rosa.iyer@northwind.test). Please cancel booking BK-6021.
+    query: Hi, please cancel my booking BK-6021.
     user_context: |-
       You are Rosa Iyer, a Northwind employee who travels for work.
       Name: Rosa Iyer
@@ -98,7 +98,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Mensah (priya.mensah@northwind.test). Please cancel booking BK-6031.
+    query: Please cancel my booking BK-6031.
     user_context: |-
       You are Priya Mensah, a Northwind employee who travels for work.
       Name: Priya Mensah
@@ -131,7 +131,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Yilmaz (vera.yilmaz@northwind.test). Please cancel booking BK-6041.
+    query: Hi, please cancel my booking BK-6041.
     user_context: |-
       You are Vera Yilmaz, a Northwind employee who travels for work.
       Name: Vera Yilmaz
@@ -164,7 +164,7 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_05(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Nair (priya.nair@northwind.test). Please cancel booking BK-6051.
+    query: Please cancel my booking BK-6051.
     user_context: |-
       You are Priya Nair, a Northwind employee who travels for work.
       Name: Priya Nair

@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_redeem_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Nair (priya.nair@northwind.test). Please redeem 25 of my loyalty credits on booking BK-6411.
+    query: Please redeem 25 of my loyalty credits on booking BK-6411.
     user_context: |-
       You are Priya Nair, a Northwind employee who travels for work.
       Name: Priya Nair
@@ -63,7 +63,7 @@ def test_redeem_explicit_01(x: TestContext, judge: Judge):
 
 def test_redeem_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Grace Reyes (grace.reyes@northwind.test). Please redeem 15 of my loyalty credits on booking BK-6421.
+    query: Hi, please redeem 15 of my loyalty credits on booking BK-6421.
     user_context: |-
       You are Grace Reyes, a Northwind employee who travels for work.
       Name: Grace Reyes
@@ -94,7 +94,7 @@ def test_redeem_explicit_02(x: TestContext, judge: Judge):
 
 def test_redeem_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Keller (quinn.keller@northwind.test). Please redeem 125 of my loyalty credits on booking BK-6431.
+    query: Please redeem 125 of my loyalty credits on booking BK-6431.
     user_context: |-
       You are Quinn Keller, a Northwind employee who travels for work.
       Name: Quinn Keller
@@ -125,7 +125,7 @@ def test_redeem_explicit_03(x: TestContext, judge: Judge):
 
 def test_redeem_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Berg (jonas.berg@northwind.test). Please redeem 50 of my loyalty credits on booking BK-6441.
+    query: Hi, please redeem 50 of my loyalty credits on booking BK-6441.
     user_context: |-
       You are Jonas Berg, a Northwind employee who travels for work.
       Name: Jonas Berg
@@ -156,7 +156,7 @@ def test_redeem_explicit_04(x: TestContext, judge: Judge):
 
 def test_redeem_explicit_05(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Diaz (quinn.diaz@northwind.test). Please redeem 95 of my loyalty credits on booking BK-6451.
+    query: Please redeem 95 of my loyalty credits on booking BK-6451.
     user_context: |-
       You are Quinn Diaz, a Northwind employee who travels for work.
       Name: Quinn Diaz

@@ -65,7 +65,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
 
 def test_tell_value_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ben Mensah (ben.mensah@northwind.test). What is the nightly rate of booking BK-6611?
+    query: What is the nightly rate of booking BK-6611?
     user_context: |-
       You are Ben Mensah, a Northwind employee who travels for work.
       Name: Ben Mensah
@@ -99,7 +99,7 @@ def test_tell_value_02(x: TestContext, judge: Judge):
 
 def test_tell_value_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Haddad (priya.haddad@northwind.test). What is my check-out date for booking BK-6621?
+    query: What is my check-out date for booking BK-6621?
     user_context: |-
       You are Priya Haddad, a Northwind employee who travels for work.
       Name: Priya Haddad
@@ -133,7 +133,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
 
 def test_tell_value_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Haddad (chloe.haddad@northwind.test). What is the total price of booking BK-6631?
+    query: What is the total price of booking BK-6631?
     user_context: |-
       You are Chloe Haddad, a Northwind employee who travels for work.
       Name: Chloe Haddad

@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_approval_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Keller (ines.keller@northwind.test). Please file a manager approval request to change booking BK-6221 to room type RT-SIN-STD.
+    query: Please file a manager approval request to change booking BK-6221 to room type RT-SIN-STD.
     user_context: |-
       You are Ines Keller, a Northwind employee who travels for work.
       Name: Ines Keller
@@ -63,7 +63,7 @@ def test_approval_explicit_01(x: TestContext, judge: Judge):
 
 def test_approval_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Walsh (ines.walsh@northwind.test). Please file a manager approval request to change booking BK-6231 to room type RT-CHI-STE.
+    query: Hi, please file a manager approval request to change booking BK-6231 to room type RT-CHI-STE.
     user_context: |-
       You are Ines Walsh, a Northwind employee who travels for work.
       Name: Ines Walsh
@@ -94,7 +94,7 @@ def test_approval_explicit_02(x: TestContext, judge: Judge):
 
 def test_approval_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Moreau (liam.moreau@northwind.test). Please file a manager approval request to change booking BK-6241 to room type RT-BER-STU.
+    query: Please file a manager approval request to change booking BK-6241 to room type RT-BER-STU.
     user_context: |-
       You are Liam Moreau, a Northwind employee who travels for work.
       Name: Liam Moreau
@@ -125,7 +125,7 @@ def test_approval_explicit_03(x: TestContext, judge: Judge):
 
 def test_approval_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Ivanov (liam.ivanov@northwind.test). Please file a manager approval request to change booking BK-6251 to room type RT-BER-EXE.
+    query: Hi, please file a manager approval request to change booking BK-6251 to room type RT-BER-EXE.
     user_context: |-
       You are Liam Ivanov, a Northwind employee who travels for work.
       Name: Liam Ivanov

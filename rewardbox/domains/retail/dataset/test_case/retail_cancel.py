@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Yara Brennan (yara.brennan@mail.test). Please cancel order ORD-6011.
+    query: Please cancel my order ORD-6011.
     user_context: |-
       You are Yara Brennan, a customer of the store.
       Name: Yara Brennan
@@ -71,7 +71,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Brennan (jonas.brennan@mail.test). Please cancel order ORD-6021.
+    query: Hi, please cancel my order ORD-6021.
     user_context: |-
       You are Jonas Brennan, a customer of the store.
       Name: Jonas Brennan
@@ -111,7 +111,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Umar Dubois (umar.dubois@mail.test). Please cancel order ORD-6031.
+    query: Please cancel my order ORD-6031.
     user_context: |-
       You are Umar Dubois, a customer of the store.
       Name: Umar Dubois
@@ -150,7 +150,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
 
 def test_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ana Fischer (ana.fischer@mail.test). Please cancel order ORD-6041.
+    query: Hi, please cancel my order ORD-6041.
     user_context: |-
       You are Ana Fischer, a customer of the store.
       Name: Ana Fischer

@@ -32,7 +32,7 @@ def validate_response_contains(x: TestContext, *values: str) -> None:
 
 def test_tell_value_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Berg (liam.berg@mail.test). What was the total of my order ORD-6451?
+    query: What was the total of my order ORD-6451?
     user_context: |-
       You are Liam Berg, a customer of the store.
       Name: Liam Berg
@@ -73,7 +73,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
 
 def test_tell_value_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ben Brennan (ben.brennan@mail.test). What is the status of my order ORD-6461?
+    query: What is the status of my order ORD-6461?
     user_context: |-
       You are Ben Brennan, a customer of the store.
       Name: Ben Brennan
@@ -113,7 +113,7 @@ def test_tell_value_02(x: TestContext, judge: Judge):
 
 def test_tell_value_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Lopez (farid.lopez@mail.test). How much was refunded for order ORD-6471?
+    query: How much was refunded for order ORD-6471?
     user_context: |-
       You are Farid Lopez, a customer of the store.
       Name: Farid Lopez
@@ -156,7 +156,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
 
 def test_tell_value_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Elena Fischer (elena.fischer@mail.test). Which card did I pay order ORD-6481 with? Just the last four digits.
+    query: Which card did I pay order ORD-6481 with? Just the last four digits.
     user_context: |-
       You are Elena Fischer, a customer of the store.
       Name: Elena Fischer
