@@ -21,8 +21,8 @@ Rules:
     * ``finish_reason == "stop"`` and a call whose closing tag is missing: a
       complete JSON body is recovered with ``unclosed=True``; event ``"unclosed_call"``.
     * A closed call whose complete JSON object is followed only by surplus
-      closing braces (``{"name": "x", "arguments": {}}}``, a slip SmolLM2-135M
-      makes in about half its hotel calls) is read as that object; event
+      closing braces (``{"name": "x", "arguments": {}}}``, a frequent slip of
+      SmolLM2-135M in hotel calls) is read as that object; event
       ``"surplus_braces"``. Anything else after the object stays an error.
     * Malformed calls become ``ToolCallError`` whose message is the tool
       observation the model sees. Nothing here raises on model output.
