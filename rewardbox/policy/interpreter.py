@@ -139,16 +139,23 @@ def _scan_calls(visible: str) -> tuple[list[str], list[tuple[str, bool]]]:
     return [p.replace(CALL_CLOSE, "") for p in parts], bodies
 
 
+def _leading_json(body: str) -> tuple[Any, int, str]:
+    """The JSON value at the start of ``body`` (leading whitespace skipped), where it ends, and the text
+    it was read from. Raises ValueError when no value starts there."""
+    stripped = body.lstrip()
+    obj, end = json.JSONDecoder().raw_decode(stripped)
+    return obj, end, stripped
+
+
 def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, bool]:
     """Parse a closed call body; the flag says surplus closing braces were dropped."""
     try:
         obj = json.loads(body)
     except ValueError as exc:
-        stripped = body.strip()
         try:
-            obj, end = json.JSONDecoder().raw_decode(stripped)
+            obj, end, stripped = _leading_json(body)
         except ValueError:
-            obj, end = None, 0
+            obj, end, stripped = None, 0, ""
         if not isinstance(obj, dict) or stripped[end:].strip("} \n\t"):
             return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}"), False
         return _typed_from_object(obj, stripped[:end], tools, call_id, unclosed=False), True
@@ -157,9 +164,8 @@ def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[Too
 
 def _parse_unclosed_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, str]:
     """Recover a complete JSON object that lost its closing tag; the rest is content."""
-    stripped = body.lstrip()
     try:
-        obj, end = json.JSONDecoder().raw_decode(stripped)
+        obj, end, stripped = _leading_json(body)
     except ValueError as exc:
         return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}"), ""
     if not isinstance(obj, dict):
