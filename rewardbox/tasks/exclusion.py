@@ -1,9 +1,10 @@
-"""Test lists and benchmark exclusion (THINKINGBOX_FORMAT.md §1.4, DESIGN.md).
+"""Test lists and benchmark exclusion (docs/thinkingbox.md, "Test lists" and "Task identity").
 
 A test list is a YAML list of ``"file.py:test_name"`` uids. Benchmark tasks
-(e.g. ThinkingBox-Bench v1.0, evaluation-only) must never enter a training
-pool: candidates are excluded when they share a uid **or** a content hash
-(``Task.content_hash()``: query + init) with any benchmark task.
+and evaluation-only releases (e.g. ThinkingBox-Bench v1.0) must never enter a
+training pool: candidates are excluded when they share a uid **or** an identity
+(``Task.content_hash()``: query, user context, starting data and golden
+actions; grading-only keys such as ``rubrics_yesno`` are ignored) with any of them.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ def overlap_reason(task: Task, uids: set[str], hashes: dict[str, str]) -> str | 
         return f"{task.uid}: uid is a benchmark uid"
     other = hashes.get(task.content_hash())
     if other is not None:
-        return f"{task.uid}: same query and init as benchmark task {other}"
+        return f"{task.uid}: same task (query, user context, starting data, golden actions) as benchmark task {other}"
     return None
 
 

@@ -20,6 +20,30 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+GRADING_ONLY_KEYS = frozenset({"golden_test_case", "rubrics_yesno", "rubrics", "rubric", "expected_response",
+                               "judge_questions"})
+"""Keys of a server's ``init`` block that only the grader reads; not part of a task's identity.
+``golden_test_case`` enters identity through its golden actions instead."""
+
+
+def starting_data(init: dict[str, Any]) -> dict[str, Any]:
+    """A test's ``init`` without grading-only keys: ``{server: {key: value}}``.
+
+    A key counts as grading-only when it is in :data:`GRADING_ONLY_KEYS` or
+    starts with ``rubric``; a server left with nothing (or None values only) is dropped.
+    """
+    out: dict[str, Any] = {}
+    for server, block in (init or {}).items():
+        if not isinstance(block, dict):
+            out[server] = block
+            continue
+        kept = {k: v for k, v in block.items()
+                if k not in GRADING_ONLY_KEYS and not str(k).startswith("rubric") and v is not None}
+        if kept:
+            out[server] = kept
+    return out
+
+
 @dataclass(frozen=True)
 class ToolOverride:
     """A scenario tool entry (§1.1): which tool, and how the agent sees it."""
@@ -98,8 +122,20 @@ class Task:
         return out
 
     def content_hash(self) -> str:
-        """SHA-256 of the canonical JSON of ``query`` + ``init`` (exclusion key)."""
-        payload = canonical_json({"query": self.query.strip(), "init": self.init})
+        """SHA-256 of the task's identity (the exclusion key; docs/thinkingbox.md, "Task identity").
+
+        Identity is what the agent faces and must do: the query (stripped), the
+        user context, the starting data (the test's ``init`` without its
+        grading-only keys, :data:`GRADING_ONLY_KEYS`) and the golden actions
+        (``(server, tool, parameters)`` in order). Two tasks that differ only in
+        how they are graded (e.g. one adds ``rubrics_yesno``) are the same task.
+        """
+        payload = canonical_json({
+            "query": self.query.strip(),
+            "user_context": self.user_context.strip(),
+            "starting_data": starting_data(self.init),
+            "golden_actions": [list(item) for item in self.golden_interactions()],
+        })
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:

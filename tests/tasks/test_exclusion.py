@@ -53,7 +53,7 @@ def test_exclude_by_content_hash_under_another_uid(tasks):
     kept, excluded = exclude_overlap([renamed, *tasks[:1]], [original])
     assert excluded == [renamed] and kept == tasks[:1]
     problems = check_disjoint([renamed], [original])
-    assert problems == [f"copied_file.py:test_renamed: same query and init as benchmark task {original.uid}"]
+    assert problems == [f"copied_file.py:test_renamed: same task (query, user context, starting data, golden actions) as benchmark task {original.uid}"]
 
 
 def test_different_init_is_not_overlap(tasks):
@@ -67,3 +67,67 @@ def test_check_disjoint_reports_each_overlap(tasks):
     assert check_disjoint(tasks, []) == []
     problems = check_disjoint(tasks, tasks[:2])
     assert len(problems) == 2 and all("uid is a benchmark uid" in p for p in problems)
+
+
+def _twin_dataset(root: Path) -> Path:
+    """The issue's small case: test_a (query "hi", empty golden) and test_b = test_a + rubrics_yesno."""
+    (root / "agent").mkdir(parents=True)
+    (root / "scenario").mkdir()
+    (root / "test_case").mkdir()
+    (root / "agent" / "a.yaml").write_text("system_instructions: hi\nbuiltin_tools: []\n")
+    (root / "scenario" / "toy.yaml").write_text(
+        "world_state:\n  srv: {data_patch: null, golden_test_case: null}\ntools:\n- {name: look}\n")
+    golden = "golden_test_case: {tool_interactions: []}"
+    (root / "test_case" / "toy.py").write_text(f'''"""!
+scenario: toy
+"""
+
+
+def test_a(x):
+    """!
+    query: hi
+    init:
+      srv: {{{golden}}}
+    """
+
+
+def test_b(x):
+    """!
+    query: hi
+    init:
+      srv:
+        {golden}
+        rubrics_yesno: ["Does the reply state the status?"]
+    """
+
+
+def test_c(x):
+    """!
+    query: hi
+    init:
+      srv:
+        {golden}
+        data_patch: {{orders: [{{id: 1}}]}}
+    """
+''')
+    return root
+
+
+def test_twin_with_only_grading_keys_is_excluded(tmp_path):
+    root = _twin_dataset(tmp_path / "toy")
+    everything = load_dataset(root).tasks
+    benchmark = load_dataset(root, test_list=["toy.py:test_b"]).tasks
+    kept, excluded = exclude_overlap(everything, benchmark)
+    assert [t.uid for t in excluded] == ["toy.py:test_a", "toy.py:test_b"]
+    assert [t.uid for t in kept] == ["toy.py:test_c"]  # other starting data: another task
+    assert check_disjoint(everything, benchmark)[0].startswith("toy.py:test_a: same task")
+
+
+def test_identity_covers_user_context_and_golden_actions(tasks):
+    original = next(t for t in tasks if t.uid == "fake_shop_orders.py:test_refund_ok")
+    other_user = replace(original, uid="u.py:t", user_context=original.user_context + " Prefers email.")
+    world = {k: dict(v or {}) for k, v in original.world_state.items()}
+    server = next(iter(world))
+    world[server]["golden_test_case"] = {"tool_interactions": [{"tool": "refund_order", "parameters": {"order_id": "X"}}]}
+    other_golden = replace(original, uid="g.py:t", world_state=world)
+    assert check_disjoint([other_user, other_golden], [original]) == []
