@@ -11,9 +11,19 @@ from __future__ import annotations
 
 
 class InfrastructureError(Exception):
-    """Base class of every system error. Callers retry or refill; never score."""
+    """Base class of every system error. Callers retry or refill; never score.
+
+    ``permanent`` marks a fault that a retry cannot fix (no judge endpoint
+    configured, test code that cannot be imported): reported at once, not retried.
+    """
 
     kind: str = "system"
+    permanent: bool = False
+
+    def __init__(self, *args: object, permanent: bool | None = None):
+        super().__init__(*args)
+        if permanent is not None:
+            self.permanent = permanent
 
 
 class SandboxError(InfrastructureError):

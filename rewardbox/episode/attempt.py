@@ -8,7 +8,10 @@ from rewardbox.tasks.schema import Task
 
 
 async def run_attempt(runner: EpisodeRunner, task: Task, trial: int) -> EpisodeResult:
-    """Run (task, trial); a system error is retried up to ``max_system_error_retries`` times.
+    """Run (task, trial); a transient system error is retried up to ``max_system_error_retries`` times.
+
+    A permanent one (``EpisodeResult.system_error_permanent``: no judge endpoint,
+    test code that cannot be imported) is returned at once: retrying cannot fix it.
 
     Each try starts from a fresh sandbox (the runner asks its factory for one).
     Transport-level retries (HTTP 429/5xx) happen below this, in the clients.
@@ -21,6 +24,6 @@ async def run_attempt(runner: EpisodeRunner, task: Task, trial: int) -> EpisodeR
     for count in range(1, tries + 1):
         result = await runner.run(task, trial)
         result.attempts = count
-        if result.system_error is None:
+        if result.system_error is None or result.system_error_permanent:
             break
     return result

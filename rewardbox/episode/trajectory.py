@@ -46,6 +46,7 @@ class TestOutcome:
     result: bool
     reward: float
     is_system_error: bool = False
+    permanent: bool = False  # a system error that a retry cannot fix (see rewardbox.errors)
     message: str = ""
     tb: str = ""
     lineno: int | None = None
@@ -70,6 +71,7 @@ class EpisodeResult:
     reward: float | None = None
     passed: bool | None = None
     system_error: str | None = None
+    system_error_permanent: bool = False
     test_outcome: TestOutcome | None = None
     effects: dict[str, Any] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)

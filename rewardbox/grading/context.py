@@ -32,7 +32,7 @@ NIL_SESSION_ID = "00000000-0000-0000-0000-000000000000"
 
 @dataclass
 class ChatMessage:
-    """One message; attribute access for test code, ``raw`` keeps the dict."""
+    """A text message (ThinkingBox ``Text``); attribute access for test code, ``raw`` keeps the dict."""
 
     role: str
     content: str
@@ -41,6 +41,7 @@ class ChatMessage:
     name: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict)
+    T = "Text"
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "ChatMessage":
@@ -57,6 +58,11 @@ class ChatMessage:
         )
 
     @property
+    def is_visible(self) -> bool:
+        """Not reasoning (upstream ``Text.is_visible``)."""
+        return self.tag != "think"
+
+    @property
     def is_visible_text(self) -> bool:
         """A user or assistant text the user saw (not reasoning, not a dummy)."""
         return self.role in ("user", "assistant") and self.tag != "think" and not self.is_dummy and bool(self.content)
@@ -67,6 +73,8 @@ class ToolCall:
     name: str
     arguments: dict[str, Any]
     id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    T = "ToolCall"
 
 
 @dataclass
@@ -74,6 +82,59 @@ class ToolResponse:
     name: str
     content: str
     id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    T = "ToolResponse"
+
+
+@dataclass
+class ParallelToolCall:
+    """The tool calls of one agent turn (ThinkingBox ``ParallelToolCall``)."""
+
+    tool_calls: list[ToolCall]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    T = "ParallelToolCall"
+
+
+Message = ChatMessage | ToolCall | ParallelToolCall | ToolResponse
+
+
+def _tool_call(data: dict[str, Any]) -> ToolCall:
+    return ToolCall(name=str(data.get("name", "")), arguments=dict(data.get("arguments") or {}),
+                    id=str(data.get("id") or ""), metadata=dict(data.get("metadata") or {}))
+
+
+def _tagged(data: dict[str, Any]) -> Message:
+    """One ThinkingBox tagged message dict (``T`` set) as an object."""
+    kind = data["T"]
+    if kind == "ParallelToolCall":
+        return ParallelToolCall([_tool_call(c) for c in data.get("tool_calls") or []], dict(data.get("metadata") or {}))
+    if kind == "ToolCall":
+        return _tool_call(data)
+    if kind == "ToolResponse":
+        return ToolResponse(name=str(data.get("name", "")), content=str(data.get("content", "")),
+                            id=str(data.get("id") or ""), metadata=dict(data.get("metadata") or {}))
+    return ChatMessage.from_dict(data)
+
+
+def parse_messages(messages: list[dict[str, Any]]) -> list[Message]:
+    """Message dicts -> objects, in order.
+
+    ThinkingBox tagged dicts (``T``) map one to one; an OpenAI-style assistant
+    entry with ``tool_calls`` or ``reasoning_content``, or a ``tool`` entry, is
+    split as the DecodeResult export splits it (think Text, text Text,
+    ParallelToolCall; ToolResponse); any other entry is a Text.
+    """
+    from rewardbox.evaluation.tb_messages import tb_messages  # no heavy imports
+
+    out: list[Message] = []
+    for data in messages:
+        if "T" in data:
+            out.append(_tagged(data))
+        elif data.get("role") == "tool" or data.get("tool_calls") or data.get("reasoning_content"):
+            out.extend(_tagged(m) for m in tb_messages([data]))
+        else:
+            out.append(ChatMessage.from_dict(data))
+    return out
 
 
 @dataclass
@@ -98,7 +159,8 @@ class ToolCallResponse:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tool_call": vars(self.tool_call).copy(), "tool_response": vars(self.tool_response).copy()}
+        call, response = vars(self.tool_call).copy(), vars(self.tool_response).copy()
+        return {"tool_call": call, "tool_response": response}
 
 
 @dataclass
@@ -118,14 +180,17 @@ class TestContext:
     init_result: dict[str, Any] = field(default_factory=dict)
     session_id: str = NIL_SESSION_ID
     metadata: dict[str, Any] = field(default_factory=dict)
+    payload_messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @classmethod
     def from_dict(cls, payload: dict[str, Any]) -> "TestContext":
         """Build from a context payload (see the module docstring)."""
-        messages = [ChatMessage.from_dict(m) for m in payload.get("messages") or []]
+        raw_messages = [dict(m) for m in payload.get("messages") or []]
+        messages = parse_messages(raw_messages)
         response = payload.get("response")
         if response is None:
-            response = next((m.content for m in reversed(messages) if m.role == "assistant" and m.is_visible_text), "")
+            response = next((m.content for m in reversed(messages)
+                             if isinstance(m, ChatMessage) and m.role == "assistant" and m.is_visible_text), "")
         return cls(
             response=str(response),
             effects=dict(payload.get("effects") or {}),
@@ -135,6 +200,7 @@ class TestContext:
             init_result=dict(payload.get("init_result") or {}),
             session_id=str(payload.get("session_id") or NIL_SESSION_ID),
             metadata=dict(payload.get("metadata") or {}),
+            payload_messages=raw_messages,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,7 +210,7 @@ class TestContext:
             "effects": self.effects,
             "tool_calls": [t.to_dict() for t in self.tool_calls],
             "tool_direct_responses": list(self.tool_direct_responses),
-            "messages": [m.raw or {"role": m.role, "content": m.content} for m in self.messages],
+            "messages": self.payload_messages or [_message_dict(m) for m in self.messages],
             "init_result": self.init_result,
             "session_id": self.session_id,
             "metadata": self.metadata,
@@ -166,7 +232,7 @@ class TestContext:
         lines: list[str] = []
         assistants = 0
         for message in reversed(self.messages):
-            if not message.is_visible_text:
+            if not isinstance(message, ChatMessage) or not message.is_visible_text:
                 continue
             label = "Assistant" if message.role == "assistant" else "User"
             lines.append(f"{label}: {message.content}")
@@ -182,9 +248,20 @@ class TestContext:
             ValueError: there is no user message.
         """
         for message in self.messages:
-            if message.role == "user" and message.tag != "think" and not message.is_dummy:
+            if isinstance(message, ChatMessage) and message.role == "user" and message.tag != "think" and not message.is_dummy:
                 return message.content
         raise ValueError("no user message found in messages")
+
+
+def _message_dict(message: Message) -> dict[str, Any]:
+    """A message object as a ThinkingBox tagged dict (``raw`` when the message kept one)."""
+    if isinstance(message, ChatMessage):
+        return message.raw or {"T": "Text", "role": message.role, "content": message.content,
+                               "metadata": {**message.metadata, "tag": message.tag}}
+    if isinstance(message, ParallelToolCall):
+        return {"T": "ParallelToolCall", "tool_calls": [_message_dict(c) for c in message.tool_calls],
+                "metadata": message.metadata}
+    return {"T": message.T, **vars(message)}
 
 
 def context_payload(
@@ -210,25 +287,26 @@ def context_payload(
 
 
 def install_thinkingbox_shim() -> None:
-    """Register modules ``thinkingbox`` and ``thinkingbox.common`` in ``sys.modules``
-    exposing our ``Judge``, ``JudgeException`` and ``TestContext``.
+    """Make ``thinkingbox.common`` and its test-facing submodules importable in this process.
 
-    Called inside grading workers (and by the in-process runner) so that
-    ``from thinkingbox.common import Judge, TestContext`` in test files works
-    without the upstream framework. Replaces any ``thinkingbox`` already imported
-    in that process. Idempotent. No ``thinkingbox`` package exists on disk.
+    Registers ``thinkingbox`` (a namespace) and ``thinkingbox.common`` plus
+    ``.chat_types``, ``.judge``, ``.rubrics_judge`` and ``.config_types`` in
+    ``sys.modules``, all backed by :mod:`rewardbox.grading.tb_common` (our own
+    code with the upstream names; docs/thinkingbox.md, "Test code"). Called inside
+    grading workers and by the in-process runner. Replaces any ``thinkingbox``
+    already imported in that process. Idempotent. Any other submodule
+    (e.g. ``thinkingbox.common.mcp_proxy_client``) fails to import with
+    ModuleNotFoundError, which grading reports as a permanent system error.
     """
     common = sys.modules.get("thinkingbox.common")
     if common is not None and getattr(common, "__rewardbox_shim__", False):
         return
-    package = types.ModuleType("thinkingbox", "rewardbox shim of the ThinkingBox test API")
+    from rewardbox.grading import tb_common
+
+    package = types.ModuleType("thinkingbox", "rewardbox stand-in of the ThinkingBox test API")
     package.__path__ = []  # a package, so ``thinkingbox.common`` is importable
-    common = types.ModuleType("thinkingbox.common", "rewardbox shim: Judge, TestContext")
-    common.__rewardbox_shim__ = True
-    common.Judge = Judge
-    common.JudgeException = JudgeException
-    common.TestContext = TestContext
-    common.ToolCallResponse = ToolCallResponse
-    package.common = common
+    package.common = tb_common
     sys.modules["thinkingbox"] = package
-    sys.modules["thinkingbox.common"] = common
+    sys.modules["thinkingbox.common"] = tb_common
+    for name, module in tb_common.SUBMODULES.items():
+        sys.modules[f"thinkingbox.common.{name}"] = module

@@ -1,4 +1,4 @@
-"""The yes/no LLM judge that test code calls as ``judge`` (THINKINGBOX_FORMAT.md §1.5).
+"""The yes/no LLM judge that test code calls as ``judge`` (docs/thinkingbox.md, "Test code").
 
 ``Judge.text_yesno(text, question)`` asks an OpenAI-compatible chat endpoint
 whether ``text`` satisfies ``question`` and parses a single-word Yes/No reply.
@@ -12,6 +12,7 @@ The config travels to grading workers as a plain dict (:meth:`JudgeConfig.to_dic
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,6 +26,17 @@ SYSTEM_TEXT_YESNO = (
 )
 USER_TEXT_YESNO = "<message>\n{message}\n</message>\n{question}"
 SYSTEM_YESNO = "You are a judge. Answer the question with a single word: Yes or No."
+SYSTEM_COMPARE_YESNO = (
+    "You grade two messages, given between <first> and </first> and between <second> and </second>; "
+    "a question about them follows.\n"
+    "Read both, then answer the question with a single word: Yes or No."
+)
+USER_COMPARE_YESNO = "<first>\n{first}\n</first>\n<second>\n{second}\n</second>\n{question}"
+QUESTION_REPEATS = "Does the first message repeat what the second message says?"
+SYSTEM_TEXT_YESNO_MOTIVATION = (
+    SYSTEM_TEXT_YESNO.rsplit("\n", 1)[0] + "\n"
+    'Reply with one JSON object: {"motivation": "<one or two sentences>", "answer": "Yes" or "No"}.'
+)
 
 _PUNCTUATION = str.maketrans({c: " " for c in ".,;:\n"})
 
@@ -123,7 +135,8 @@ class Judge:
                 client's retries, or an empty reply.
         """
         if self.config is None:
-            raise JudgeException("this test calls the judge but no judge endpoint is configured (judge_config)")
+            raise JudgeException("this test calls the judge but no judge endpoint is configured (judge_config)",
+                                 permanent=True)
         body = {
             "model": self.config.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -159,3 +172,55 @@ class Judge:
         answer = parse_yesno(reply)
         self.decisions.append({"question": question, "answer": answer, "reply": reply})
         return answer
+
+    def evaluate_bool(self, system: str, user: str) -> bool:
+        """Yes/no verdict for the caller's own prompts (used by the rubric judge).
+
+        Raises:
+            JudgeException: see :meth:`complete`.
+        """
+        reply = self.complete(system, user)
+        answer = parse_yesno(reply)
+        self.decisions.append({"question": user[-300:], "answer": answer, "reply": reply})
+        return answer
+
+    def compare_yesno(self, first: str, second: str, question: str) -> bool:
+        """A yes/no ``question`` about two texts (both tag-escaped).
+
+        Raises:
+            JudgeException: see :meth:`complete`.
+        """
+        user = USER_COMPARE_YESNO.format(first=escape_tags(first), second=escape_tags(second), question=question)
+        reply = self.complete(SYSTEM_COMPARE_YESNO, user)
+        answer = parse_yesno(reply)
+        self.decisions.append({"question": question, "answer": answer, "reply": reply})
+        return answer
+
+    def no_repeat(self, first: str, second_list: list[str]) -> bool:
+        """True when ``first`` repeats none of ``second_list`` (one comparison each, stops at the first repeat).
+
+        Raises:
+            JudgeException: see :meth:`complete`.
+        """
+        return not any(self.compare_yesno(first, second, QUESTION_REPEATS) for second in second_list)
+
+    def text_yesno_with_motivation(self, text: str, question: str) -> dict[str, Any]:
+        """``{"answer": bool, "motivation": str}``; a reply that is not JSON reads as No.
+
+        Raises:
+            JudgeException: see :meth:`complete`.
+        """
+        user = USER_TEXT_YESNO.format(message=escape_tags(text), question=question)
+        reply = self.complete(SYSTEM_TEXT_YESNO_MOTIVATION, user)
+        try:
+            parsed = json.loads(reply[reply.index("{"): reply.rindex("}") + 1])
+            out = {"answer": parse_yesno(str(parsed.get("answer", ""))), "motivation": str(parsed.get("motivation", ""))}
+        except (ValueError, AttributeError):
+            out = {"answer": False, "motivation": "the judge's reply is not the JSON object asked for"}
+        self.decisions.append({"question": question, **out, "reply": reply})
+        return out
+
+    def drain_decisions(self) -> list[dict[str, Any]]:
+        """The decisions so far; the list is emptied."""
+        out, self.decisions = self.decisions, []
+        return out

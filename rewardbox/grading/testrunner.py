@@ -1,4 +1,4 @@
-"""Run task test code against an episode's context (THINKINGBOX_FORMAT.md §1.5).
+"""Run task test code against an episode's context (docs/thinkingbox.md, "Test code").
 
 The test code (the task's Python with ``__tb_test_fn`` bound) is executed in
 a pool of long-lived worker **processes**, so that thousands of gradings do
@@ -21,6 +21,9 @@ raises ``AssertionError``              ``result=False, reward=0`` (policy failur
 raises anything else (``KeyError``,    ``is_system_error=True`` (never a reward of 0
 ``JudgeException``), times out, or     for the policy; the caller retries/refills)
 its worker dies
+raises ``ImportError`` / ``SyntaxError``  system error with ``permanent=True``: not
+or a ``permanent`` error (the judge    retried (a retry cannot fix it), reported
+with no endpoint configured)           at once
 =====================================  ==============================================
 
 ``tb``, ``lineno`` and ``line_content`` come from the deepest frame in the test
@@ -55,9 +58,19 @@ from rewardbox.tasks.schema import Task
 WORKER_START_TIMEOUT_S = 120.0
 
 
+PERMANENT_EXCEPTIONS = (ImportError, SyntaxError)
+"""Test-code faults that a retry cannot fix (besides any exception with ``permanent = True``)."""
+
+
 def system_error(message: str, **fields: Any) -> TestOutcome:
-    """A test system error outcome (not scored; the caller retries or refills)."""
+    """A test system error outcome (not scored; the caller retries or refills unless ``permanent``)."""
     return TestOutcome(result=False, reward=0.0, is_system_error=True, message=message, **fields)
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True for a fault a retry cannot fix: an import or syntax error in the test code,
+    or an error marked ``permanent`` (e.g. the judge called with no endpoint configured)."""
+    return isinstance(exc, PERMANENT_EXCEPTIONS) or bool(getattr(exc, "permanent", False))
 
 
 def _import_dotted(path: str) -> Any:
@@ -138,7 +151,7 @@ def _exception_outcome(exc: BaseException, code: str, filename: str) -> TestOutc
     if isinstance(exc, AssertionError):
         message = str(exc) or f"assertion failed: {line_content.strip()}"
         return TestOutcome(result=False, reward=0.0, message=message, **fields)
-    return system_error(f"{type(exc).__name__}: {exc}", **fields)
+    return system_error(f"{type(exc).__name__}: {exc}", permanent=is_permanent(exc), **fields)
 
 
 def _jsonable(value: Any) -> Any:
