@@ -5,10 +5,10 @@ import dagster as dg
 
 from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.screening import screen_tasks
+from rewardbox.evaluation.screening import screen_tasks, ungradable
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
-from rewardbox.tasks.sources import load_benchmark, load_candidates
+from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
 
 GROUP = "tasks"
 
@@ -36,15 +36,27 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 
 @dg.asset(group_name=GROUP)
 def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
-    """The held-out evaluation set: valid tasks only (invalid ones are reported by uid)."""
+    """The held-out evaluation set: valid tasks only (invalid ones are reported by uid).
+
+    A benchmark task that could not be graded (a system error while screening,
+    e.g. test code importing what the grader lacks) fails the asset, listed by
+    uid and cause: a benchmark never shrinks silently.
+    """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
     _log_load_errors(context, loaded.errors)
     valid, report = screen_tasks(loaded.tasks, profile)
+    failures = ungradable(report)
+    if failures:
+        raise dg.Failure(description=f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures),
+                         metadata={"ungradable": dg.MetadataValue.json(failures)})
     invalid = report.filter(~report["valid"])
+    for row in invalid.iter_rows(named=True):
+        context.log.warning(f"invalid benchmark task {row['uid']}: {row['reason']}")
     context.add_output_metadata({
         "tasks": len(valid), "per_domain": per_domain(valid), "invalid": invalid.height,
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "table": md_table(tasks_frame(valid)),
+        "read_only": int(report["read_only"].fill_null(False).sum()),
         "load_errors": dg.MetadataValue.json(loaded.errors), "config_hash": profile.section_hash("tasks"),
         "input_hash": tasks_hash(valid),
     })
@@ -62,17 +74,23 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
         context.log.warning(f"invalid task {row['uid']}: {row['reason']}")
     context.add_output_metadata({
         "tasks": len(valid), "invalid": invalid.height, "per_domain": per_domain(valid),
-        "trap_tasks": int((~report["expects_write"].fill_null(True)).sum()),
+        "read_only_tasks": int(report["read_only"].fill_null(False).sum()),
+        "null_pass_read_only": int((report["read_only"].fill_null(False) & report["null_passed"].fill_null(False)).sum()),
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
         "input_hash": tasks_hash(candidate_tasks),
     })
     return valid
 
 
-@dg.asset_check(asset=benchmark_tasks, additional_ins={"candidate_tasks": dg.AssetIn()}, blocking=True)
-def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], candidate_tasks: list[Task]) -> dg.AssetCheckResult:
-    """Blocking: no benchmark task shares a uid or a content hash with any candidate."""
-    problems = check_disjoint(candidate_tasks, benchmark_tasks)
+@dg.asset_check(asset=benchmark_tasks, blocking=True)
+def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+    """Blocking: no benchmark or exclude-only task shares a uid or an identity with any candidate.
+
+    The candidates are loaded from the profile here (no screening), so
+    ``--select benchmark_tasks`` runs alone, without ``candidate_tasks`` materialised.
+    """
+    tasks = rewardbox.load().tasks
+    problems = check_disjoint(load_candidates(tasks).tasks, benchmark_tasks + load_held_out(tasks).tasks)
     return dg.AssetCheckResult(passed=not problems, metadata={"overlaps": len(problems),
                                                               "examples": dg.MetadataValue.json(problems[:20])})
 

@@ -56,11 +56,20 @@ class TaskSourcesConfig(_Strict):
     """Candidates (training) and benchmark (evaluation only) task sources.
 
     The benchmark's tasks never enter a training pool: candidates are filtered
-    by uid and content hash against them, and a blocking check proves it.
+    by uid and task identity against them, and a blocking check proves it.
+
+    Attributes:
+        exclude_only: evaluation-only releases that are not the benchmark: their
+            tasks are loaded only to be kept out of training (same rule as the
+            benchmark), never screened nor evaluated.
+        domains: ``{scenario: domain}``; a task's domain is its scenario's entry,
+            else the scenario name itself (docs/thinkingbox.md, "Domains").
     """
 
     candidates: list[TaskSource]
     benchmark: list[TaskSource]
+    exclude_only: list[TaskSource] = []
+    domains: dict[str, str] = {}
     max_candidates: int | None = Field(None, ge=1)
     max_benchmark: int | None = Field(None, ge=1)
 

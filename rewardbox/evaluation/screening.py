@@ -1,46 +1,63 @@
 """Task validity screen: golden replay passes, a null run fails where a write is expected.
 
-A task is valid when (DESIGN.md checks; STYLE.md "Environments"):
+A task is valid when (docs/method.md, "Task screening"):
 - its golden trajectory uses only the scenario's tools;
 - its golden state can be built (no ``golden_error`` in the effects);
 - replaying the golden trajectory through the real episode loop and grader passes;
-- a null run (no tool calls) fails whenever the golden state differs from the
-  initial state (a write is expected). Trap tasks, whose right action is to do
-  nothing, expect no write and are exempt from the null check.
-Invalid tasks are reported by uid with the reason and kept out of every
-downstream asset. A system error during screening is reported as such.
+- a null run (no tool calls) fails whenever a write is expected.
+
+Whether a write is expected is decided from each server's own report, never by
+re-hashing its state with our hash function (an external server hashes its own
+way): a server expects no write when the null run's ``result_db_hash`` equals
+the ``golden_db_hash`` it reports (the golden state *is* the starting state).
+Tasks that expect no write (read-only and trap tasks) are valid and marked
+``read_only`` (row column and ``Task.metadata["read_only"]``); when their null run
+passes as well, they teach nothing in training (``null_passed``) but still
+measure a policy in evaluation. Invalid tasks are reported by uid with the
+reason and kept out of every downstream asset; a task that could not be graded
+(a system error) has its cause in ``system_error``, so that callers can refuse
+to drop it silently (:func:`ungradable`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import polars as pl
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import run_trials
-from rewardbox.grading.canonical import state_hash
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
 
 SCREEN_SCHEMA = {"uid": pl.Utf8, "domain": pl.Utf8, "valid": pl.Boolean, "expects_write": pl.Boolean,
-                 "golden_passed": pl.Boolean, "null_passed": pl.Boolean, "reason": pl.Utf8}
+                 "read_only": pl.Boolean, "golden_passed": pl.Boolean, "null_passed": pl.Boolean,
+                 "system_error": pl.Utf8, "reason": pl.Utf8}
 
 
-def expects_write(result: EpisodeResult) -> bool:
-    """True when some server's golden state differs from its initial state."""
-    for effects in result.effects.values():
-        if isinstance(effects, dict) and "golden_db_hash" in effects:
-            if effects["golden_db_hash"] != state_hash(effects.get("initial_db_state", {})):
-                return True
+def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool:
+    """True when some server's golden state differs from the state a do-nothing run leaves.
+
+    Per server that reports a ``golden_db_hash``: no write is expected when the
+    null run's ``result_db_hash`` (same server, same hash function) equals it.
+    A server whose null run reports no ``result_db_hash`` counts as expecting a write.
+    """
+    for server, effects in golden.effects.items():
+        if not isinstance(effects, dict) or effects.get("golden_db_hash") is None:
+            continue
+        null_effects = null.effects.get(server)
+        if not isinstance(null_effects, dict) or null_effects.get("result_db_hash") != effects["golden_db_hash"]:
+            return True
     return False
 
 
 def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> dict:
     """One screening row for a task from its golden-replay and null results."""
-    row = {"uid": task.uid, "domain": task.domain, "valid": False, "expects_write": None,
-           "golden_passed": golden.passed, "null_passed": null.passed, "reason": ""}
+    row = {"uid": task.uid, "domain": task.domain, "valid": False, "expects_write": None, "read_only": None,
+           "golden_passed": golden.passed, "null_passed": null.passed,
+           "system_error": golden.system_error or null.system_error, "reason": ""}
     unknown = sorted({tool for _, tool, _ in task.golden_interactions()} - set(task.available_tools))
     golden_errors = [e.get("golden_error") for e in golden.effects.values() if isinstance(e, dict) and e.get("golden_error")]
     if unknown:
@@ -53,7 +70,8 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
         message = golden.test_outcome.message if golden.test_outcome else ""
         row["reason"] = f"golden replay fails its own test: {message[:300]}"
     else:
-        row["expects_write"] = expects_write(golden)
+        row["expects_write"] = expects_write(golden, null)
+        row["read_only"] = not row["expects_write"]
         if row["expects_write"] and null.passed:
             row["reason"] = "null run passes although a write is expected"
         else:
@@ -74,6 +92,23 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile) -> tuple[list[Task], p
     _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile)
     _, null = run_trials(tasks, 1, NullPolicy(), profile)
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
-    rows = [screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks]
-    valid = {r["uid"] for r in rows if r["valid"]}
-    return [t for t in tasks if t.uid in valid], pl.DataFrame(rows, schema=SCREEN_SCHEMA)
+    rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
+    valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]
+    return valid, pl.DataFrame(list(rows.values()), schema=SCREEN_SCHEMA)
+
+
+def _marked(task: Task, row: dict) -> Task:
+    """``task`` with ``metadata["read_only"]`` set for a task that expects no write."""
+    if not row["read_only"]:
+        return task
+    return replace(task, metadata={**task.metadata, "read_only": True, "null_passes": bool(row["null_passed"])})
+
+
+def ungradable(report: pl.DataFrame) -> list[str]:
+    """``"uid: cause"`` for every screened task that could not be graded (a system error).
+
+    Such a task is neither valid nor invalid: dropping it silently would shrink a
+    benchmark unnoticed, so the benchmark asset fails on any of these.
+    """
+    rows = report.filter(pl.col("system_error").is_not_null()).select("uid", "system_error")
+    return [f"{uid}: {cause}" for uid, cause in rows.iter_rows()]

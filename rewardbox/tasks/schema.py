@@ -110,7 +110,8 @@ class Task:
 
     @property
     def domain(self) -> str:
-        return self.dataset
+        """``metadata["domain"]`` (set from a profile's ``tasks.domains``), else the scenario, else the dataset."""
+        return str(self.metadata.get("domain") or self.scenario or self.dataset)
 
     def golden_interactions(self) -> list[tuple[str, str, dict[str, Any]]]:
         """Reference actions as ``(server, tool, parameters)``, in world_state order."""

@@ -43,13 +43,15 @@ def _resolve_list(dataset_path: Path, test_list: str | None) -> Path | None:
     return candidate if candidate.is_absolute() or candidate.exists() else dataset_path / test_list
 
 
-def load_sources(sources, split: str, limit: int | None = None) -> LoadedTasks:
-    """Load every source of one split (``"candidate"`` or ``"benchmark"``).
+def load_sources(sources, split: str, limit: int | None = None, domains: dict[str, str] | None = None) -> LoadedTasks:
+    """Load every source of one split (``"candidate"``, ``"benchmark"`` or ``"exclude_only"``).
 
     Args:
         sources: ``TaskSource`` configs.
         split: stored on each task's ``split`` field.
         limit: keep at most this many tasks (first ones, deterministic), or None.
+        domains: ``{scenario: domain}`` (``tasks.domains``); a mapped scenario's
+            tasks get ``metadata["domain"]``, the others report their scenario.
 
     Returns:
         Tasks in source order and the load errors as strings (file, line, field).
@@ -67,23 +69,36 @@ def load_sources(sources, split: str, limit: int | None = None) -> LoadedTasks:
             continue
         out.errors.extend(str(e) for e in loaded.errors)
         tasks = loaded.tasks[: source.limit] if source.limit else loaded.tasks
-        out.tasks.extend(replace(t, split=split) for t in tasks)
+        out.tasks.extend(_with_domain(replace(t, split=split), domains or {}) for t in tasks)
     if limit is not None:
         out.tasks = out.tasks[:limit]
     return out
 
 
+def _with_domain(task: Task, domains: dict[str, str]) -> Task:
+    if task.scenario not in domains:
+        return task
+    return replace(task, metadata={**task.metadata, "domain": domains[task.scenario]})
+
+
+def load_held_out(config) -> LoadedTasks:
+    """Every task that must never train: the benchmark and the ``exclude_only`` releases (unscreened)."""
+    domains = getattr(config, "domains", {})
+    benchmark = load_sources(config.benchmark, "benchmark", domains=domains)
+    released = load_sources(getattr(config, "exclude_only", []), "exclude_only", domains=domains)
+    return LoadedTasks(benchmark.tasks + released.tasks, benchmark.errors + released.errors)
+
+
 def load_candidates(config) -> LoadedTasks:
-    """Candidate tasks minus anything in the benchmark (by uid and content hash)."""
+    """Candidate tasks minus anything held out (benchmark, exclude_only) by uid and task identity."""
     from rewardbox.tasks.exclusion import exclude_overlap
 
-    candidates = load_sources(config.candidates, "candidate")
-    benchmark = load_sources(config.benchmark, "benchmark")
-    kept, excluded = exclude_overlap(candidates.tasks, benchmark.tasks)
+    candidates = load_sources(config.candidates, "candidate", domains=getattr(config, "domains", {}))
+    kept, excluded = exclude_overlap(candidates.tasks, load_held_out(config).tasks)
     if config.max_candidates is not None:
         kept = kept[: config.max_candidates]
     return LoadedTasks(kept, candidates.errors, [t.uid for t in excluded])
 
 
 def load_benchmark(config) -> LoadedTasks:
-    return load_sources(config.benchmark, "benchmark", config.max_benchmark)
+    return load_sources(config.benchmark, "benchmark", config.max_benchmark, domains=getattr(config, "domains", {}))

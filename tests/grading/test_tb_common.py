@@ -4,9 +4,6 @@ and permanent system errors (not retried)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -14,6 +11,7 @@ from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.grading.context import TestContext, context_payload
 from rewardbox.grading.testrunner import evaluate_test_code
+from tests.fixtures.fake_judge import Judge200
 
 SUBMODULE_TEST = '''
 from thinkingbox.common import Judge, TestContext
@@ -35,39 +33,6 @@ def t(x: TestContext, judge: Judge):
 
 __tb_test_fn = t
 '''
-
-
-class Judge200:
-    """A loopback judge: answers from ``rule(user prompt) -> reply``; records prompts."""
-
-    def __init__(self, rule):
-        self.prompts: list[str] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - http.server API
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][-1]["content"]
-                fake.prompts.append(prompt)
-                data = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                                   "choices": [{"index": 0, "finish_reason": "stop",
-                                                "message": {"role": "assistant", "content": rule(prompt)}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.config = {"base_url": f"http://127.0.0.1:{self.server.server_port}/v1", "model": "j", "max_retries": 0}
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _episode_messages():
