@@ -6,7 +6,7 @@ import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.interchange import import_infer_results
+from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.services import run_trials
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
@@ -25,8 +25,10 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set."""
     profile = rewardbox.load()
     if profile.probe.import_results:
-        rows = import_infer_results(profile.probe.import_results, screened_candidates)
+        rows, left_out = import_infer_report(profile.probe.import_results, screened_candidates)
         context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
+        for line in left_out:
+            context.log.warning(f"probe import left out {line}")
     else:
         policy = rewardbox.policy(base_checkpoint or None)
         rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)

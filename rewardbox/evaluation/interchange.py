@@ -229,6 +229,16 @@ def _jsonable(value: Any) -> Any:
 
 
 def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None = None) -> pl.DataFrame:
+    """The imported rows of :func:`import_infer_report` (uids outside ``tasks`` are left out).
+
+    Raises:
+        InterchangeError: see :func:`import_infer_report`.
+    """
+    return import_infer_report(path, tasks)[0]
+
+
+def import_infer_report(path: str | os.PathLike,
+                        tasks: Sequence[Task] | None = None) -> tuple[pl.DataFrame, list[str]]:
     """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as attempt rows (``ROW_SCHEMA``).
 
     Per row: ``trial`` = ``metadata.repetition``; ``reward`` / ``passed`` from
@@ -242,21 +252,22 @@ def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None =
 
     Args:
         path: the JSONL file. Blank lines are ignored.
-        tasks: when given, ``domain`` comes from them and every uid must be one
-            of theirs; otherwise ``domain`` is ``metadata.rewardbox_domain``, the
+        tasks: when given, ``domain`` comes from them and only their uids are
+            imported; otherwise ``domain`` is ``metadata.rewardbox_domain``, the
             ``test_tags.domain`` or ``metadata.scenario``.
 
     Returns:
-        One row per line, file order.
+        ``(rows, left_out)``: one row per imported line, file order; and one
+        ``"<uid>: <reason>"`` per uid left out (a uid that is not among
+        ``tasks``, e.g. screened out or not loaded), once per uid with its line count.
 
     Raises:
         InterchangeError: a line is not JSON or lacks / mistypes a field
             (strict: the whole file is rejected, naming file, line and field),
             or a (uid, repetition) key repeats.
-        ValueError: a uid is not among ``tasks``.
     """
     domains = {t.uid: t.domain for t in tasks} if tasks is not None else None
-    rows, seen = [], {}
+    rows, seen, left_out = [], {}, {}
     for lineno, obj in _iter_lines(Path(path)):
         row = _attempt_row(obj, Path(path), lineno)
         key = (row["uid"], row["trial"])
@@ -265,10 +276,14 @@ def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None =
         seen[key] = lineno
         if domains is not None:
             if row["uid"] not in domains:
-                raise ValueError(f"{path}:{lineno}: uid {row['uid']!r} is not among the given tasks")
+                first, count = left_out.get(row["uid"], (lineno, 0))
+                left_out[row["uid"]] = (first, count + 1)
+                continue
             row["domain"] = domains[row["uid"]]
         rows.append(row)
-    return pl.DataFrame(rows, schema=ROW_SCHEMA)
+    reasons = [f"{uid}: not among the given tasks (screened out or not loaded); {count} line(s) from line {first} "
+               "left out" for uid, (first, count) in left_out.items()]
+    return pl.DataFrame(rows, schema=ROW_SCHEMA), reasons
 
 
 def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

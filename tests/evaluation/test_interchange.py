@@ -10,7 +10,12 @@ import pytest
 
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.evaluation.campaign import ROW_SCHEMA, results_frame
-from rewardbox.evaluation.interchange import InterchangeError, export_decode_results, import_infer_results
+from rewardbox.evaluation.interchange import (
+    InterchangeError,
+    export_decode_results,
+    import_infer_report,
+    import_infer_results,
+)
 from rewardbox.sandbox.base import ToolSpec
 from rewardbox.selection import SelectionConfig, task_difficulty
 from rewardbox.tasks.thinkingbox import load_dataset
@@ -227,6 +232,18 @@ def test_missing_test_result_and_unknown_uid(tasks, tmp_path):
                     '{"T": "Text", "role": "assistant", "content": "hi"}]}\n' % REFUND)
     row = import_infer_results(path, tasks).row(0, named=True)
     assert row["system_error"].startswith("missing test_result") and row["turns"] == 2 and row["passed"] is None
-    path.write_text('{"uid": "other.py:t", "metadata": {"repetition": 0}}\n')
-    with pytest.raises(ValueError, match=r"r\.jsonl:1: uid 'other\.py:t' is not among the given tasks"):
-        import_infer_results(path, tasks)
+
+
+
+def test_partial_import_keeps_what_matches_and_reports_the_rest(tasks, tmp_path):
+    lines = TB_INFER.read_text().splitlines()
+    path = tmp_path / "r.jsonl"
+    unknown = '{"uid": "dropped.py:test_x", "metadata": {"repetition": %d}, "test_result": {"result": true, "reward": 1}}'
+    path.write_text("\n".join([unknown % 0, *lines, unknown % 1]) + "\n")
+    rows, left_out = import_infer_report(path, tasks)
+    assert rows.to_dicts() == import_infer_results(TB_INFER, tasks).to_dicts()  # every known uid imported
+    assert left_out == ["dropped.py:test_x: not among the given tasks (screened out or not loaded); "
+                        f"2 line(s) from line 1 left out"]
+    kept = [t for t in tasks if t.uid != REFUND]  # screening dropped one task of the run
+    rows, left_out = import_infer_report(TB_INFER, kept)
+    assert REFUND not in rows["uid"].to_list() and rows.height == 8 and left_out[0].startswith(f"{REFUND}: ")
