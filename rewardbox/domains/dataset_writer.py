@@ -219,8 +219,10 @@ class DatasetRecipe:
         return to_yaml(doc)
 
     def agent_yaml(self) -> str:
-        """``agent/agent.yaml``: the agent's system instructions (who it is, when to write <DONE>)."""
-        return to_yaml({"system_instructions": _AGENT_INSTRUCTIONS.format(agent=self.agent, user=self.user) + "\n"})
+        """``agent/agent.yaml``: the agent's system instructions (who it is, when to write <DONE>) and
+        ``builtin_tools`` (none; the upstream harness requires the key)."""
+        return to_yaml({"system_instructions": _AGENT_INSTRUCTIONS.format(agent=self.agent, user=self.user) + "\n",
+                        "builtin_tools": []})
 
     def testlists(self, tasks: list[dict[str, Any]]) -> dict[str, list[str]]:
         """``{file name: uids}`` of ``testlists/`` (see the module docstring)."""

@@ -178,3 +178,43 @@ def builtin_tool_dict(tool: BuiltinTool) -> dict[str, Any]:
     """``{name, description, input_schema, is_end_turn}``: the fields of ``ToolSpec``."""
     schema = tool.input_schema or tool.parameters or {"type": "object", "properties": {}}
     return {"name": tool.name, "description": tool.description, "input_schema": schema, "is_end_turn": tool.is_end_turn}
+
+
+UPSTREAM_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
+    "agent": ("system_instructions", "builtin_tools"),
+    "agent.builtin_tools[]": ("name", "description", "input_schema"),
+    "scenario": ("world_state", "tools"),
+    "scenario.tools[]": ("name",),
+}
+"""Keys the upstream harness (``tb infer``) requires in agent and scenario files
+(its ``AgentConfig``, ``ToolDef``, ``ScenarioConfig``, ``ToolDefOverride``); our own
+loader is more lenient (docs/thinkingbox.md, "Running our domains under tb infer")."""
+
+
+def _missing(path: Path, where: str, value: Any, kind: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{path} ({where}): expected a mapping, got {type(value).__name__}"]
+    return [f"{path} ({where}): required key {key!r} is missing" for key in UPSTREAM_REQUIRED_KEYS[kind] if key not in value]
+
+
+def upstream_schema_problems(root: str | Path) -> list[str]:
+    """Every place where a dataset's agent or scenario files lack a key the upstream harness requires.
+
+    Args:
+        root: a ThinkingBox-layout dataset directory (``agent/``, ``scenario/``).
+
+    Returns:
+        One line per problem (file, where, key); empty when the files would load upstream.
+        Test files are checked by our loader (``load_dataset``), whose required keys
+        (``scenario``, ``query``) are the upstream ones.
+    """
+    root = Path(root)
+    problems: list[str] = []
+    for kind, list_key in (("agent", "builtin_tools"), ("scenario", "tools")):
+        for path in sorted((root / kind).glob("*.yaml")):
+            doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            problems += _missing(path, kind, doc, kind)
+            items = doc.get(list_key) if isinstance(doc, dict) else None
+            for i, item in enumerate(items if isinstance(items, list) else []):
+                problems += _missing(path, f"{list_key}[{i}]", item, f"{kind}.{list_key}[]")
+    return problems
