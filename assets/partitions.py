@@ -1,7 +1,7 @@
 """Partition definitions used by assets (re-exported by ``pipelines.partitions``).
 
 They live here because assets need them and nothing may import ``pipelines``.
-Partition coarsely (STYLE.md): one partition per checkpoint, never per task or trial.
+Partition coarsely (docs/method.md, "Conventions"): one partition per checkpoint, never per task or trial.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Grading throughput: one test run in the worker pool vs a fresh process per test (issue #3).
 
 Baseline: ThinkingBox's ``TestScriptSubprocess`` starts a Python process per test,
-about 0.35 s each on a 2-core machine (THINKINGBOX_FORMAT.md §1.5).
+about 0.35 s each on a 2-core machine (docs/thinkingbox.md, "Reference costs").
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 One episode = session create + init + 10 tool calls + effects + teardown, on the
 retail domain, for the in-process path and for an external stdio MCP process.
 Baseline: the ThinkingBox Session Proxy's session create alone, 1.6 s idle on a
-2-core machine (THINKINGBOX_FORMAT.md §3, "Reference cost of one session").
+2-core machine (docs/thinkingbox.md, "Reference costs").
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each ``EpisodeDatabase`` is an in-memory SQLite database on its own engine
 (``StaticPool``: one connection, usable from any thread), so no episode ever
 sees another's writes. The seeded schema is built once per domain and copied in
 with SQLite's backup API; the ``data_patch`` is then upserted by primary key
-(THINKINGBOX_FORMAT.md §3, ``apply_data_patch``), with values coerced to the
+(docs/thinkingbox.md, "Server effects and golden state", ``apply_data_patch``), with values coerced to the
 column types and every problem reported as ``DataPatchError`` naming the row.
 """
 

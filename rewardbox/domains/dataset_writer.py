@@ -6,7 +6,7 @@ whom it writes to, and whether the domain is held out); the recipe generates
 the task specs and writes, under ``out``:
 
 * ``agent/agent.yaml`` and ``scenario/<domain>.yaml`` (world_state, tools, policy);
-* ``test_case/<domain>_*.py`` (THINKINGBOX_FORMAT.md §1.2: module ``"!"``
+* ``test_case/<domain>_*.py`` (docs/thinkingbox.md, "Test files": module ``"!"``
   defaults, one ``"!"`` YAML docstring per test function, plain helper functions);
 * ``testlists/``: for a training domain ``benchmark.yaml`` (about one task in
   four of every family, at least one) and ``candidates.yaml`` (the rest); for a

@@ -3,7 +3,7 @@
 The golden state is the terminal state you get by replaying the task's golden
 tool interactions on a FRESH database initialised the same way (same seed, same
 data patch), through the same ``ToolRunner`` the agent's calls use
-(THINKINGBOX_FORMAT.md §3, ``apply_golden_set_to_database``). Unlike upstream,
+(docs/thinkingbox.md, "Server effects and golden state", ``apply_golden_set_to_database``). Unlike upstream,
 an interaction that fails is not skipped: the golden state is then unbuildable,
 reported as ``golden_error``, and the task must be treated as invalid.
 """

@@ -1,8 +1,8 @@
 """Which embedded domain serves which MCP server name, and where its dataset lives.
 
-The keys are the ``world_state`` server names of the tasks (THINKINGBOX_FORMAT.md
-§1.1). Builders are stored as import paths so that importing the registry does not
-import every domain.
+The keys are the ``world_state`` server names of the tasks (docs/thinkingbox.md,
+"Dataset layout"). Builders are stored as import paths so that importing the
+registry does not import every domain.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@
 SDK, 2.x) with a fresh episode state: nothing is shared between two servers, so
 no episode ever sees another's writes. Tools return ``json.dumps(result)``; a
 tool's own error (not found, invalid state, invalid arguments) is ordinary output
-``{"error": "...", "tool": name}`` (THINKINGBOX_FORMAT.md §3).
+``{"error": "...", "tool": name}`` (docs/thinkingbox.md, "Server effects and golden state").
 
-Reserved tools (§2.3), hidden from the agent by the sandbox:
+Reserved tools (docs/thinkingbox.md, "Reserved tools"), hidden from the agent by the sandbox:
 
 * ``__reserved__init(config)``: new database (seed + ``config.data_patch``),
   stores ``config.golden_test_case.tool_interactions``; replies ``{}``, or

@@ -11,12 +11,12 @@ class EpisodeConfig(BaseModel):
     """Limits of one episode.
 
     Attributes:
-        max_user_turns: simulated user replies after the query (DESIGN.md default 10);
+        max_user_turns: simulated user replies after the query (docs/method.md, "Episode": default 10);
             the task's own ``max_user_sim_turns`` applies too (the smaller wins).
         max_agent_turns: agent completions over the whole episode (as ThinkingBox
-            counts them, THINKINGBOX_FORMAT.md §4.2); the task's limit applies too.
+            counts them, docs/thinkingbox.md, "Episode loop"); the task's limit applies too.
         max_agent_steps_per_user_turn: agent completions between two user messages
-            (DESIGN.md: ``max_agent_turns`` per user message); stops tool loops.
+            (docs/method.md, "Episode": ``max_agent_turns`` per user message); stops tool loops.
         max_new_tokens: generation budget per completion, tokens.
         temperature: sampling temperature for the policy (0 = greedy).
         seed: base sampling seed; trial ``t`` uses ``seed + t``. None = unseeded.

@@ -1,6 +1,6 @@
 """The agent-tools-user loop as an explicit state machine.
 
-Behaviour follows THINKINGBOX_FORMAT.md §4.2-4.3 (``run_agent_user_loop`` and
+Behaviour follows docs/thinkingbox.md, "Episode loop" (``run_agent_user_loop`` and
 ``decode_turn_iter``): the user opens with the task's query; each agent
 completion either calls tools (dispatched sequentially, results appended as
 ``tool`` messages) or writes visible text, which passes control to the user;
@@ -300,7 +300,8 @@ def _builtin_specs(task: Task) -> list[ToolSpec]:
 
 
 def _apply_overrides(task: Task, server_tools: list[ToolSpec]) -> list[ToolSpec]:
-    """Scenario overrides (§1.1): description, per-argument descriptions, end-turn flag."""
+    """Scenario overrides: description, per-argument descriptions, end-turn flag
+    (docs/thinkingbox.md, "Dataset layout")."""
     by_name = {t.name: t for t in task.tools}
     out = []
     for spec in server_tools:
@@ -320,7 +321,7 @@ def _apply_overrides(task: Task, server_tools: list[ToolSpec]) -> list[ToolSpec]
 
 
 def build_test_context(run: EpisodeRun) -> dict[str, Any]:
-    """The JSON test context (THINKINGBOX_FORMAT.md §1.5) sent to the grading worker."""
+    """The JSON test context (docs/thinkingbox.md, "Test code") sent to the grading worker."""
     result = run.result
     return {
         "response": result.response,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-# Termination reasons (THINKINGBOX_FORMAT.md §4.2), plus "system_error".
+# Termination reasons (docs/thinkingbox.md, "Episode loop"), plus "system_error".
 FINISH_REASONS = (
     "done",            # agent ended its message with <DONE>
     "end_turn_tool",   # agent called an is_end_turn builtin tool
@@ -37,7 +37,7 @@ class AgentTurn:
 class TestOutcome:
     __test__ = False  # not a pytest class
 
-    """The graded result of one episode (THINKINGBOX_FORMAT.md §1.5 TestResult).
+    """The graded result of one episode (docs/thinkingbox.md, "Test code").
 
     ``result`` True means passed; ``reward`` in [0, 1]; ``is_system_error``
     marks a grader fault (never a reward of 0 for the policy).

@@ -1,6 +1,6 @@
 """User simulators: the scripted one (embedded default) and an LLM one.
 
-The LLM simulator follows THINKINGBOX_FORMAT.md §4.5: stateless each turn,
+The LLM simulator follows docs/thinkingbox.md, "User simulator": stateless each turn,
 ``[system: SYSTEM_PROMPT, user: USER_PROMPT]`` with the visible conversation,
 the user context, and the last assistant message; output cleanup strips role
 prefixes and quotes, and an empty reply becomes "I don't know.". Its prompt
@@ -102,7 +102,8 @@ def shareable_facts(user_context: str) -> str:
 
 
 def render_history(messages: list[dict[str, Any]]) -> str:
-    """Visible user/assistant texts only, as ``User: ...`` / ``Assistant: ...`` (§4.5)."""
+    """Visible user/assistant texts only, as ``User: ...`` / ``Assistant: ...``
+    (docs/thinkingbox.md, "User simulator")."""
     out = []
     for m in messages:
         if m.get("role") not in ("user", "assistant") or not m.get("content"):

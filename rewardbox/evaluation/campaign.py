@@ -2,7 +2,7 @@
 
 Probes (n trials of each candidate task) and evaluations (k trials of each
 benchmark task) are both campaigns. Coverage is validated before any metric
-(DESIGN.md "Evaluation"): every expected key present exactly once, none
+(docs/method.md, "Evaluation"): every expected key present exactly once, none
 unexpected. A repair run executes only missing or system-error keys.
 """
 

@@ -1,6 +1,6 @@
 """ThinkingBox interchange: our attempts as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
 
-Export (THINKINGBOX_FORMAT.md §5.1) writes one ``DecodeResult`` JSON object per
+Export (docs/thinkingbox.md, "DecodeResult rows") writes one ``DecodeResult`` JSON object per
 line, in input order, with every field: ``uid``, ``messages`` (tagged union on
 ``T``: ``Text`` / ``ParallelToolCall`` / ``ToolResponse``), ``test_result``,
 ``test_context``, ``test_tags``, ``tools``, ``raw_messages``, ``user_llm_history``,
@@ -11,7 +11,8 @@ Import reads ``tb infer`` output into the attempt-row schema
 (``rewardbox.evaluation.campaign.ROW_SCHEMA``) so existing probe runs feed
 ``rewardbox.selection.task_difficulty`` without re-running them.
 
-System errors (§4.7): a *decode* system error is ``is_system_error: true`` with
+System errors (docs/thinkingbox.md, "System errors in the harness"): a *decode*
+system error is ``is_system_error: true`` with
 ``metadata.error = {type, message, tb}`` and no ``test_result``; a *test* system
 error is ``test_result.is_system_error: true``. Both become a non-null
 ``system_error`` string on import (never a reward of 0). Our finish reasons
@@ -87,7 +88,7 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
 
 
 def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
-    """One ``DecodeResult`` as a JSON-ready dict (every §5.1 field present)."""
+    """One ``DecodeResult`` as a JSON-ready dict (every field of docs/thinkingbox.md, "DecodeResult rows")."""
     decode_error = result.system_error is not None and not _is_test_error(result)
     messages = tb_messages(result.messages, _end_turn_names(result, task))
     row: dict[str, Any] = {
@@ -98,7 +99,7 @@ def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
         "test_tags": tb_test_tags(task.tags),
         "tools": _tool_defs(result, task),
         "raw_messages": _jsonable(result.messages),
-        "user_llm_history": None,  # the user simulator's prompts are not kept (§4.5: stateless)
+        "user_llm_history": None,  # the user simulator is stateless; its prompts are not kept
         "usage": [_usage(turn) for turn in result.agent_turns],
         "metadata": _metadata(result, task, decode_error),
         "is_system_error": decode_error,
@@ -352,7 +353,8 @@ def _usage_totals(usage: list[Any], path: Path, lineno: int) -> dict[str, int]:
 
 def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
              lineno: int) -> tuple[float | None, bool | None, str | None]:
-    """(reward, passed, system_error) of one DecodeResult (§4.7, §5.2)."""
+    """(reward, passed, system_error) of one DecodeResult
+    (docs/thinkingbox.md, "System errors in the harness", "Aggregation")."""
     if obj.get("is_system_error"):
         error = metadata.get("error") if isinstance(metadata.get("error"), dict) else {}
         kind = error.get("type") or "decode"
@@ -372,7 +374,8 @@ def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
 
 
 def _count_turns(messages: list[Any]) -> int:
-    """Agent turns when ``usage`` is absent: one per ParallelToolCall and per visible assistant Text (§4.2)."""
+    """Agent turns when ``usage`` is absent: one per ParallelToolCall and per visible assistant Text
+    (docs/thinkingbox.md, "Episode loop")."""
     count = 0
     for m in messages:
         if not isinstance(m, dict):

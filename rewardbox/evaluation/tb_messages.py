@@ -1,4 +1,4 @@
-"""Our OpenAI-style episode history -> ThinkingBox ``MessageT`` dicts (THINKINGBOX_FORMAT.md §5.1).
+"""Our OpenAI-style episode history -> ThinkingBox ``MessageT`` dicts (docs/thinkingbox.md, "DecodeResult rows").
 
 ThinkingBox messages are a tagged union on ``T`` (``chat_types.py``):
 
@@ -7,7 +7,7 @@ ThinkingBox messages are a tagged union on ``T`` (``chat_types.py``):
 - ``ToolResponse{name, content, id}``
 
 One assistant entry of ours becomes, in this order (as ``decode_turn_iter``
-decodes a completion, §4.3): a ``think`` Text for ``reasoning_content``, a
+decodes a completion, docs/thinkingbox.md, "Episode loop"): a ``think`` Text for ``reasoning_content``, a
 ``text`` Text for visible content (``is_done`` when it ends with ``<DONE>``),
 and a ``ParallelToolCall`` for ``tool_calls``. A malformed call (our ``raw``
 key) carries ``metadata.error``: the message the agent saw as tool output.

@@ -4,7 +4,7 @@ The reward compares the terminal state of an episode's database with the golden
 state (the same database after replaying the task's reference actions). Both are
 dumped here into plain JSON-able data so that equal states give equal SHA-256
 hashes in any process, and unequal ones give a diff that names every field that
-differs (THINKINGBOX_FORMAT.md §3, ``calculate_database_hash`` /
+differs (docs/thinkingbox.md, "Server effects and golden state", ``calculate_database_hash`` /
 ``calculate_deep_diff``).
 
 Canonical form (``dump_database``):

@@ -1,4 +1,4 @@
-"""``TestContext``: what a test function sees as ``x`` (THINKINGBOX_FORMAT.md §1.5).
+"""``TestContext``: what a test function sees as ``x`` (docs/thinkingbox.md, "Test code").
 
 Built from a plain JSON dict (the *context payload*) so it crosses process
 boundaries to the grading workers. Payload keys, all optional:

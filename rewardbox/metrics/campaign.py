@@ -1,6 +1,6 @@
 """Campaign summaries: pass@1, pass@k, pass^k, observed k/k, system errors, tokens.
 
-Conventions (DESIGN.md "Metrics"):
+Conventions (docs/method.md, "Metrics"):
 
 * **pass@1** = successes / clean attempts, pooled over all clean attempts,
   with a Wilson interval. The interval treats attempts as independent, which

@@ -7,7 +7,7 @@ Overall: ``P(mean_i p_tuned,i > mean_i p_base,i)`` over the tasks both
 campaigns share, by Monte Carlo with a fixed seed
 (:func:`rewardbox.metrics.intervals.prob_better_overall`). Tasks present in
 only one campaign, or with no clean attempt in either, are left out and
-counted. This is the same model ``tb sbs`` uses (THINKINGBOX_FORMAT.md 5.2).
+counted. This is the same model ``tb sbs`` uses (docs/thinkingbox.md, "Aggregation").
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Estimated cost: token usage x a versioned price table (a comparative index, not an invoice).
 
-Token convention (OpenAI usage semantics, THINKINGBOX_FORMAT.md 5.1):
+Token convention (OpenAI usage semantics, docs/thinkingbox.md, "DecodeResult rows"):
 ``input_tokens`` *includes* ``cached_input_tokens``; the cached part is billed
 at the cached rate and the rest at the input rate.
 
-Headline costs (DESIGN.md "Metrics"):
+Headline costs (docs/method.md, "Metrics"):
 
 * cost per successful attempt = estimated cost of one attempt at every task /
   (tasks x pass@1). "One attempt at every task" is the sum over tasks of the

@@ -10,7 +10,7 @@
   that the tuned policy's success rate exceeds the base policy's, per task
   (exact, numerical integration) and for the mean over tasks (Monte Carlo with
   a fixed seed). Both use independent Jeffreys posteriors, the same
-  convention ``tb sbs`` uses (THINKINGBOX_FORMAT.md 5.2).
+  convention ``tb sbs`` uses (docs/thinkingbox.md, "Aggregation").
 
 Rates here are over *clean* attempts: system errors are removed before the
 counts reach these functions.

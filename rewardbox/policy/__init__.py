@@ -1,4 +1,4 @@
-"""Policies and the one output interpreter (DESIGN.md, parser parity).
+"""Policies and the one output interpreter (docs/method.md, "Parser parity").
 
 Heavy parts load lazily: ``rewardbox.policy.local`` imports torch and
 transformers, ``rewardbox.policy.endpoint`` the openai client.

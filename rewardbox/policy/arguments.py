@@ -4,7 +4,7 @@ Models write arguments loosely: ``"10"`` for an integer, ``10001`` for a zip
 code string, a JSON object serialised into a string. This module turns a
 decoded arguments value into the dict the tool expects, or explains, in one
 line the model can read, why it cannot. It is the only place argument types
-are decided, so training and evaluation agree (DESIGN.md, parser parity).
+are decided, so training and evaluation agree (docs/method.md, "Parser parity").
 
 Coercions (and nothing else):
     integer <- integral float (``3.0``) or integer literal string (``"10"``)
@@ -54,7 +54,7 @@ def type_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[st
     Args:
         arguments: the decoded ``arguments`` object, keys in the model's order.
         schema: the tool's JSON schema (``{"type": "object", "properties": ...}``);
-            ``$ref`` already dereferenced (THINKINGBOX_FORMAT.md §2.1).
+            ``$ref`` already dereferenced (docs/thinkingbox.md, "Servers").
 
     Returns:
         A new dict with every known property typed; unknown properties pass

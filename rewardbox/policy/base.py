@@ -4,7 +4,7 @@ Every policy (local transformers model, OpenAI-compatible endpoint, scripted)
 returns a ``Completion`` whose ``interpretation`` came from
 ``rewardbox.policy.interpreter.interpret`` (or, for endpoints that return
 structured tool calls, from ``interpreter.type_tool_call``), so training and
-evaluation read model output identically (DESIGN.md, parser parity).
+evaluation read model output identically (docs/method.md, "Parser parity").
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class PolicyConfig(BaseModel):
         timeout_s: endpoint only; per-attempt timeout, seconds.
         max_retries, max_timeout_retries, max_rate_limit_retries: endpoint only;
             retries on 5xx, on timeouts/connection errors, on 429 (None: unlimited)
-            (THINKINGBOX_FORMAT.md §4.6).
+            (docs/thinkingbox.md, "Retries").
         reasoning_field: endpoint only; message field that carries reasoning.
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
         golden_frac: scripted_mix only; share of episodes that replay the golden

@@ -1,13 +1,13 @@
 """A policy behind any OpenAI-compatible chat-completions endpoint (vLLM, OpenAI, ...).
 
-Request body as THINKINGBOX_FORMAT.md §4.4: messages, tools (``parameters`` +
+Request body as docs/thinkingbox.md, "Model requests": messages, tools (``parameters`` +
 ``additionalProperties: false``), ``parallel_tool_calls: false``, temperature,
 ``max_completion_tokens``, seed. Structured ``tool_calls`` are typed with
 ``type_tool_call``; ``content`` goes through ``interpret`` as well, so a server
 without a tool parser (Hermes calls written in text) reads the same. Reasoning
 (``reasoning_content`` or the configured field) is kept, never parsed for calls.
 
-Retries follow §4.6 (``BackoffAsyncClient``): delay ``uniform(0, min(2**(n-1), 32))`` s;
+Retries follow docs/thinkingbox.md, "Retries" (``BackoffAsyncClient``): delay ``uniform(0, min(2**(n-1), 32))`` s;
 429 without limit by default, honouring ``Retry-After`` (capped at 32 s); 5xx up to
 ``max_retries``; timeouts and connection errors up to ``max_timeout_retries``;
 any other 4xx at once. What is left after retries is an ``EndpointError``:
@@ -34,7 +34,7 @@ _MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content
 
 
 class _RetryBudget:
-    """Per-kind retry counters for one request (§4.6)."""
+    """Per-kind retry counters for one request (docs/thinkingbox.md, "Retries")."""
 
     def __init__(self, max_retries: int, max_timeout_retries: int, max_rate_limit_retries: int | None):
         self.limits = {"server": max_retries, "timeout": max_timeout_retries, "rate_limit": max_rate_limit_retries}
@@ -138,7 +138,7 @@ class EndpointPolicy:
         await self._client.close()
 
     def request_body(self, request: ChatRequest) -> dict[str, Any]:
-        """The chat-completions request body for ``request`` (§4.4)."""
+        """The chat-completions request body for ``request`` (docs/thinkingbox.md, "Model requests")."""
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [api_message(m) for m in request.messages],
@@ -252,7 +252,8 @@ def _reasoning(message: Any, field: str) -> str:
 
 
 def api_tool(tool: ToolSpec) -> dict[str, Any]:
-    """The ``tools`` entry for one tool, ``additionalProperties: false`` added (§4.4)."""
+    """The ``tools`` entry for one tool, ``additionalProperties: false`` added
+    (docs/thinkingbox.md, "Model requests")."""
     entry = tool.to_openai()
     entry["function"]["parameters"] = {**(tool.input_schema or {"type": "object"}), "additionalProperties": False}
     return entry

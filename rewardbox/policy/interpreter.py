@@ -1,6 +1,6 @@
 """The one output interpreter: raw model text -> reasoning, content, tool calls.
 
-Training and evaluation both call ``interpret`` (DESIGN.md, parser parity), and
+Training and evaluation both call ``interpret`` (docs/method.md, "Parser parity"), and
 endpoint policies that receive structured calls type them with
 ``type_tool_call``, so a call means the same thing on every path.
 

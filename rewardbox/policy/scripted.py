@@ -2,7 +2,7 @@
 
 Both write raw text and pass it through ``interpret`` exactly like a model, so
 the oracle test (golden replay passes, doing nothing fails where a write is
-expected; STYLE.md) exercises the same parsing path as real episodes.
+expected; docs/method.md, "Conventions") exercises the same parsing path as real episodes.
 """
 
 from __future__ import annotations

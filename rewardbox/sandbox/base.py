@@ -1,6 +1,6 @@
 """The sandbox contract: one isolated set of tool servers per episode.
 
-Lifecycle (THINKINGBOX_FORMAT.md §2.2–2.3): ``start`` (spawn servers, list
+Lifecycle (docs/thinkingbox.md, "Session Proxy", "Reserved tools"): ``start`` (spawn servers, list
 tools, check ``available_tools``, call ``__reserved__init`` on each server in
 order) → ``call_tool``* → ``get_effects`` → ``close`` (``__reserved__teardown``,
 then reap). Every infrastructure fault raises ``SandboxError`` (a system
@@ -37,7 +37,7 @@ class Sandbox(Protocol):
         """Spawn and init servers. Returns ``{server: init_result}``. Raises SandboxError."""
 
     async def list_tools(self) -> list[ToolSpec]:
-        """The available tools only, schemas cleaned (§2.1)."""
+        """The available tools only, schemas cleaned (docs/thinkingbox.md, "Servers")."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         """Run one tool; returns the text of the result. Raises SandboxError on faults."""

@@ -1,7 +1,8 @@
 """ExternalSandbox: an episode's tools served by external MCP servers (servers.yaml).
 
-The behaviour of a ThinkingBox Session Proxy session (THINKINGBOX_FORMAT.md
-§2.1–2.3), run in-process with the official ``mcp`` client:
+The behaviour of a ThinkingBox Session Proxy session (docs/thinkingbox.md,
+"Servers", "Session Proxy", "Reserved tools"), run in-process with the official
+``mcp`` client:
 
 - one stdio MCP process per server per episode (``mcp-process``), or a
   streamable-HTTP connection (``mcp-remote``);
@@ -160,7 +161,7 @@ class ExternalSandbox:
 
     # ----- tools ----------------------------------------------------------
     async def list_tools(self) -> list[ToolSpec]:
-        """The available tools, in ``available_tools`` order, schemas cleaned (§2.1)."""
+        """The available tools, in ``available_tools`` order, schemas cleaned (docs/thinkingbox.md, "Servers")."""
         specs = []
         for name in self._available:
             tool = self._route[name].tools[name]
@@ -172,7 +173,7 @@ class ExternalSandbox:
         """Run one available tool on the server that owns it; returns ``content[0]`` text.
 
         ``__reserved__server_tool`` with ``{server_name, tool_name, arguments}``
-        calls any tool of any server, bypassing ``available_tools`` (§2.3).
+        calls any tool of any server, bypassing ``available_tools`` (docs/thinkingbox.md, "Reserved tools").
 
         Raises:
             SandboxError: ``Tool X does not exist`` (unknown or unavailable), the
@@ -199,7 +200,8 @@ class ExternalSandbox:
         return first_text(await conn.call(tool_name, arguments, self.timeouts.tool_s))
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:
-        """``{server: geteffects JSON}``; a non-dict or invalid reply becomes ``{}`` (§2.3).
+        """``{server: geteffects JSON}``; a non-dict or invalid reply becomes ``{}``
+        (docs/thinkingbox.md, "Reserved tools").
 
         A server without ``__reserved__geteffects`` contributes ``{}``.
 

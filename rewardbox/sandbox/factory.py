@@ -1,6 +1,6 @@
 """Pick a sandbox backend by name: one place that turns config into a sandbox factory.
 
-Kinds (DESIGN.md "Components"):
+Kinds (docs/method.md, "Components"):
 
 - ``inprocess``: the embedded MCP servers in this process, one SQLite database
   per episode (``rewardbox.sandbox.inprocess.InProcessSandboxFactory``).

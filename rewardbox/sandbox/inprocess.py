@@ -1,10 +1,10 @@
 """The in-process sandbox: embedded MCP servers connected with ``mcp.Client(server)``.
 
 For each server of a task's ``world_state`` (key order = tool priority; a later
-server wins a name clash, THINKINGBOX_FORMAT.md §2.1) a FRESH server is built
+server wins a name clash, docs/thinkingbox.md, "Servers") a FRESH server is built
 from ``rewardbox.domains.registry`` and connected in-process: no subprocess, no
 port, one private SQLite database per server, so episodes never see each
-other's writes. The lifecycle is the session proxy's (§2.2-2.3): ``start``
+other's writes. The lifecycle is the session proxy's (docs/thinkingbox.md, "Session Proxy", "Reserved tools"): ``start``
 (build, list tools, check ``available_tools``, ``__reserved__init`` per server
 in order) -> ``call_tool``* -> ``get_effects`` -> ``close`` (``__reserved__teardown``).
 
@@ -183,7 +183,7 @@ class InProcessSandbox:
             raise
 
     async def list_tools(self) -> list[ToolSpec]:
-        """The available tools, in ``available_tools`` order, schemas cleaned (§2.1)."""
+        """The available tools, in ``available_tools`` order, schemas cleaned (docs/thinkingbox.md, "Servers")."""
         return [self._specs[name] for name in self._available]
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -236,7 +236,7 @@ class InProcessSandbox:
             if conn.client is not None and RESERVED_PREFIX + "teardown" in conn.reserved:
                 try:
                     await asyncio.wait_for(conn.client.call_tool(RESERVED_PREFIX + "teardown", {}), 10.0)
-                except Exception as exc:  # boundary: teardown errors are only logged (§2.3)
+                except Exception as exc:  # boundary: teardown errors are only logged (docs: "Reserved tools")
                     logger.warning("teardown of %s failed: %r", server, exc)
             await conn.close(timeout_s=10.0)
 

@@ -1,11 +1,11 @@
 """ProxySandbox: an episode's tools on a running ThinkingBox Session Proxy (HTTP).
 
-The client half of THINKINGBOX_FORMAT.md §2.2: every endpoint is a JSON
+The client half of docs/thinkingbox.md, "Session Proxy": every endpoint is a JSON
 ``POST``; success is ``200 {"success": true, "content": {"type", "value"}}``,
 failure ``{"success": false, "content": {"value": message}}`` with 400 (504 for
 a tool timeout). One proxy session per episode, with a client-made uuid4 id.
 
-Retries follow §4.6 (ThinkingBox's ``BackoffAsyncClient``), with tenacity:
+Retries follow docs/thinkingbox.md, "Retries" (ThinkingBox's ``BackoffAsyncClient``), with tenacity:
 
 | condition | retries | delay |
 |---|---|---|
@@ -56,7 +56,8 @@ class ProxyTimeoutError(SandboxError):
 
 
 def session_timeout_s(request_timeout_s: float) -> float:
-    """The per-call timeout the proxy enforces: ``max(0.9 T, T - 30)`` for a client timeout ``T`` (§2.2).
+    """The per-call timeout the proxy enforces: ``max(0.9 T, T - 30)`` for a client timeout ``T``
+    (docs/thinkingbox.md, "Session Proxy").
 
     It stays below the client's own timeout so the proxy answers 504 first.
     """
@@ -208,7 +209,7 @@ class ProxySandbox:
         return {"Authorization": f"Bearer {key}"}
 
     async def _post(self, endpoint: str, body: dict[str, Any]) -> Any:
-        """POST with the §4.6 retry policy; returns ``content.value``."""
+        """POST with the retry policy of docs/thinkingbox.md, "Retries"; returns ``content.value``."""
         counts: dict[str, int] = {}
 
         def should_stop(state: RetryCallState) -> bool:

@@ -1,4 +1,4 @@
-"""The reserved-tool protocol shared by every MCP transport (THINKINGBOX_FORMAT.md §2.2-2.3)."""
+"""The reserved-tool protocol shared by every MCP transport (docs/thinkingbox.md, "Session Proxy", "Reserved tools")."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ RESERVED_PREFIX = "__reserved__"
 
 
 def first_text(result: mcp_types.CallToolResult) -> str:
-    """The text of ``content[0]`` (THINKINGBOX_FORMAT.md §2.2); ``""`` when empty.
+    """The text of ``content[0]`` (docs/thinkingbox.md, "Session Proxy"); ``""`` when empty.
 
     A non-text first block (image, resource) is returned as its JSON.
     """
@@ -25,7 +25,7 @@ def first_text(result: mcp_types.CallToolResult) -> str:
 
 
 def parse_init_reply(server: str, text: str) -> dict[str, Any]:
-    """Interpret a ``__reserved__init`` reply (§2.3).
+    """Interpret a ``__reserved__init`` reply (docs/thinkingbox.md, "Reserved tools").
 
     ``{}`` → ``{}``; ``{"status": "ok", ...rest}`` → ``rest`` (the init result);
     anything else (other JSON, invalid JSON, a tool error) fails the episode.
@@ -45,7 +45,8 @@ def parse_init_reply(server: str, text: str) -> dict[str, Any]:
 
 
 def parse_effects_reply(text: str) -> dict[str, Any]:
-    """A ``__reserved__geteffects`` reply as a dict; anything but a JSON object becomes ``{}`` (§2.3)."""
+    """A ``__reserved__geteffects`` reply as a dict; anything but a JSON object becomes ``{}``
+    (docs/thinkingbox.md, "Reserved tools")."""
     try:
         reply = json.loads(text)
     except (json.JSONDecodeError, TypeError):

@@ -1,4 +1,4 @@
-"""Tool input-schema cleaning, as the ThinkingBox session proxy does it (§2.1).
+"""Tool input-schema cleaning, as the ThinkingBox session proxy does it (docs/thinkingbox.md, "Servers").
 
 ``$ref`` pointers into ``$defs`` (or ``definitions``) are inlined, ``$defs`` is
 dropped, and the ``title`` keyword is removed at the top level and on every

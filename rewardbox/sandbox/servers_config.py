@@ -1,6 +1,6 @@
 """``servers.yaml``: where each tool server of a scenario comes from.
 
-The shape follows ThinkingBox's ``ServersConfig`` (THINKINGBOX_FORMAT.md §2.1)::
+The shape follows ThinkingBox's ``ServersConfig`` (docs/thinkingbox.md, "Servers")::
 
     use_internal_servers: false
     servers:

@@ -1,4 +1,4 @@
-"""Policy-relative difficulty bands from a Jeffreys posterior (DESIGN.md "The method").
+"""Policy-relative difficulty bands from a Jeffreys posterior (docs/method.md, "Difficulty bands").
 
 A task probed n times with c clean successes has the posterior
 ``p | c, n ~ Beta(c + 1/2, n - c + 1/2)`` (Jeffreys prior Beta(1/2, 1/2)).
@@ -103,7 +103,7 @@ class SelectionConfig(BaseModel):
 
     Attributes:
         boundaries: four strictly increasing cut points in (0, 1) between the
-            five bands (DESIGN.md; default 0.08, 0.40, 0.60, 0.90).
+            five bands (docs/method.md, "Difficulty bands"; default 0.08, 0.40, 0.60, 0.90).
         kept_bands: bands that enter the training pool (default hard, medium,
             easy: tasks the policy sometimes but not always solves, the ones
             whose GRPO groups have non-zero reward variance).

@@ -1,4 +1,4 @@
-"""Parse ThinkingBox Python test files (THINKINGBOX_FORMAT.md §1.2).
+"""Parse ThinkingBox Python test files (docs/thinkingbox.md, "Test files").
 
 A test file is ordinary Python. Module-level string expressions that start
 with ``"!"`` are YAML defaults; a top-level ``def`` whose first body statement
@@ -18,7 +18,7 @@ import yaml
 
 from rewardbox.errors import TaskFormatError
 
-# Keys a test's YAML block may hold (§1.2 ``CONFIG_FIELDS``).
+# Keys a test's YAML block may hold (docs/thinkingbox.md, "Test files").
 CONFIG_FIELDS = (
     "scenario",
     "query",
@@ -32,7 +32,7 @@ CONFIG_FIELDS = (
     "tags",
 )
 
-# The name the test code binds to the test function (§1.2, §1.5).
+# The name the test code binds to the test function (docs/thinkingbox.md, "Test files", "Test code").
 TEST_FN_BINDING = "__tb_test_fn"
 
 
@@ -129,7 +129,7 @@ def _first_line(node: ast.FunctionDef) -> int:
 
 
 def parse_python_test_file(path: Path, code: str | None = None) -> tuple[list[RawTestCase], list[TaskFormatError]]:
-    """Parse one Python test file into raw test cases (§1.2).
+    """Parse one Python test file into raw test cases (docs/thinkingbox.md, "Test files").
 
     Defaults are merged in file order: a test sees the defaults defined above
     it (the same as the upstream parser). A broken test is reported and the

@@ -1,6 +1,6 @@
 """The task record shared by every stage.
 
-A task is one hydrated ThinkingBox test case (THINKINGBOX_FORMAT.md §1): the
+A task is one hydrated ThinkingBox test case (docs/thinkingbox.md, "Dataset layout"): the
 first user message, the simulated user's private context, the merged
 ``world_state`` sent to the tool servers, the tools the agent may see, the
 policy text, and the test code that grades the terminal state.
@@ -46,7 +46,7 @@ def starting_data(init: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ToolOverride:
-    """A scenario tool entry (§1.1): which tool, and how the agent sees it."""
+    """A scenario tool entry (docs/thinkingbox.md, "Dataset layout"): which tool, and how the agent sees it."""
 
     name: str
     override_description: str | None = None
@@ -60,26 +60,26 @@ class Task:
     """One task. Plain data: picklable, JSON-serialisable via ``to_dict``.
 
     Attributes:
-        uid: ``"<file basename>:<test function name>"`` (§1.2).
+        uid: ``"<file basename>:<test function name>"`` (docs/thinkingbox.md, "Test files").
         dataset: the dataset (domain) name, e.g. ``"retail"``.
         scenario: scenario name; agent: agent config name.
         query: the first user message, verbatim.
         user_context: persona and facts for the user simulator ('' if none).
         init: the test's own ``init`` block, before merging (used for the content hash).
-        world_state: scenario ``world_state`` merged with ``init`` (§1.3):
+        world_state: scenario ``world_state`` merged with ``init`` (docs/thinkingbox.md, "Merging init"):
             ``{server_name: server_config}``; key order is tool priority.
         tools: the scenario's tool entries; their names are the available tools.
         system_instructions: the agent file's system prompt.
-        bot_instructions: scenario + test instructions joined with newlines (§4.1).
+        bot_instructions: scenario + test instructions joined with newlines (docs/thinkingbox.md, "Episode loop").
         builtin_tools: agent builtin tools as JSON-schema dicts (``is_end_turn`` tools).
         test_code: the test file with other tests blanked, plus ``__tb_test_fn = name``.
         test_name, test_file: where the test lives.
         tags: tags from defaults and the test.
-        max_user_turns, max_agent_turns: episode limits (§1.2 defaults).
+        max_user_turns, max_agent_turns: episode limits (defaults: docs/thinkingbox.md, "Test files").
         split: ``"candidate"`` or ``"benchmark"`` once assigned.
         fixtures: test fixtures by name, ``{name: {type: "pkg.mod.attr", **kwargs}}``
             (conftest.yaml files, then the scenario's ``fixtures``), injected into
-            the test function by parameter name (§1.5).
+            the test function by parameter name (docs/thinkingbox.md, "Test code").
     """
 
     uid: str

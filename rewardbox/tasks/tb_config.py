@@ -1,8 +1,9 @@
-"""ThinkingBox config files and the rules that combine them (THINKINGBOX_FORMAT.md §1.1-1.3).
+"""ThinkingBox config files and the rules that combine them
+(docs/thinkingbox.md, "Dataset layout", "Test files", "Merging init").
 
 Pydantic models for ``agent/*.yaml``, ``scenario/*.yaml``, ``conftest.yaml`` and
-a test's merged YAML config; the ``init`` -> ``world_state`` merge (§1.3); the
-bot-instructions join (§4.1). Validation errors become TaskFormatErrors that
+a test's merged YAML config; the ``init`` -> ``world_state`` merge (docs/thinkingbox.md, "Merging init"); the
+bot-instructions join (docs/thinkingbox.md, "Episode loop"). Validation errors become TaskFormatErrors that
 name the file, the line and the field.
 """
 
@@ -63,7 +64,7 @@ class ScenarioConfig(BaseModel):
 
 
 class TestConfig(BaseModel):
-    """A test's merged YAML config (§1.2 defaults)."""
+    """A test's merged YAML config (defaults: docs/thinkingbox.md, "Test files")."""
 
     __test__ = False
     model_config = ConfigDict(extra="forbid")
@@ -75,12 +76,12 @@ class TestConfig(BaseModel):
     bot_instructions: str | None = None
     history: Any = None
     init: dict[str, dict[str, Any]] = {}
-    format_query: bool = False  # ignored, as upstream (§1.2)
+    format_query: bool = False  # ignored, as upstream
     tags: list[str] | dict[str, Any] | None = None
 
 
 def recursive_merge(base: Any, override: Any) -> Any:
-    """Merge a test's ``init`` value into the scenario's (§1.3).
+    """Merge a test's ``init`` value into the scenario's (docs/thinkingbox.md, "Merging init").
 
     dict + dict recurses (the test's keys win), list + list concatenates
     (scenario items first), anything else becomes a deep copy of ``override``.

@@ -1,4 +1,4 @@
-"""Load a ThinkingBox-layout dataset into tasks (THINKINGBOX_FORMAT.md §1).
+"""Load a ThinkingBox-layout dataset into tasks (docs/thinkingbox.md, "Dataset layout").
 
 Layout: ``agent/<name>.yaml``, ``scenario/<name>.yaml``, ``test_case/**/*.py``
 and ``test_case/**/*.yaml`` (see :mod:`rewardbox.tasks.pyfile` and
@@ -95,7 +95,7 @@ class ThinkingBoxDataset:
         return name, self._config(self.root / "agent" / f"{name}.yaml", AgentConfig)
 
     def get_testfile_path(self, filename: str) -> Path:
-        """Find a test file by name (§1.2): ``test_case/<f>``, then
+        """Find a test file by name (docs/thinkingbox.md, "Test files"): ``test_case/<f>``, then
         ``test_case/<prefix>/<f>`` for underscore prefixes, longest first, one level.
 
         Raises:
@@ -195,7 +195,7 @@ def load_dataset(
     Args:
         path: the dataset root (holds ``agent/``, ``scenario/``, ``test_case/``).
         test_list: a test-list file or a list of ``"file.py:test_name"`` uids;
-            only those tasks load, in list order, files found by name (§1.2, §1.4).
+            only those tasks load, in list order, files found by name (docs/thinkingbox.md, "Test files", "Test lists").
             None loads every test file (sorted by path; skipped tests left out).
         dataset_name: ``Task.dataset``; defaults to the directory name.
         agent: the agent file stem; see the module docstring for the default.

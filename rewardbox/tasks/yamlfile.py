@@ -1,4 +1,4 @@
-"""Parse YAML test files (``test_case/**/*.yaml``, THINKINGBOX_FORMAT.md §1.1).
+"""Parse YAML test files (``test_case/**/*.yaml``, docs/thinkingbox.md, "Dataset layout").
 
 Two shapes are accepted; a file uses one or both.
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class GRPOConfig(BaseModel):
     """Local GRPO settings.
 
-    Reference run (DESIGN.md "GRPO", after thinkingbox-training): B = 18 tasks per
+    Reference run (docs/method.md, "GRPO", after thinkingbox-training): B = 18 tasks per
     step, G = 8 rollouts per task, 50 steps, AdamW lr 1e-6, weight decay 0, no KL,
     token-mean loss aggregation (DAPO, arXiv 2503.14476), clip 0.2. The embedded
     demo trains LoRA adapters (Hu et al., arXiv 2106.09685) on a 135M model, so

@@ -9,7 +9,7 @@ Per token (Schulman et al. 2017, PPO, arXiv 1707.06347):
 ``ratio = exp(logprobs - old_logprobs)``,
 ``loss_t = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A)``.
 ``eps_high`` defaults to ``eps_low`` (symmetric clip 0.2); DAPO's "clip-higher"
-(arXiv 2503.14476) raises it. No KL term (DESIGN.md: no KL).
+(arXiv 2503.14476) raises it. No KL term (docs/method.md, "GRPO": no KL).
 
 Aggregations (``LOSS_AGGREGATIONS``; names follow verl's ``loss_agg_mode``):
 

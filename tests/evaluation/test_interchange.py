@@ -1,4 +1,5 @@
-"""ThinkingBox interchange: DecodeResult JSONL export (§5.1) and `tb infer` import into probe rows."""
+"""ThinkingBox interchange: DecodeResult JSONL export and `tb infer` import into probe rows
+(docs/thinkingbox.md, "DecodeResult rows")."""
 
 from __future__ import annotations
 

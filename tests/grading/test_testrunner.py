@@ -1,4 +1,4 @@
-"""TestRunner: outcomes (§1.5), worker reuse and replacement, fixtures, TestContext."""
+"""TestRunner: outcomes (docs/thinkingbox.md, "Test code"), worker reuse and replacement, fixtures, TestContext."""
 
 from __future__ import annotations
 

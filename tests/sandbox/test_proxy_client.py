@@ -1,7 +1,7 @@
 """ProxySandbox against a fake ThinkingBox Session Proxy over real HTTP.
 
 The fake (a Starlette app on uvicorn in a thread, 127.0.0.1, ephemeral port)
-implements the §2.2 endpoints with an in-memory store, and can be told to
+implements the endpoints of docs/thinkingbox.md, "Session Proxy", with an in-memory store, and can be told to
 answer the next requests of an endpoint with injected failures.
 """
 

@@ -27,7 +27,7 @@ def by_uid(result) -> dict[str, Task]:
     return {t.uid: t for t in result.tasks}
 
 
-# --- §1.3 merge rules -------------------------------------------------------
+# --- merge rules (docs/thinkingbox.md, "Merging init") ------------------------------
 
 
 def test_recursive_merge_dicts_recurse_lists_concatenate_scalars_replace():
