@@ -15,6 +15,8 @@ import pytest
 
 from rewardbox.config.profile import Profile
 from rewardbox.evaluation.screening import screen_tasks, ungradable
+from rewardbox.evaluation.services import run_trials
+from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark
 from tests.fixtures.fake_judge import Judge200
 
@@ -76,3 +78,6 @@ def test_ungradable_benchmark_task_is_listed_by_uid_and_cause(tmp_path, judge):
     failures = ungradable(report)
     assert len(failures) == 1 and failures[0].startswith("mixed_broken.py:test_needs_proxy_client: grader: ")
     assert "No module named 'thinkingbox.common.mcp_proxy_client'" in failures[0]
+    broken = [t for t in load_benchmark(profile.tasks).tasks if t.uid.startswith("mixed_broken.py")]
+    _, results = run_trials(broken, 1, GoldenReplayPolicy(), profile)
+    assert results[0].system_error_permanent and results[0].attempts == 1  # permanent: not retried
