@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 EpisodeStatus = Literal["awaiting_action", "finished", "system_error"]
 """``awaiting_action``: the agent's turn; ``finished``: graded, ``reward`` set;
@@ -53,12 +54,14 @@ class RewardboxAction(Action):
 
     @model_validator(mode="after")
     def _one_form(self) -> "RewardboxAction":
+        # PydanticCustomError, not ValueError: OpenEnv sends ``errors()`` as JSON, and a
+        # ValueError's context (the exception object) cannot be serialised (the session would end).
         if self.raw_text is not None and (self.tool_calls or self.message is not None or self.end_episode):
-            raise ValueError("raw_text excludes tool_calls, message and end_episode (it is parsed as a whole)")
+            raise PydanticCustomError("action_form", "raw_text excludes tool_calls, message and end_episode")
         if self.raw_text is None and not self.tool_calls and not (self.message or "").strip():
-            raise ValueError("an action needs tool_calls, a non-empty message, or raw_text")
+            raise PydanticCustomError("action_form", "an action needs tool_calls, a non-empty message, or raw_text")
         if self.end_episode and self.tool_calls:
-            raise ValueError("end_episode applies to a reply without tool calls")
+            raise PydanticCustomError("action_form", "end_episode applies to a reply without tool calls")
         return self
 
 
