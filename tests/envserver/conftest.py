@@ -25,6 +25,8 @@ from rewardbox.envserver.app import build_app  # noqa: E402
 from rewardbox.envserver.services import EnvServices, build_services, load_served_tasks  # noqa: E402
 from rewardbox.errors import SandboxError  # noqa: E402
 
+ADDRESS_TASK = "retail_address.py:test_address_change_01"
+"""Golden: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W) (a write)."""
 CRASH_TOOL = "update_shipping_address"
 CRASH_ON_START_TASK = "retail_address.py:test_address_change_02"
 

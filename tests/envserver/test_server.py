@@ -21,10 +21,7 @@ from rewardbox.policy.base import ChatRequest
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.sandbox.base import ToolSpec
 
-from .conftest import CRASH_ON_START_TASK, CRASH_TOOL
-
-ADDRESS_TASK = "retail_address.py:test_address_change_01"
-"""Golden: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W) (a write)."""
+from .conftest import ADDRESS_TASK, CRASH_ON_START_TASK, CRASH_TOOL
 
 
 def run(coro):
