@@ -13,6 +13,8 @@ import functools
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect
 from openenv.core.env_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
@@ -40,4 +42,25 @@ def build_app(services: EnvServices, max_sessions: int = 16, session_timeout_s: 
         return [{"uid": t.uid, "dataset": t.dataset, "query": t.query} for t in services.tasks.values()]
 
     app.router.on_shutdown.append(services.close)
+    app.add_middleware(QuietWebSocketClose)
     return app
+
+
+class QuietWebSocketClose:
+    """Swallows the ``WebSocketDisconnect`` OpenEnv's ``/ws`` raises after a client closed normally.
+
+    OpenEnv's endpoint ends every session with ``websocket.close()`` and catches
+    only ``RuntimeError``; when the client has already closed, Starlette raises
+    ``WebSocketDisconnect`` and uvicorn logs an "Exception in ASGI application"
+    for each finished session. The session is already cleaned up by then.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self.app(scope, receive, send)
+        except WebSocketDisconnect:
+            if scope["type"] != "websocket":
+                raise
