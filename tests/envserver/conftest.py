@@ -13,20 +13,18 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
-pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
-
-import uvicorn  # noqa: E402  (after the importorskip: uvicorn comes with the extra)
-
-from rewardbox.config.profile import load_profile  # noqa: E402
-from rewardbox.envserver.app import build_app  # noqa: E402
-from rewardbox.envserver.services import EnvServices, build_services, load_served_tasks  # noqa: E402
-from rewardbox.errors import SandboxError  # noqa: E402
+from rewardbox.config.profile import load_profile
+from rewardbox.errors import SandboxError
 
 ADDRESS_TASK = "retail_address.py:test_address_change_01"
 """Golden: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W) (a write)."""
+if TYPE_CHECKING:
+    from rewardbox.envserver.services import EnvServices
+
 CRASH_TOOL = "update_shipping_address"
 CRASH_ON_START_TASK = "retail_address.py:test_address_change_02"
 
@@ -36,10 +34,14 @@ class Served:
     """A running server: its base URL and the services behind it (tasks by uid)."""
 
     url: str
-    services: EnvServices
+    services: "EnvServices"
 
 
-def _serve(services: EnvServices, max_sessions: int = 8) -> Iterator[Served]:
+def _serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
+    import uvicorn
+
+    from rewardbox.envserver.app import build_app
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -61,7 +63,9 @@ def _serve(services: EnvServices, max_sessions: int = 8) -> Iterator[Served]:
         sock.close()
 
 
-def _services(domains: list[str]) -> EnvServices:
+def _services(domains: list[str]) -> "EnvServices":
+    from rewardbox.envserver.services import build_services, load_served_tasks
+
     profile = load_profile("test")
     return build_services(profile, load_served_tasks(profile, domains))
 

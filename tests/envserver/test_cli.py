@@ -12,6 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+
+
 from rewardbox.envserver.__main__ import main
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,6 +13,9 @@ import json
 
 import httpx
 import pytest
+
+pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+
 from openenv.core import GenericEnvClient
 
 from rewardbox.envserver.client import RewardboxEnv
@@ -172,3 +175,22 @@ def test_http_routes_list_tasks_and_schemas(served):
     assert {"tool_calls", "message", "raw_text", "end_episode"} <= set(schema["action"]["properties"])
     assert {"status", "system_error", "tools", "new_messages"} <= set(schema["observation"]["properties"])
     assert httpx.get(f"{served.url}/health", timeout=10).status_code == 200
+
+
+def test_a_normal_client_close_logs_no_server_error(served, caplog):
+    """OpenEnv's /ws closes a finished session twice; the app's middleware keeps that out of the error log."""
+    import logging
+    import time
+
+    logger = logging.getLogger("uvicorn.error")
+    logger.addHandler(caplog.handler)
+    try:
+        async def play():
+            async with RewardboxEnv(base_url=served.url) as env:
+                await env.reset(task_uid=ADDRESS_TASK)
+
+        run(play())
+        time.sleep(0.5)  # the server thread finishes the session after the client has gone
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -8,6 +8,9 @@ server's schemas, and an episode played through them must get the grader's rewar
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+
 from transformers.utils import get_json_schema
 
 from rewardbox.envserver.trl import EpisodeOverError, environment_class, rewardbox_reward, task_rows
