@@ -37,7 +37,7 @@ class Served:
     services: "EnvServices"
 
 
-def _serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
+def serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
     import uvicorn
 
     from rewardbox.envserver.app import build_app
@@ -72,7 +72,22 @@ def _services(domains: list[str]) -> "EnvServices":
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
-    yield from _serve(_services(["retail", "hotel"]))
+    yield from serve(_services(["retail", "hotel"]))
+
+
+class RecordingSandbox:
+    """Wraps a real sandbox; ``closed[i]`` turns True when the i-th sandbox made is closed."""
+
+    def __init__(self, inner, closed: list[bool]):
+        self.inner, self.closed, self.index = inner, closed, len(closed)
+        closed.append(False)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    async def close(self):
+        self.closed[self.index] = True
+        await self.inner.close()
 
 
 class CrashingSandbox:
@@ -116,4 +131,4 @@ def crashing_server() -> Iterator[Served]:
     from dataclasses import replace
 
     services.tasks[CRASH_ON_START_TASK] = replace(task, world_state=world_state)
-    yield from _serve(services)
+    yield from serve(services)

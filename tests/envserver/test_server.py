@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -24,7 +25,7 @@ from rewardbox.policy.base import ChatRequest
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.sandbox.base import ToolSpec
 
-from .conftest import ADDRESS_TASK, CRASH_ON_START_TASK, CRASH_TOOL
+from .conftest import ADDRESS_TASK, CRASH_ON_START_TASK, CRASH_TOOL, RecordingSandbox, serve
 
 
 def run(coro):
@@ -180,7 +181,6 @@ def test_http_routes_list_tasks_and_schemas(served):
 def test_a_normal_client_close_logs_no_server_error(served, caplog):
     """OpenEnv's /ws closes a finished session twice; the app's middleware keeps that out of the error log."""
     import logging
-    import time
 
     logger = logging.getLogger("uvicorn.error")
     logger.addHandler(caplog.handler)
@@ -194,3 +194,50 @@ def test_a_normal_client_close_logs_no_server_error(served, caplog):
     finally:
         logger.removeHandler(caplog.handler)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_the_environment_also_runs_in_process_without_a_server(served):
+    """The sync reset/step (a private event loop) play the same episode; close tears the running sandbox down."""
+    from dataclasses import replace
+
+    from rewardbox.envserver.environment import RewardboxEnvironment
+
+    closed: list[bool] = []
+    make = served.services.sandbox_factory
+    task = served.services.tasks[ADDRESS_TASK]
+    env = RewardboxEnvironment(replace(served.services, sandbox_factory=lambda: RecordingSandbox(make(), closed)))
+    try:
+        first = env.reset(task_uid=task.uid)
+        assert first.status == "awaiting_action" and first.tools
+        for _server, tool, arguments in task.golden_interactions():
+            env.step(RewardboxAction(tool_calls=[ToolCallAction(name=tool, arguments=arguments)]))
+        last = env.step(RewardboxAction(message="Done.", end_episode=True))
+        assert (last.status, last.reward) == ("finished", 1.0)
+        env.reset(task_uid=task.uid)  # a second episode, left running: close() must end it
+        assert closed == [True, False]
+    finally:
+        env.close()
+    assert closed == [True, True]
+
+
+def test_a_client_that_disconnects_mid_episode_gets_its_sandbox_torn_down(served):
+    from dataclasses import replace
+
+    closed: list[bool] = []
+    make = served.services.sandbox_factory
+    services = replace(served.services, sandbox_factory=lambda: RecordingSandbox(make(), closed))
+    server = serve(services)
+    url = next(server).url
+    try:
+        async def play():
+            async with RewardboxEnv(base_url=url) as env:
+                await env.reset(task_uid=ADDRESS_TASK)
+                assert closed == [False]
+
+        run(play())
+        deadline = time.monotonic() + 10  # the server ends the session after the client has gone
+        while closed != [True] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert closed == [True]
+    finally:
+        server.close()
