@@ -1,4 +1,4 @@
-"""``python -m rewardbox.envserver`` serves a domain on the given port (a subprocess, a free port)."""
+"""``python -m rewardbox.envserver`` serves a ThinkingBox dataset directory on the given port (a subprocess, a free port)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_the_cli_serves_the_named_domain_until_stopped():
+def test_the_cli_serves_a_thinkingbox_dataset_directory_until_stopped():
+    """The hotel domain's dataset directory is in ThinkingBox layout; served by path, as any dataset is."""
+    from rewardbox.domains.registry import dataset_dir
+
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rewardbox.envserver", "--domain", "hotel", "--profile", "test",
+    proc = subprocess.Popen([sys.executable, "-m", "rewardbox.envserver", "--dataset", str(dataset_dir("hotel")), "--profile", "test",
                              "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline, tasks = time.monotonic() + 90, None
@@ -39,7 +42,7 @@ def test_the_cli_serves_the_named_domain_until_stopped():
             except httpx.TransportError:
                 time.sleep(0.3)
         assert proc.poll() is None, proc.stdout.read().decode()
-        assert tasks and {t["dataset"] for t in tasks} == {"hotel"}
+        assert tasks and all(t["uid"].startswith("hotel_") for t in tasks)
         assert httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()["name"] == "rewardbox"
     finally:
         proc.terminate()
