@@ -1,0 +1,102 @@
+"""What every session of the environment server shares: tasks, sandbox factory, user simulator, grader.
+
+Built once per server from a profile by the project's composition root
+(``rewardbox.evaluation.services``: ``build_sandbox``, ``build_user_simulator``)
+and the same ``TestRunner`` grading pool that evaluation uses, so a reward
+from the server is the reward evaluation would give the same episode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rewardbox.config.profile import Profile, TaskSource
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.runner import Grader
+from rewardbox.episode.stepwise import StepwiseEpisode
+from rewardbox.episode.user_simulator import UserSimulator
+from rewardbox.grading.testrunner import TestRunner
+from rewardbox.sandbox.base import SandboxFactory
+from rewardbox.tasks.schema import Task
+from rewardbox.tasks.sources import load_sources
+
+
+class UnknownTaskError(LookupError):
+    """``reset`` named a task uid the server does not serve (caller error; the message lists some uids)."""
+
+
+@dataclass
+class EnvServices:
+    """Shared, read-only parts of the server; each session builds its own episode from them.
+
+    Attributes:
+        tasks: served tasks by uid, in load order.
+        sandbox_factory: one fresh sandbox per episode (episodes never share a backend).
+        user_simulator: the scripted (or endpoint) user; stateless between episodes.
+        grader: the grading pool; thread-safe, shared by all sessions.
+        config: episode limits (turns, steps per user turn).
+    """
+
+    tasks: dict[str, Task]
+    sandbox_factory: SandboxFactory
+    user_simulator: UserSimulator | None
+    grader: Grader
+    config: EpisodeConfig = field(default_factory=EpisodeConfig)
+
+    def __post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("the environment server needs at least one task")
+
+    def pick_task(self, task_uid: str | None, seed: int | None) -> Task:
+        """The task named by ``task_uid``; else, by ``seed``, one of the tasks (deterministic).
+
+        Raises:
+            UnknownTaskError: ``task_uid`` is not served.
+        """
+        if task_uid is not None:
+            if task_uid not in self.tasks:
+                known = ", ".join(list(self.tasks)[:5])
+                raise UnknownTaskError(f"unknown task {task_uid!r}; the server has {len(self.tasks)} tasks, "
+                                       f"e.g. {known} (GET /tasks lists them)")
+            return self.tasks[task_uid]
+        uids = list(self.tasks)
+        if seed is None:
+            return self.tasks[uids[0]]
+        index = int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:8], "big") % len(uids)
+        return self.tasks[uids[index]]
+
+    def new_episode(self, task: Task, trial: int) -> StepwiseEpisode:
+        """A fresh step-wise episode of ``task`` (its own sandbox when started)."""
+        return StepwiseEpisode(task, trial, sandbox_factory=self.sandbox_factory,
+                               user_simulator=self.user_simulator, grader=self.grader, config=self.config)
+
+    def close(self) -> None:
+        """Stop the grading workers (if the grader has any)."""
+        close = getattr(self.grader, "close", None)
+        if callable(close):
+            close()
+
+
+def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: Sequence[str] = ()) -> list[Task]:
+    """Tasks to serve: the named embedded domains and ThinkingBox dataset directories, else the profile's candidates.
+
+    Raises:
+        ValueError: nothing loaded; the message carries the loaders' errors (file, line, field).
+    """
+    sources = [TaskSource(dataset=f"embedded:{d}") for d in domains] + [TaskSource(dataset=p) for p in datasets]
+    loaded = load_sources(sources or profile.tasks.candidates, "candidate")
+    if not loaded.tasks:
+        raise ValueError("no task loaded: " + ("; ".join(loaded.errors) or "the sources are empty"))
+    return loaded.tasks
+
+
+def build_services(profile: Profile, tasks: Sequence[Task]) -> EnvServices:
+    """Shared parts from the profile's sandbox, user and grading sections (one composition root)."""
+    from rewardbox.evaluation.services import build_sandbox, build_user_simulator
+
+    grader = TestRunner(max_workers=profile.grading.workers, timeout_s=profile.grading.timeout_s,
+                        judge_config=profile.grading.judge_config())
+    return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=build_sandbox(profile),
+                       user_simulator=build_user_simulator(profile), grader=grader, config=profile.episode)
