@@ -27,7 +27,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
-from rewardbox.policy.chat_template import render_prompt
+from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
 from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
@@ -354,9 +354,11 @@ class LocalPolicy:
         finish_reason = "length" if stop_at is None else "stop"
         text_ids = completion_ids if stop_at is None else completion_ids[:-1]
         raw_text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        reasoning_open = prompt_opens_reasoning(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
         return Completion(
             raw_text=raw_text,
-            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason),
+            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason,
+                                     reasoning_open=reasoning_open),
             finish_reason=finish_reason,
             input_tokens=len(prompt_ids),
             cached_input_tokens=cached_tokens,

@@ -26,7 +26,7 @@ def _estimate(request: ChatRequest, raw_text: str) -> dict[str, Any]:
 def _complete(request: ChatRequest, raw_text: str) -> Completion:
     return Completion(
         raw_text=raw_text,
-        interpretation=interpret(raw_text, request.tools),
+        interpretation=interpret(raw_text, request.tools, reasoning_open=False),  # scripted text opens no reasoning
         finish_reason="stop",
         extra=_estimate(request, raw_text),
     )
