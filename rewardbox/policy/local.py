@@ -28,7 +28,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
-from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, tool_signatures
+from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
 
@@ -295,6 +295,7 @@ class LocalPolicy:
                 input_ids = inputs["input_ids"]
             cached_tokens = inputs["cache"].get_seq_length() if "cache" in inputs else 0
             self._seed([r.seed for r in requests])
+            guides = self._guides(requests, input_ids.shape[1])
             output = self.model.generate(
                 **inputs,
                 max_new_tokens=max(budgets),
@@ -303,17 +304,20 @@ class LocalPolicy:
                 top_k=0,
                 top_p=1.0,
                 logits_processor=LogitsProcessorList(
-                    [*self._guides(requests, input_ids.shape[1]), _PerRowTemperature(temperatures)]
+                    [*guides, _PerRowTemperature(temperatures)]
                 ),
                 stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
                 eos_token_id=self.stop_token_ids,
                 pad_token_id=self.pad_token_id,
             )
         new_tokens = output[:, input_ids.shape[1] :].tolist()
-        return [
+        completions = [
             self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens)
             for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
         ]
+        for event in (e for guide in guides for e in guide.events):
+            record_forced_close(completions[event.row], event)
+        return completions
 
     def _guides(self, requests: list[ChatRequest], prompt_len: int) -> list[LogitsProcessor]:
         if not self.guided_tool_calls or not any(r.tools for r in requests):
