@@ -29,12 +29,14 @@ from typing import Any
 def to_strict(value: Any) -> Any:
     """``value`` with every non-finite float replaced by ``None`` (recursively).
 
-    Dicts keep their keys, lists and tuples become lists, real numbers that are
-    not ``int``/``bool`` (Python and NumPy floats) become Python floats. Any other
+    Dicts keep their keys, lists and tuples become lists, other integers (NumPy)
+    become ``int`` and other real numbers (NumPy floats) ``float``. Any other
     object is returned as is (a ``default=`` hook may encode it).
     """
     if isinstance(value, (str, bool, int)) or value is None:
         return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
     if isinstance(value, numbers.Real):
         number = float(value)
         return number if math.isfinite(number) else None

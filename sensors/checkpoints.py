@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
+
+from rewardbox import strict_json
     DynamicPartitionsDefinition,
     RunRequest,
     SensorDefinition,
@@ -98,7 +100,7 @@ def decode_cursor(cursor: str | None) -> set[str]:
 
 def encode_cursor(keys: set[str]) -> str:
     """Serialises the handled keys as a sorted JSON list (stable across ticks)."""
-    return json.dumps(sorted(keys))
+    return strict_json.dumps(sorted(keys))
 
 
 def _check_partition_key(name: str) -> None:

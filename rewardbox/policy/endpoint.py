@@ -16,7 +16,6 @@ a system error, never a policy failure.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -25,6 +24,7 @@ from typing import Any
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
 
+from rewardbox import strict_json
 from rewardbox.errors import EndpointError
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
 from rewardbox.policy.interpreter import (
@@ -258,11 +258,11 @@ def _render_structured(name: str, arguments: Any) -> str:
     value = arguments
     if isinstance(arguments, str):
         try:
-            decoded = json.loads(arguments)
+            decoded = strict_json.loads(arguments)
             value = decoded if isinstance(decoded, dict) else arguments
         except ValueError:
             value = arguments
-    return f"{CALL_OPEN}{json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
+    return f"{CALL_OPEN}{strict_json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
 
 
 def _reasoning(message: Any, field: str) -> str:
@@ -295,7 +295,7 @@ def api_message(message: dict[str, Any]) -> dict[str, Any]:
         calls.append({
             "id": call.get("id", ""),
             "type": "function",
-            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)},
+            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else strict_json.dumps(args, ensure_ascii=False)},
         })
     if calls:
         out["tool_calls"] = calls

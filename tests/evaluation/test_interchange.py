@@ -230,3 +230,37 @@ def test_missing_test_result_and_unknown_uid(tasks, tmp_path):
     path.write_text('{"uid": "other.py:t", "metadata": {"repetition": 0}}\n')
     with pytest.raises(ValueError, match=r"r\.jsonl:1: uid 'other\.py:t' is not among the given tasks"):
         import_infer_results(path, tasks)
+
+
+# --- issue #12 item 4: non-finite numbers in exported JSONL -------------------------------------------------
+
+def _strict_lines(path: Path) -> list[dict]:
+    def reject(name):
+        raise AssertionError(f"non-strict JSON literal {name} in {path}")
+
+    return [json.loads(line, parse_constant=reject) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_issue12_item4_non_finite_values_are_written_as_null(tasks, tmp_path):
+    result = _passed()
+    result.seconds = float("inf")
+    result.test_outcome = TestOutcome(True, float("nan"), metadata={"mean_logprob": float("nan"),
+                                                                    "min_logprob": float("-inf"), "tokens": 7})
+    row = _strict_lines(export_decode_results([result, _failed(0)], tasks, tmp_path / "d.jsonl"))[0]
+    assert row["uid"] == REFUND  # the row is kept, not refused
+    assert row["test_result"]["reward"] is None and row["metadata"]["execution_time"] is None
+    assert row["test_result"]["metadata"]["mean_logprob"] is None
+    assert row["test_result"]["metadata"]["min_logprob"] is None
+    assert row["test_result"]["metadata"]["tokens"] == 7 and row["test_result"]["result"] is True
+
+
+def test_issue12_item4_own_case_non_finite_inside_nested_messages_and_timings(tasks, tmp_path):
+    result = _passed()
+    result.time_tool_s = float("-inf")
+    result.messages[4]["content"] = '{"status": "refunded", "fee": NaN}'  # text stays text, verbatim
+    result.test_outcome = TestOutcome(True, 1.0, metadata={"per_turn": [0.5, float("nan"), {"x": float("inf")}]})
+    path = export_decode_results([result], tasks, tmp_path / "d.jsonl")
+    row = _strict_lines(path)[0]
+    assert row["metadata"]["time_tool"] is None
+    assert row["test_result"]["metadata"]["per_turn"] == [0.5, None, {"x": None}]
+    assert '\\"fee\\": NaN' in path.read_text(encoding="utf-8")  # inside a string it is text, kept verbatim
