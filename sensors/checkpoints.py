@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dagster import (
-
-from rewardbox import strict_json
     DynamicPartitionsDefinition,
     RunRequest,
     SensorDefinition,
@@ -33,6 +31,8 @@ from rewardbox import strict_json
     SkipReason,
     sensor,
 )
+
+from rewardbox import strict_json
 
 CHECKPOINT_MARKER = "config.json"
 TAG_CHECKPOINT_PATH = "rewardbox/checkpoint_path"
