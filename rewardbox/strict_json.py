@@ -72,7 +72,10 @@ def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, **kwargs: 
         TypeError: an object neither JSON-able nor handled by ``default``.
     """
     hook = None if default is None else (lambda obj: to_strict(default(obj)))
-    return json.dumps(to_strict(value), default=hook, allow_nan=False, **kwargs)
+    try:  # fast path: the C encoder, no walk over the value, when it holds nothing to replace
+        return json.dumps(value, default=hook, allow_nan=False, **kwargs)
+    except (ValueError, TypeError):
+        return json.dumps(to_strict(value), default=hook, allow_nan=False, **kwargs)
 
 
 def _reject_constant(name: str) -> Any:
