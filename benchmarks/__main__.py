@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks import generation, grading, sandbox_overhead
+
+from rewardbox import strict_json
 
 BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run}
 
@@ -19,7 +20,7 @@ def main(names: list[str]) -> None:
     results = {name: BENCHMARKS[name]() for name in names or BENCHMARKS}
     out = Path(__file__).parent / "results" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    out.write_text(strict_json.dumps(results, indent=2))
     print(f"results: {out}")
 
 

@@ -9,10 +9,10 @@ Baseline: the ThinkingBox Session Proxy's session create alone, 1.6 s idle on a
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 
+from rewardbox import strict_json
 from rewardbox.sandbox.external import ExternalSandbox
 from rewardbox.sandbox.inprocess import InProcessSandbox
 from rewardbox.sandbox.servers_config import parse_servers_config
@@ -49,7 +49,7 @@ async def episode(make) -> dict[str, float]:
     assert effects[SERVER]["result_db_hash"], "effects missing"
     return {"create_init_ms": (t1 - t0) * 1e3, "calls_10_ms": (t2 - t1) * 1e3, "effects_ms": (t3 - t2) * 1e3,
             "teardown_ms": (t4 - t3) * 1e3, "total_ms": (t4 - t0) * 1e3,
-            "effects_kb": len(json.dumps(effects)) / 1024}
+            "effects_kb": len(strict_json.dumps(effects)) / 1024}
 
 
 def run(episodes_inprocess: int = 50, episodes_external: int = 50) -> dict:

@@ -32,6 +32,8 @@ from dagster import (
     sensor,
 )
 
+from rewardbox import strict_json
+
 CHECKPOINT_MARKER = "config.json"
 TAG_CHECKPOINT_PATH = "rewardbox/checkpoint_path"
 TAG_TASK_SET_VERSION = "rewardbox/task_set_version"
@@ -98,7 +100,7 @@ def decode_cursor(cursor: str | None) -> set[str]:
 
 def encode_cursor(keys: set[str]) -> str:
     """Serialises the handled keys as a sorted JSON list (stable across ticks)."""
-    return json.dumps(sorted(keys))
+    return strict_json.dumps(sorted(keys))
 
 
 def _check_partition_key(name: str) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import inspect
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata, func_meta
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
+from rewardbox import strict_json
 from rewardbox.grading.canonical import State, dump_database
 
 
@@ -113,8 +113,8 @@ def _json_default(value: Any) -> Any:
 
 
 def to_json(payload: Any) -> str:
-    """Tool output text: ``json.dumps`` with Decimals as numbers and dates as ISO strings."""
-    return json.dumps(payload, default=_json_default)
+    """Tool output text: strict JSON (``rewardbox.strict_json``) with Decimals as numbers and dates as ISO strings."""
+    return strict_json.dumps(payload, default=_json_default)
 
 
 class ToolRunner:

@@ -2,7 +2,7 @@
 
 ``build_domain_server(domain)`` returns a FRESH ``MCPServer`` (official ``mcp``
 SDK, 2.x) with a fresh episode state: nothing is shared between two servers, so
-no episode ever sees another's writes. Tools return ``json.dumps(result)``; a
+no episode ever sees another's writes. Tools return ``strict_json.dumps(result)``; a
 tool's own error (not found, invalid state, invalid arguments) is ordinary output
 ``{"error": "...", "tool": name}`` (docs/thinkingbox.md, "Server effects and golden state").
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,6 +32,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import ValidationError
 
+from rewardbox import strict_json
 from rewardbox.domains.base import (
     DataPatchError,
     Domain,
@@ -63,7 +63,7 @@ class DomainMCPServer(MCPServer):
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ValidationError) and self._tool_manager.get_tool(name) is not None:
-                text = json.dumps({"error": format_validation_error(cause), "tool": name})
+                text = strict_json.dumps({"error": format_validation_error(cause), "tool": name})
                 return CallToolResult(content=[TextContent(type="text", text=text)])
             raise
 
@@ -145,7 +145,7 @@ def _reserved_handlers(state: EpisodeState) -> dict[str, Callable[..., Any]]:
         try:
             state.init(config)
         except DataPatchError as exc:
-            return json.dumps({"status": "error", "error": f"init failed: {exc}"})
+            return strict_json.dumps({"status": "error", "error": f"init failed: {exc}"})
         return "{}"
 
     async def reserved_geteffects() -> str:
@@ -153,7 +153,7 @@ def _reserved_handlers(state: EpisodeState) -> dict[str, Callable[..., Any]]:
             return to_json(await anyio.to_thread.run_sync(state.effects))
         except Exception as exc:  # boundary: reported to the sandbox, which raises SandboxError
             logger.exception("geteffects failed")
-            return json.dumps({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
+            return strict_json.dumps({"status": "error", "error": f"{type(exc).__name__}: {exc}"})
 
     async def reserved_teardown() -> str:
         state.teardown()

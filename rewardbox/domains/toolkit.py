@@ -8,7 +8,6 @@ the agent sees, never a system error).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, TypeVar
@@ -16,6 +15,7 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
+from rewardbox import strict_json
 from rewardbox.domains.base import ToolFailure
 
 Money = sa.Numeric(10, 2)
@@ -38,7 +38,7 @@ class AuditEventColumns:
     @classmethod
     def entry(cls, tool: str, detail: Mapping[str, Any]) -> Any:
         """A new row for one call of ``tool``; ``detail`` is stored as sorted-key JSON (``str`` for odd values)."""
-        return cls(tool=tool, detail=json.dumps(dict(detail), sort_keys=True, default=str))
+        return cls(tool=tool, detail=strict_json.dumps(dict(detail), sort_keys=True, default=str))
 
 
 def money(value: Decimal | str | int) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 import polars as pl
 
+from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.campaign import ROW_SCHEMA
 from rewardbox.evaluation.tb_messages import tb_messages, tb_tool_calls
@@ -81,7 +82,7 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for result in results:
-            f.write(json.dumps(decode_result_row(result, by_uid[result.uid]), ensure_ascii=False, default=str))
+            f.write(strict_json.dumps(decode_result_row(result, by_uid[result.uid]), ensure_ascii=False, default=str))
             f.write("\n")
     tmp.replace(path)
     return path
@@ -223,7 +224,7 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+    return json.loads(strict_json.dumps(value, ensure_ascii=False, default=str))
 
 
 # ----- import ----------------------------------------------------------------------------

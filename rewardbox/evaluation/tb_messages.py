@@ -22,6 +22,8 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rewardbox import strict_json
+
 DONE_MARKER = "<DONE>"
 
 
@@ -32,7 +34,7 @@ def _text(role: str, content: str, **metadata: Any) -> dict[str, Any]:
 def _arguments(value: Any) -> dict[str, Any]:
     """Arguments as a dict (ThinkingBox's ``ToolCall.arguments`` type); a JSON string is decoded."""
     if isinstance(value, dict):
-        return json.loads(json.dumps(value, ensure_ascii=False, default=str))
+        return json.loads(strict_json.dumps(value, ensure_ascii=False, default=str))
     if isinstance(value, str):
         try:
             decoded = json.loads(value)

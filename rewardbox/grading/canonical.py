@@ -33,6 +33,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from rewardbox import strict_json
+
 State = dict[str, list[dict[str, Any]]]
 
 _MISSING = object()
@@ -125,7 +127,7 @@ def _scalar_key(value: Any) -> tuple:
         return (1, value, "")
     if isinstance(value, str):
         return (2, 0, value)
-    return (3, 0, json.dumps(value, sort_keys=True, default=str))
+    return (3, 0, strict_json.dumps(value, sort_keys=True, default=str))
 
 
 def dump_table(
@@ -198,12 +200,12 @@ def dump_database(
 
 
 def state_hash(state: Mapping[str, Any]) -> str:
-    """SHA-256 hex digest of ``json.dumps(state, sort_keys=True, separators=(",", ":"))``.
+    """SHA-256 hex digest of ``strict_json.dumps(state, sort_keys=True, separators=(",", ":"))``.
 
     The same digest in every process: the dump holds only dicts, lists and
     scalars (no sets), and keys are sorted, so ``PYTHONHASHSEED`` cannot leak in.
     """
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = strict_json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -336,9 +338,9 @@ def format_diff(diff: list[dict[str, Any]], limit: int = 20) -> str:
     for item in diff[:limit]:
         parts = [f"{item['path']}: {item['type']}"]
         if "result" in item:
-            parts.append(f"result={json.dumps(item['result'], default=str)[:200]}")
+            parts.append(f"result={strict_json.dumps(item['result'], default=str)[:200]}")
         if "golden" in item:
-            parts.append(f"golden={json.dumps(item['golden'], default=str)[:200]}")
+            parts.append(f"golden={strict_json.dumps(item['golden'], default=str)[:200]}")
         lines.append(" ".join(parts))
     if len(diff) > limit:
         lines.append(f"... {len(diff) - limit} more")

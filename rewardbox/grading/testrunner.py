@@ -49,6 +49,7 @@ import threading
 import traceback
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.episode.trajectory import TestOutcome
 from rewardbox.grading.context import TestContext, install_thinkingbox_shim
 from rewardbox.grading.judge import Judge, JudgeConfig
@@ -155,7 +156,7 @@ def _exception_outcome(exc: BaseException, code: str, filename: str) -> TestOutc
 
 
 def _jsonable(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
+    return json.loads(strict_json.dumps(value, default=repr))
 
 
 def evaluate_test_code(

@@ -1,8 +1,15 @@
 """Estimated cost: token usage x a versioned price table (a comparative index, not an invoice).
 
-Token convention (OpenAI usage semantics, docs/thinkingbox.md, "DecodeResult rows"):
-``input_tokens`` *includes* ``cached_input_tokens``; the cached part is billed
-at the cached rate and the rest at the input rate.
+Token convention (OpenAI usage semantics, docs/thinkingbox.md, "DecodeResult rows"): ``input_tokens`` *includes*
+``cached_input_tokens``; the cached part is billed at the cached rate and the
+rest at the input rate.
+
+Bad provider data (more cached than input tokens) is handled per attempt row,
+the same rule at attempt and campaign level: that row's uncached count is
+clamped at 0 (its cached tokens are still billed at the cached rate) and the
+row is counted in ``cached_above_input_rows``. Costs are computed row by row
+and then summed, so one bad row never nets a negative count against the
+others. Negative counts are refused (``ValueError`` naming the row).
 
 Headline costs (docs/method.md, "Metrics"):
 
@@ -22,12 +29,13 @@ A local model priced at 0 gives costs of 0; reports then show tokens too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rewardbox.metrics.rows import task_counts
+from rewardbox.metrics.rows import TOKEN_COLUMNS, task_counts, with_outcome
 
 WILDCARD_MODEL = "*"
 """Price-table key that matches any model not listed explicitly."""
@@ -81,30 +89,72 @@ class PriceTable(BaseModel):
         )
 
 
-def attempt_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
-    """Estimated USD cost of token usage (one attempt, or sums over many).
+@dataclass(frozen=True)
+class UsageCost:
+    """Estimated cost of one attempt's token usage.
 
-    ``(input - cached) * input_rate + cached * cached_rate + output * output_rate``,
-    rates per 1e6 tokens.
+    Attributes:
+        usd: the cost, USD.
+        cached_above_input: the usage reported more cached than input tokens;
+            the uncached count was clamped at 0 (an anomaly to count, not an error).
+    """
+
+    usd: float
+    cached_above_input: bool
+
+
+def usage_cost(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> UsageCost:
+    """Estimated cost of one attempt's usage (see the module docstring).
+
+    ``max(input - cached, 0) * input_rate + cached * cached_rate + output * output_rate``,
+    rates per 1e6 tokens. Apply it per attempt, never to sums over attempts.
 
     Raises:
-        ValueError: a negative count, or more cached than input tokens.
+        ValueError: a negative token count (bad input).
     """
     if min(input_tokens, cached_input_tokens, output_tokens) < 0:
         raise ValueError(
             f"token counts must be >= 0, got input={input_tokens}, cached={cached_input_tokens}, output={output_tokens}"
         )
-    if cached_input_tokens > input_tokens:
-        raise ValueError(
-            f"cached_input_tokens={cached_input_tokens} exceeds input_tokens={input_tokens}; "
-            "input_tokens must include the cached part"
-        )
-    uncached = input_tokens - cached_input_tokens
-    return (
+    uncached = max(input_tokens - cached_input_tokens, 0)
+    usd = (
         uncached * price.usd_per_1m_input_tokens
         + cached_input_tokens * price.usd_per_1m_cached_input_tokens
         + output_tokens * price.usd_per_1m_output_tokens
     ) / 1e6
+    return UsageCost(usd, cached_input_tokens > input_tokens)
+
+
+def attempt_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
+    """Estimated USD cost of one attempt's usage: ``usage_cost(...).usd`` (cached above input clamped).
+
+    Raises:
+        ValueError: a negative token count.
+    """
+    return usage_cost(input_tokens, cached_input_tokens, output_tokens, price).usd
+
+
+def row_costs(rows: pl.DataFrame, price: ModelPrice) -> pl.DataFrame:
+    """Clean attempt rows with ``cost_usd`` and ``cached_above_input`` columns (rule of ``usage_cost``).
+
+    Raises:
+        ValueError: bad rows (see ``with_outcome``) or a negative token count;
+            the message names the first offending uid and trial.
+    """
+    clean = with_outcome(rows).filter(~pl.col("is_system_error"))
+    counts = {name: (pl.col(name).fill_null(0) if name in clean.columns else pl.lit(0)).cast(pl.Int64)
+              for name in TOKEN_COLUMNS}
+    clean = clean.with_columns(**counts)
+    negative = clean.filter(pl.min_horizontal(*TOKEN_COLUMNS) < 0)
+    if negative.height:
+        first = negative.row(0, named=True)
+        raise ValueError(f"token counts must be >= 0: uid={first['uid']!r}, trial={first['trial']} has "
+                         + ", ".join(f"{name}={first[name]}" for name in TOKEN_COLUMNS))
+    uncached = (pl.col("input_tokens") - pl.col("cached_input_tokens")).clip(lower_bound=0)
+    cost = (uncached * price.usd_per_1m_input_tokens
+            + pl.col("cached_input_tokens") * price.usd_per_1m_cached_input_tokens
+            + pl.col("output_tokens") * price.usd_per_1m_output_tokens) / 1e6
+    return clean.with_columns(cost_usd=cost, cached_above_input=pl.col("cached_input_tokens") > pl.col("input_tokens"))
 
 
 def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> dict[str, Any]:
@@ -120,17 +170,17 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
         attempts), ``one_attempt_every_task_usd``, ``cost_per_successful_attempt_usd``
         (None when pass@1 = 0), ``cost_per_dependable_task_usd`` (None when no task
         passed all its clean trials), ``dependable_tasks``, ``tasks`` (with at
-        least one clean attempt).
+        least one clean attempt), ``cached_above_input_rows`` (clean rows whose
+        cached count exceeded their input count; clamped, see module docstring).
 
     Raises:
         KeyError: the model has no price. ValueError: bad rows (see ``task_counts``).
     """
     price = price_table.price(model)
-    per_task = task_counts(rows).filter(pl.col("n") > 0)
-    task_costs = [
-        attempt_cost_usd(r["input_tokens"], r["cached_input_tokens"], r["output_tokens"], price)
-        for r in per_task.iter_rows(named=True)
-    ]
+    costed = row_costs(rows, price)
+    per_row = costed.group_by("uid").agg(pl.col("cost_usd").sum())
+    per_task = task_counts(rows).filter(pl.col("n") > 0).join(per_row, on="uid", how="left").sort("uid")
+    task_costs = per_task["cost_usd"].fill_null(0.0).to_list()
     n_list, c_list = per_task["n"].to_list(), per_task["c"].to_list()
     campaign_usd = float(sum(task_costs))
     one_round_usd = float(sum(cost / n for cost, n in zip(task_costs, n_list)))
@@ -146,4 +196,5 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
         "cost_per_successful_attempt_usd": one_round_usd / (tasks * pass_at_1) if pass_at_1 > 0 else None,
         "dependable_tasks": dependable,
         "cost_per_dependable_task_usd": campaign_usd / dependable if dependable else None,
+        "cached_above_input_rows": int(costed["cached_above_input"].sum()),
     }

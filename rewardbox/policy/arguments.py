@@ -16,10 +16,11 @@ Coercions (and nothing else):
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from typing import Any
+
+from rewardbox import strict_json
 
 _INT_RE = re.compile(r"\s*[+-]?\d+\s*")
 _NUM_RE = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
@@ -186,7 +187,7 @@ def _convert(value: Any, target: str) -> Any:
         return value.strip().lower() == "true"
     elif target in ("array", "object") and isinstance(value, str):
         try:
-            decoded = json.loads(value)
+            decoded = strict_json.loads(value)
         except ValueError:
             return _NO_MATCH
         if json_type_name(decoded) == target:
@@ -203,12 +204,12 @@ def _type_array(value: list[Any], schema: dict[str, Any], path: str) -> list[Any
 
 def _check_enum(value: Any, schema: dict[str, Any], path: str) -> None:
     if "enum" in schema and value not in schema["enum"]:
-        allowed = ", ".join(json.dumps(v) for v in schema["enum"])
+        allowed = ", ".join(strict_json.dumps(v) for v in schema["enum"])
         raise ArgumentError(f"'{path}': {_short(value)} is not one of {allowed}")
     if "const" in schema and value != schema["const"]:
-        raise ArgumentError(f"'{path}': must be {json.dumps(schema['const'])}")
+        raise ArgumentError(f"'{path}': must be {strict_json.dumps(schema['const'])}")
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    text = strict_json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."

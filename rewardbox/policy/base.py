@@ -47,7 +47,9 @@ class Interpretation:
         content: visible assistant text, tool-call markup removed.
         tool_calls: well-formed calls, arguments typed from the tool schema.
         errors: malformed calls, each becomes a tool observation.
-        events: flags such as ``"truncated_call"`` or ``"unclosed_call"``.
+        events: flags such as ``"truncated_call"``, ``"unclosed_call"``,
+            ``"truncated_reasoning"`` (the budget cut an unclosed reasoning block)
+            or ``"guided_string_forced_closed"`` (local guide, ``guided.py``).
         call_order: ids of ``tool_calls`` and ``errors`` in the order the model
             wrote them (so history can be rebuilt in order).
     """

@@ -40,16 +40,31 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.policy.base import Interpretation, ToolCall, ToolCallError
 from rewardbox.sandbox.base import ToolSpec
 
 TEMPLATE_FILE = "chat_template.jinja"
 EXAMPLE_TOOL_NAME = "pause_subscription"
+TURN_START = "<|im_start|>"
+
+
+class ChatTemplateError(ValueError):
+    """A message the template cannot render faithfully (bad input, never rendered half-way).
+
+    Attributes:
+        message_index: index of the offending message in the list given.
+        call_index: index of the offending tool call in that message.
+    """
+
+    def __init__(self, message_index: int, call_index: int, reason: str):
+        self.message_index = message_index
+        self.call_index = call_index
+        super().__init__(f"message {message_index}, tool call {call_index}: {reason}")
 
 
 @functools.cache
@@ -81,6 +96,10 @@ def render_prompt(
     Returns:
         The prompt text, special tokens written out (tokenise it with
         ``add_special_tokens=False``).
+
+    Raises:
+        ChatTemplateError: an assistant tool call's arguments are not a JSON object
+            (see ``normalise_messages``); the message names the message index.
     """
     from transformers.utils.chat_template_utils import render_jinja_template
 
@@ -95,24 +114,62 @@ def render_prompt(
 
 
 def normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Copy ``messages`` with tool-call arguments decoded to objects where possible.
+    """Copy ``messages`` with every tool call's arguments as a JSON object (a dict).
 
-    A string that holds a JSON object becomes that object (so it is never
-    double-encoded); any other string is kept and rendered verbatim.
+    A string holding a JSON object becomes that object, so it is rendered once
+    and never double-encoded. A call written back verbatim (``raw``, a malformed
+    call the model produced) is left as it is.
+
+    Raises:
+        ChatTemplateError: arguments that are an empty string, malformed JSON, JSON
+            other than an object, or neither a string nor a mapping. Rendering them
+            would put broken JSON into the prompt; the error names the message and
+            call index. Bad input: the caller's history is wrong, nothing is rendered.
     """
     out = copy.deepcopy(list(messages))
-    for message in out:
-        for call in message.get("tool_calls") or []:
+    for message_index, message in enumerate(out):
+        for call_index, call in enumerate(message.get("tool_calls") or []):
+            if call.get("raw") is not None:
+                continue
             fn = call.get("function", call)
-            args = fn.get("arguments")
-            if isinstance(args, str):
-                try:
-                    decoded = json.loads(args)
-                except ValueError:
-                    continue
-                if isinstance(decoded, dict):
-                    fn["arguments"] = decoded
+            if "arguments" in fn:
+                fn["arguments"] = _arguments_object(fn["arguments"], message_index, call_index, fn.get("name"))
     return out
+
+
+def _arguments_object(args: Any, message_index: int, call_index: int, name: Any) -> dict[str, Any]:
+    """The arguments of one call as a dict, or ``ChatTemplateError``."""
+    where = f"arguments of {name!r}"
+    if isinstance(args, dict):
+        return args
+    if not isinstance(args, str):
+        raise ChatTemplateError(message_index, call_index,
+                                f"{where} must be a JSON object or a string holding one, got {type(args).__name__}")
+    if not args.strip():
+        raise ChatTemplateError(message_index, call_index,
+                                f"{where} are an empty string; write '{{}}' for a call without arguments")
+    try:
+        decoded = strict_json.loads(args)
+    except ValueError as exc:
+        raise ChatTemplateError(message_index, call_index, f"{where} are not valid JSON ({exc}): {args[:120]!r}") from exc
+    if not isinstance(decoded, dict):
+        raise ChatTemplateError(message_index, call_index,
+                                f"{where} must be a JSON object, got {type(decoded).__name__}: {args[:120]!r}")
+    return decoded
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """True when the prompt's last turn (the generation prompt) opened ``<think>`` and did not close it.
+
+    This is the ``reasoning_open`` state the interpreter needs. Only the text of
+    the last ChatML turn counts (after the last ``<|im_start|>`` and its role
+    line), so a user who typed ``<think>`` earlier does not open anything.
+    rewardbox's own template never opens reasoning: False for its prompts.
+    """
+    start = prompt.rfind(TURN_START)
+    tail = prompt if start < 0 else prompt[start + len(TURN_START):].partition("\n")[2]
+    tail = tail.lstrip()
+    return tail.startswith("<think>") and "</think>" not in tail
 
 
 def _tool_dict(tool: ToolSpec | dict[str, Any]) -> dict[str, Any]:

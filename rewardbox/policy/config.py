@@ -35,6 +35,10 @@ class PolicyConfig(BaseModel):
             retries on 5xx, on timeouts/connection errors, on 429 (None: unlimited)
             (docs/thinkingbox.md, "Retries").
         reasoning_field: endpoint only; message field that carries reasoning.
+        reasoning_open: endpoint only; the served chat template ends its generation
+            prompt inside an opened ``<think>`` (DeepSeek-R1 style) and the server
+            runs no reasoning parser, so ``content`` starts mid-reasoning. False
+            (the default) for servers that split reasoning out or never open it.
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
         golden_frac: scripted_mix only; share of episodes that replay the golden
             actions (the rest do nothing), for tests and CI without a model.
@@ -63,6 +67,7 @@ class PolicyConfig(BaseModel):
     max_timeout_retries: int = Field(10, ge=0)
     max_rate_limit_retries: int | None = Field(None, ge=0)
     reasoning_field: str = "reasoning_content"
+    reasoning_open: bool = False
     extra_body: dict[str, Any] = Field(default_factory=dict)
     temperature: float | None = Field(None, ge=0)
     max_new_tokens: int | None = Field(None, ge=1)

@@ -16,7 +16,6 @@ a system error, never a policy failure.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections import Counter
@@ -25,9 +24,17 @@ from typing import Any
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
 
+from rewardbox import strict_json
 from rewardbox.errors import EndpointError
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
-from rewardbox.policy.interpreter import CALL_CLOSE, CALL_OPEN, EVENT_TRUNCATED_CALL, interpret, type_tool_call
+from rewardbox.policy.interpreter import (
+    CALL_CLOSE,
+    CALL_OPEN,
+    EVENT_TRUNCATED_CALL,
+    EVENT_TRUNCATED_REASONING,
+    interpret,
+    type_tool_call,
+)
 from rewardbox.sandbox.base import ToolSpec
 
 _MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
@@ -85,6 +92,7 @@ class EndpointPolicy:
         max_rate_limit_retries: int | None = None,
         backoff_max_s: float = 32.0,
         reasoning_field: str = "reasoning_content",
+        reasoning_open: bool = False,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
     ):
@@ -102,6 +110,8 @@ class EndpointPolicy:
             backoff_max_s: cap of the backoff delay and of ``Retry-After``, seconds.
             reasoning_field: message field holding reasoning (vLLM: ``reasoning_content``
                 or ``reasoning``).
+            reasoning_open: the served template's generation prompt opens ``<think>``
+                and the server splits no reasoning out, so ``content`` begins inside it.
             extra_body: extra JSON fields sent with every request (e.g. ``reasoning_effort``).
             name: policy name for records (default: the model name).
         """
@@ -111,6 +121,7 @@ class EndpointPolicy:
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.reasoning_field = reasoning_field
+        self.reasoning_open = reasoning_open
         self.extra_body = dict(extra_body or {})
         self.backoff_max_s = backoff_max_s
         self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
@@ -181,7 +192,8 @@ class EndpointPolicy:
         reasoning = _reasoning(message, self.reasoning_field)
         finish_reason = "length" if choice.finish_reason == "length" else "stop"
         interpretation, raw_text = combine(
-            message.content or "", reasoning, list(message.tool_calls or []), tools, finish_reason
+            message.content or "", reasoning, list(message.tool_calls or []), tools, finish_reason,
+            reasoning_open=self.reasoning_open,
         )
         usage = response.usage
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
@@ -202,16 +214,21 @@ class EndpointPolicy:
 
 
 def combine(
-    content: str, reasoning: str, structured: list[Any], tools: list[ToolSpec], finish_reason: str
+    content: str, reasoning: str, structured: list[Any], tools: list[ToolSpec], finish_reason: str,
+    *, reasoning_open: bool,
 ) -> tuple[Interpretation, str]:
     """Merge text calls and structured calls into one interpretation and a replayable raw text.
 
     ``raw_text`` is ``<think>reasoning</think>`` + content + each structured call
     written as ``<tool_call>`` markup, so ``interpret(raw_text)`` later yields the
     same tool names and arguments (parser parity); only the call ids differ.
-    A turn cut at the length limit runs no call, structured or not.
+    A turn cut at the length limit runs no call, structured or not. With
+    ``reasoning_open`` (see ``EndpointPolicy``) ``content`` is read as starting
+    inside reasoning. A turn cut at the length limit with reasoning and no
+    visible content or call (the server's parser split an unfinished reasoning
+    block out) records ``"truncated_reasoning"``.
     """
-    text = interpret(content, tools, finish_reason=finish_reason)
+    text = interpret(content, tools, finish_reason=finish_reason, reasoning_open=reasoning_open)
     calls: list[ToolCall] = list(text.tool_calls)
     errors: list[ToolCallError] = list(text.errors)
     events = list(text.events)
@@ -227,8 +244,12 @@ def combine(
         order.append(call.id)
     if structured and finish_reason == "length" and EVENT_TRUNCATED_CALL not in events:
         events.append(EVENT_TRUNCATED_CALL)
+    cut_in_reasoning = finish_reason == "length" and reasoning.strip() and not content.strip() and not structured
+    if cut_in_reasoning and EVENT_TRUNCATED_REASONING not in events:
+        events.append(EVENT_TRUNCATED_REASONING)
     thought = "\n".join(r for r in (reasoning.strip(), text.reasoning) if r)
-    raw_text = (f"<think>{reasoning}</think>\n" if reasoning else "") + content + "".join(rendered)
+    thought_markup = f"<think>{reasoning}" + ("" if cut_in_reasoning else "</think>\n") if reasoning else ""
+    raw_text = thought_markup + content + "".join(rendered)
     interpretation = Interpretation(thought, text.content, tuple(calls), tuple(errors), tuple(events), tuple(order))
     return interpretation, raw_text
 
@@ -237,11 +258,11 @@ def _render_structured(name: str, arguments: Any) -> str:
     value = arguments
     if isinstance(arguments, str):
         try:
-            decoded = json.loads(arguments)
+            decoded = strict_json.loads(arguments)
             value = decoded if isinstance(decoded, dict) else arguments
         except ValueError:
             value = arguments
-    return f"{CALL_OPEN}{json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
+    return f"{CALL_OPEN}{strict_json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
 
 
 def _reasoning(message: Any, field: str) -> str:
@@ -275,7 +296,7 @@ def api_message(message: dict[str, Any]) -> dict[str, Any]:
         calls.append({
             "id": call.get("id", ""),
             "type": "function",
-            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)},
+            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else strict_json.dumps(args, ensure_ascii=False)},
         })
     if calls:
         out["tool_calls"] = calls

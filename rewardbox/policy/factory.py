@@ -61,6 +61,7 @@ def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> 
             max_timeout_retries=cfg.max_timeout_retries,
             max_rate_limit_retries=cfg.max_rate_limit_retries,
             reasoning_field=cfg.reasoning_field,
+            reasoning_open=cfg.reasoning_open,
             extra_body=cfg.extra_body,
             name=cfg.name,
         )

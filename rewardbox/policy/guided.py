@@ -17,8 +17,15 @@ llama.cpp GBNF grammars).
 The mask is computed from each token's own decoded text against the row's
 decoded completion so far; masks per (allowed strings, partial text) are
 cached, so a name costs one pass over the vocabulary the first time it is seen.
-A partial string that no allowed string continues (the model wrote something
-else first) is left unconstrained rather than forced.
+When no vocabulary token keeps the partial string a prefix of an allowed one
+(the decoded text drifted, e.g. a multi-byte piece that decodes differently in
+context, or the vocabulary lacks the one piece needed), the guide never
+releases the constraint: it forces the closing quote of the string, so the
+call names a tool that does not exist and the interpreter reports it to the
+model as a policy failure, and it records a ``ConstraintEvent`` (the local
+policy adds the event ``"guided_string_forced_closed"`` to that completion).
+A vocabulary with no token that starts with ``"`` cannot close a string at
+all: ``GuidedDecodingError``, a system error raised before any token is chosen.
 
 Training: GRPO scores the sampled tokens under the unguided model (the
 completion token ids are the ones sampled), so the update raises the model's
@@ -30,14 +37,20 @@ to measure or train the unguided model.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers import LogitsProcessor
 
+from rewardbox.errors import EndpointError
+from rewardbox.policy.base import Completion
 from rewardbox.sandbox.base import ToolSpec
+
+EVENT_GUIDED_FORCED_CLOSE = "guided_string_forced_closed"
 
 _NAME_OPEN = re.compile(r'<tool_call>\s*\{\s*"name"\s*:\s*"([^"]*)$')
 _KEY_OPEN = re.compile(
@@ -75,6 +88,24 @@ def open_string(text: str, signatures: dict[str, tuple[str, ...]]) -> tuple[tupl
     return None
 
 
+class GuidedDecodingError(EndpointError):
+    """The vocabulary cannot express the constraint (no token closes a string): a system error."""
+
+
+@dataclass(frozen=True)
+class ConstraintEvent:
+    """A row whose name or key string no token could continue; its closing quote was forced.
+
+    Attributes:
+        row: the batch row. partial: the string written so far.
+        allowed: the strings it had to be a prefix of.
+    """
+
+    row: int
+    partial: str
+    allowed: tuple[str, ...]
+
+
 class VocabularyIndex:
     """Each token's decoded text, and cached allow-masks per (allowed strings, partial)."""
 
@@ -83,6 +114,7 @@ class VocabularyIndex:
         self.vocab_size = vocab_size
         self.pieces: list[str] = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         self._masks: dict[tuple[tuple[str, ...], str], torch.Tensor | None] = {}
+        self._closing: torch.Tensor | None = None
 
     def mask(self, allowed: tuple[str, ...], partial: str) -> torch.Tensor | None:
         """Bool mask over the model's vocabulary (shape ``(vocab_size,)``), or None if nothing fits.
@@ -103,9 +135,27 @@ class VocabularyIndex:
             self._masks[key] = keep if bool(keep.any()) else None
         return self._masks[key]
 
+    def closing_mask(self) -> torch.Tensor:
+        """Bool mask (shape ``(vocab_size,)``) of the tokens that start with ``"`` (close the open string).
+
+        Raises:
+            GuidedDecodingError: no token starts with ``"`` (a system error: the
+                constraint cannot be kept with this vocabulary).
+        """
+        if self._closing is None:
+            keep = torch.tensor([piece.startswith('"') for piece in self.pieces[: self.vocab_size]]
+                                + [False] * max(0, self.vocab_size - len(self.pieces)), dtype=torch.bool)
+            if not bool(keep.any()):
+                raise GuidedDecodingError("guided tool calls: no vocabulary token starts with '\"', "
+                                          "so a tool name cannot be closed; set policy.guided_tool_calls: false")
+            self._closing = keep
+        return self._closing
+
 
 class ToolCallGuide(LogitsProcessor):
     """Mask row i's logits to real tool names / parameter keys while it writes one.
+
+    ``events`` lists the rows whose string had to be force-closed (see module docstring).
 
     Args:
         index: the policy's ``VocabularyIndex``.
@@ -117,6 +167,7 @@ class ToolCallGuide(LogitsProcessor):
         self.index = index
         self.signatures = signatures
         self.prompt_len = prompt_len
+        self.events: list[ConstraintEvent] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] <= self.prompt_len:
@@ -133,10 +184,21 @@ class ToolCallGuide(LogitsProcessor):
                 continue
             keep = self.index.mask(*state)
             if keep is None:
-                continue
+                keep = self.index.closing_mask()
+                self.events.append(ConstraintEvent(row, state[1], state[0]))
             if out is scores:
                 out = scores.clone()
             width = min(out.shape[1], keep.shape[0])
             out[row, :width] = torch.where(keep[:width].to(out.device), out[row, :width], float("-inf"))
             out[row, width:] = float("-inf")
         return out
+
+
+def record_forced_close(completion: Completion, event: ConstraintEvent) -> None:
+    """Mark a completion whose string the guide force-closed: event ``"guided_string_forced_closed"``
+    in its interpretation (so the trajectory keeps it) and the partial string under ``extra``."""
+    events = completion.interpretation.events
+    if EVENT_GUIDED_FORCED_CLOSE not in events:
+        completion.interpretation = dataclasses.replace(completion.interpretation,
+                                                        events=(*events, EVENT_GUIDED_FORCED_CLOSE))
+    completion.extra.setdefault("guided_forced_close", []).append(event.partial)

@@ -11,10 +11,21 @@ Format (Hermes style, as Qwen and the shipped chat template use it)::
     <tool_call>{"name": "get_order", "arguments": {"order_id": "ORD-9"}}</tool_call>
 
 Rules:
-    * Everything inside ``<think>...</think>`` is reasoning. With
-      ``reasoning_open=True`` (the prompt already opened ``<think>``), text up to
-      the first ``</think>`` is reasoning, and all of it when none follows. A
-      ``</think>`` with no opening tag before it also closes prompt-opened reasoning.
+    * Reasoning is one block at the start. With ``reasoning_open=True`` (the
+      prompt already opened ``<think>``), text up to the first ``</think>`` is
+      reasoning, and all of it when none follows. With ``reasoning_open=False``
+      only a ``<think>`` that starts the text (leading whitespace aside) opens a
+      block; any other ``<think>`` or ``</think>`` is literal text ("type the word
+      <think>" stays whole in content). Callers pass the real state of their
+      prompt (``chat_template.prompt_opens_reasoning``), never a guess.
+    * A reasoning block that never closes in a turn cut by the budget
+      (``finish_reason == "length"``): all of it is reasoning, content is empty;
+      event ``"truncated_reasoning"``.
+    * A call body is read as ONE JSON value after ``<tool_call>`` with a
+      streaming decoder (``json.JSONDecoder.raw_decode``); the closing tag is
+      looked for only after that value, so ``</tool_call>`` or reasoning tags
+      inside an argument string neither end nor alter the call. JSON is read
+      strictly: ``NaN`` and ``Infinity`` are invalid JSON.
     * Several calls in one message are allowed (parallel calls).
     * ``finish_reason == "length"``: no call is run, complete or not; event
       ``"truncated_call"``.
@@ -31,11 +42,10 @@ Rules:
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.policy.arguments import ArgumentError, json_type_name, type_arguments
 from rewardbox.policy.base import Interpretation, ToolCall, ToolCallError
 from rewardbox.sandbox.base import ToolSpec
@@ -45,8 +55,9 @@ CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 EVENT_TRUNCATED_CALL = "truncated_call"
 EVENT_UNCLOSED_CALL = "unclosed_call"
 EVENT_SURPLUS_BRACES = "surplus_braces"
-_THINK_BLOCK = re.compile(r"<think>(.*?)(?:</think>|\Z)", re.DOTALL)
+EVENT_TRUNCATED_REASONING = "truncated_reasoning"
 _SHAPE_HINT = 'a tool call must be a JSON object like {"name": "<tool>", "arguments": {...}}'
+_WHITESPACE = " \t\n\r"
 
 
 def interpret(
@@ -54,7 +65,7 @@ def interpret(
     tools: Sequence[ToolSpec],
     *,
     finish_reason: str = "stop",
-    reasoning_open: bool = False,
+    reasoning_open: bool,
 ) -> Interpretation:
     """Read one raw completion.
 
@@ -62,22 +73,27 @@ def interpret(
         raw_text: exactly what the model produced (special tokens removed).
         tools: the tools the agent may call; arguments are typed from their schemas.
         finish_reason: ``"stop"`` or ``"length"`` (the generation budget was hit).
-        reasoning_open: the prompt ended inside an opened ``<think>`` block.
+        reasoning_open: the prompt ended inside an opened ``<think>`` block. Required:
+            the caller states its template's real state (``False`` for a template
+            that never opens reasoning, as rewardbox's own).
 
     Returns:
-        An ``Interpretation``: ``content`` holds the visible text with all
-        reasoning and call markup removed (``<DONE>`` kept), ``tool_calls`` the
-        typed calls, ``errors`` the malformed ones (policy failures, shown to
-        the model as tool output), ``events`` flags such as ``"truncated_call"``.
+        An ``Interpretation``: ``content`` holds the visible text with reasoning
+        and call markup removed (``<DONE>`` and literal tags in text kept),
+        ``tool_calls`` the typed calls, ``errors`` the malformed ones (policy
+        failures, shown to the model as tool output), ``events`` flags such as
+        ``"truncated_call"`` or ``"truncated_reasoning"``.
         Degenerate inputs (empty text, only reasoning) give empty content and no calls.
     """
     raw_text = raw_text if isinstance(raw_text, str) else ""
-    reasoning, visible = split_reasoning(raw_text, reasoning_open=reasoning_open)
+    reasoning, visible, reasoning_closed = split_reasoning(raw_text, reasoning_open=reasoning_open)
     content_parts, bodies = _scan_calls(visible)
     prefix = "call_" + hashlib.sha1(raw_text.encode("utf-8")).hexdigest()[:8]
     calls: list[ToolCall] = []
     errors: list[ToolCallError] = []
     events: list[str] = []
+    if not reasoning_closed and finish_reason == "length":
+        events.append(EVENT_TRUNCATED_REASONING)
     if bodies and finish_reason == "length":
         events.append(EVENT_TRUNCATED_CALL)
         bodies = []
@@ -103,24 +119,30 @@ def interpret(
     )
 
 
-def split_reasoning(raw_text: str, *, reasoning_open: bool = False) -> tuple[str, str]:
-    """Split raw text into ``(reasoning, visible text)``; see the module rules."""
+def split_reasoning(raw_text: str, *, reasoning_open: bool) -> tuple[str, str, bool]:
+    """Split raw text into ``(reasoning, visible text, closed)``; see the module rules.
+
+    ``closed`` is False when a reasoning block was opened (by the prompt or by a
+    leading ``<think>``) and never closed; then all the text is reasoning.
+    """
     text = raw_text
-    reasoning: list[str] = []
-    first_open = text.find(THINK_OPEN)
-    first_close = text.find(THINK_CLOSE)
-    if reasoning_open or (first_close >= 0 and (first_open < 0 or first_close < first_open)):
-        if first_close < 0:
-            return text.strip(), ""
-        reasoning.append(text[:first_close])
-        text = text[first_close + len(THINK_CLOSE) :]
-    reasoning.extend(m.group(1) for m in _THINK_BLOCK.finditer(text))
-    visible = _THINK_BLOCK.sub("", text).replace(THINK_CLOSE, "")
-    return "\n".join(r.strip() for r in reasoning if r.strip()), visible
+    if not reasoning_open:
+        stripped = text.lstrip()
+        if not stripped.startswith(THINK_OPEN):
+            return "", text, True
+        text = stripped[len(THINK_OPEN):]
+    close = text.find(THINK_CLOSE)
+    if close < 0:
+        return text.strip(), "", False
+    return text[:close].strip(), text[close + len(THINK_CLOSE):], True
 
 
 def _scan_calls(visible: str) -> tuple[list[str], list[tuple[str, bool]]]:
-    """Cut ``visible`` into content parts and ``(call body, closed)`` pairs."""
+    """Cut ``visible`` into content parts and ``(call body, closed)`` pairs.
+
+    The closing tag of a call is searched only after the JSON value that starts
+    its body (when one decodes), so a ``</tool_call>`` inside a string is text.
+    """
     parts: list[str] = []
     bodies: list[tuple[str, bool]] = []
     pos = 0
@@ -130,27 +152,40 @@ def _scan_calls(visible: str) -> tuple[list[str], list[tuple[str, bool]]]:
             parts.append(visible[pos:])
             break
         parts.append(visible[pos:start])
-        end = visible.find(CALL_CLOSE, start + len(CALL_OPEN))
+        body_start = start + len(CALL_OPEN)
+        end = visible.find(CALL_CLOSE, _json_value_end(visible, body_start))
         if end < 0:
-            bodies.append((visible[start + len(CALL_OPEN) :], False))
+            bodies.append((visible[body_start:], False))
             break
-        bodies.append((visible[start + len(CALL_OPEN) : end], True))
+        bodies.append((visible[body_start:end], True))
         pos = end + len(CALL_CLOSE)
     return [p.replace(CALL_CLOSE, "") for p in parts], bodies
+
+
+def _json_value_end(text: str, start: int) -> int:
+    """Index just past the JSON value starting at ``text[start:]`` (whitespace skipped); ``start`` if none."""
+    begin = start
+    while begin < len(text) and text[begin] in _WHITESPACE:
+        begin += 1
+    try:
+        _, end = strict_json.STRICT_DECODER.raw_decode(text, begin)
+    except ValueError:
+        return start
+    return end
 
 
 def _leading_json(body: str) -> tuple[Any, int, str]:
     """The JSON value at the start of ``body`` (leading whitespace skipped), where it ends, and the text
     it was read from. Raises ValueError when no value starts there."""
     stripped = body.lstrip()
-    obj, end = json.JSONDecoder().raw_decode(stripped)
+    obj, end = strict_json.STRICT_DECODER.raw_decode(stripped)
     return obj, end, stripped
 
 
 def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, bool]:
     """Parse a closed call body; the flag says surplus closing braces were dropped."""
     try:
-        obj = json.loads(body)
+        obj = strict_json.loads(body)
     except ValueError as exc:
         try:
             obj, end, stripped = _leading_json(body)
@@ -210,7 +245,7 @@ def type_tool_call(
         JSON, missing required or untypable values). Never raises.
     """
     if raw is None:
-        raw = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, default=str)
+        raw = strict_json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, default=str)
     spec = next((t for t in tools if t.name == name), None)
     if spec is None:
         return ToolCallError(call_id, name, raw, f"Error: function '{name}' does not exist")
@@ -219,7 +254,7 @@ def type_tool_call(
             arguments = {}
         else:
             try:
-                arguments = json.loads(arguments)
+                arguments = strict_json.loads(arguments)
             except ValueError as exc:
                 return ToolCallError(call_id, name, raw, f"Error: invalid JSON in tool call arguments for '{name}': {exc}")
     if not isinstance(arguments, dict):
@@ -242,4 +277,5 @@ def render_tool_call(call: ToolCall | ToolCallError) -> str:
     """
     if isinstance(call, ToolCallError):
         return f"{CALL_OPEN}{call.raw}{CALL_CLOSE}"
-    return f"{CALL_OPEN}{json.dumps({'name': call.name, 'arguments': call.arguments}, ensure_ascii=False)}{CALL_CLOSE}"
+    body = strict_json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+    return f"{CALL_OPEN}{body}{CALL_CLOSE}"

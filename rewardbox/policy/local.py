@@ -27,8 +27,8 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
-from rewardbox.policy.chat_template import render_prompt
-from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, tool_signatures
+from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
+from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
 
@@ -295,6 +295,7 @@ class LocalPolicy:
                 input_ids = inputs["input_ids"]
             cached_tokens = inputs["cache"].get_seq_length() if "cache" in inputs else 0
             self._seed([r.seed for r in requests])
+            guides = self._guides(requests, input_ids.shape[1])
             output = self.model.generate(
                 **inputs,
                 max_new_tokens=max(budgets),
@@ -303,17 +304,20 @@ class LocalPolicy:
                 top_k=0,
                 top_p=1.0,
                 logits_processor=LogitsProcessorList(
-                    [*self._guides(requests, input_ids.shape[1]), _PerRowTemperature(temperatures)]
+                    [*guides, _PerRowTemperature(temperatures)]
                 ),
                 stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
                 eos_token_id=self.stop_token_ids,
                 pad_token_id=self.pad_token_id,
             )
         new_tokens = output[:, input_ids.shape[1] :].tolist()
-        return [
+        completions = [
             self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens)
             for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
         ]
+        for event in (e for guide in guides for e in guide.events):
+            record_forced_close(completions[event.row], event)
+        return completions
 
     def _guides(self, requests: list[ChatRequest], prompt_len: int) -> list[LogitsProcessor]:
         if not self.guided_tool_calls or not any(r.tools for r in requests):
@@ -354,9 +358,11 @@ class LocalPolicy:
         finish_reason = "length" if stop_at is None else "stop"
         text_ids = completion_ids if stop_at is None else completion_ids[:-1]
         raw_text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
+        reasoning_open = prompt_opens_reasoning(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
         return Completion(
             raw_text=raw_text,
-            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason),
+            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason,
+                                     reasoning_open=reasoning_open),
             finish_reason=finish_reason,
             input_tokens=len(prompt_ids),
             cached_input_tokens=cached_tokens,

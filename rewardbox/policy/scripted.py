@@ -7,9 +7,9 @@ expected; docs/method.md, "Conventions") exercises the same parsing path as real
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.interpreter import CALL_CLOSE, CALL_OPEN, interpret
 
@@ -26,7 +26,7 @@ def _estimate(request: ChatRequest, raw_text: str) -> dict[str, Any]:
 def _complete(request: ChatRequest, raw_text: str) -> Completion:
     return Completion(
         raw_text=raw_text,
-        interpretation=interpret(raw_text, request.tools),
+        interpretation=interpret(raw_text, request.tools, reasoning_open=False),  # scripted text opens no reasoning
         finish_reason="stop",
         extra=_estimate(request, raw_text),
     )
@@ -57,7 +57,7 @@ class GoldenReplayPolicy:
         done = sum(1 for m in request.messages if m.get("role") == "tool")
         if done < len(golden):
             _server, tool, parameters = golden[done]
-            body = json.dumps({"name": tool, "arguments": parameters}, ensure_ascii=False)
+            body = strict_json.dumps({"name": tool, "arguments": parameters}, ensure_ascii=False)
             return f"{CALL_OPEN}{body}{CALL_CLOSE}"
         values = [str(v) for v in (getattr(task, "metadata", None) or {}).get("response_values", [])]
         if not values:  # tasks loaded from a dataset: report what the golden calls returned

@@ -23,7 +23,6 @@ failure is a :class:`~rewardbox.errors.SandboxError` (system error).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import uuid
@@ -33,6 +32,7 @@ from typing import Any
 import httpx
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception_type, wait_random_exponential
 
+from rewardbox import strict_json
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
 from rewardbox.sandbox.schema import clean_schema
@@ -81,7 +81,7 @@ def _proxy_message(response: httpx.Response) -> str | None:
     if isinstance(body, dict) and body.get("success") is False:
         content = body.get("content")
         value = content.get("value") if isinstance(content, dict) else content
-        return value if isinstance(value, str) else json.dumps(value)
+        return value if isinstance(value, str) else strict_json.dumps(value)
     return None
 
 
@@ -169,7 +169,7 @@ class ProxySandbox:
         """
         body = {"session_id": self._require_session(), "tool_name": name, "arguments": arguments}
         value = await self._post("call_tool", body)
-        return value if isinstance(value, str) else json.dumps(value)
+        return value if isinstance(value, str) else strict_json.dumps(value)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:
         """``/get_effects``: ``{server: effects}`` (+ ``__reserved__proxy_info`` if asked)."""

@@ -9,15 +9,16 @@ policy text, and the test code that grades the terminal state.
 from __future__ import annotations
 
 import hashlib
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rewardbox import strict_json
+
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace; the input of every content hash."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return strict_json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 GRADING_ONLY_KEYS = frozenset({"golden_test_case", "rubrics_yesno", "rubrics", "rubric", "expected_response",

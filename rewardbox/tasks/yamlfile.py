@@ -32,6 +32,7 @@ from typing import Any
 
 import yaml
 
+from rewardbox import strict_json
 from rewardbox.errors import TaskFormatError
 from rewardbox.tasks.pyfile import CONFIG_FIELDS, TEST_FN_BINDING, RawTestCase, merge_config
 
@@ -40,7 +41,6 @@ DECLARATIVE_ENTRY_KEYS = frozenset(CONFIG_FIELDS) | {"name", "validate"}
 FILE_KEYS = frozenset(CONFIG_FIELDS) | {"tests", "test_cases"}
 
 _CHECKS_SOURCE = '''\
-import json
 
 from thinkingbox.common import Judge, TestContext
 
@@ -57,7 +57,7 @@ def _validate_database(x, servers=None):
     for srv in _servers(x, servers):
         eff = x.effects[srv]
         if eff["result_db_hash"] != eff["golden_db_hash"]:
-            diff = "\\n".join(json.dumps(d, sort_keys=True, default=str) for d in eff.get("diff") or [])
+            diff = "\\n".join(strict_json.dumps(d, sort_keys=True, default=str) for d in eff.get("diff") or [])
             raise AssertionError(f"{srv}: terminal state differs from the golden state\\n{diff}")
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
+import shutil
 from pathlib import Path
 
+from rewardbox import strict_json
 from rewardbox.training.config import GRPOConfig
 
 
@@ -24,12 +25,17 @@ def attach_lora(model, config: GRPOConfig):
 
 
 def save_adapter(peft_model, out_dir: Path, metrics: list[dict] | None = None) -> Path:
-    """Save the adapter (``adapter_model.safetensors`` + ``adapter_config.json``) and metrics."""
+    """Save the adapter (``adapter_model.safetensors`` + ``adapter_config.json``) and metrics.
+
+    ``training_metrics.json`` is strict JSON (``rewardbox.strict_json``): a value
+    with no number, such as the mean reward of a step whose rollouts were all
+    system errors, is ``null`` next to its count (``scored_rollouts``), never ``NaN``.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     peft_model.save_pretrained(out_dir, safe_serialization=True)
     if metrics is not None:
-        (out_dir / "training_metrics.json").write_text(json.dumps(metrics, indent=2))
+        strict_json.write_json(out_dir / "training_metrics.json", metrics)
     return out_dir
 
 
@@ -37,7 +43,16 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     """Merge a LoRA adapter into its base model; write an HF safetensors directory.
 
     The result loads with ``AutoModelForCausalLM.from_pretrained(out_dir)`` and
-    carries the base tokenizer and chat template.
+    carries the base tokenizer and chat template. Tied embeddings
+    (``tie_word_embeddings``, as SmolLM2 has) are untied before the merge, so an
+    adapter on ``lm_head`` changes the head only and one on the input embedding
+    changes the embedding only; if the merge left both equal (the adapter touched
+    neither) they are tied again, so the checkpoint keeps the base's layout. An
+    untied result says ``tie_word_embeddings: false`` in its config.
+
+    Everything is read and merged before anything is written, into
+    ``<out_dir>.partial``, which then replaces ``out_dir``: a failure leaves no
+    half-written checkpoint and keeps a previous one.
 
     Raises:
         FileNotFoundError: the base or adapter directory is incomplete.
@@ -49,11 +64,51 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     for needed in (base_dir / "config.json", adapter_dir / "adapter_config.json"):
         if not needed.exists():
             raise FileNotFoundError(f"cannot merge: {needed} is missing")
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
     base = AutoModelForCausalLM.from_pretrained(base_dir)
+    was_tied = untie_embeddings(base)
     merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    merged.save_pretrained(out_dir, safe_serialization=True)
-    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
+    if was_tied and torch_equal(merged.get_output_embeddings().weight, merged.get_input_embeddings().weight):
+        _set_tied(merged, True)
+        merged.tie_weights()
+    staging = out_dir.with_name(out_dir.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    merged.save_pretrained(staging, safe_serialization=True)
+    tokenizer.save_pretrained(staging)
     for extra in base_dir.glob("*.jinja"):
-        (out_dir / extra.name).write_text(extra.read_text())
+        (staging / extra.name).write_text(extra.read_text())
+    shutil.rmtree(out_dir, ignore_errors=True)
+    staging.rename(out_dir)
     return out_dir
+
+
+def untie_embeddings(model) -> bool:
+    """Give a model with tied input and output embeddings its own copy of the head weight.
+
+    Returns:
+        True when the embeddings were tied (now untied, config ``tie_word_embeddings``
+        false); False when they were not (model unchanged).
+    """
+    import torch
+
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    if head is None or embedding is None or head.weight is not embedding.weight:
+        return False
+    head.weight = torch.nn.Parameter(embedding.weight.detach().clone(), requires_grad=embedding.weight.requires_grad)
+    _set_tied(model, False)
+    return True
+
+
+def _set_tied(model, tied: bool) -> None:
+    model.config.tie_word_embeddings = tied
+    text_config = model.config.get_text_config()
+    if text_config is not model.config and hasattr(text_config, "tie_word_embeddings"):
+        text_config.tie_word_embeddings = tied
+
+
+def torch_equal(a, b) -> bool:
+    """Same shape and values."""
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))

@@ -43,9 +43,18 @@ class GroupStats:
     rewards: list[float] = field(default_factory=list)
 
     @property
-    def mean_reward(self) -> float:
-        """Mean reward over every scored rollout drawn, dropped groups included."""
-        return sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
+    def mean_reward(self) -> float | None:
+        """Mean reward over every scored rollout drawn, dropped groups included.
+
+        None when no rollout was scored (every one a system error): a mean of
+        nothing is no value, never NaN (see ``scored_rollouts``).
+        """
+        return sum(self.rewards) / len(self.rewards) if self.rewards else None
+
+    @property
+    def scored_rollouts(self) -> int:
+        """Rollouts that got a reward (not system errors); the count behind ``mean_reward``."""
+        return len(self.rewards)
 
     @property
     def zero_variance_frac(self) -> float:

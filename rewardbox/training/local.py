@@ -52,7 +52,8 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
 def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], None]:
     def report(metrics: StepMetrics) -> None:
         if log:
-            log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
+            mean = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
+            log(f"step {metrics.step}: mean_reward={mean} (scored rollouts {metrics.scored_rollouts}) "
                 f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
                 f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
 

@@ -20,7 +20,17 @@ Aggregations (``LOSS_AGGREGATIONS``; names follow verl's ``loss_agg_mode``):
   over sequences that have at least one masked token (the original GRPO
   objective, arXiv 2402.03300).
 * ``"seq-mean-token-sum"``: sum over each sequence's tokens, mean over the
-  sequences (Dr. GRPO, arXiv 2503.20783, with a constant normaliser).
+  sequences (verl's mode of that name). Not Dr. GRPO: the sum grows with length.
+* ``"seq-mean-token-sum-norm"``: the constant normaliser of Dr. GRPO
+  (Liu et al. 2025, arXiv 2503.20783, section 3.2; verl's mode of that name):
+  the masked token-loss sum / (B x L_max), where ``L_max`` is a constant, the
+  generation budget in tokens (``max_response_tokens``; default the padded width
+  T, as verl does, which is constant only when batches are padded to the budget).
+  Example: token losses [4, 2] and [1] * 6, L_max = 8: 12 / 16 = 0.75 (token-mean
+  1.5, seq-mean-token-mean 2.0, seq-mean-token-sum 6.0).
+
+Padding never counts: every aggregation multiplies by ``mask`` and takes its
+denominators from ``mask`` or constants, never from padded values.
 
 Degenerate case: a batch with no masked token gives loss 0 (still attached to
 the graph so ``backward()`` works) and zero gradients.
@@ -32,33 +42,61 @@ from collections.abc import Callable
 
 import torch
 
-LossAggregation = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+LossAggregation = Callable[..., torch.Tensor]
 
 
-def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _masked(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``loss`` with masked-out positions exactly 0 (``where``, so NaN/inf padding cannot leak)."""
+    return torch.where(mask > 0, loss, torch.zeros_like(loss))
+
+
+def token_mean(loss: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
     """Sum of masked ``loss [B, T]`` over all masked tokens / their count (0 if none)."""
-    return (loss * mask).sum() / mask.sum().clamp_min(1.0)
+    return _masked(loss, mask).sum() / mask.sum().clamp_min(1.0)
 
 
-def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def seq_mean_token_mean(loss: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
     """Per-sequence masked token mean, then mean over sequences with >= 1 masked token."""
     tokens = mask.sum(dim=-1)
-    per_seq = (loss * mask).sum(dim=-1) / tokens.clamp_min(1.0)
+    per_seq = _masked(loss, mask).sum(dim=-1) / tokens.clamp_min(1.0)
     has_tokens = (tokens > 0).to(loss.dtype)
     return (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1.0)
 
 
-def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def seq_mean_token_sum(loss: torch.Tensor, mask: torch.Tensor, **_: object) -> torch.Tensor:
     """Per-sequence masked token sum, then mean over all B sequences."""
-    return (loss * mask).sum(dim=-1).mean()
+    return _masked(loss, mask).sum(dim=-1).mean()
+
+
+def seq_mean_token_sum_norm(
+    loss: torch.Tensor, mask: torch.Tensor, *, max_response_tokens: int | None = None, **_: object
+) -> torch.Tensor:
+    """Dr. GRPO's constant normaliser: masked token-loss sum / (B x L_max).
+
+    Args:
+        loss: ``[B, T]`` per-token losses. mask: ``[B, T]`` 1 for tokens that count.
+        max_response_tokens: L_max, the generation budget in tokens (a constant);
+            None uses T, the padded width (verl's default).
+
+    Raises:
+        ValueError: ``max_response_tokens`` < 1 or smaller than a sequence's masked
+            token count (the normaliser would not bound the sequence).
+    """
+    width = loss.shape[-1] if max_response_tokens is None else int(max_response_tokens)
+    longest = int(mask.sum(dim=-1).max().item()) if mask.numel() else 0
+    if width < 1 or width < longest:
+        raise ValueError(f"max_response_tokens must be >= 1 and >= the longest response ({longest} tokens), "
+                         f"got {width}; pass the generation budget (max_new_tokens)")
+    return _masked(loss, mask).sum() / (loss.shape[0] * width)
 
 
 LOSS_AGGREGATIONS: dict[str, LossAggregation] = {
     "token-mean": token_mean,
     "seq-mean-token-mean": seq_mean_token_mean,
     "seq-mean-token-sum": seq_mean_token_sum,
+    "seq-mean-token-sum-norm": seq_mean_token_sum_norm,
 }
-"""Aggregation name -> ``(loss [B, T], mask [B, T]) -> scalar``."""
+"""Aggregation name -> ``(loss [B, T], mask [B, T], *, max_response_tokens=None) -> scalar``."""
 
 
 def _check_shapes(logprobs, old_logprobs, advantages, mask) -> torch.Tensor:

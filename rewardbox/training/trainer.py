@@ -45,7 +45,7 @@ class StepMetrics:
     """Per-step training metrics (logged and shown in the asset metadata)."""
 
     step: int
-    mean_reward: float
+    mean_reward: float | None
     zero_variance_frac: float
     system_error_groups: int
     groups: int
@@ -54,6 +54,7 @@ class StepMetrics:
     policy_tokens: int
     loss: float | None
     seconds: float
+    scored_rollouts: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -191,7 +192,7 @@ async def train_grpo(
             zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
             groups=len(groups), episodes=stats.episodes, samples=len(samples),
             policy_tokens=sum(len(s.completion_ids) for s in samples), loss=loss,
-            seconds=time.perf_counter() - t0,
+            seconds=time.perf_counter() - t0, scored_rollouts=stats.scored_rollouts,
         )
         summary.steps.append(metrics)
         if on_step is not None:

@@ -64,7 +64,7 @@ class ScriptPolicy:
     async def complete(self, request):
         self.requests.append(request)
         raw = self.texts.pop(0) if self.texts else "Nothing more. <DONE>"
-        return Completion(raw_text=raw, interpretation=interpret(raw, request.tools), input_tokens=10, output_tokens=5)
+        return Completion(raw_text=raw, interpretation=interpret(raw, request.tools, reasoning_open=False), input_tokens=10, output_tokens=5)
 
     async def aclose(self):
         pass
@@ -200,7 +200,7 @@ def test_truncated_call_never_writes():
     class LengthPolicy(ScriptPolicy):
         async def complete(self, request):
             raw = 'I\'ll cancel it now.\n' + call("cancel_order", order_id="ORD-8")
-            return Completion(raw_text=raw, interpretation=interpret(raw, request.tools, finish_reason="length"),
+            return Completion(raw_text=raw, interpretation=interpret(raw, request.tools, finish_reason="length", reasoning_open=False),
                               finish_reason="length")
 
     result = run(LengthPolicy([]), user=FixedUser(["<DONE>"]))

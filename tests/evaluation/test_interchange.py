@@ -248,3 +248,38 @@ def test_partial_import_keeps_what_matches_and_reports_the_rest(tasks, tmp_path)
     kept = [t for t in tasks if t.uid != REFUND]  # screening dropped one task of the run
     rows, left_out = import_infer_report(TB_INFER, kept)
     assert REFUND not in rows["uid"].to_list() and rows.height == 8 and left_out[0].startswith(f"{REFUND}: ")
+
+
+
+# --- issue #12 item 4: non-finite numbers in exported JSONL -------------------------------------------------
+
+def _strict_lines(path: Path) -> list[dict]:
+    def reject(name):
+        raise AssertionError(f"non-strict JSON literal {name} in {path}")
+
+    return [json.loads(line, parse_constant=reject) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def test_issue12_item4_non_finite_values_are_written_as_null(tasks, tmp_path):
+    result = _passed()
+    result.seconds = float("inf")
+    result.test_outcome = TestOutcome(True, float("nan"), metadata={"mean_logprob": float("nan"),
+                                                                    "min_logprob": float("-inf"), "tokens": 7})
+    row = _strict_lines(export_decode_results([result, _failed(0)], tasks, tmp_path / "d.jsonl"))[0]
+    assert row["uid"] == REFUND  # the row is kept, not refused
+    assert row["test_result"]["reward"] is None and row["metadata"]["execution_time"] is None
+    assert row["test_result"]["metadata"]["mean_logprob"] is None
+    assert row["test_result"]["metadata"]["min_logprob"] is None
+    assert row["test_result"]["metadata"]["tokens"] == 7 and row["test_result"]["result"] is True
+
+
+def test_issue12_item4_own_case_non_finite_inside_nested_messages_and_timings(tasks, tmp_path):
+    result = _passed()
+    result.time_tool_s = float("-inf")
+    result.messages[4]["content"] = '{"status": "refunded", "fee": NaN}'  # text stays text, verbatim
+    result.test_outcome = TestOutcome(True, 1.0, metadata={"per_turn": [0.5, float("nan"), {"x": float("inf")}]})
+    path = export_decode_results([result], tasks, tmp_path / "d.jsonl")
+    row = _strict_lines(path)[0]
+    assert row["metadata"]["time_tool"] is None
+    assert row["test_result"]["metadata"]["per_turn"] == [0.5, None, {"x": None}]
+    assert '\\"fee\\": NaN' in path.read_text(encoding="utf-8")  # inside a string it is text, kept verbatim

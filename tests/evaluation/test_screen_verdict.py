@@ -17,6 +17,7 @@ def _result(result_hash: str, golden_hash: str = "g", passed: bool = True, error
 class _Task:
     uid, domain = "f.py:t", "shop"
     available_tools = ["get_order"]
+    tags: tuple[str, ...] = ()
 
     def golden_interactions(self):
         return [("srv", "get_order", {})]

@@ -60,7 +60,7 @@ def test_structured_call_typed_usage_and_request_body(fake_openai, retail_tools)
     assert json.loads(sent_call["arguments"]) == {"order_id": "ORD-9"}  # a JSON string on the wire
     assert body["messages"][3] == {"role": "tool", "content": "{}", "tool_call_id": "c0", "name": "get_order"}
     # parser parity: the recorded raw text replays to the same calls
-    replay = interpret(completion.raw_text, retail_tools)
+    replay = interpret(completion.raw_text, retail_tools, reasoning_open=False)
     assert [(c.name, c.arguments) for c in replay.tool_calls] == [(c.name, c.arguments) for c in interp.tool_calls]
 
 
@@ -75,7 +75,7 @@ def test_text_calls_and_reasoning_content(fake_openai, retail_tools):
     assert [(e.id, e.message) for e in interp.errors] == [("call_B", "Error: function 'drop_table' does not exist")]
     assert "cancel_order" in interp.reasoning and interp.content == "Let me check."
     assert completion.raw_text.startswith("<think>maybe ")
-    replay = interpret(completion.raw_text, retail_tools)
+    replay = interpret(completion.raw_text, retail_tools, reasoning_open=False)
     assert [c.name for c in replay.tool_calls] == ["get_order"] and [e.name for e in replay.errors] == ["drop_table"]
 
 
@@ -118,3 +118,35 @@ def test_connection_refused_is_a_system_error(retail_tools):
     policy = EndpointPolicy("http://127.0.0.1:9/v1", "m", timeout_s=1, max_timeout_retries=1, backoff_max_s=0.01)
     with pytest.raises(EndpointError, match="after 2 attempt"):
         _run(policy, _request(retail_tools))
+
+
+def test_issue12_item1_endpoint_passes_its_template_state(fake_openai, retail_tools):
+    # A server whose template opened <think> and that splits no reasoning out, cut by the budget.
+    fake_openai.add(200, chat_response("Still weighing ORD-12 or", finish_reason="length"))
+    completion = _run(_policy(fake_openai, reasoning_open=True), _request(retail_tools))
+    interp = completion.interpretation
+    assert (interp.reasoning, interp.content, interp.events) == ("Still weighing ORD-12 or", "", ("truncated_reasoning",))
+    # The default states a template that never opens reasoning: the same text is content.
+    fake_openai.add(200, chat_response("Still weighing ORD-12 or", finish_reason="length"))
+    plain = _run(_policy(fake_openai), _request(retail_tools)).interpretation
+    assert (plain.reasoning, plain.content) == ("", "Still weighing ORD-12 or")
+
+
+def test_issue12_item1_own_case_parser_split_unfinished_reasoning(fake_openai, retail_tools):
+    # The server's reasoning parser moved an unfinished block to reasoning_content: content is empty.
+    fake_openai.add(200, chat_response("", reasoning="Still weighing ORD-12 or", finish_reason="length"))
+    completion = _run(_policy(fake_openai), _request(retail_tools))
+    assert completion.interpretation.events == ("truncated_reasoning",)
+    assert completion.raw_text == "<think>Still weighing ORD-12 or"  # no invented closing tag
+    replay = interpret(completion.raw_text, retail_tools, finish_reason="length", reasoning_open=False)
+    assert replay.events == ("truncated_reasoning",) and replay.content == ""
+
+
+def test_issue12_item1_policy_config_carries_reasoning_open():
+    from rewardbox.policy.config import PolicyConfig
+    from rewardbox.policy.factory import build_policy
+
+    cfg = PolicyConfig(kind="endpoint", base_url="http://127.0.0.1:9/v1", model="m", reasoning_open=True)
+    policy = build_policy(cfg)
+    assert policy.reasoning_open is True
+    asyncio.run(policy.aclose())

@@ -9,8 +9,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rewardbox.policy.base import ChatRequest  # noqa: E402
-from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, open_string, tool_signatures  # noqa: E402
+from rewardbox.errors import InfrastructureError  # noqa: E402
+from rewardbox.policy.base import ChatRequest, Completion, Interpretation  # noqa: E402
+from rewardbox.policy.guided import (  # noqa: E402
+    ConstraintEvent,
+    GuidedDecodingError,
+    ToolCallGuide,
+    VocabularyIndex,
+    open_string,
+    record_forced_close,
+    tool_signatures,
+)
 from rewardbox.sandbox.base import ToolSpec  # noqa: E402
 
 SIGNATURES = {"cancel_order": ("order_id",), "cancel_all": (), "get_order": ("order_id", "verbose")}
@@ -124,3 +133,57 @@ def test_guided_model_names_only_real_tools(smollm2_checkpoint, retail_tools):
     written = [m for c in guided for m in re.findall(r'<tool_call>\s*\{\s*"name"\s*:\s*"([^"]*)"', c.raw_text)]
     assert written, "the model opened no call at all"
     assert set(written) <= names, written
+
+
+# --- issue #12 item 7: nothing allowed never releases the constraint -------------------------------------
+
+class _NoContinuationTokenizer(_PieceTokenizer):
+    """No piece continues 'cancel_ord' ('er', 'e', 'r' missing); quotes exist."""
+
+    PIECES = ["cancel", "_ord", "_all", '"', '",', '"}', "x", "get", "_order", "order_id", "_id", "<"]
+
+
+def _kept(out_row, pieces):
+    return {pieces[i] for i in range(len(pieces)) if out_row[i] == 0}
+
+
+def test_issue12_item7_name_no_token_continues_forces_the_closing_quote():
+    tok = _NoContinuationTokenizer()
+    index = VocabularyIndex(tok, vocab_size=14)
+    assert index.mask(tuple(SIGNATURES), "cancel_ord") is None  # nothing keeps the name a real prefix
+    guide = ToolCallGuide(index, [SIGNATURES, SIGNATURES], prompt_len=1)
+    index.tokenizer = _TextTokenizer(['<tool_call>{"name": "cancel_ord', 'plain text'])
+    scores = torch.zeros((2, 14))
+    out = guide(torch.tensor([[0, 1], [0, 2]]), scores)
+    assert _kept(out[0], tok.PIECES) == {'"', '",', '"}'}  # forced closed, not released
+    assert torch.isinf(out[0, len(tok.PIECES):]).all()
+    assert torch.equal(out[1], scores[1])
+    assert guide.events == [ConstraintEvent(row=0, partial="cancel_ord", allowed=tuple(SIGNATURES))]
+
+
+def test_issue12_item7_own_case_argument_key_off_every_prefix_is_forced_closed():
+    tok = _PieceTokenizer()
+    index = VocabularyIndex(tok, vocab_size=16)
+    guide = ToolCallGuide(index, [SIGNATURES], prompt_len=1)
+    index.tokenizer = _TextTokenizer(['<tool_call>{"name": "get_order", "arguments": {"order_x'])
+    out = guide(torch.tensor([[0, 1]]), torch.zeros((1, 16)))
+    assert _kept(out[0], tok.PIECES) == {'"', '",', '"}'}
+    assert guide.events == [ConstraintEvent(0, "order_x", ("order_id", "verbose"))]
+
+
+def test_issue12_item7_vocabulary_that_cannot_close_a_string_is_a_system_error():
+    class NoQuotes(_PieceTokenizer):
+        PIECES = ["cancel", "_ord", "x"]
+
+    index = VocabularyIndex(NoQuotes(), vocab_size=3)
+    with pytest.raises(GuidedDecodingError, match="no vocabulary token starts with"):
+        index.closing_mask()
+    assert issubclass(GuidedDecodingError, InfrastructureError)
+
+
+def test_issue12_item7_forced_close_is_recorded_on_the_completion():
+    completion = Completion(raw_text="", interpretation=Interpretation(events=("unclosed_call",)))
+    record_forced_close(completion, ConstraintEvent(0, "cancel_ord", ("cancel_order",)))
+    record_forced_close(completion, ConstraintEvent(0, "get_x", ("get_order",)))
+    assert completion.interpretation.events == ("unclosed_call", "guided_string_forced_closed")
+    assert completion.extra["guided_forced_close"] == ["cancel_ord", "get_x"]

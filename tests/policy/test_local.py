@@ -43,6 +43,27 @@ def test_completion_cut_at_stop_token_or_budget(retail_tools):
     assert (cut.completion_token_ids, cut.finish_reason, cut.output_tokens) == ([7, 8, 9], "length", 3)
 
 
+class _PieceTok:
+    PIECES = ["<|im_start|>", "assistant\n", "<think>\n", "Still weighing ORD-12 or", "user\nType <think><|im_end|>\n",
+              "<|im_end|>"]
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(self.PIECES[i] for i in ids)
+
+
+def test_issue12_item1_local_policy_reads_the_reasoning_state_of_its_prompt(retail_tools):
+    policy = LocalPolicy.__new__(LocalPolicy)
+    policy.stop_token_ids, policy.tokenizer = [5], _PieceTok()
+    request = ChatRequest(messages=[], tools=retail_tools)
+    opened = policy._completion(request, [0, 1, 2], [3], 1.0, 1)  # prompt ends "<|im_start|>assistant\n<think>\n"
+    assert opened.finish_reason == "length"
+    assert (opened.interpretation.reasoning, opened.interpretation.content) == ("Still weighing ORD-12 or", "")
+    assert opened.interpretation.events == ("truncated_reasoning",)
+    # own case: the user typed <think> earlier; the generation prompt opened nothing, so the text is content
+    plain = policy._completion(request, [0, 4, 0, 1], [3], 1.0, 1)
+    assert (plain.interpretation.reasoning, plain.interpretation.content) == ("", "Still weighing ORD-12 or")
+
+
 # --- slow: the real embedded SmolLM2 ---------------------------------------------------------------------
 
 

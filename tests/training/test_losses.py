@@ -38,7 +38,7 @@ def test_other_aggregations_by_hand():
     assert seq_mean.item() == pytest.approx((-2.2 / 2 + 2.9 / 3) / 2, abs=1e-6)
     seq_sum, _ = policy_loss(logprobs, old, adv, mask, aggregation="seq-mean-token-sum")
     assert seq_sum.item() == pytest.approx((-2.2 + 2.9) / 2, abs=1e-6)
-    assert set(LOSS_AGGREGATIONS) == {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum"}
+    assert set(LOSS_AGGREGATIONS) == {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"}
 
 
 def test_gradients_masked_and_clipped_tokens_get_zero():
@@ -103,3 +103,46 @@ def test_shape_and_argument_errors():
         policy_loss(logprobs, old, adv, mask, aggregation="token-sum")
     with pytest.raises(ValueError, match="clip"):
         policy_loss(logprobs, old, adv, mask, clip_eps=0.0)
+
+
+# --- issue #12 item 5: Dr. GRPO's constant normaliser ------------------------------------------------------
+
+def _issue12_losses(width: int, pad_value: float):
+    # per-token losses A = [4, 2] (2 tokens), B = [1] * 6 (6 tokens); padding holds junk that must never count
+    loss = torch.full((2, width), pad_value)
+    loss[0, :2] = torch.tensor([4.0, 2.0])
+    loss[1, :6] = 1.0
+    mask = torch.zeros(2, width)
+    mask[0, :2] = 1.0
+    mask[1, :6] = 1.0
+    return loss, mask
+
+
+@pytest.mark.parametrize("pad_value", [0.0, 99.0, math.nan, math.inf])
+def test_issue12_item5_constant_normaliser_given_values(pad_value):
+    loss, mask = _issue12_losses(8, pad_value)
+    agg = LOSS_AGGREGATIONS
+    assert agg["token-mean"](loss, mask).item() == pytest.approx(1.5)
+    assert agg["seq-mean-token-mean"](loss, mask).item() == pytest.approx(2.0)
+    assert agg["seq-mean-token-sum"](loss, mask).item() == pytest.approx(6.0)
+    assert agg["seq-mean-token-sum-norm"](loss, mask, max_response_tokens=8).item() == pytest.approx(0.75)
+    assert agg["seq-mean-token-sum-norm"](loss, mask).item() == pytest.approx(0.75)  # L_max defaults to T = 8
+
+
+def test_issue12_item5_own_case_normaliser_is_the_budget_not_the_batch_width():
+    # The same losses padded only to T = 6: the normaliser stays B x L_max = 2 x 8 when the budget is given,
+    # so a batch of short responses is not scaled up; a budget below the longest response is refused.
+    loss, mask = _issue12_losses(6, 5.0)
+    norm = LOSS_AGGREGATIONS["seq-mean-token-sum-norm"]
+    assert norm(loss, mask, max_response_tokens=8).item() == pytest.approx(12 / 16)
+    assert norm(loss, mask).item() == pytest.approx(12 / 12)
+    with pytest.raises(ValueError, match="longest response"):
+        norm(loss, mask, max_response_tokens=5)
+    # through policy_loss (ratio 1, advantage -1 gives loss_t = 1 per token): 8 tokens / (2 x 8)
+    logprobs = torch.zeros(2, 8, requires_grad=True)
+    _, mask8 = _issue12_losses(8, 0.0)
+    value, _ = policy_loss(logprobs, torch.zeros(2, 8), torch.tensor([-1.0, -1.0]), mask8,
+                           aggregation="seq-mean-token-sum-norm")
+    assert value.item() == pytest.approx(8 / 16)
+    value.backward()
+    assert logprobs.grad[0, 5].item() == 0.0 and logprobs.grad[1, 0].item() == pytest.approx(1 / 16)
