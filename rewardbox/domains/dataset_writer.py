@@ -30,9 +30,14 @@ from typing import Any
 import yaml
 
 from rewardbox.domains.authoring import Family, RowBuilder
-from rewardbox.domains.base import Domain
+from rewardbox.domains.base import Domain, ToolRunner
+from rewardbox.domains.variants import order_divergences
 
 # -- YAML rendering --------------------------------------------------------------------
+
+
+class GenerationError(ValueError):
+    """A generated task is unfit to write (e.g. an equally valid order of its writes is graded differently)."""
 
 
 class _Flow(dict):
@@ -206,6 +211,26 @@ class DatasetRecipe:
                 task["split"] = "benchmark"
         return tasks
 
+    def check_order_independence(self, tasks: list[dict[str, Any]]) -> None:
+        """Replay every task's golden writes in every order and split (``variants.order_divergences``).
+
+        Raises:
+            GenerationError: some variant that the tools accept reaches another
+                state than the golden (the task would score a compliant agent 0);
+                the message lists up to five tasks and their first divergence.
+        """
+        runner = ToolRunner(self.domain)
+        bad = []
+        for task in tasks:
+            server = task["init"][self.domain.server_name]
+            lines = order_divergences(runner, server["data_patch"],
+                                      server["golden_test_case"]["tool_interactions"], seed=task["uid"])
+            if lines:
+                bad.append(f"{task['uid']}: {lines[0]}")
+        if bad:
+            raise GenerationError(f"{len(bad)} task(s) grade an equally valid order or split differently: "
+                                  + "; ".join(bad[:5]))
+
     def render_test_file(self, tasks: list[dict[str, Any]], seed: int) -> str:
         """A whole ``test_case/<domain>_*.py`` file of ``tasks`` (one file's tasks, in order)."""
         head = _FILE_HEAD.format(seed=seed, scenario=self.domain.name, server=self.domain.server_name)
@@ -237,9 +262,13 @@ class DatasetRecipe:
 
         Returns:
             The paths written, sorted.
+
+        Raises:
+            GenerationError: ``check_order_independence`` failed; nothing is written.
         """
         seed = self.default_seed if seed is None else seed
         tasks = self.generate_tasks(seed)
+        self.check_order_independence(tasks)
         files: dict[Path, str] = {
             out / "agent" / "agent.yaml": self.agent_yaml(),
             out / "scenario" / f"{self.domain.name}.yaml": self.scenario_yaml(),
