@@ -7,7 +7,8 @@ the task specs and writes, under ``out``:
 
 * ``agent/agent.yaml`` and ``scenario/<domain>.yaml`` (world_state, tools, policy);
 * ``test_case/<domain>_*.py`` (docs/thinkingbox.md, "Test files": module ``"!"``
-  defaults, one ``"!"`` YAML docstring per test function, plain helper functions);
+  defaults, one ``"!"`` YAML docstring per test function); the checks are
+  imported from ``rewardbox.grading.checks``, not written into the file;
 * ``testlists/``: for a training domain ``benchmark.yaml`` (about one task in
   four of every family, at least one) and ``candidates.yaml`` (the rest); for a
   held-out domain ``benchmark.yaml`` and ``all.yaml``, which both list every task.
@@ -90,27 +91,9 @@ tags: [{scenario}]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "{server}"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{{d['path']}}: {{d['type']}} result={{d.get('result')!r}} golden={{d.get('golden')!r}}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {{list(values)!r}}: {{x.response!r}}"
 '''
 
 _AGENT_INSTRUCTIONS = (
@@ -131,9 +114,10 @@ def render_test_function(task: dict[str, Any], server_name: str) -> str:
     body = to_yaml(_test_yaml(task, server_name))
     if "\\" in body or '"""' in body:
         raise ValueError(f"{task['uid']}: the YAML must not contain backslashes or triple quotes")
-    checks = ["    validate_database(x)"]
+    checks = ["    validate_database(x, SRV)"]
     if task["response_values"]:
-        checks.append(f"    validate_response_contains(x, {', '.join(repr(v) for v in task['response_values'])})")
+        expect = [v if isinstance(v, str) else tuple(v) for v in task["response_values"]]
+        checks.append(f"    validate_response(x, expect={expect!r}, reject={list(task['response_reject'])!r})")
     return (f"def {task['name']}(x: TestContext, judge: Judge):\n"
             f'    """!\n{textwrap.indent(body, "    ")}    """\n' + "\n".join(checks) + "\n")
 
@@ -149,7 +133,8 @@ def _task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuild
         "uid": f"{family.file}:{name}", "file": family.file, "name": name, "family": family.name,
         "difficulty": family.difficulty, "query": made["query"], "user_context": made["user_context"],
         "init": init, "world_state": init, "tags": tags, "expects_write": made["expects_write"],
-        "response_values": made["response_values"], "split": "candidate",
+        "response_values": made["response_values"], "response_reject": made["response_reject"],
+        "split": "candidate",
     }
 
 
@@ -189,7 +174,7 @@ class DatasetRecipe:
 
         Returns:
             Dicts with ``uid, file, name, family, difficulty, query, user_context, init,
-            world_state, tags, expects_write, response_values, split`` (``"benchmark"``
+            world_state, tags, expects_write, response_values, response_reject, split`` (``"benchmark"``
             or ``"candidate"``; always ``"benchmark"`` when held out); ``init`` is
             ``{server_name: {"data_patch": ..., "golden_test_case": {"tool_interactions": [...]}}}``.
         """

@@ -206,7 +206,7 @@ def test_helpers_in_the_test_files_grade_as_specified(name, tb_stub):
     fn(ctx("h1", shape.good_reply.format(value=value)), None)
     with pytest.raises(AssertionError, match=re.escape(shape.diff_row["path"])):
         fn(ctx("h2", f"{value} <DONE>"), None)
-    with pytest.raises(AssertionError, match="reply lacks"):
+    with pytest.raises(AssertionError, match="reply does not state"):
         fn(ctx("h1", "All done. <DONE>"), None)
     with pytest.raises(RuntimeError, match="invalid task"):
         fn(ctx("h1", value, golden_error="golden interaction 0 failed"), None)

@@ -107,7 +107,7 @@ def escalate_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.employee()
-    variant = k % 4
+    variant, reject = k % 4, []
     if variant == 0:
         d = b.device(p, in_warranty=b.rng.random() < 0.5)
         question, values = f"When does the warranty of my {d.kind} {d.device_id} end?", [d.warranty_end]
@@ -117,14 +117,15 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         golden = [call("get_employee", employee_id=p.employee_id)]
     elif variant == 2:
         sid, name, _level, owner = b.rng.choice(RESTRICTED)
-        question, values = f"Who has to approve access to {name}?", [SEED_NAMES[owner], owner]
+        question, values = f"Who has to approve access to {name}?", [(SEED_NAMES[owner], owner)]
         golden = [call("list_systems")]
+        reject = [p.manager_name] if p.manager_name != SEED_NAMES[owner] else []  # the standard-system rule
     else:
         t = b.ticket(p, b.rng.choice(("normal", "high")), b.rng.randint(2, 20))
         question, values = f"On which date was my ticket {t.ticket_id} opened?", [t.opened_on]
         golden = [call("get_ticket", ticket_id=t.ticket_id)]
     return task_spec(f"{_hello(p)} {question}", user_context(p, f"learn the answer to: {question}"),
-                     golden, write=False, values=values)
+                     golden, write=False, values=values, reject=reject)
 
 
 def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:

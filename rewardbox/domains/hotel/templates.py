@@ -61,13 +61,18 @@ def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 def cancel_fee_tell(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A late cancellation; the refund (and in one variant the fee) to tell. Three or more nights, so the
+    refund (total minus one night) never equals the fee (one night) and stating the fee alone fails."""
     p = b.traveller()
-    s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(2, 4))
-    refund = s.refund_if_cancelled_now(fee=True)
-    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and tell me how much will be refunded.",
-                     user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn the refund "
-                                  "amount.", booking=describe(s)),
-                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True, values=[refund])
+    s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(3, 5))
+    refund, fee = s.refund_if_cancelled_now(fee=True), s.room.rate
+    both = k % 4 == 3
+    ask = "what the fee is and how much will be refunded" if both else "how much will be refunded"
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and tell me {ask}.",
+                     user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn "
+                                  f"{'the fee and ' if both else ''}the refund amount.", booking=describe(s)),
+                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True,
+                     values=[fee, refund] if both else [refund])
 
 
 def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -175,28 +180,32 @@ def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """Tell one value; the other booking's or the other room's value is a wrong answer."""
     p = b.traveller()
     s = b.booking(p, "confirmed", nights=b.rng.randint(2, 4))
-    b.distractors(p, 1)
+    (d,) = b.distractors(p, 1)
     variant = k % 6
-    golden = [find(p), look(s)]
+    golden, reject = [find(p), look(s)], []
     if variant == 0:
         question, values, golden = "How many loyalty credits do I have?", [str(p.balance)], [find(p)]
     elif variant == 1:
         question, values = f"What is the nightly rate of booking {s.booking_id}?", [s.room.rate]
+        reject = [r.rate for r in s.others]
     elif variant == 2:
         question, values = f"What is my check-out date for booking {s.booking_id}?", [s.check_out]
+        reject = [d.check_out]
     elif variant == 3:
-        question, values = f"What is the total price of booking {s.booking_id}?", [s.total]
+        question, values, reject = f"What is the total price of booking {s.booking_id}?", [s.total], [d.total]
     elif variant == 4:
         other = s.others[0]
         question = f"How much per night is the {other.name} at the hotel of my booking {s.booking_id}?"
         values, golden = [other.rate], golden + [call("list_room_types", hotel_id=s.hotel_id)]
+        reject = [s.room.rate]
     else:
         question, values, golden = "Who is my manager for travel approvals?", [p.manager_name], [find(p)]
     return task_spec(question if variant in (1, 2, 3) else f"{hello(p)} {question}",
                      user_context(p, f"learn the answer to: {question}", booking=describe(s)),
-                     golden, write=False, values=values)
+                     golden, write=False, values=values, reject=[r for r in reject if r not in values])
 
 
 def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:

@@ -163,6 +163,7 @@ def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """Tell one value of an order; the other order's value, or another status, is a wrong answer."""
     p = b.person()
     variant = k % 4
     if variant == 0:
@@ -179,11 +180,13 @@ def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
         o = b.order(p, "delivered", method="credit_card")
         question = f"Which card did I pay order {o.order_id} with? Just the last four digits."
         values = [o.payment["card_last4"]]
-    b.distractors(p, 1)
+    other = b.order(p, "delivered", method="credit_card") if variant == 3 else b.distractors(p, 1)[0]
+    reject = {0: [other.total], 1: ["pending", "processing", "cancelled", "returned"], 2: [other.total],
+              3: [other.payment["card_last4"]]}[variant]
     return task_spec(question,
                      user_context(p, f"learn the answer to: {question}", order=o.order_id),
                      [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)],
-                     write=False, values=values)
+                     write=False, values=values, reject=[r for r in reject if r not in values])
 
 
 def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:

@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_access_grant_explicit_01(x: TestContext, judge: Judge):
@@ -61,7 +43,7 @@ def test_access_grant_explicit_01(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6121}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_explicit_02(x: TestContext, judge: Judge):
@@ -95,7 +77,7 @@ def test_access_grant_explicit_02(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6131}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_explicit_03(x: TestContext, judge: Judge):
@@ -129,7 +111,7 @@ def test_access_grant_explicit_03(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6141}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_explicit_04(x: TestContext, judge: Judge):
@@ -163,7 +145,7 @@ def test_access_grant_explicit_04(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6151}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_standard_01(x: TestContext, judge: Judge):
@@ -195,7 +177,7 @@ def test_access_request_standard_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2016, system_id: SYS-EXP, approver_id: EMP-3016}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_standard_02(x: TestContext, judge: Judge):
@@ -227,7 +209,7 @@ def test_access_request_standard_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2017, system_id: SYS-MAIL, approver_id: EMP-3017}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_standard_03(x: TestContext, judge: Judge):
@@ -259,7 +241,7 @@ def test_access_request_standard_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2018, system_id: SYS-VPN, approver_id: EMP-3018}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_standard_04(x: TestContext, judge: Judge):
@@ -291,7 +273,7 @@ def test_access_request_standard_04(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2019, system_id: SYS-MAIL, approver_id: EMP-3019}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_restricted_01(x: TestContext, judge: Judge):
@@ -323,7 +305,7 @@ def test_access_request_restricted_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2020, system_id: SYS-HRIS, approver_id: EMP-1005}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_restricted_02(x: TestContext, judge: Judge):
@@ -355,7 +337,7 @@ def test_access_request_restricted_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2021, system_id: SYS-PAY, approver_id: EMP-1003}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_restricted_03(x: TestContext, judge: Judge):
@@ -387,7 +369,7 @@ def test_access_request_restricted_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2022, system_id: SYS-CRM, approver_id: EMP-1006}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_request_restricted_04(x: TestContext, judge: Judge):
@@ -419,7 +401,7 @@ def test_access_request_restricted_04(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2023, system_id: SYS-CRM, approver_id: EMP-1006}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_refused_01(x: TestContext, judge: Judge):
@@ -452,7 +434,7 @@ def test_access_grant_refused_01(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_refused_02(x: TestContext, judge: Judge):
@@ -485,7 +467,7 @@ def test_access_grant_refused_02(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_refused_03(x: TestContext, judge: Judge):
@@ -518,7 +500,7 @@ def test_access_grant_refused_03(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_grant_refused_04(x: TestContext, judge: Judge):
@@ -551,7 +533,7 @@ def test_access_grant_refused_04(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_multi_01(x: TestContext, judge: Judge):
@@ -584,7 +566,7 @@ def test_access_multi_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2028, system_id: SYS-HRIS, approver_id: EMP-1005}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_multi_02(x: TestContext, judge: Judge):
@@ -617,7 +599,7 @@ def test_access_multi_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2029, system_id: SYS-MAIL, approver_id: EMP-3029}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_access_multi_03(x: TestContext, judge: Judge):
@@ -652,4 +634,4 @@ def test_access_multi_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2030, system_id: SYS-GIT, approver_id: EMP-1004}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_device_warranty_01(x: TestContext, judge: Judge):
@@ -61,7 +43,7 @@ def test_device_warranty_01(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6311, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_warranty_02(x: TestContext, judge: Judge):
@@ -95,7 +77,7 @@ def test_device_warranty_02(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6321, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_warranty_03(x: TestContext, judge: Judge):
@@ -129,7 +111,7 @@ def test_device_warranty_03(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6331, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_warranty_04(x: TestContext, judge: Judge):
@@ -163,7 +145,7 @@ def test_device_warranty_04(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6341, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_lookup_01(x: TestContext, judge: Judge):
@@ -199,7 +181,7 @@ def test_device_lookup_01(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6351, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_lookup_02(x: TestContext, judge: Judge):
@@ -235,7 +217,7 @@ def test_device_lookup_02(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6361, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_lookup_03(x: TestContext, judge: Judge):
@@ -271,7 +253,7 @@ def test_device_lookup_03(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6371, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_paid_01(x: TestContext, judge: Judge):
@@ -305,8 +287,8 @@ def test_device_paid_01(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6381, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '289.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['289.00'], reject=[])
 
 
 def test_device_paid_02(x: TestContext, judge: Judge):
@@ -340,8 +322,8 @@ def test_device_paid_02(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6391, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '599.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['599.00'], reject=[])
 
 
 def test_device_paid_03(x: TestContext, judge: Judge):
@@ -375,8 +357,8 @@ def test_device_paid_03(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6401, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '379.99')
+    validate_database(x, SRV)
+    validate_response(x, expect=['379.99'], reject=[])
 
 
 def test_device_refused_01(x: TestContext, judge: Judge):
@@ -409,7 +391,7 @@ def test_device_refused_01(x: TestContext, judge: Judge):
           - {tool: get_device, parameters: {device_id: DEV-6411}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_refused_02(x: TestContext, judge: Judge):
@@ -442,7 +424,7 @@ def test_device_refused_02(x: TestContext, judge: Judge):
           - {tool: get_device, parameters: {device_id: DEV-6421}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_device_refused_03(x: TestContext, judge: Judge):
@@ -475,4 +457,4 @@ def test_device_refused_03(x: TestContext, judge: Judge):
           - {tool: get_device, parameters: {device_id: DEV-6431}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_tell_value_01(x: TestContext, judge: Judge):
@@ -58,8 +40,8 @@ def test_tell_value_01(x: TestContext, judge: Judge):
           - {tool: get_device, parameters: {device_id: DEV-6551}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2024-10-16')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2024-10-16'], reject=[])
 
 
 def test_tell_value_02(x: TestContext, judge: Judge):
@@ -88,8 +70,8 @@ def test_tell_value_02(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-2056}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Jonas Haddad')
+    validate_database(x, SRV)
+    validate_response(x, expect=['Jonas Haddad'], reject=[])
 
 
 def test_tell_value_03(x: TestContext, judge: Judge):
@@ -118,8 +100,8 @@ def test_tell_value_03(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Tom Alvarez', 'EMP-1004')
+    validate_database(x, SRV)
+    validate_response(x, expect=[('Tom Alvarez', 'EMP-1004')], reject=['Chloe Ivanov'])
 
 
 def test_tell_value_04(x: TestContext, judge: Judge):
@@ -150,5 +132,5 @@ def test_tell_value_04(x: TestContext, judge: Judge):
           - {tool: get_ticket, parameters: {ticket_id: TCK-6581}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2025-02-21')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2025-02-21'], reject=[])

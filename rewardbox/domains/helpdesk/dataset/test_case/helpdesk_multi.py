@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_multi_action_01(x: TestContext, judge: Judge):
@@ -62,7 +44,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6591}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_02(x: TestContext, judge: Judge):
@@ -98,7 +80,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2060, system_id: SYS-VPN, approver_id: EMP-3060}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_03(x: TestContext, judge: Judge):
@@ -135,4 +117,4 @@ def test_multi_action_03(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6612}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)

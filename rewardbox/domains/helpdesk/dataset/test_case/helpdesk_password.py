@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_reset_explicit_01(x: TestContext, judge: Judge):
@@ -58,7 +40,7 @@ def test_reset_explicit_01(x: TestContext, judge: Judge):
           - {tool: reset_password, parameters: {employee_id: EMP-2001}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_explicit_02(x: TestContext, judge: Judge):
@@ -89,7 +71,7 @@ def test_reset_explicit_02(x: TestContext, judge: Judge):
           - {tool: reset_password, parameters: {employee_id: EMP-2002}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_explicit_03(x: TestContext, judge: Judge):
@@ -120,7 +102,7 @@ def test_reset_explicit_03(x: TestContext, judge: Judge):
           - {tool: reset_password, parameters: {employee_id: EMP-2003}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_explicit_04(x: TestContext, judge: Judge):
@@ -151,7 +133,7 @@ def test_reset_explicit_04(x: TestContext, judge: Judge):
           - {tool: reset_password, parameters: {employee_id: EMP-2004}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_unverified_01(x: TestContext, judge: Judge):
@@ -181,7 +163,7 @@ def test_reset_unverified_01(x: TestContext, judge: Judge):
           - {tool: verify_identity, parameters: {employee_id: EMP-2005, badge_number: B-39194}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_unverified_02(x: TestContext, judge: Judge):
@@ -211,7 +193,7 @@ def test_reset_unverified_02(x: TestContext, judge: Judge):
           - {tool: verify_identity, parameters: {employee_id: EMP-2006, phone_last4: '3938'}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_unverified_03(x: TestContext, judge: Judge):
@@ -242,7 +224,7 @@ def test_reset_unverified_03(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-2007}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_unverified_04(x: TestContext, judge: Judge):
@@ -273,7 +255,7 @@ def test_reset_unverified_04(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-2008}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_other_account_01(x: TestContext, judge: Judge):
@@ -307,7 +289,7 @@ def test_reset_other_account_01(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-4009}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_other_account_02(x: TestContext, judge: Judge):
@@ -341,7 +323,7 @@ def test_reset_other_account_02(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-4010}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_reset_other_account_03(x: TestContext, judge: Judge):
@@ -374,4 +356,4 @@ def test_reset_other_account_03(x: TestContext, judge: Judge):
           - {tool: verify_identity, parameters: {employee_id: EMP-4011, badge_number: B-47023}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
     """
-    validate_database(x)
+    validate_database(x, SRV)

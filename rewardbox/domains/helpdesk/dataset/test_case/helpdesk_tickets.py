@@ -7,27 +7,9 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_escalate_explicit_01(x: TestContext, judge: Judge):
@@ -61,7 +43,7 @@ def test_escalate_explicit_01(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6441}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_explicit_02(x: TestContext, judge: Judge):
@@ -95,7 +77,7 @@ def test_escalate_explicit_02(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6451}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_explicit_03(x: TestContext, judge: Judge):
@@ -129,7 +111,7 @@ def test_escalate_explicit_03(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6461}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_explicit_04(x: TestContext, judge: Judge):
@@ -163,7 +145,7 @@ def test_escalate_explicit_04(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6471}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_lookup_01(x: TestContext, judge: Judge):
@@ -198,7 +180,7 @@ def test_escalate_lookup_01(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6482}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_lookup_02(x: TestContext, judge: Judge):
@@ -233,7 +215,7 @@ def test_escalate_lookup_02(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6492}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_lookup_03(x: TestContext, judge: Judge):
@@ -268,7 +250,7 @@ def test_escalate_lookup_03(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6502}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_refused_01(x: TestContext, judge: Judge):
@@ -300,7 +282,7 @@ def test_escalate_refused_01(x: TestContext, judge: Judge):
           - {tool: get_ticket, parameters: {ticket_id: TCK-6511}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_refused_02(x: TestContext, judge: Judge):
@@ -332,7 +314,7 @@ def test_escalate_refused_02(x: TestContext, judge: Judge):
           - {tool: get_ticket, parameters: {ticket_id: TCK-6521}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_refused_03(x: TestContext, judge: Judge):
@@ -364,7 +346,7 @@ def test_escalate_refused_03(x: TestContext, judge: Judge):
           - {tool: get_ticket, parameters: {ticket_id: TCK-6531}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_escalate_refused_04(x: TestContext, judge: Judge):
@@ -396,4 +378,4 @@ def test_escalate_refused_04(x: TestContext, judge: Judge):
           - {tool: get_ticket, parameters: {ticket_id: TCK-6541}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_cancel_explicit_01(x: TestContext, judge: Judge):
@@ -60,7 +42,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6011}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_02(x: TestContext, judge: Judge):
@@ -93,7 +75,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6021}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_03(x: TestContext, judge: Judge):
@@ -126,7 +108,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6031}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_04(x: TestContext, judge: Judge):
@@ -159,7 +141,7 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6041}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_05(x: TestContext, judge: Judge):
@@ -192,7 +174,7 @@ def test_cancel_explicit_05(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6051}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_01(x: TestContext, judge: Judge):
@@ -228,7 +210,7 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6062}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_02(x: TestContext, judge: Judge):
@@ -266,7 +248,7 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6073}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_03(x: TestContext, judge: Judge):
@@ -302,7 +284,7 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6082}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_04(x: TestContext, judge: Judge):
@@ -340,7 +322,7 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6093}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
@@ -351,7 +333,7 @@ def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
       Name: Priya Rahimi
       Email: priya.rahimi@northwind.test
       Traveller id: TRV-2010 (give it only if asked)
-      Booking: BK-6101 (Queen Street Inn, Toronto, Superior Room, 2025-09-10 to 2025-09-12)
+      Booking: BK-6101 (Queen Street Inn, Toronto, Superior Room, 2025-09-10 to 2025-09-13)
       Goal: cancel booking BK-6101 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -362,17 +344,17 @@ def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2010, name: Priya Rahimi, email: priya.rahimi@northwind.test, tier: silver, credit_balance: 296, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6101, traveller_id: TRV-2010, room_type_id: RT-TOR-SUP, check_in: '2025-09-10', check_out: '2025-09-12', nightly_rate: '171.00', total: '342.00', status: confirmed}
+          - {booking_id: BK-6101, traveller_id: TRV-2010, room_type_id: RT-TOR-SUP, check_in: '2025-09-10', check_out: '2025-09-13', nightly_rate: '171.00', total: '513.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6101, booking_id: BK-6101, method: corporate_card, card_last4: '8500', amount: '342.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6101, booking_id: BK-6101, method: corporate_card, card_last4: '8500', amount: '513.00', created_on: '2025-08-18'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: priya.rahimi@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6101}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '171.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['342.00'], reject=[])
 
 
 def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
@@ -383,7 +365,7 @@ def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
       Name: Rosa Iyer
       Email: rosa.iyer@northwind.test
       Traveller id: TRV-2011 (give it only if asked)
-      Booking: BK-6111 (Queen Street Inn, Toronto, Superior Room, 2025-09-11 to 2025-09-15)
+      Booking: BK-6111 (Queen Street Inn, Toronto, Superior Room, 2025-09-11 to 2025-09-16)
       Goal: cancel booking BK-6111 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -394,17 +376,17 @@ def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2011, name: Rosa Iyer, email: rosa.iyer@northwind.test, tier: silver, credit_balance: 374, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6111, traveller_id: TRV-2011, room_type_id: RT-TOR-SUP, check_in: '2025-09-11', check_out: '2025-09-15', nightly_rate: '171.00', total: '684.00', status: confirmed}
+          - {booking_id: BK-6111, traveller_id: TRV-2011, room_type_id: RT-TOR-SUP, check_in: '2025-09-11', check_out: '2025-09-16', nightly_rate: '171.00', total: '855.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6111, booking_id: BK-6111, method: corporate_card, card_last4: '6552', amount: '684.00', created_on: '2025-08-27'}
+          - {payment_id: PAY-6111, booking_id: BK-6111, method: corporate_card, card_last4: '6552', amount: '855.00', created_on: '2025-08-27'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: rosa.iyer@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6111}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '513.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['684.00'], reject=[])
 
 
 def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
@@ -415,7 +397,7 @@ def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
       Name: Vera Lind
       Email: vera.lind@northwind.test
       Traveller id: TRV-2012 (give it only if asked)
-      Booking: BK-6121 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-12 to 2025-09-15)
+      Booking: BK-6121 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-12 to 2025-09-16)
       Goal: cancel booking BK-6121 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -426,29 +408,29 @@ def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2012, name: Vera Lind, email: vera.lind@northwind.test, tier: silver, credit_balance: 148, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6121, traveller_id: TRV-2012, room_type_id: RT-MAD-STD, check_in: '2025-09-12', check_out: '2025-09-15', nightly_rate: '97.00', total: '291.00', status: confirmed}
+          - {booking_id: BK-6121, traveller_id: TRV-2012, room_type_id: RT-MAD-STD, check_in: '2025-09-12', check_out: '2025-09-16', nightly_rate: '97.00', total: '388.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6121, booking_id: BK-6121, method: corporate_card, card_last4: '1685', amount: '291.00', created_on: '2025-08-21'}
+          - {payment_id: PAY-6121, booking_id: BK-6121, method: corporate_card, card_last4: '1685', amount: '388.00', created_on: '2025-08-21'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: vera.lind@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6121}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '194.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['291.00'], reject=[])
 
 
 def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Moreau (chloe.moreau@northwind.test). Please cancel booking BK-6131 and tell me how much will be refunded.
+    query: Hi, I'm Chloe Moreau (chloe.moreau@northwind.test). Please cancel booking BK-6131 and tell me what the fee is and how much will be refunded.
     user_context: |-
       You are Chloe Moreau, a Northwind employee who travels for work.
       Name: Chloe Moreau
       Email: chloe.moreau@northwind.test
       Traveller id: TRV-2013 (give it only if asked)
-      Booking: BK-6131 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-12 to 2025-09-14)
-      Goal: cancel booking BK-6131 even if there is a fee, and learn the refund amount.
+      Booking: BK-6131 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-12 to 2025-09-15)
+      Goal: cancel booking BK-6131 even if there is a fee, and learn the fee and the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -458,17 +440,17 @@ def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2013, name: Chloe Moreau, email: chloe.moreau@northwind.test, tier: silver, credit_balance: 460, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6131, traveller_id: TRV-2013, room_type_id: RT-LIS-STE, check_in: '2025-09-12', check_out: '2025-09-14', nightly_rate: '215.00', total: '430.00', status: confirmed}
+          - {booking_id: BK-6131, traveller_id: TRV-2013, room_type_id: RT-LIS-STE, check_in: '2025-09-12', check_out: '2025-09-15', nightly_rate: '215.00', total: '645.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6131, booking_id: BK-6131, method: personal_card, card_last4: '3845', amount: '430.00', created_on: '2025-09-01'}
+          - {payment_id: PAY-6131, booking_id: BK-6131, method: personal_card, card_last4: '3845', amount: '645.00', created_on: '2025-09-01'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: chloe.moreau@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6131}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '215.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['215.00', '430.00'], reject=[])
 
 
 def test_cancel_refused_01(x: TestContext, judge: Judge):
@@ -501,7 +483,7 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6141}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_02(x: TestContext, judge: Judge):
@@ -534,7 +516,7 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6151}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_03(x: TestContext, judge: Judge):
@@ -567,7 +549,7 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6161}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_04(x: TestContext, judge: Judge):
@@ -602,7 +584,7 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6171}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
@@ -636,7 +618,7 @@ def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6181}}
     tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
@@ -669,7 +651,7 @@ def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6191}}
     tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
@@ -703,7 +685,7 @@ def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6201}}
     tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
@@ -736,4 +718,4 @@ def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6211}}
     tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_redeem_explicit_01(x: TestContext, judge: Judge):
@@ -58,7 +40,7 @@ def test_redeem_explicit_01(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6411, credits: 25}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_explicit_02(x: TestContext, judge: Judge):
@@ -89,7 +71,7 @@ def test_redeem_explicit_02(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6421, credits: 15}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_explicit_03(x: TestContext, judge: Judge):
@@ -120,7 +102,7 @@ def test_redeem_explicit_03(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6431, credits: 125}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_explicit_04(x: TestContext, judge: Judge):
@@ -151,7 +133,7 @@ def test_redeem_explicit_04(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6441, credits: 50}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_explicit_05(x: TestContext, judge: Judge):
@@ -182,7 +164,7 @@ def test_redeem_explicit_05(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6451, credits: 95}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_over_limit_01(x: TestContext, judge: Judge):
@@ -213,7 +195,7 @@ def test_redeem_over_limit_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6461}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_over_limit_02(x: TestContext, judge: Judge):
@@ -244,7 +226,7 @@ def test_redeem_over_limit_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6471}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_over_limit_03(x: TestContext, judge: Judge):
@@ -280,7 +262,7 @@ def test_redeem_over_limit_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6481}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_over_limit_04(x: TestContext, judge: Judge):
@@ -311,7 +293,7 @@ def test_redeem_over_limit_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6491}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_max_01(x: TestContext, judge: Judge):
@@ -343,7 +325,7 @@ def test_redeem_max_01(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6501, credits: 100}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_max_02(x: TestContext, judge: Judge):
@@ -375,7 +357,7 @@ def test_redeem_max_02(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6511, credits: 35}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_redeem_max_03(x: TestContext, judge: Judge):
@@ -411,7 +393,7 @@ def test_redeem_max_03(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6521, credits: 170}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_credits_01(x: TestContext, judge: Judge):
@@ -443,7 +425,7 @@ def test_goodwill_credits_01(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6531, credits: 20, reason: The room was very noisy every night because of construction next door.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_credits_02(x: TestContext, judge: Judge):
@@ -475,7 +457,7 @@ def test_goodwill_credits_02(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6541, credits: 40, reason: The bathroom was dirty when I arrived and nobody cleaned it.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_credits_03(x: TestContext, judge: Judge):
@@ -507,7 +489,7 @@ def test_goodwill_credits_03(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6551, credits: 60, reason: My room was not ready until late in the evening.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_credits_04(x: TestContext, judge: Judge):
@@ -539,7 +521,7 @@ def test_goodwill_credits_04(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6561, credits: 40, reason: The room smelled of smoke and the sheets were stained.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_repeat_01(x: TestContext, judge: Judge):
@@ -573,7 +555,7 @@ def test_goodwill_repeat_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6571}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_repeat_02(x: TestContext, judge: Judge):
@@ -607,7 +589,7 @@ def test_goodwill_repeat_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6581}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_goodwill_repeat_03(x: TestContext, judge: Judge):
@@ -641,4 +623,4 @@ def test_goodwill_repeat_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6591}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_tell_value_01(x: TestContext, judge: Judge):
@@ -59,8 +41,8 @@ def test_tell_value_01(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: wes.lin@northwind.test}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '256')
+    validate_database(x, SRV)
+    validate_response(x, expect=['256'], reject=[])
 
 
 def test_tell_value_02(x: TestContext, judge: Judge):
@@ -93,8 +75,8 @@ def test_tell_value_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6611}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '295.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['295.00'], reject=['176.00', '238.00'])
 
 
 def test_tell_value_03(x: TestContext, judge: Judge):
@@ -127,8 +109,8 @@ def test_tell_value_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6621}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2025-10-18')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2025-10-18'], reject=['2025-10-02'])
 
 
 def test_tell_value_04(x: TestContext, judge: Judge):
@@ -161,8 +143,8 @@ def test_tell_value_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6631}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '636.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['636.00'], reject=['885.00'])
 
 
 def test_tell_value_05(x: TestContext, judge: Judge):
@@ -196,8 +178,8 @@ def test_tell_value_05(x: TestContext, judge: Judge):
           - {tool: list_room_types, parameters: {hotel_id: HTL-TOR}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '142.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['142.00'], reject=['171.00'])
 
 
 def test_tell_value_06(x: TestContext, judge: Judge):
@@ -229,5 +211,5 @@ def test_tell_value_06(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: ines.ivanov@northwind.test}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Ingrid Holm')
+    validate_database(x, SRV)
+    validate_response(x, expect=['Ingrid Holm'], reject=[])

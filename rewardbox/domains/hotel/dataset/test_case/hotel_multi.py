@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_multi_action_01(x: TestContext, judge: Judge):
@@ -63,7 +45,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6702, credits: 30}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_02(x: TestContext, judge: Judge):
@@ -99,7 +81,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6712}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_03(x: TestContext, judge: Judge):
@@ -137,7 +119,7 @@ def test_multi_action_03(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6722, credits: 60}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_04(x: TestContext, judge: Judge):
@@ -175,4 +157,4 @@ def test_multi_action_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6732}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_approval_explicit_01(x: TestContext, judge: Judge):
@@ -58,7 +40,7 @@ def test_approval_explicit_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6221, room_type_id: RT-SIN-STD, reason: Traveller asks for the Garden Room.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_approval_explicit_02(x: TestContext, judge: Judge):
@@ -89,7 +71,7 @@ def test_approval_explicit_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6231, room_type_id: RT-CHI-STE, reason: Traveller asks for the Corner Suite.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_approval_explicit_03(x: TestContext, judge: Judge):
@@ -120,7 +102,7 @@ def test_approval_explicit_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6241, room_type_id: RT-BER-STU, reason: Traveller asks for the Studio.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_approval_explicit_04(x: TestContext, judge: Judge):
@@ -151,7 +133,7 @@ def test_approval_explicit_04(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6251, room_type_id: RT-BER-EXE, reason: Traveller asks for the Executive King.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_request_01(x: TestContext, judge: Judge):
@@ -184,7 +166,7 @@ def test_room_change_request_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6261, room_type_id: RT-SIN-STD, reason: Traveller asks to downgrade to the Garden Room.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_request_02(x: TestContext, judge: Judge):
@@ -217,7 +199,7 @@ def test_room_change_request_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6271, room_type_id: RT-MAD-STE, reason: Traveller asks to upgrade to the Park Suite.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_request_03(x: TestContext, judge: Judge):
@@ -252,7 +234,7 @@ def test_room_change_request_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6281, room_type_id: RT-BER-STD, reason: Traveller asks to downgrade to the Standard Queen.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_request_04(x: TestContext, judge: Judge):
@@ -287,7 +269,7 @@ def test_room_change_request_04(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6291, room_type_id: RT-BER-EXE, reason: Traveller asks to upgrade to the Executive King.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_approved_01(x: TestContext, judge: Judge):
@@ -322,7 +304,7 @@ def test_room_change_approved_01(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6301, room_type_id: RT-CHI-STD}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_approved_02(x: TestContext, judge: Judge):
@@ -357,7 +339,7 @@ def test_room_change_approved_02(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6311, room_type_id: RT-TOR-STE}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_approved_03(x: TestContext, judge: Judge):
@@ -392,7 +374,7 @@ def test_room_change_approved_03(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6321, room_type_id: RT-CHI-STD}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_approved_04(x: TestContext, judge: Judge):
@@ -427,8 +409,8 @@ def test_room_change_approved_04(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6331, room_type_id: RT-BER-EXE}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '636.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['636.00'], reject=[])
 
 
 def test_room_change_blocked_01(x: TestContext, judge: Judge):
@@ -466,7 +448,7 @@ def test_room_change_blocked_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6341}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_blocked_02(x: TestContext, judge: Judge):
@@ -502,7 +484,7 @@ def test_room_change_blocked_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6351}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_blocked_03(x: TestContext, judge: Judge):
@@ -538,7 +520,7 @@ def test_room_change_blocked_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6361}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_blocked_04(x: TestContext, judge: Judge):
@@ -574,7 +556,7 @@ def test_room_change_blocked_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6371}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_mismatch_01(x: TestContext, judge: Judge):
@@ -610,7 +592,7 @@ def test_room_change_mismatch_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6381, room_type_id: RT-CHI-STD, reason: Traveller now asks for the Standard King.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_mismatch_02(x: TestContext, judge: Judge):
@@ -646,7 +628,7 @@ def test_room_change_mismatch_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6391, room_type_id: RT-SIN-CLB, reason: Traveller now asks for the Club Room.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_room_change_mismatch_03(x: TestContext, judge: Judge):
@@ -682,4 +664,4 @@ def test_room_change_mismatch_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6401, room_type_id: RT-BER-STD, reason: Traveller now asks for the Standard Queen.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)

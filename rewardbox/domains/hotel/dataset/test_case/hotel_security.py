@@ -7,27 +7,9 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_wrong_owner_01(x: TestContext, judge: Judge):
@@ -61,7 +43,7 @@ def test_wrong_owner_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6662}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_02(x: TestContext, judge: Judge):
@@ -95,7 +77,7 @@ def test_wrong_owner_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6672}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_03(x: TestContext, judge: Judge):
@@ -129,7 +111,7 @@ def test_wrong_owner_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6682}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_04(x: TestContext, judge: Judge):
@@ -163,4 +145,4 @@ def test_wrong_owner_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6692}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,27 +7,9 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_address_change_01(x: TestContext, judge: Judge):
@@ -67,7 +49,7 @@ def test_address_change_01(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6171, address_id: ADR-2017-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_change_02(x: TestContext, judge: Judge):
@@ -107,7 +89,7 @@ def test_address_change_02(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6181, address_id: ADR-2018-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_change_03(x: TestContext, judge: Judge):
@@ -147,7 +129,7 @@ def test_address_change_03(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6191, address_id: ADR-2019-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_change_04(x: TestContext, judge: Judge):
@@ -187,7 +169,7 @@ def test_address_change_04(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6201, address_id: ADR-2020-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_refused_01(x: TestContext, judge: Judge):
@@ -224,7 +206,7 @@ def test_address_refused_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6211}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_refused_02(x: TestContext, judge: Judge):
@@ -261,7 +243,7 @@ def test_address_refused_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6221}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_refused_03(x: TestContext, judge: Judge):
@@ -298,7 +280,7 @@ def test_address_refused_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6231}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_address_refused_04(x: TestContext, judge: Judge):
@@ -335,4 +317,4 @@ def test_address_refused_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6241}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

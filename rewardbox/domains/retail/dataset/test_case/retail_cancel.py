@@ -7,27 +7,9 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_cancel_explicit_01(x: TestContext, judge: Judge):
@@ -66,7 +48,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6011}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_02(x: TestContext, judge: Judge):
@@ -106,7 +88,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6021}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_03(x: TestContext, judge: Judge):
@@ -145,7 +127,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6031}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_explicit_04(x: TestContext, judge: Judge):
@@ -185,7 +167,7 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6041}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_01(x: TestContext, judge: Judge):
@@ -230,7 +212,7 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6052}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_02(x: TestContext, judge: Judge):
@@ -275,7 +257,7 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6063}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_03(x: TestContext, judge: Judge):
@@ -320,7 +302,7 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6072}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_lookup_04(x: TestContext, judge: Judge):
@@ -365,7 +347,7 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6083}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_01(x: TestContext, judge: Judge):
@@ -404,7 +386,7 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6091}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_02(x: TestContext, judge: Judge):
@@ -443,7 +425,7 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6101}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_03(x: TestContext, judge: Judge):
@@ -482,7 +464,7 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6111}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_refused_04(x: TestContext, judge: Judge):
@@ -521,7 +503,7 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6121}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
@@ -557,8 +539,8 @@ def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6131}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '52.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['52.05'], reject=[])
 
 
 def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
@@ -595,8 +577,8 @@ def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6141}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '174.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['174.05'], reject=[])
 
 
 def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
@@ -632,8 +614,8 @@ def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6151}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '179.70')
+    validate_database(x, SRV)
+    validate_response(x, expect=['179.70'], reject=[])
 
 
 def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
@@ -670,5 +652,5 @@ def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6161}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '145.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['145.05'], reject=[])

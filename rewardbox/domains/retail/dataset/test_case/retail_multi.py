@@ -7,27 +7,9 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_multi_action_01(x: TestContext, judge: Judge):
@@ -68,7 +50,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6532, address_id: ADR-2053-W}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_02(x: TestContext, judge: Judge):
@@ -110,7 +92,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6542}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_03(x: TestContext, judge: Judge):
@@ -151,7 +133,7 @@ def test_multi_action_03(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6552, address_id: ADR-2055-W}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_multi_action_04(x: TestContext, judge: Judge):
@@ -193,4 +175,4 @@ def test_multi_action_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6562}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)

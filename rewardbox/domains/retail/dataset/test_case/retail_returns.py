@@ -7,27 +7,9 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_return_in_window_01(x: TestContext, judge: Judge):
@@ -65,7 +47,7 @@ def test_return_in_window_01(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6251, item_ids: [ORD-6251-1]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_in_window_02(x: TestContext, judge: Judge):
@@ -103,7 +85,7 @@ def test_return_in_window_02(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6261, item_ids: [ORD-6261-2]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_in_window_03(x: TestContext, judge: Judge):
@@ -141,7 +123,7 @@ def test_return_in_window_03(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6271, item_ids: [ORD-6271-1]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_in_window_04(x: TestContext, judge: Judge):
@@ -179,7 +161,7 @@ def test_return_in_window_04(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6281, item_ids: [ORD-6281-2]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_multi_item_01(x: TestContext, judge: Judge):
@@ -218,7 +200,7 @@ def test_return_multi_item_01(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6291, item_ids: [ORD-6291-2, ORD-6291-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_multi_item_02(x: TestContext, judge: Judge):
@@ -257,7 +239,7 @@ def test_return_multi_item_02(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6301, item_ids: [ORD-6301-1, ORD-6301-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_multi_item_03(x: TestContext, judge: Judge):
@@ -296,7 +278,7 @@ def test_return_multi_item_03(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6311, item_ids: [ORD-6311-1, ORD-6311-2]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_multi_item_04(x: TestContext, judge: Judge):
@@ -335,7 +317,7 @@ def test_return_multi_item_04(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6321, item_ids: [ORD-6321-2, ORD-6321-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_tier_window_01(x: TestContext, judge: Judge):
@@ -373,7 +355,7 @@ def test_return_tier_window_01(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6331, item_ids: [ORD-6331-1]}}
     tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_tier_window_02(x: TestContext, judge: Judge):
@@ -412,7 +394,7 @@ def test_return_tier_window_02(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6341, item_ids: [ORD-6341-1, ORD-6341-2]}}
     tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_tier_window_03(x: TestContext, judge: Judge):
@@ -450,7 +432,7 @@ def test_return_tier_window_03(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6351, item_ids: [ORD-6351-1]}}
     tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_tier_window_04(x: TestContext, judge: Judge):
@@ -489,7 +471,7 @@ def test_return_tier_window_04(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6361, item_ids: [ORD-6361-1, ORD-6361-2]}}
     tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_out_of_window_01(x: TestContext, judge: Judge):
@@ -526,7 +508,7 @@ def test_return_out_of_window_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6371}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_out_of_window_02(x: TestContext, judge: Judge):
@@ -563,7 +545,7 @@ def test_return_out_of_window_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6381}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_out_of_window_03(x: TestContext, judge: Judge):
@@ -600,7 +582,7 @@ def test_return_out_of_window_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6391}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_return_out_of_window_04(x: TestContext, judge: Judge):
@@ -637,4 +619,4 @@ def test_return_out_of_window_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6401}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)

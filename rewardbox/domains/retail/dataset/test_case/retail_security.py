@@ -7,27 +7,9 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
 
 
 def test_wrong_owner_01(x: TestContext, judge: Judge):
@@ -69,7 +51,7 @@ def test_wrong_owner_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6492}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_02(x: TestContext, judge: Judge):
@@ -111,7 +93,7 @@ def test_wrong_owner_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6502}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_03(x: TestContext, judge: Judge):
@@ -153,7 +135,7 @@ def test_wrong_owner_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6512}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
 def test_wrong_owner_04(x: TestContext, judge: Judge):
@@ -195,4 +177,4 @@ def test_wrong_owner_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6522}}
     tags: ['difficulty:hard', no_write, 'family:wrong_owner']
     """
-    validate_database(x)
+    validate_database(x, SRV)
