@@ -278,15 +278,36 @@ _COMPLAINTS = ("The room was very noisy every night because of construction next
                "The room smelled of smoke and the sheets were stained.")
 
 
+_COMPENSATION_ASKS = ("I want to complain and I'd like some compensation.",
+                      "What can you offer me for this?",
+                      "I expect some goodwill credits for this.",
+                      "Please compensate me for this.")
+
+
 def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A complaint with a request for compensation: the tier's goodwill credits."""
     p = b.traveller(("standard", "silver", "gold", "silver")[k % 4])
     s = b.booking(p, ("completed", "checked_in")[k % 2])
     complaint = _COMPLAINTS[k % len(_COMPLAINTS)]
-    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} I want to complain.",
-                     user_context(p, f"complain about your stay ({s.booking_id}); you accept goodwill credits.",
-                                  booking=describe(s)),
+    ask = _COMPENSATION_ASKS[k % len(_COMPENSATION_ASKS)]
+    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} {ask}",
+                     user_context(p, f"complain about your stay ({s.booking_id}) and get compensation; you "
+                                  "accept goodwill credits.", booking=describe(s)),
                      [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
                                              reason=complaint)], write=True)
+
+
+def complaint_only(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A complaint that asks for nothing: apologise, award no credits (do exactly what is asked)."""
+    p = b.traveller(("silver", "gold", "standard")[k % 3])
+    s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
+    complaint = _COMPLAINTS[(k + 2) % len(_COMPLAINTS)]
+    close = ("I don't need anything, I just wanted the hotel to know.", "No need to do anything, just passing "
+             "it on.", "I'm not asking for anything, please just note it.")[k % 3]
+    return task_spec(f"{hello(p)} Feedback on booking {s.booking_id}: {complaint} {close}",
+                     user_context(p, f"tell the travel desk about a problem with your stay ({s.booking_id}); you "
+                                  "want nothing in return.", booking=describe(s)),
+                     [find(p), look(s)], write=False)
 
 
 def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -336,6 +357,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("redeem_max", "hotel_credits.py", "hard", redeem_max, 3),
     Family("goodwill_credits", "hotel_credits.py", "medium", goodwill_credits),
     Family("goodwill_repeat", "hotel_credits.py", "hard", goodwill_repeat, 3),
+    Family("complaint_only", "hotel_credits.py", "medium", complaint_only, 3),
     Family("tell_value", "hotel_info.py", "easy", tell_value, 6),
     Family("wrong_owner", "hotel_security.py", "hard", wrong_owner),
     Family("multi_action", "hotel_multi.py", "hard", multi_action),

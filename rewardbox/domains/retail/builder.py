@@ -75,7 +75,7 @@ class WorldBuilder(RowBuilder):
         tier = tier or self.rng.choice(("standard", "silver", "gold"))
         email = f"{first.lower()}.{last.lower()}{'.' + str(self.index) if other else ''}@mail.test"
         self._add("customers", {"customer_id": cid, "name": f"{first} {last}", "email": email,
-                                "phone": f"+1-555-{2000 + self.index:04d}", "tier": tier,
+                                "phone": f"+1-555-{(3000 if other else 2000) + self.index:04d}", "tier": tier,
                                 "member_since": day(self.rng.randint(200, 2000))})
         lines = {}
         for label, suffix in (("home", "H"), ("work", "W")):

@@ -39,6 +39,7 @@ def test_device_warranty_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6312, employee_id: EMP-2031, kind: phone, model: Pixel 8, purchased_on: '2022-06-04', warranty_end: '2024-06-03', replacement_cost: '599.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2031}}
           - {tool: get_device, parameters: {device_id: DEV-6311}}
           - {tool: order_replacement, parameters: {device_id: DEV-6311, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
@@ -73,6 +74,7 @@ def test_device_warranty_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6322, employee_id: EMP-2032, kind: laptop, model: ThinkPad T14, purchased_on: '2022-03-06', warranty_end: '2024-03-05', replacement_cost: '949.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2032}}
           - {tool: get_device, parameters: {device_id: DEV-6321}}
           - {tool: order_replacement, parameters: {device_id: DEV-6321, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
@@ -107,6 +109,7 @@ def test_device_warranty_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6332, employee_id: EMP-2033, kind: laptop, model: Dell Latitude 7440, purchased_on: '2022-06-20', warranty_end: '2024-06-19', replacement_cost: '899.90', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2033}}
           - {tool: get_device, parameters: {device_id: DEV-6331}}
           - {tool: order_replacement, parameters: {device_id: DEV-6331, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
@@ -141,6 +144,7 @@ def test_device_warranty_04(x: TestContext, judge: Judge):
           - {device_id: DEV-6342, employee_id: EMP-2034, kind: phone, model: iPhone 15, purchased_on: '2022-11-08', warranty_end: '2024-11-07', replacement_cost: '729.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2034}}
           - {tool: get_device, parameters: {device_id: DEV-6341}}
           - {tool: order_replacement, parameters: {device_id: DEV-6341, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
@@ -283,6 +287,7 @@ def test_device_paid_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6381, employee_id: EMP-2038, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-03-10', warranty_end: '2025-03-09', replacement_cost: '289.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2038}}
           - {tool: get_device, parameters: {device_id: DEV-6381}}
           - {tool: order_replacement, parameters: {device_id: DEV-6381, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
@@ -318,6 +323,7 @@ def test_device_paid_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6391, employee_id: EMP-2039, kind: phone, model: Pixel 8, purchased_on: '2022-04-05', warranty_end: '2024-04-04', replacement_cost: '599.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2039}}
           - {tool: get_device, parameters: {device_id: DEV-6391}}
           - {tool: order_replacement, parameters: {device_id: DEV-6391, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
@@ -353,6 +359,7 @@ def test_device_paid_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6401, employee_id: EMP-2040, kind: monitor, model: Dell U2723 monitor, purchased_on: '2022-05-23', warranty_end: '2024-05-22', replacement_cost: '379.99', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2040}}
           - {tool: get_device, parameters: {device_id: DEV-6401}}
           - {tool: order_replacement, parameters: {device_id: DEV-6401, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
@@ -388,6 +395,7 @@ def test_device_refused_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6411, employee_id: EMP-2041, kind: laptop, model: ThinkPad T14, purchased_on: '2023-03-10', warranty_end: '2025-03-09', replacement_cost: '949.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2041}}
           - {tool: get_device, parameters: {device_id: DEV-6411}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
@@ -421,6 +429,7 @@ def test_device_refused_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6421, employee_id: EMP-2042, kind: laptop, model: Dell Latitude 7440, purchased_on: '2022-04-07', warranty_end: '2024-04-06', replacement_cost: '899.90', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2042}}
           - {tool: get_device, parameters: {device_id: DEV-6421}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
@@ -454,6 +463,7 @@ def test_device_refused_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6431, employee_id: EMP-2043, kind: laptop, model: MacBook Pro 14, purchased_on: '2022-04-05', warranty_end: '2024-04-04', replacement_cost: '989.50', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2043}}
           - {tool: get_device, parameters: {device_id: DEV-6431}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """

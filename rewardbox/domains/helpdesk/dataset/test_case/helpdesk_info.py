@@ -37,6 +37,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6551, employee_id: EMP-2055, kind: phone, model: iPhone 15, purchased_on: '2022-10-17', warranty_end: '2024-10-16', replacement_cost: '729.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2055}}
           - {tool: get_device, parameters: {device_id: DEV-6551}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
@@ -97,6 +98,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
           - {employee_id: EMP-2057, badge_number: B-92791, phone_last4: '1340'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2057}}
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
@@ -129,6 +131,7 @@ def test_tell_value_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6581, employee_id: EMP-2058, summary: Video calls drop audio, priority: normal, status: open, escalation_level: 1, opened_on: '2025-02-21', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2058}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6581}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """

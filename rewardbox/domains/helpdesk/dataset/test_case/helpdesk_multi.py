@@ -14,14 +14,14 @@ SRV = "rewardbox_helpdesk"
 
 def test_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Quinn Brennan (EMP-2059). Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6591.'
+    query: 'Hi, I''m Quinn Brennan (EMP-2063). Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6631.'
     user_context: |-
       You are Quinn Brennan, an employee of Northwind (Software Engineer, Engineering).
       Name: Quinn Brennan
-      Employee id: EMP-2059
+      Employee id: EMP-2063
       Email: quinn.brennan@northwind.test
       Badge number: B-65667
-      Goal: get your password reset and ticket TCK-6591 escalated.
+      Goal: get your password reset and ticket TCK-6631 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -29,19 +29,20 @@ def test_multi_action_01(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3059, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
-          - {employee_id: EMP-2059, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3059, account_status: locked, password_reset_on: '2024-12-02'}
+          - {employee_id: EMP-3063, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
+          - {employee_id: EMP-2063, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3063, account_status: locked, password_reset_on: '2024-12-02'}
           identity_factors:
-          - {employee_id: EMP-3059, badge_number: B-94205, phone_last4: '4700'}
-          - {employee_id: EMP-2059, badge_number: B-65667, phone_last4: '2232'}
+          - {employee_id: EMP-3063, badge_number: B-94205, phone_last4: '4700'}
+          - {employee_id: EMP-2063, badge_number: B-65667, phone_last4: '2232'}
           tickets:
-          - {ticket_id: TCK-6591, employee_id: EMP-2059, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
+          - {ticket_id: TCK-6631, employee_id: EMP-2063, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
         golden_test_case:
           tool_interactions:
-          - {tool: verify_identity, parameters: {employee_id: EMP-2059, badge_number: B-65667}}
-          - {tool: reset_password, parameters: {employee_id: EMP-2059}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6591}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6591}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2063}}
+          - {tool: verify_identity, parameters: {employee_id: EMP-2063, badge_number: B-65667}}
+          - {tool: reset_password, parameters: {employee_id: EMP-2063}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6631}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6631}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -49,14 +50,14 @@ def test_multi_action_01(x: TestContext, judge: Judge):
 
 def test_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Yara Iyer (EMP-2060). My tablet DEV-6601 no longer charges, please order a replacement. I also need access to Remote VPN.
+    query: Hi, I'm Yara Iyer (EMP-2064). My tablet DEV-6641 no longer charges, please order a replacement. I also need access to Remote VPN.
     user_context: |-
       You are Yara Iyer, an employee of Northwind (Software Engineer, Engineering).
       Name: Yara Iyer
-      Employee id: EMP-2060
+      Employee id: EMP-2064
       Email: yara.iyer@northwind.test
       Your manager: Gwen Yilmaz
-      Goal: get DEV-6601 replaced and access to Remote VPN requested.
+      Goal: get DEV-6641 replaced and access to Remote VPN requested.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -64,20 +65,20 @@ def test_multi_action_02(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3060, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
-          - {employee_id: EMP-2060, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3060, account_status: active, password_reset_on: '2024-07-16'}
+          - {employee_id: EMP-3064, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
+          - {employee_id: EMP-2064, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3064, account_status: active, password_reset_on: '2024-07-16'}
           identity_factors:
-          - {employee_id: EMP-3060, badge_number: B-64157, phone_last4: 0789}
-          - {employee_id: EMP-2060, badge_number: B-38460, phone_last4: '8293'}
+          - {employee_id: EMP-3064, badge_number: B-64157, phone_last4: 0789}
+          - {employee_id: EMP-2064, badge_number: B-38460, phone_last4: '8293'}
           devices:
-          - {device_id: DEV-6601, employee_id: EMP-2060, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
+          - {device_id: DEV-6641, employee_id: EMP-2064, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
         golden_test_case:
           tool_interactions:
-          - {tool: get_device, parameters: {device_id: DEV-6601}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6601, billing: warranty}}
-          - {tool: get_employee, parameters: {employee_id: EMP-2060}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2064}}
+          - {tool: get_device, parameters: {device_id: DEV-6641}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6641, billing: warranty}}
           - {tool: list_systems, parameters: {}}
-          - {tool: request_access, parameters: {employee_id: EMP-2060, system_id: SYS-VPN, approver_id: EMP-3060}}
+          - {tool: request_access, parameters: {employee_id: EMP-2064, system_id: SYS-VPN, approver_id: EMP-3064}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -85,14 +86,14 @@ def test_multi_action_02(x: TestContext, judge: Judge):
 
 def test_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Samir Ivanov (EMP-2061). My monitor DEV-6611 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6612.
+    query: Hi, I'm Samir Ivanov (EMP-2065). My monitor DEV-6651 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6652.
     user_context: |-
       You are Samir Ivanov, an employee of Northwind (Account Manager, Sales).
       Name: Samir Ivanov
-      Employee id: EMP-2061
+      Employee id: EMP-2065
       Email: samir.ivanov@northwind.test
       Your department agrees to pay for a replacement: yes
-      Goal: get DEV-6611 replaced and ticket TCK-6612 escalated.
+      Goal: get DEV-6651 replaced and ticket TCK-6652 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -100,21 +101,22 @@ def test_multi_action_03(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3061, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
-          - {employee_id: EMP-2061, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3061, account_status: active, password_reset_on: '2024-08-11'}
+          - {employee_id: EMP-3065, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
+          - {employee_id: EMP-2065, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3065, account_status: active, password_reset_on: '2024-08-11'}
           identity_factors:
-          - {employee_id: EMP-3061, badge_number: B-15594, phone_last4: '3472'}
-          - {employee_id: EMP-2061, badge_number: B-57733, phone_last4: '9101'}
+          - {employee_id: EMP-3065, badge_number: B-15594, phone_last4: '3472'}
+          - {employee_id: EMP-2065, badge_number: B-57733, phone_last4: '9101'}
           devices:
-          - {device_id: DEV-6611, employee_id: EMP-2061, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
+          - {device_id: DEV-6651, employee_id: EMP-2065, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
           tickets:
-          - {ticket_id: TCK-6612, employee_id: EMP-2061, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
+          - {ticket_id: TCK-6652, employee_id: EMP-2065, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
         golden_test_case:
           tool_interactions:
-          - {tool: get_device, parameters: {device_id: DEV-6611}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6611, billing: department}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6612}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6612}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2065}}
+          - {tool: get_device, parameters: {device_id: DEV-6651}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6651, billing: department}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6652}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6652}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)

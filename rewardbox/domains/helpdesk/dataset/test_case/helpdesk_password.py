@@ -36,6 +36,7 @@ def test_reset_explicit_01(x: TestContext, judge: Judge):
           - {employee_id: EMP-2001, badge_number: B-25282, phone_last4: '2509'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2001}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2001, badge_number: B-25282}}
           - {tool: reset_password, parameters: {employee_id: EMP-2001}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
@@ -67,6 +68,7 @@ def test_reset_explicit_02(x: TestContext, judge: Judge):
           - {employee_id: EMP-2002, badge_number: B-26449, phone_last4: '8741'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2002}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2002, phone_last4: '8741'}}
           - {tool: reset_password, parameters: {employee_id: EMP-2002}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
@@ -98,6 +100,7 @@ def test_reset_explicit_03(x: TestContext, judge: Judge):
           - {employee_id: EMP-2003, badge_number: B-38731, phone_last4: '9537'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2003}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2003, badge_number: B-38731}}
           - {tool: reset_password, parameters: {employee_id: EMP-2003}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
@@ -129,6 +132,7 @@ def test_reset_explicit_04(x: TestContext, judge: Judge):
           - {employee_id: EMP-2004, badge_number: B-12158, phone_last4: '4267'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2004}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2004, phone_last4: '4267'}}
           - {tool: reset_password, parameters: {employee_id: EMP-2004}}
     tags: ['difficulty:trivial', expects_write, 'family:reset_explicit']
@@ -160,6 +164,7 @@ def test_reset_unverified_01(x: TestContext, judge: Judge):
           - {employee_id: EMP-2005, badge_number: B-35446, phone_last4: '8998'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2005}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2005, badge_number: B-39194}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
@@ -190,6 +195,7 @@ def test_reset_unverified_02(x: TestContext, judge: Judge):
           - {employee_id: EMP-2006, badge_number: B-59303, phone_last4: '9447'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2006}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2006, phone_last4: '3938'}}
     tags: ['difficulty:medium', no_write, 'family:reset_unverified']
     """
@@ -285,6 +291,7 @@ def test_reset_other_account_01(x: TestContext, judge: Judge):
           - {employee_id: EMP-4009, badge_number: B-25968, phone_last4: '6776'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2009}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2009, badge_number: B-41596}}
           - {tool: get_employee, parameters: {employee_id: EMP-4009}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
@@ -319,6 +326,7 @@ def test_reset_other_account_02(x: TestContext, judge: Judge):
           - {employee_id: EMP-4010, badge_number: B-56345, phone_last4: '9938'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2010}}
           - {tool: verify_identity, parameters: {employee_id: EMP-2010, phone_last4: '4115'}}
           - {tool: get_employee, parameters: {employee_id: EMP-4010}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
@@ -353,6 +361,7 @@ def test_reset_other_account_03(x: TestContext, judge: Judge):
           - {employee_id: EMP-4011, badge_number: B-47023, phone_last4: 0847}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2011}}
           - {tool: verify_identity, parameters: {employee_id: EMP-4011, badge_number: B-47023}}
     tags: ['difficulty:hard', no_write, 'family:reset_other_account']
     """

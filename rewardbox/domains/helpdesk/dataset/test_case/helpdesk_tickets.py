@@ -39,6 +39,7 @@ def test_escalate_explicit_01(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6442, employee_id: EMP-2044, summary: Cannot open the shared drive, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-23', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2044}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6441}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6441}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
@@ -73,6 +74,7 @@ def test_escalate_explicit_02(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6452, employee_id: EMP-2045, summary: Email client crashes on start, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-27', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2045}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6451}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6451}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
@@ -107,6 +109,7 @@ def test_escalate_explicit_03(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6462, employee_id: EMP-2046, summary: Second monitor flickers, priority: low, status: open, escalation_level: 1, opened_on: '2025-03-03', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2046}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6461}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6461}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
@@ -141,6 +144,7 @@ def test_escalate_explicit_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6472, employee_id: EMP-2047, summary: Cannot open the shared drive, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-27', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2047}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6471}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6471}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
@@ -279,6 +283,7 @@ def test_escalate_refused_01(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6511, employee_id: EMP-2051, summary: VPN disconnects every few minutes, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-10', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2051}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6511}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
@@ -311,6 +316,7 @@ def test_escalate_refused_02(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6521, employee_id: EMP-2052, summary: Printer on floor 3 jams, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2052}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6521}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
@@ -343,6 +349,7 @@ def test_escalate_refused_03(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6531, employee_id: EMP-2053, summary: Second monitor flickers, priority: normal, status: open, escalation_level: 1, opened_on: '2025-03-04', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2053}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6531}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
@@ -375,6 +382,7 @@ def test_escalate_refused_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6541, employee_id: EMP-2054, summary: Email client crashes on start, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-14', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2054}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6541}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """

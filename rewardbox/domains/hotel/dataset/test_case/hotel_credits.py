@@ -398,14 +398,14 @@ def test_redeem_max_03(x: TestContext, judge: Judge):
 
 def test_goodwill_credits_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Samir Reyes (samir.reyes@northwind.test). About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain.'
+    query: 'Hi, I''m Samir Reyes (samir.reyes@northwind.test). About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain and I''d like some compensation.'
     user_context: |-
       You are Samir Reyes, a Northwind employee who travels for work.
       Name: Samir Reyes
       Email: samir.reyes@northwind.test
       Traveller id: TRV-2053 (give it only if asked)
       Booking: BK-6531 (Harbor View Hotel, Lisbon, Superior Double, 2025-08-13 to 2025-08-16)
-      Goal: complain about your stay (BK-6531); you accept goodwill credits.
+      Goal: complain about your stay (BK-6531) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -430,14 +430,14 @@ def test_goodwill_credits_01(x: TestContext, judge: Judge):
 
 def test_goodwill_credits_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. I want to complain.'
+    query: 'Hi, I''m Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. What can you offer me for this?'
     user_context: |-
       You are Priya Lin, a Northwind employee who travels for work.
       Name: Priya Lin
       Email: priya.lin@northwind.test
       Traveller id: TRV-2054 (give it only if asked)
       Booking: BK-6541 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-10 to 2025-09-14)
-      Goal: complain about your stay (BK-6541); you accept goodwill credits.
+      Goal: complain about your stay (BK-6541) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -462,14 +462,14 @@ def test_goodwill_credits_02(x: TestContext, judge: Judge):
 
 def test_goodwill_credits_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Kavya Okafor (kavya.okafor@northwind.test). About my stay on booking BK-6551: My room was not ready until late in the evening. I want to complain.'
+    query: 'Hi, I''m Kavya Okafor (kavya.okafor@northwind.test). About my stay on booking BK-6551: My room was not ready until late in the evening. I expect some goodwill credits for this.'
     user_context: |-
       You are Kavya Okafor, a Northwind employee who travels for work.
       Name: Kavya Okafor
       Email: kavya.okafor@northwind.test
       Traveller id: TRV-2055 (give it only if asked)
       Booking: BK-6551 (Lakeside Plaza, Chicago, Standard King, 2025-08-15 to 2025-08-19)
-      Goal: complain about your stay (BK-6551); you accept goodwill credits.
+      Goal: complain about your stay (BK-6551) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -494,14 +494,14 @@ def test_goodwill_credits_03(x: TestContext, judge: Judge):
 
 def test_goodwill_credits_04(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Kavya Mensah (kavya.mensah@northwind.test). About my stay on booking BK-6561: The room smelled of smoke and the sheets were stained. I want to complain.'
+    query: 'Hi, I''m Kavya Mensah (kavya.mensah@northwind.test). About my stay on booking BK-6561: The room smelled of smoke and the sheets were stained. Please compensate me for this.'
     user_context: |-
       You are Kavya Mensah, a Northwind employee who travels for work.
       Name: Kavya Mensah
       Email: kavya.mensah@northwind.test
       Traveller id: TRV-2056 (give it only if asked)
       Booking: BK-6561 (Marina Garden Hotel, Singapore, Club Room, 2025-09-09 to 2025-09-12)
-      Goal: complain about your stay (BK-6561); you accept goodwill credits.
+      Goal: complain about your stay (BK-6561) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -622,5 +622,98 @@ def test_goodwill_repeat_03(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: jonas.kowalski@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6591}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
+    """
+    validate_database(x, SRV)
+
+
+def test_complaint_only_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Tess Sato (tess.sato@northwind.test). Feedback on booking BK-6601: My room was not ready until late in the evening. I don''t need anything, I just wanted the hotel to know.'
+    user_context: |-
+      You are Tess Sato, a Northwind employee who travels for work.
+      Name: Tess Sato
+      Email: tess.sato@northwind.test
+      Traveller id: TRV-2060 (give it only if asked)
+      Booking: BK-6601 (Queen Street Inn, Toronto, Superior Room, 2025-08-26 to 2025-08-27)
+      Goal: tell the travel desk about a problem with your stay (BK-6601); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2060, name: Tess Sato, email: tess.sato@northwind.test, tier: silver, credit_balance: 142, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6601, traveller_id: TRV-2060, room_type_id: RT-TOR-SUP, check_in: '2025-08-26', check_out: '2025-08-27', nightly_rate: '171.00', total: '171.00', status: completed}
+          payments:
+          - {payment_id: PAY-6601, booking_id: BK-6601, method: corporate_card, card_last4: '8966', amount: '171.00', created_on: '2025-08-13'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: tess.sato@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6601}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only']
+    """
+    validate_database(x, SRV)
+
+
+def test_complaint_only_02(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Elena Nair (elena.nair@northwind.test). Feedback on booking BK-6611: The room smelled of smoke and the sheets were stained. No need to do anything, just passing it on.'
+    user_context: |-
+      You are Elena Nair, a Northwind employee who travels for work.
+      Name: Elena Nair
+      Email: elena.nair@northwind.test
+      Traveller id: TRV-2061 (give it only if asked)
+      Booking: BK-6611 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-10 to 2025-09-12)
+      Goal: tell the travel desk about a problem with your stay (BK-6611); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2061, name: Elena Nair, email: elena.nair@northwind.test, tier: gold, credit_balance: 236, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6611, traveller_id: TRV-2061, room_type_id: RT-MAD-STD, check_in: '2025-09-10', check_out: '2025-09-12', nightly_rate: '97.00', total: '194.00', status: checked_in}
+          payments:
+          - {payment_id: PAY-6611, booking_id: BK-6611, method: personal_card, card_last4: '7210', amount: '194.00', created_on: '2025-08-21'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: elena.nair@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6611}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only']
+    """
+    validate_database(x, SRV)
+
+
+def test_complaint_only_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Mei Fischer (mei.fischer@northwind.test). Feedback on booking BK-6621: The room was very noisy every night because of construction next door. I''m not asking for anything, please just note it.'
+    user_context: |-
+      You are Mei Fischer, a Northwind employee who travels for work.
+      Name: Mei Fischer
+      Email: mei.fischer@northwind.test
+      Traveller id: TRV-2062 (give it only if asked)
+      Booking: BK-6621 (Spree Tower Hotel, Berlin, Standard Queen, 2025-08-31 to 2025-09-03)
+      Goal: tell the travel desk about a problem with your stay (BK-6621); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2062, name: Mei Fischer, email: mei.fischer@northwind.test, tier: standard, credit_balance: 461, manager_id: MGR-1001}
+          bookings:
+          - {booking_id: BK-6621, traveller_id: TRV-2062, room_type_id: RT-BER-STD, check_in: '2025-08-31', check_out: '2025-09-03', nightly_rate: '109.00', total: '327.00', status: completed}
+          payments:
+          - {payment_id: PAY-6621, booking_id: BK-6621, method: corporate_card, card_last4: '4374', amount: '327.00', created_on: '2025-08-05'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.fischer@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6621}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only']
     """
     validate_database(x, SRV)

@@ -14,14 +14,14 @@ SRV = "rewardbox_hotel"
 
 def test_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Haddad (priya.haddad@northwind.test). Two things: cancel booking BK-6701, and redeem 30 credits on booking BK-6702.'
+    query: 'Hi, I''m Priya Haddad (priya.haddad@northwind.test). Two things: cancel booking BK-6731, and redeem 30 credits on booking BK-6732.'
     user_context: |-
       You are Priya Haddad, a Northwind employee who travels for work.
       Name: Priya Haddad
       Email: priya.haddad@northwind.test
-      Traveller id: TRV-2070 (give it only if asked)
-      Booking: BK-6701 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-18) and BK-6702 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-15 to 2025-09-18)
-      Goal: cancel booking BK-6701 and redeem 30 credits on booking BK-6702.
+      Traveller id: TRV-2073 (give it only if asked)
+      Booking: BK-6731 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-18) and BK-6732 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-15 to 2025-09-18)
+      Goal: cancel booking BK-6731 and redeem 30 credits on booking BK-6732.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -29,20 +29,20 @@ def test_multi_action_01(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2070, name: Priya Haddad, email: priya.haddad@northwind.test, tier: silver, credit_balance: 100, manager_id: MGR-1003}
+          - {traveller_id: TRV-2073, name: Priya Haddad, email: priya.haddad@northwind.test, tier: silver, credit_balance: 100, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6701, traveller_id: TRV-2070, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-18', nightly_rate: '229.00', total: '229.00', status: confirmed}
-          - {booking_id: BK-6702, traveller_id: TRV-2070, room_type_id: RT-LIS-STE, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '215.00', total: '645.00', status: confirmed}
-          - {booking_id: BK-6703, traveller_id: TRV-2070, room_type_id: RT-BER-EXE, check_in: '2025-08-06', check_out: '2025-08-10', nightly_rate: '159.00', total: '636.00', status: completed}
+          - {booking_id: BK-6731, traveller_id: TRV-2073, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-18', nightly_rate: '229.00', total: '229.00', status: confirmed}
+          - {booking_id: BK-6732, traveller_id: TRV-2073, room_type_id: RT-LIS-STE, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '215.00', total: '645.00', status: confirmed}
+          - {booking_id: BK-6733, traveller_id: TRV-2073, room_type_id: RT-BER-EXE, check_in: '2025-08-06', check_out: '2025-08-10', nightly_rate: '159.00', total: '636.00', status: completed}
           payments:
-          - {payment_id: PAY-6701, booking_id: BK-6701, method: personal_card, card_last4: '9113', amount: '229.00', created_on: '2025-09-03'}
-          - {payment_id: PAY-6702, booking_id: BK-6702, method: personal_card, card_last4: '1500', amount: '645.00', created_on: '2025-08-15'}
-          - {payment_id: PAY-6703, booking_id: BK-6703, method: corporate_card, card_last4: '7052', amount: '636.00', created_on: '2025-07-07'}
+          - {payment_id: PAY-6731, booking_id: BK-6731, method: personal_card, card_last4: '9113', amount: '229.00', created_on: '2025-09-03'}
+          - {payment_id: PAY-6732, booking_id: BK-6732, method: personal_card, card_last4: '1500', amount: '645.00', created_on: '2025-08-15'}
+          - {payment_id: PAY-6733, booking_id: BK-6733, method: corporate_card, card_last4: '7052', amount: '636.00', created_on: '2025-07-07'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: priya.haddad@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6701}}
-          - {tool: redeem_credits, parameters: {booking_id: BK-6702, credits: 30}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6731}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6732, credits: 30}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -50,14 +50,14 @@ def test_multi_action_01(x: TestContext, judge: Judge):
 
 def test_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6711 and BK-6712.'
+    query: 'Hi, I''m Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6741 and BK-6742.'
     user_context: |-
       You are Oscar Iyer, a Northwind employee who travels for work.
       Name: Oscar Iyer
       Email: oscar.iyer@northwind.test
-      Traveller id: TRV-2071 (give it only if asked)
-      Booking: BK-6711 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-22 to 2025-09-26) and BK-6712 (Spree Tower Hotel, Berlin, Standard Queen, 2025-09-26 to 2025-09-29)
-      Goal: cancel bookings BK-6711 and BK-6712.
+      Traveller id: TRV-2074 (give it only if asked)
+      Booking: BK-6741 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-22 to 2025-09-26) and BK-6742 (Spree Tower Hotel, Berlin, Standard Queen, 2025-09-26 to 2025-09-29)
+      Goal: cancel bookings BK-6741 and BK-6742.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -65,20 +65,20 @@ def test_multi_action_02(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2071, name: Oscar Iyer, email: oscar.iyer@northwind.test, tier: gold, credit_balance: 262, manager_id: MGR-1001}
+          - {traveller_id: TRV-2074, name: Oscar Iyer, email: oscar.iyer@northwind.test, tier: gold, credit_balance: 262, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6711, traveller_id: TRV-2071, room_type_id: RT-SIN-DLX, check_in: '2025-09-22', check_out: '2025-09-26', nightly_rate: '238.00', total: '952.00', status: confirmed}
-          - {booking_id: BK-6712, traveller_id: TRV-2071, room_type_id: RT-BER-STD, check_in: '2025-09-26', check_out: '2025-09-29', nightly_rate: '109.00', total: '327.00', status: confirmed}
-          - {booking_id: BK-6713, traveller_id: TRV-2071, room_type_id: RT-LIS-STE, check_in: '2025-08-10', check_out: '2025-08-11', nightly_rate: '215.00', total: '215.00', status: completed}
+          - {booking_id: BK-6741, traveller_id: TRV-2074, room_type_id: RT-SIN-DLX, check_in: '2025-09-22', check_out: '2025-09-26', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          - {booking_id: BK-6742, traveller_id: TRV-2074, room_type_id: RT-BER-STD, check_in: '2025-09-26', check_out: '2025-09-29', nightly_rate: '109.00', total: '327.00', status: confirmed}
+          - {booking_id: BK-6743, traveller_id: TRV-2074, room_type_id: RT-LIS-STE, check_in: '2025-08-10', check_out: '2025-08-11', nightly_rate: '215.00', total: '215.00', status: completed}
           payments:
-          - {payment_id: PAY-6711, booking_id: BK-6711, method: corporate_card, card_last4: '8903', amount: '952.00', created_on: '2025-08-22'}
-          - {payment_id: PAY-6712, booking_id: BK-6712, method: corporate_card, card_last4: '9220', amount: '327.00', created_on: '2025-08-20'}
-          - {payment_id: PAY-6713, booking_id: BK-6713, method: corporate_card, card_last4: '7220', amount: '215.00', created_on: '2025-07-29'}
+          - {payment_id: PAY-6741, booking_id: BK-6741, method: corporate_card, card_last4: '8903', amount: '952.00', created_on: '2025-08-22'}
+          - {payment_id: PAY-6742, booking_id: BK-6742, method: corporate_card, card_last4: '9220', amount: '327.00', created_on: '2025-08-20'}
+          - {payment_id: PAY-6743, booking_id: BK-6743, method: corporate_card, card_last4: '7220', amount: '215.00', created_on: '2025-07-29'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: oscar.iyer@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6711}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6712}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6741}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6742}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -86,14 +86,14 @@ def test_multi_action_02(x: TestContext, judge: Judge):
 
 def test_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Mei Mensah (mei.mensah@northwind.test). Two things: cancel booking BK-6721, and redeem 60 credits on booking BK-6722.'
+    query: 'Hi, I''m Mei Mensah (mei.mensah@northwind.test). Two things: cancel booking BK-6751, and redeem 60 credits on booking BK-6752.'
     user_context: |-
       You are Mei Mensah, a Northwind employee who travels for work.
       Name: Mei Mensah
       Email: mei.mensah@northwind.test
-      Traveller id: TRV-2072 (give it only if asked)
-      Booking: BK-6721 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-16 to 2025-09-17) and BK-6722 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-18 to 2025-09-21)
-      Goal: cancel booking BK-6721 and redeem 60 credits on booking BK-6722.
+      Traveller id: TRV-2075 (give it only if asked)
+      Booking: BK-6751 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-16 to 2025-09-17) and BK-6752 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-18 to 2025-09-21)
+      Goal: cancel booking BK-6751 and redeem 60 credits on booking BK-6752.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -101,22 +101,22 @@ def test_multi_action_03(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2072, name: Mei Mensah, email: mei.mensah@northwind.test, tier: silver, credit_balance: 161, manager_id: MGR-1001}
+          - {traveller_id: TRV-2075, name: Mei Mensah, email: mei.mensah@northwind.test, tier: silver, credit_balance: 161, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6721, traveller_id: TRV-2072, room_type_id: RT-LIS-STE, check_in: '2025-09-16', check_out: '2025-09-17', nightly_rate: '215.00', total: '215.00', status: confirmed}
-          - {booking_id: BK-6722, traveller_id: TRV-2072, room_type_id: RT-CHI-DLX, check_in: '2025-09-18', check_out: '2025-09-21', nightly_rate: '229.00', total: '687.00', status: confirmed}
-          - {booking_id: BK-6723, traveller_id: TRV-2072, room_type_id: RT-SIN-DLX, check_in: '2025-09-21', check_out: '2025-09-25', nightly_rate: '238.00', total: '952.00', status: cancelled}
+          - {booking_id: BK-6751, traveller_id: TRV-2075, room_type_id: RT-LIS-STE, check_in: '2025-09-16', check_out: '2025-09-17', nightly_rate: '215.00', total: '215.00', status: confirmed}
+          - {booking_id: BK-6752, traveller_id: TRV-2075, room_type_id: RT-CHI-DLX, check_in: '2025-09-18', check_out: '2025-09-21', nightly_rate: '229.00', total: '687.00', status: confirmed}
+          - {booking_id: BK-6753, traveller_id: TRV-2075, room_type_id: RT-SIN-DLX, check_in: '2025-09-21', check_out: '2025-09-25', nightly_rate: '238.00', total: '952.00', status: cancelled}
           payments:
-          - {payment_id: PAY-6721, booking_id: BK-6721, method: personal_card, card_last4: '9181', amount: '215.00', created_on: '2025-09-04'}
-          - {payment_id: PAY-6722, booking_id: BK-6722, method: personal_card, card_last4: '5709', amount: '687.00', created_on: '2025-08-31'}
-          - {payment_id: PAY-6723, booking_id: BK-6723, method: personal_card, card_last4: '8793', amount: '952.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6751, booking_id: BK-6751, method: personal_card, card_last4: '9181', amount: '215.00', created_on: '2025-09-04'}
+          - {payment_id: PAY-6752, booking_id: BK-6752, method: personal_card, card_last4: '5709', amount: '687.00', created_on: '2025-08-31'}
+          - {payment_id: PAY-6753, booking_id: BK-6753, method: personal_card, card_last4: '8793', amount: '952.00', created_on: '2025-08-13'}
           refunds:
-          - {refund_id: RF-6724, booking_id: BK-6723, payment_id: PAY-6723, amount: '952.00', reason: cancellation, created_on: '2025-09-08'}
+          - {refund_id: RF-6754, booking_id: BK-6753, payment_id: PAY-6753, amount: '952.00', reason: cancellation, created_on: '2025-09-08'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: mei.mensah@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6721}}
-          - {tool: redeem_credits, parameters: {booking_id: BK-6722, credits: 60}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6751}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6752, credits: 60}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -124,14 +124,14 @@ def test_multi_action_03(x: TestContext, judge: Judge):
 
 def test_multi_action_04(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Liam Berg (liam.berg@northwind.test). My trip is off: please cancel both bookings BK-6731 and BK-6732.'
+    query: 'Hi, I''m Liam Berg (liam.berg@northwind.test). My trip is off: please cancel both bookings BK-6761 and BK-6762.'
     user_context: |-
       You are Liam Berg, a Northwind employee who travels for work.
       Name: Liam Berg
       Email: liam.berg@northwind.test
-      Traveller id: TRV-2073 (give it only if asked)
-      Booking: BK-6731 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-05 to 2025-10-08) and BK-6732 (Queen Street Inn, Toronto, One-Bedroom Suite, 2025-09-20 to 2025-09-23)
-      Goal: cancel bookings BK-6731 and BK-6732.
+      Traveller id: TRV-2076 (give it only if asked)
+      Booking: BK-6761 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-05 to 2025-10-08) and BK-6762 (Queen Street Inn, Toronto, One-Bedroom Suite, 2025-09-20 to 2025-09-23)
+      Goal: cancel bookings BK-6761 and BK-6762.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -139,22 +139,22 @@ def test_multi_action_04(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2073, name: Liam Berg, email: liam.berg@northwind.test, tier: gold, credit_balance: 224, manager_id: MGR-1004}
+          - {traveller_id: TRV-2076, name: Liam Berg, email: liam.berg@northwind.test, tier: gold, credit_balance: 224, manager_id: MGR-1004}
           bookings:
-          - {booking_id: BK-6731, traveller_id: TRV-2073, room_type_id: RT-MAD-SUP, check_in: '2025-10-05', check_out: '2025-10-08', nightly_rate: '124.00', total: '372.00', status: confirmed}
-          - {booking_id: BK-6732, traveller_id: TRV-2073, room_type_id: RT-TOR-STE, check_in: '2025-09-20', check_out: '2025-09-23', nightly_rate: '260.00', total: '780.00', status: confirmed}
-          - {booking_id: BK-6733, traveller_id: TRV-2073, room_type_id: RT-SIN-DLX, check_in: '2025-09-28', check_out: '2025-09-29', nightly_rate: '238.00', total: '238.00', status: cancelled}
+          - {booking_id: BK-6761, traveller_id: TRV-2076, room_type_id: RT-MAD-SUP, check_in: '2025-10-05', check_out: '2025-10-08', nightly_rate: '124.00', total: '372.00', status: confirmed}
+          - {booking_id: BK-6762, traveller_id: TRV-2076, room_type_id: RT-TOR-STE, check_in: '2025-09-20', check_out: '2025-09-23', nightly_rate: '260.00', total: '780.00', status: confirmed}
+          - {booking_id: BK-6763, traveller_id: TRV-2076, room_type_id: RT-SIN-DLX, check_in: '2025-09-28', check_out: '2025-09-29', nightly_rate: '238.00', total: '238.00', status: cancelled}
           payments:
-          - {payment_id: PAY-6731, booking_id: BK-6731, method: corporate_card, card_last4: '7923', amount: '372.00', created_on: '2025-08-18'}
-          - {payment_id: PAY-6732, booking_id: BK-6732, method: personal_card, card_last4: '1325', amount: '780.00', created_on: '2025-08-13'}
-          - {payment_id: PAY-6733, booking_id: BK-6733, method: corporate_card, card_last4: '2618', amount: '238.00', created_on: '2025-08-23'}
+          - {payment_id: PAY-6761, booking_id: BK-6761, method: corporate_card, card_last4: '7923', amount: '372.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6762, booking_id: BK-6762, method: personal_card, card_last4: '1325', amount: '780.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6763, booking_id: BK-6763, method: corporate_card, card_last4: '2618', amount: '238.00', created_on: '2025-08-23'}
           refunds:
-          - {refund_id: RF-6734, booking_id: BK-6733, payment_id: PAY-6733, amount: '238.00', reason: cancellation, created_on: '2025-09-08'}
+          - {refund_id: RF-6764, booking_id: BK-6763, payment_id: PAY-6763, amount: '238.00', reason: cancellation, created_on: '2025-09-08'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: liam.berg@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6731}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6732}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6761}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6762}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
