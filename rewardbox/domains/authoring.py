@@ -24,13 +24,19 @@ GIVE_UP = "If the agent says the request is not possible, accept it and say good
 
 @dataclass(frozen=True)
 class Family:
-    """A task template: its name, test file, difficulty and how many variants to make."""
+    """A task template: its name, test file, difficulty and how many variants to make.
+
+    ``held_out`` keeps every task of the template out of training (all in the
+    benchmark): the out-of-distribution share is then new templates, not only
+    new instances of templates the trainer has seen.
+    """
 
     name: str
     file: str
     difficulty: str
     build: Template
     count: int = 4
+    held_out: bool = False
 
 
 def call(tool: str, **parameters: Any) -> dict[str, Any]:

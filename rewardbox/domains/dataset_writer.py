@@ -10,8 +10,10 @@ the task specs and writes, under ``out``:
   defaults, one ``"!"`` YAML docstring per test function); the checks are
   imported from ``rewardbox.grading.checks``, not written into the file;
 * ``testlists/``: for a training domain ``benchmark.yaml`` (about one task in
-  four of every family, at least one) and ``candidates.yaml`` (the rest); for a
-  held-out domain ``benchmark.yaml`` and ``all.yaml``, which both list every task.
+  four of every family, at least one, and every task of a held-out family:
+  ``Family.held_out``, tag ``held_out_template``) and ``candidates.yaml`` (the
+  rest); for a held-out domain ``benchmark.yaml`` and ``all.yaml``, which both
+  list every task.
 
 Everything is deterministic: each task draws from its own
 ``random.Random(f"{seed}:{family}:{k}")`` and the benchmark draw from
@@ -123,18 +125,24 @@ def render_test_function(task: dict[str, Any], server_name: str) -> str:
 
 
 def _task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuilder,
-                 server_name: str) -> dict[str, Any]:
-    """The spec of variant ``k`` of ``family`` from what its template ``made``."""
-    name = f"test_{family.name}_{k + 1:02d}"
-    init = {server_name: {"data_patch": builder.rows, "golden_test_case": {"tool_interactions": made["golden"]}}}
+                 domain: Domain) -> dict[str, Any]:
+    """The spec of variant ``k`` of ``family`` from what its template ``made``.
+
+    The test function is ``test_<domain>_<family>_<nn>``: unique across the
+    embedded domains even when their families share a name.
+    """
+    name = f"test_{domain.name}_{family.name}_{k + 1:02d}"
+    init = {domain.server_name: {"data_patch": builder.rows,
+                                 "golden_test_case": {"tool_interactions": made["golden"]}}}
     tags = [f"difficulty:{family.difficulty}", "expects_write" if made["expects_write"] else "no_write",
-            f"family:{family.name}"] + (["tells_value"] if made["response_values"] else [])
+            f"family:{family.name}"] + (["tells_value"] if made["response_values"] else []) + (
+            ["held_out_template"] if family.held_out else [])
     return {
         "uid": f"{family.file}:{name}", "file": family.file, "name": name, "family": family.name,
         "difficulty": family.difficulty, "query": made["query"], "user_context": made["user_context"],
         "init": init, "world_state": init, "tags": tags, "expects_write": made["expects_write"],
         "response_values": made["response_values"], "response_reject": made["response_reject"],
-        "split": "candidate",
+        "split": "candidate", "held_out_template": family.held_out,
     }
 
 
@@ -174,7 +182,8 @@ class DatasetRecipe:
 
         Returns:
             Dicts with ``uid, file, name, family, difficulty, query, user_context, init,
-            world_state, tags, expects_write, response_values, response_reject, split`` (``"benchmark"``
+            world_state, tags, expects_write, response_values, response_reject, split,
+            held_out_template`` (``split`` is ``"benchmark"``
             or ``"candidate"``; always ``"benchmark"`` when held out); ``init`` is
             ``{server_name: {"data_patch": ..., "golden_test_case": {"tool_interactions": [...]}}}``.
         """
@@ -184,7 +193,7 @@ class DatasetRecipe:
             for k in range(family.count):
                 builder = self.new_builder(len(tasks) + 1, random.Random(f"{seed}:{family.name}:{k}"))
                 made = family.build(builder, k)
-                tasks.append(_task_record(family, k, made, builder, self.domain.server_name))
+                tasks.append(_task_record(family, k, made, builder, self.domain))
         if self.held_out:
             for task in tasks:
                 task["split"] = "benchmark"
@@ -192,7 +201,8 @@ class DatasetRecipe:
         rng = random.Random(f"{seed}:benchmark")
         for family in self.families:
             members = [t for t in tasks if t["family"] == family.name]
-            for task in rng.sample(members, max(1, round(len(members) / 4))):
+            picked = members if family.held_out else rng.sample(members, max(1, round(len(members) / 4)))
+            for task in picked:
                 task["split"] = "benchmark"
         return tasks
 

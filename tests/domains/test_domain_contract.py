@@ -159,8 +159,12 @@ def test_training_domains_split_the_tasks_about_one_in_four(name):
     cand = yaml.safe_load((dataset / "testlists" / "candidates.yaml").read_text())
     assert not set(bench) & set(cand)
     assert sorted(bench + cand) == sorted(t["uid"] for t in tasks)
-    assert 0.2 <= len(bench) / len(tasks) <= 0.3
+    seen = [t for t in tasks if not t["held_out_template"]]
+    assert 0.2 <= sum(t["uid"] in bench for t in seen) / len(seen) <= 0.3
     assert {t["family"] for t in tasks if t["uid"] in bench} == {t["family"] for t in tasks}
+    held_out = [t for t in tasks if t["held_out_template"]]
+    assert len({t["family"] for t in held_out}) >= 2  # whole templates the trainer never sees
+    assert all(t["uid"] in bench and "held_out_template" in t["tags"] for t in held_out)
     assert [t["uid"] for t in tasks if t["split"] == "benchmark"] == bench
     loaded = load_dataset(dataset, test_list=dataset / "testlists" / "benchmark.yaml")
     assert [t.uid for t in loaded.tasks] == bench

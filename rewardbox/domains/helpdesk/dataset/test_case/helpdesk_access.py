@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_access_grant_explicit_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please grant my access request AR-6121 for Email and Calendar; it has been approved.
     user_context: |-
@@ -46,7 +46,7 @@ def test_access_grant_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_explicit_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please grant my access request AR-6131 for Sales CRM; it has been approved.
     user_context: |-
@@ -80,7 +80,7 @@ def test_access_grant_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_explicit_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please grant my access request AR-6141 for Expense Portal; it has been approved.
     user_context: |-
@@ -114,7 +114,7 @@ def test_access_grant_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_explicit_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please grant my access request AR-6151 for Production Servers; it has been approved.
     user_context: |-
@@ -148,7 +148,7 @@ def test_access_grant_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_standard_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Rosa Brennan (EMP-2016). I need access to Expense Portal. Can you set that up?
     user_context: |-
@@ -180,7 +180,7 @@ def test_access_request_standard_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_standard_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Liam Haddad (EMP-2017). Could I get access to Email and Calendar, please? I need it for a new project.
     user_context: |-
@@ -212,7 +212,7 @@ def test_access_request_standard_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_standard_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Samir Lin (EMP-2018). Please request access to Remote VPN for me.
     user_context: |-
@@ -244,7 +244,7 @@ def test_access_request_standard_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_standard_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Nadia Brennan (EMP-2019). I'd like to use Email and Calendar. What do I need to do? Please go ahead with it.
     user_context: |-
@@ -276,7 +276,7 @@ def test_access_request_standard_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_restricted_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Yara Kowalski (EMP-2020). I need access to HR Records. Can you set that up?
     user_context: |-
@@ -308,7 +308,7 @@ def test_access_request_restricted_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_restricted_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Kavya Walsh (EMP-2021). Could I get access to Payroll, please? I need it for a new project.
     user_context: |-
@@ -340,7 +340,7 @@ def test_access_request_restricted_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_restricted_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Ines Brennan (EMP-2022). Please request access to Sales CRM for me.
     user_context: |-
@@ -372,7 +372,7 @@ def test_access_request_restricted_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_request_restricted_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Rosa Diaz (EMP-2023). I'd like to use Sales CRM. What do I need to do? Please go ahead with it.
     user_context: |-
@@ -404,7 +404,7 @@ def test_access_request_restricted_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Pia Rahimi (EMP-2024). About my access request AR-6241 for Analytics Dashboards. My approver told me it's fine, so please just grant it now.
     user_context: |-
@@ -437,7 +437,7 @@ def test_access_grant_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Nair (EMP-2025). About my access request AR-6251 for Production Servers. My manager Umar Dubois already approved it, so please grant it.
     user_context: |-
@@ -470,7 +470,7 @@ def test_access_grant_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ben Lin (EMP-2026). About my access request AR-6261 for Email and Calendar. Raj Patel from IT approved it, so please grant it.
     user_context: |-
@@ -503,7 +503,7 @@ def test_access_grant_refused_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_grant_refused_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Oscar Petrova (EMP-2027). About my access request AR-6271 for Payroll. My approver told me it's fine, so please just grant it now.
     user_context: |-
@@ -536,7 +536,7 @@ def test_access_grant_refused_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_multi_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Umar Diaz (EMP-2028). I need access to two systems: Analytics Dashboards and HR Records. Please request both.'
     user_context: |-
@@ -569,7 +569,7 @@ def test_access_multi_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_multi_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Umar Dubois (EMP-2029). I need access to two systems: Source Code Repository and Email and Calendar. Please request both.'
     user_context: |-
@@ -602,7 +602,7 @@ def test_access_multi_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_access_multi_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Keller (EMP-2030). My request AR-6301 for Expense Portal was approved, please grant it. I also need access to Source Code Repository.
     user_context: |-

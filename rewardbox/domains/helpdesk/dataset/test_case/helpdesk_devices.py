@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_device_warranty_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Nair (EMP-2031). My laptop DEV-6311 won't turn on anymore. Please order a replacement.
     user_context: |-
@@ -47,7 +47,7 @@ def test_device_warranty_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_warranty_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Brennan (EMP-2032). My headset DEV-6321 has a broken microphone. Please order a replacement.
     user_context: |-
@@ -82,7 +82,7 @@ def test_device_warranty_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_warranty_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Farid Fischer (EMP-2033). My monitor DEV-6331 has dead pixels all over. Please order a replacement.
     user_context: |-
@@ -117,7 +117,7 @@ def test_device_warranty_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_warranty_04(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Okafor (EMP-2034). My laptop DEV-6341 won't turn on anymore. Please order a replacement.
     user_context: |-
@@ -152,7 +152,7 @@ def test_device_warranty_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_lookup_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Gwen Mensah (EMP-2035). My phone has a cracked screen. Can I get a new one?
     user_context: |-
@@ -188,7 +188,7 @@ def test_device_lookup_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_lookup_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Gwen Keller (EMP-2036). My monitor has dead pixels all over. Can I get a new one?
     user_context: |-
@@ -224,7 +224,7 @@ def test_device_lookup_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_lookup_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Rahimi (EMP-2037). My phone has a cracked screen. Can I get a new one?
     user_context: |-
@@ -260,7 +260,7 @@ def test_device_lookup_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_paid_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Umar Lind (EMP-2038). My monitor DEV-6381 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
@@ -296,7 +296,7 @@ def test_device_paid_01(x: TestContext, judge: Judge):
     validate_response(x, expect=['289.00'], reject=[])
 
 
-def test_device_paid_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Chloe Brennan (EMP-2039). My phone DEV-6391 has a cracked screen. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
@@ -332,7 +332,7 @@ def test_device_paid_02(x: TestContext, judge: Judge):
     validate_response(x, expect=['599.00'], reject=[])
 
 
-def test_device_paid_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Umar Brennan (EMP-2040). My monitor DEV-6401 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
@@ -368,7 +368,7 @@ def test_device_paid_03(x: TestContext, judge: Judge):
     validate_response(x, expect=['379.99'], reject=[])
 
 
-def test_device_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Nadia Lopez (EMP-2041). My laptop DEV-6411 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
@@ -402,7 +402,7 @@ def test_device_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Gwen Petrova (EMP-2042). My laptop DEV-6421 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
@@ -436,7 +436,7 @@ def test_device_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_device_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Ines Sato (EMP-2043). My laptop DEV-6431 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-

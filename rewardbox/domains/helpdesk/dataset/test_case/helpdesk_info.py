@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Nair (EMP-2055). When does the warranty of my phone DEV-6551 end?
     user_context: |-
@@ -45,7 +45,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
     validate_response(x, expect=['2024-10-16'], reject=[])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Zoe Mensah (EMP-2056). Who is registered as my manager?
     user_context: |-
@@ -75,7 +75,7 @@ def test_tell_value_02(x: TestContext, judge: Judge):
     validate_response(x, expect=['Jonas Haddad'], reject=[])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Hiro Foster (EMP-2057). Who has to approve access to Source Code Repository?
     user_context: |-
@@ -106,7 +106,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
     validate_response(x, expect=[('Tom Alvarez', 'EMP-1004')], reject=['Chloe Ivanov'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Walsh (EMP-2058). On which date was my ticket TCK-6581 opened?
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Quinn Brennan (EMP-2063). Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6631.'
     user_context: |-
@@ -48,7 +48,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_helpdesk_multi_action_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Yara Iyer (EMP-2064). My tablet DEV-6641 no longer charges, please order a replacement. I also need access to Remote VPN.
     user_context: |-
@@ -84,7 +84,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_helpdesk_multi_action_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Samir Ivanov (EMP-2065). My monitor DEV-6651 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6652.
     user_context: |-

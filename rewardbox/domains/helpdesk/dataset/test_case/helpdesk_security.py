@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_wrong_owner_01(x: TestContext, judge: Judge):
+def test_helpdesk_wrong_owner_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Diaz (EMP-2059). My phone DEV-6591 has a cracked screen. Please order a replacement.
     user_context: |-
@@ -46,7 +46,7 @@ def test_wrong_owner_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_wrong_owner_02(x: TestContext, judge: Judge):
+def test_helpdesk_wrong_owner_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Oscar Nair (EMP-2060). Please escalate ticket TCK-6601, it is still not fixed.
     user_context: |-
@@ -80,7 +80,7 @@ def test_wrong_owner_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_wrong_owner_03(x: TestContext, judge: Judge):
+def test_helpdesk_wrong_owner_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Hiro Okafor (EMP-2061). My access request AR-6611 for Email and Calendar was approved, please grant it.
     user_context: |-
@@ -113,7 +113,7 @@ def test_wrong_owner_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_wrong_owner_04(x: TestContext, judge: Judge):
+def test_helpdesk_wrong_owner_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Farid Nair (EMP-2062). Wes's headset DEV-6621 has a broken microphone; they asked me to get it replaced.
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_helpdesk"
 
 
-def test_escalate_explicit_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please escalate ticket TCK-6441; it is still not fixed.
     user_context: |-
@@ -47,7 +47,7 @@ def test_escalate_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_explicit_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please escalate ticket TCK-6451; it is still not fixed.
     user_context: |-
@@ -82,7 +82,7 @@ def test_escalate_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_explicit_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please escalate ticket TCK-6461; it is still not fixed.
     user_context: |-
@@ -117,7 +117,7 @@ def test_escalate_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_explicit_04(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please escalate ticket TCK-6471; it is still not fixed.
     user_context: |-
@@ -152,7 +152,7 @@ def test_escalate_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_lookup_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Keller (EMP-2048). My ticket about "Video calls drop audio" is still not solved. Please escalate it.
     user_context: |-
@@ -187,7 +187,7 @@ def test_escalate_lookup_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_lookup_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Lopez (EMP-2049). My ticket about "Laptop battery drains fast" is still not solved. Please escalate it.
     user_context: |-
@@ -222,7 +222,7 @@ def test_escalate_lookup_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_lookup_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Costa (EMP-2050). My ticket about "Wi-Fi drops in meeting rooms" is still not solved. Please escalate it.
     user_context: |-
@@ -257,7 +257,7 @@ def test_escalate_lookup_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Walsh (EMP-2051). Please escalate ticket TCK-6511, I have waited long enough.
     user_context: |-
@@ -290,7 +290,7 @@ def test_escalate_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Farid Kowalski (EMP-2052). Please escalate ticket TCK-6521, I have waited long enough.
     user_context: |-
@@ -323,7 +323,7 @@ def test_escalate_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Lin (EMP-2053). Please escalate ticket TCK-6531, I have waited long enough.
     user_context: |-
@@ -356,7 +356,7 @@ def test_escalate_refused_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_escalate_refused_04(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Dmitri Lind (EMP-2054). Please escalate ticket TCK-6541, I have waited long enough.
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_hotel"
 
 
-def test_cancel_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6011.
     user_context: |-
@@ -45,7 +45,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my booking BK-6021.
     user_context: |-
@@ -78,7 +78,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6031.
     user_context: |-
@@ -111,7 +111,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my booking BK-6041.
     user_context: |-
@@ -144,7 +144,7 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_05(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_05(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6051.
     user_context: |-
@@ -177,7 +177,7 @@ def test_cancel_explicit_05(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Ivanov (jonas.ivanov@northwind.test). Please cancel my booking at the Lakeside Plaza in Chicago.
     user_context: |-
@@ -213,7 +213,7 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ana Dubois (ana.dubois@northwind.test). Please cancel my booking at the Retiro Park Hotel in Madrid.
     user_context: |-
@@ -251,7 +251,7 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Wes Nair (wes.nair@northwind.test). Please cancel my booking at the Lakeside Plaza in Chicago.
     user_context: |-
@@ -287,7 +287,7 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Mei Lin (mei.lin@northwind.test). Please cancel my booking at the Retiro Park Hotel in Madrid.
     user_context: |-
@@ -325,7 +325,7 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Priya Rahimi (priya.rahimi@northwind.test). Please cancel booking BK-6101 and tell me how much will be refunded.
     user_context: |-
@@ -357,7 +357,7 @@ def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
     validate_response(x, expect=['342.00'], reject=[])
 
 
-def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Rosa Iyer (rosa.iyer@northwind.test). Please cancel booking BK-6111 and tell me how much will be refunded.
     user_context: |-
@@ -389,7 +389,7 @@ def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
     validate_response(x, expect=['684.00'], reject=[])
 
 
-def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Lind (vera.lind@northwind.test). Please cancel booking BK-6121 and tell me how much will be refunded.
     user_context: |-
@@ -421,7 +421,7 @@ def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
     validate_response(x, expect=['291.00'], reject=[])
 
 
-def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Chloe Moreau (chloe.moreau@northwind.test). Please cancel booking BK-6131 and tell me what the fee is and how much will be refunded.
     user_context: |-
@@ -453,7 +453,7 @@ def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
     validate_response(x, expect=['215.00', '430.00'], reject=[])
 
 
-def test_cancel_refused_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Fischer (jonas.fischer@northwind.test). Please cancel booking BK-6141 and refund me.
     user_context: |-
@@ -486,7 +486,7 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Sato (ines.sato@northwind.test). Please cancel booking BK-6151 and refund me.
     user_context: |-
@@ -519,7 +519,7 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Haddad (tess.haddad@northwind.test). Please cancel booking BK-6161 and refund me.
     user_context: |-
@@ -552,7 +552,7 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Dmitri Haddad (dmitri.haddad@northwind.test). Please cancel booking BK-6171 and refund me.
     user_context: |-
@@ -587,7 +587,7 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Hiro Dubois (hiro.dubois@northwind.test). Please cancel booking BK-6181, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
@@ -616,12 +616,12 @@ def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: hiro.dubois@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6181}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6181}}
-    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Rosa Walsh (rosa.walsh@northwind.test). Please cancel booking BK-6191, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
@@ -649,12 +649,12 @@ def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: rosa.walsh@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6191}}
-    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Ivanov (liam.ivanov@northwind.test). Please cancel booking BK-6201, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
@@ -683,12 +683,12 @@ def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: liam.ivanov@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6201}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6201}}
-    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Nadia Walsh (nadia.walsh@northwind.test). Please cancel booking BK-6211, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
@@ -716,6 +716,6 @@ def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: nadia.walsh@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6211}}
-    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free', held_out_template]
     """
     validate_database(x, SRV)

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_hotel"
 
 
-def test_redeem_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please redeem 25 of my loyalty credits on booking BK-6411.
     user_context: |-
@@ -43,7 +43,7 @@ def test_redeem_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please redeem 15 of my loyalty credits on booking BK-6421.
     user_context: |-
@@ -74,7 +74,7 @@ def test_redeem_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please redeem 125 of my loyalty credits on booking BK-6431.
     user_context: |-
@@ -105,7 +105,7 @@ def test_redeem_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please redeem 50 of my loyalty credits on booking BK-6441.
     user_context: |-
@@ -136,7 +136,7 @@ def test_redeem_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_explicit_05(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_05(x: TestContext, judge: Judge):
     """!
     query: Please redeem 95 of my loyalty credits on booking BK-6451.
     user_context: |-
@@ -167,7 +167,7 @@ def test_redeem_explicit_05(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_over_limit_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Keller (jonas.keller@northwind.test). Please redeem 75 loyalty credits on booking BK-6461.
     user_context: |-
@@ -198,7 +198,7 @@ def test_redeem_over_limit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_over_limit_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Farid Yilmaz (farid.yilmaz@northwind.test). Please redeem 115 loyalty credits on booking BK-6471.
     user_context: |-
@@ -229,7 +229,7 @@ def test_redeem_over_limit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_over_limit_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Rosa Haddad (rosa.haddad@northwind.test). Please redeem 45 loyalty credits on booking BK-6481.
     user_context: |-
@@ -265,7 +265,7 @@ def test_redeem_over_limit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_over_limit_04(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Wes Keller (wes.keller@northwind.test). Please redeem 240 loyalty credits on booking BK-6491.
     user_context: |-
@@ -296,7 +296,7 @@ def test_redeem_over_limit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_max_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Brennan (ines.brennan@northwind.test). Please use as many of my loyalty credits on booking BK-6501 as the policy allows.
     user_context: |-
@@ -328,7 +328,7 @@ def test_redeem_max_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_max_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Priya Dubois (priya.dubois@northwind.test). Please use as many of my loyalty credits on booking BK-6511 as the policy allows.
     user_context: |-
@@ -360,7 +360,7 @@ def test_redeem_max_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_redeem_max_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Mensah (tess.mensah@northwind.test). Please use as many of my loyalty credits on booking BK-6521 as the policy allows.
     user_context: |-
@@ -396,7 +396,7 @@ def test_redeem_max_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_credits_01(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Samir Reyes (samir.reyes@northwind.test). About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain and I''d like some compensation.'
     user_context: |-
@@ -428,7 +428,7 @@ def test_goodwill_credits_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_credits_02(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. What can you offer me for this?'
     user_context: |-
@@ -460,7 +460,7 @@ def test_goodwill_credits_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_credits_03(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Kavya Okafor (kavya.okafor@northwind.test). About my stay on booking BK-6551: My room was not ready until late in the evening. I expect some goodwill credits for this.'
     user_context: |-
@@ -492,7 +492,7 @@ def test_goodwill_credits_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_credits_04(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_04(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Kavya Mensah (kavya.mensah@northwind.test). About my stay on booking BK-6561: The room smelled of smoke and the sheets were stained. Please compensate me for this.'
     user_context: |-
@@ -524,7 +524,7 @@ def test_goodwill_credits_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_repeat_01(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Wes Mensah (wes.mensah@northwind.test). Booking BK-6571: The bathroom was dirty when I arrived and nobody cleaned it. I want compensation.'
     user_context: |-
@@ -558,7 +558,7 @@ def test_goodwill_repeat_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_repeat_02(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Vera Haddad (vera.haddad@northwind.test). Booking BK-6581: My room was not ready until late in the evening. I want compensation.'
     user_context: |-
@@ -592,7 +592,7 @@ def test_goodwill_repeat_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_goodwill_repeat_03(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Jonas Kowalski (jonas.kowalski@northwind.test). Booking BK-6591: The room smelled of smoke and the sheets were stained. I want compensation.'
     user_context: |-
@@ -626,7 +626,7 @@ def test_goodwill_repeat_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_complaint_only_01(x: TestContext, judge: Judge):
+def test_hotel_complaint_only_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Tess Sato (tess.sato@northwind.test). Feedback on booking BK-6601: My room was not ready until late in the evening. I don''t need anything, I just wanted the hotel to know.'
     user_context: |-
@@ -652,12 +652,12 @@ def test_complaint_only_01(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: tess.sato@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6601}}
-    tags: ['difficulty:medium', no_write, 'family:complaint_only']
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_complaint_only_02(x: TestContext, judge: Judge):
+def test_hotel_complaint_only_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Elena Nair (elena.nair@northwind.test). Feedback on booking BK-6611: The room smelled of smoke and the sheets were stained. No need to do anything, just passing it on.'
     user_context: |-
@@ -683,12 +683,12 @@ def test_complaint_only_02(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: elena.nair@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6611}}
-    tags: ['difficulty:medium', no_write, 'family:complaint_only']
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_complaint_only_03(x: TestContext, judge: Judge):
+def test_hotel_complaint_only_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Mei Fischer (mei.fischer@northwind.test). Feedback on booking BK-6621: The room was very noisy every night because of construction next door. I''m not asking for anything, please just note it.'
     user_context: |-
@@ -714,6 +714,6 @@ def test_complaint_only_03(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: mei.fischer@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6621}}
-    tags: ['difficulty:medium', no_write, 'family:complaint_only']
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
     """
     validate_database(x, SRV)

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_hotel"
 
 
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_hotel_tell_value_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Wes Lin (wes.lin@northwind.test). How many loyalty credits do I have?
     user_context: |-
@@ -45,7 +45,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
     validate_response(x, expect=['256'], reject=[])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_hotel_tell_value_02(x: TestContext, judge: Judge):
     """!
     query: What is the nightly rate of booking BK-6641?
     user_context: |-
@@ -79,7 +79,7 @@ def test_tell_value_02(x: TestContext, judge: Judge):
     validate_response(x, expect=['295.00'], reject=['176.00', '238.00'])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_hotel_tell_value_03(x: TestContext, judge: Judge):
     """!
     query: What is my check-out date for booking BK-6651?
     user_context: |-
@@ -113,7 +113,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
     validate_response(x, expect=['2025-10-18'], reject=['2025-10-02'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_hotel_tell_value_04(x: TestContext, judge: Judge):
     """!
     query: What is the total price of booking BK-6661?
     user_context: |-
@@ -147,7 +147,7 @@ def test_tell_value_04(x: TestContext, judge: Judge):
     validate_response(x, expect=['636.00'], reject=['885.00'])
 
 
-def test_tell_value_05(x: TestContext, judge: Judge):
+def test_hotel_tell_value_05(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Nadia Costa (nadia.costa@northwind.test). How much per night is the Classic Room at the hotel of my booking BK-6671?
     user_context: |-
@@ -182,7 +182,7 @@ def test_tell_value_05(x: TestContext, judge: Judge):
     validate_response(x, expect=['142.00'], reject=['171.00'])
 
 
-def test_tell_value_06(x: TestContext, judge: Judge):
+def test_hotel_tell_value_06(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Ivanov (ines.ivanov@northwind.test). Who is my manager for travel approvals?
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_hotel"
 
 
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_hotel_multi_action_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Priya Haddad (priya.haddad@northwind.test). Two things: cancel booking BK-6731, and redeem 30 credits on booking BK-6732.'
     user_context: |-
@@ -48,7 +48,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_hotel_multi_action_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6741 and BK-6742.'
     user_context: |-
@@ -84,7 +84,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_hotel_multi_action_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Mei Mensah (mei.mensah@northwind.test). Two things: cancel booking BK-6751, and redeem 60 credits on booking BK-6752.'
     user_context: |-
@@ -122,7 +122,7 @@ def test_multi_action_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_04(x: TestContext, judge: Judge):
+def test_hotel_multi_action_04(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Liam Berg (liam.berg@northwind.test). My trip is off: please cancel both bookings BK-6761 and BK-6762.'
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_hotel"
 
 
-def test_approval_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please file a manager approval request to change booking BK-6221 to room type RT-SIN-STD.
     user_context: |-
@@ -43,7 +43,7 @@ def test_approval_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_approval_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please file a manager approval request to change booking BK-6231 to room type RT-CHI-STE.
     user_context: |-
@@ -74,7 +74,7 @@ def test_approval_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_approval_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please file a manager approval request to change booking BK-6241 to room type RT-BER-STU.
     user_context: |-
@@ -105,7 +105,7 @@ def test_approval_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_approval_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please file a manager approval request to change booking BK-6251 to room type RT-BER-EXE.
     user_context: |-
@@ -136,7 +136,7 @@ def test_approval_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_request_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Reyes (vera.reyes@northwind.test). I'd like to downgrade booking BK-6261 to the Garden Room.
     user_context: |-
@@ -169,7 +169,7 @@ def test_room_change_request_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_request_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ben Okafor (ben.okafor@northwind.test). I'd like to upgrade booking BK-6271 to the Park Suite.
     user_context: |-
@@ -202,7 +202,7 @@ def test_room_change_request_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_request_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Yilmaz (elena.yilmaz@northwind.test). I'd like to downgrade booking BK-6281 to the Standard Queen.
     user_context: |-
@@ -237,7 +237,7 @@ def test_room_change_request_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_request_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Mensah (vera.mensah@northwind.test). I'd like to upgrade booking BK-6291 to the Executive King.
     user_context: |-
@@ -272,7 +272,7 @@ def test_room_change_request_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_approved_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Ines Okafor (ines.okafor@northwind.test). My manager approved it: please downgrade booking BK-6301 to the Standard King.'
     user_context: |-
@@ -307,7 +307,7 @@ def test_room_change_approved_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_approved_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Zoe Dubois (zoe.dubois@northwind.test). My manager approved it: please upgrade booking BK-6311 to the One-Bedroom Suite.'
     user_context: |-
@@ -342,7 +342,7 @@ def test_room_change_approved_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_approved_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Samir Haddad (samir.haddad@northwind.test). Please downgrade booking BK-6321 to the Standard King.
     user_context: |-
@@ -377,7 +377,7 @@ def test_room_change_approved_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_approved_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ana Nair (ana.nair@northwind.test). Please upgrade booking BK-6331 to the Executive King and tell me the new total.
     user_context: |-
@@ -413,7 +413,7 @@ def test_room_change_approved_04(x: TestContext, judge: Judge):
     validate_response(x, expect=['636.00'], reject=[])
 
 
-def test_room_change_blocked_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Nadia Lin (nadia.lin@northwind.test). Please downgrade booking BK-6341 to the Standard Double.
     user_context: |-
@@ -451,7 +451,7 @@ def test_room_change_blocked_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_blocked_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Oscar Brennan (oscar.brennan@northwind.test). Please downgrade booking BK-6351 to the Standard Queen.
     user_context: |-
@@ -487,7 +487,7 @@ def test_room_change_blocked_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_blocked_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Dmitri Yilmaz (dmitri.yilmaz@northwind.test). Please upgrade booking BK-6361 to the Corner Suite.
     user_context: |-
@@ -523,7 +523,7 @@ def test_room_change_blocked_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_blocked_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Walsh (jonas.walsh@northwind.test). Please upgrade booking BK-6371 to the Corner Suite.
     user_context: |-
@@ -559,7 +559,7 @@ def test_room_change_blocked_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_mismatch_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Kavya Keller (kavya.keller@northwind.test). Please downgrade booking BK-6381 to the Standard King.
     user_context: |-
@@ -595,7 +595,7 @@ def test_room_change_mismatch_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_mismatch_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Zoe Nair (zoe.nair@northwind.test). Please upgrade booking BK-6391 to the Club Room.
     user_context: |-
@@ -631,7 +631,7 @@ def test_room_change_mismatch_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_room_change_mismatch_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Quinn Walsh (quinn.walsh@northwind.test). Please downgrade booking BK-6401 to the Standard Queen.
     user_context: |-

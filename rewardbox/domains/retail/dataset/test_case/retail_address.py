@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_address_change_01(x: TestContext, judge: Judge):
+def test_retail_address_change_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Ana Diaz (ana.diaz@mail.test). Could you ship order ORD-6171 to my work address instead of my home?
     user_context: |-
@@ -52,7 +52,7 @@ def test_address_change_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_change_02(x: TestContext, judge: Judge):
+def test_retail_address_change_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Chloe Berg (chloe.berg@mail.test). Could you ship order ORD-6181 to my work address instead of my home?
     user_context: |-
@@ -92,7 +92,7 @@ def test_address_change_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_change_03(x: TestContext, judge: Judge):
+def test_retail_address_change_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Liam Lind (liam.lind@mail.test). Could you ship order ORD-6191 to my work address instead of my home?
     user_context: |-
@@ -132,7 +132,7 @@ def test_address_change_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_change_04(x: TestContext, judge: Judge):
+def test_retail_address_change_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Samir Okafor (samir.okafor@mail.test). Could you ship order ORD-6201 to my work address instead of my home?
     user_context: |-
@@ -172,7 +172,7 @@ def test_address_change_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_refused_01(x: TestContext, judge: Judge):
+def test_retail_address_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hello, Oscar Berg here, email oscar.berg@mail.test. Please send order ORD-6211 to my work address.
     user_context: |-
@@ -209,7 +209,7 @@ def test_address_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_refused_02(x: TestContext, judge: Judge):
+def test_retail_address_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hello, Priya Costa here, email priya.costa@mail.test. Please send order ORD-6221 to my work address.
     user_context: |-
@@ -246,7 +246,7 @@ def test_address_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_refused_03(x: TestContext, judge: Judge):
+def test_retail_address_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hello, Kavya Fischer here, email kavya.fischer@mail.test. Please send order ORD-6231 to my work address.
     user_context: |-
@@ -283,7 +283,7 @@ def test_address_refused_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_address_refused_04(x: TestContext, judge: Judge):
+def test_retail_address_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hello, Oscar Haddad here, email oscar.haddad@mail.test. Please send order ORD-6241 to my work address.
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_cancel_explicit_01(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please cancel my order ORD-6011.
     user_context: |-
@@ -51,7 +51,7 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_02(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my order ORD-6021.
     user_context: |-
@@ -91,7 +91,7 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_03(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please cancel my order ORD-6031.
     user_context: |-
@@ -130,7 +130,7 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_explicit_04(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my order ORD-6041.
     user_context: |-
@@ -170,7 +170,7 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_01(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Ben Diaz, my email is ben.diaz@mail.test. I want to cancel my order with the leather gloves.
     user_context: |-
@@ -215,7 +215,7 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_02(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Hiro Sato, my email is hiro.sato@mail.test. I want to cancel my order with the ergonomic office chair.
     user_context: |-
@@ -260,7 +260,7 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_03(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Yara Yilmaz, my email is yara.yilmaz@mail.test. I want to cancel my order with the bluetooth speaker.
     user_context: |-
@@ -305,7 +305,7 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_lookup_04(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_04(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Nadia Brennan, my email is nadia.brennan@mail.test. I want to cancel my order with the wool socks (3 pairs).
     user_context: |-
@@ -350,7 +350,7 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_01(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hi, Nadia Reyes here (nadia.reyes@mail.test). Cancel order ORD-6091 please, I changed my mind.
     user_context: |-
@@ -389,7 +389,7 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_02(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, Zoe Sato here (zoe.sato@mail.test). Cancel order ORD-6101 please, I changed my mind.
     user_context: |-
@@ -428,7 +428,7 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_03(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, Yara Walsh here (yara.walsh@mail.test). Cancel order ORD-6111 please, I changed my mind.
     user_context: |-
@@ -467,7 +467,7 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_refused_04(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hi, Tess Petrova here (tess.petrova@mail.test). Cancel order ORD-6121 please, I changed my mind.
     user_context: |-
@@ -506,7 +506,7 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Rahimi, ines.rahimi@mail.test. Please cancel order ORD-6131 and tell me how much will be refunded.
     user_context: |-
@@ -537,13 +537,13 @@ def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: ines.rahimi@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6131}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
     validate_database(x, SRV)
     validate_response(x, expect=['52.05'], reject=[])
 
 
-def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Ivanov, elena.ivanov@mail.test. Please cancel order ORD-6141 and tell me how much will be refunded.
     user_context: |-
@@ -575,13 +575,13 @@ def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: elena.ivanov@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6141}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
     validate_database(x, SRV)
     validate_response(x, expect=['174.05'], reject=[])
 
 
-def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Rahimi, ines.rahimi@mail.test. Please cancel order ORD-6151 and tell me how much will be refunded.
     user_context: |-
@@ -612,13 +612,13 @@ def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: ines.rahimi@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6151}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
     validate_database(x, SRV)
     validate_response(x, expect=['179.70'], reject=[])
 
 
-def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Yara Iyer, yara.iyer@mail.test. Please cancel order ORD-6161 and tell me how much will be refunded.
     user_context: |-
@@ -650,7 +650,7 @@ def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: yara.iyer@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6161}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
     validate_database(x, SRV)
     validate_response(x, expect=['145.05'], reject=[])

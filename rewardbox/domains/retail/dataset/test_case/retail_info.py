@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_retail_tell_value_01(x: TestContext, judge: Judge):
     """!
     query: What was the total of my order ORD-6451?
     user_context: |-
@@ -53,7 +53,7 @@ def test_tell_value_01(x: TestContext, judge: Judge):
     validate_response(x, expect=['104.70'], reject=['17.35'])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_retail_tell_value_02(x: TestContext, judge: Judge):
     """!
     query: What is the status of my order ORD-6461?
     user_context: |-
@@ -93,7 +93,7 @@ def test_tell_value_02(x: TestContext, judge: Judge):
     validate_response(x, expect=['shipped'], reject=['pending', 'processing', 'cancelled', 'returned'])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_retail_tell_value_03(x: TestContext, judge: Judge):
     """!
     query: How much was refunded for order ORD-6471?
     user_context: |-
@@ -136,7 +136,7 @@ def test_tell_value_03(x: TestContext, judge: Judge):
     validate_response(x, expect=['79.70'], reject=['39.90'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_retail_tell_value_04(x: TestContext, judge: Judge):
     """!
     query: Which card did I pay order ORD-6481 with? Just the last four digits.
     user_context: |-

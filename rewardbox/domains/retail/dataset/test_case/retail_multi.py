@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_retail_multi_action_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, Yara Ivanov here (yara.ivanov@mail.test). Two things: cancel order ORD-6531, and ship order ORD-6532 to my work address.'
     user_context: |-
@@ -53,7 +53,7 @@ def test_multi_action_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_retail_multi_action_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Rahimi (vera.rahimi@mail.test). Please return the grey bath towel from order ORD-6541 and cancel order ORD-6542.
     user_context: |-
@@ -95,7 +95,7 @@ def test_multi_action_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_retail_multi_action_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, Kavya Nair here (kavya.nair@mail.test). Two things: cancel order ORD-6551, and ship order ORD-6552 to my work address.'
     user_context: |-
@@ -136,7 +136,7 @@ def test_multi_action_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_multi_action_04(x: TestContext, judge: Judge):
+def test_retail_multi_action_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Quinn Nair (quinn.nair@mail.test). Please return the set of four stoneware mugs from order ORD-6561 and cancel order ORD-6562.
     user_context: |-

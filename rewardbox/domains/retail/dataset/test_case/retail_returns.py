@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_return_in_window_01(x: TestContext, judge: Judge):
+def test_retail_return_in_window_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Chloe Lind (chloe.lind@mail.test). I'd like to return the bamboo cutting board from order ORD-6251.
     user_context: |-
@@ -50,7 +50,7 @@ def test_return_in_window_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_in_window_02(x: TestContext, judge: Judge):
+def test_retail_return_in_window_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Dmitri Ivanov (dmitri.ivanov@mail.test). I'd like to return the woven throw blanket from order ORD-6261.
     user_context: |-
@@ -88,7 +88,7 @@ def test_return_in_window_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_in_window_03(x: TestContext, judge: Judge):
+def test_retail_return_in_window_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Oscar Fischer (oscar.fischer@mail.test). I'd like to return the waterproof rain jacket from order ORD-6271.
     user_context: |-
@@ -126,7 +126,7 @@ def test_return_in_window_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_in_window_04(x: TestContext, judge: Judge):
+def test_retail_return_in_window_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Keller (liam.keller@mail.test). I'd like to return the navy hiking backpack from order ORD-6281.
     user_context: |-
@@ -164,7 +164,7 @@ def test_return_in_window_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_multi_item_01(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Vera Sato (vera.sato@mail.test). From order ORD-6291 please return the ergonomic office chair and the navy hiking backpack, but I'll keep the wireless headphones.
     user_context: |-
@@ -203,7 +203,7 @@ def test_return_multi_item_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_multi_item_02(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Dmitri Lind (dmitri.lind@mail.test). From order ORD-6301 please return the LED desk lamp and the ergonomic office chair, but I'll keep the cast iron skillet.
     user_context: |-
@@ -242,7 +242,7 @@ def test_return_multi_item_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_multi_item_03(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Yara Walsh (yara.walsh@mail.test). From order ORD-6311 please return the woven throw blanket and the bamboo cutting board, but I'll keep the steel water bottle.
     user_context: |-
@@ -281,7 +281,7 @@ def test_return_multi_item_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_multi_item_04(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Priya Foster (priya.foster@mail.test). From order ORD-6321 please return the wireless headphones and the steel water bottle, but I'll keep the cast iron skillet.
     user_context: |-
@@ -320,7 +320,7 @@ def test_return_multi_item_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_tier_window_01(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_01(x: TestContext, judge: Judge):
     """!
     query: Hello, Nadia Brennan here (nadia.brennan@mail.test). I want to return everything in order ORD-6331.
     user_context: |-
@@ -353,12 +353,12 @@ def test_return_tier_window_01(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: nadia.brennan@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6331}}
           - {tool: return_items, parameters: {order_id: ORD-6331, item_ids: [ORD-6331-1]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_return_tier_window_02(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_02(x: TestContext, judge: Judge):
     """!
     query: Hello, Umar Rahimi here (umar.rahimi@mail.test). I want to return everything in order ORD-6341.
     user_context: |-
@@ -392,12 +392,12 @@ def test_return_tier_window_02(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: umar.rahimi@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6341}}
           - {tool: return_items, parameters: {order_id: ORD-6341, item_ids: [ORD-6341-1, ORD-6341-2]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_return_tier_window_03(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_03(x: TestContext, judge: Judge):
     """!
     query: Hello, Ben Keller here (ben.keller@mail.test). I want to return everything in order ORD-6351.
     user_context: |-
@@ -430,12 +430,12 @@ def test_return_tier_window_03(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: ben.keller@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6351}}
           - {tool: return_items, parameters: {order_id: ORD-6351, item_ids: [ORD-6351-1]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_return_tier_window_04(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_04(x: TestContext, judge: Judge):
     """!
     query: Hello, Elena Mensah here (elena.mensah@mail.test). I want to return everything in order ORD-6361.
     user_context: |-
@@ -469,12 +469,12 @@ def test_return_tier_window_04(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: elena.mensah@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6361}}
           - {tool: return_items, parameters: {order_id: ORD-6361, item_ids: [ORD-6361-1, ORD-6361-2]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
     validate_database(x, SRV)
 
 
-def test_return_out_of_window_01(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Quinn Haddad (quinn.haddad@mail.test). I want to return the ergonomic office chair from order ORD-6371.
     user_context: |-
@@ -511,7 +511,7 @@ def test_return_out_of_window_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_out_of_window_02(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Umar Costa (umar.costa@mail.test). I want to return the LED desk lamp from order ORD-6381.
     user_context: |-
@@ -548,7 +548,7 @@ def test_return_out_of_window_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_out_of_window_03(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Lin (jonas.lin@mail.test). I want to return the blue electric kettle from order ORD-6391.
     user_context: |-
@@ -585,7 +585,7 @@ def test_return_out_of_window_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_return_out_of_window_04(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Wes Fischer (wes.fischer@mail.test). I want to return the ergonomic office chair from order ORD-6401.
     user_context: |-

@@ -12,7 +12,7 @@ from rewardbox.grading.checks import validate_database, validate_response
 SRV = "rewardbox_retail"
 
 
-def test_ticket_problem_01(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Jonas Moreau (jonas.moreau@mail.test). The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don't want to return it, I'd like someone to look into it.
     user_context: |-
@@ -48,7 +48,7 @@ def test_ticket_problem_01(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_ticket_problem_02(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Grace Brennan (grace.brennan@mail.test). Order ORD-6421 says it was delivered but I never received it. Can someone look into it?
     user_context: |-
@@ -84,7 +84,7 @@ def test_ticket_problem_02(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_ticket_problem_03(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Kavya Okafor (kavya.okafor@mail.test). I got the wrong item in order ORD-6431: I ordered the wireless headphones but something else came. Please have someone look into it.'
     user_context: |-
@@ -120,7 +120,7 @@ def test_ticket_problem_03(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_ticket_problem_04(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Lin (ines.lin@mail.test). My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out.
     user_context: |-
