@@ -73,5 +73,17 @@ def test_readonly_tools_never_write(env):
                                      ("get_customer", {"customer_id": "CUS-1001"}),
                                      ("list_orders", {"customer_id": "CUS-1001"}),
                                      ("get_order", {"order_id": "ORD-1001"}),
-                                     ("list_tickets", {"customer_id": "CUS-1002"})])
-    assert READONLY_TOOLS == {"find_customer", "get_customer", "list_orders", "get_order", "list_tickets"}
+                                     ("list_tickets", {"customer_id": "CUS-1002"}),
+                                     ("find_customer_by_name", {"full_name": "maria santos", "postal_code": "62000"})])
+    assert READONLY_TOOLS == {"find_customer", "find_customer_by_name", "get_customer", "list_orders", "get_order",
+                              "list_tickets"}
+
+
+def test_find_customer_by_name_and_postal_code(env):
+    _db, call = env
+    found, failed = call("find_customer_by_name", full_name=" Maria Santos", postal_code="62000")
+    assert not failed and found["customer_id"] == "CUS-1001"
+    work, failed = call("find_customer_by_name", full_name="Maria Santos", postal_code="62100")  # the work address
+    assert not failed and work["customer_id"] == "CUS-1001"
+    assert_fails_without_writing(env, "find_customer_by_name", {"full_name": "Maria Santos", "postal_code": "99999"},
+                                 "No customer named 'Maria Santos'")

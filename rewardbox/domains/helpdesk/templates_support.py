@@ -22,8 +22,14 @@ def _me(p: Any) -> dict[str, Any]:
     return call("get_employee", employee_id=p.employee_id)
 
 
+_OPENINGS = ("Hi, I'm {name} ({id}).", "Hello, this is {name}, employee id {id}.",
+             "{name} here ({id}).", "Hi IT, {name} from {department}, id {id}.")
+
+
 def _hello(p: Any) -> str:
-    return f"Hi, I'm {p.name} ({p.employee_id})."
+    """Who is writing (name and employee id), in one of four wordings by employee."""
+    return _OPENINGS[int(p.employee_id[-3:]) % len(_OPENINGS)].format(name=p.name, id=p.employee_id,
+                                                                      department=p.department)
 
 
 def device_warranty(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -194,3 +200,30 @@ def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
     return task_spec(f"{_hello(p)} {ask}",
                      user_context(p, f"{ask} (It really belongs to your colleague {c.name}; do not say so unless "
                                   "asked.)"), golden, write=False)
+
+
+def onboarding(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """Three to five writes: access to two or three systems (two approvers), a device, a ticket."""
+    p = b.employee()
+    std = b.rng.sample(STANDARD, 2)
+    systems = std + ([b.rng.choice(RESTRICTED)] if k % 2 == 0 else [])
+    paid = k % 4 == 1
+    d = b.device(p, in_warranty=not paid)
+    t = b.ticket(p, "urgent", b.eligible_age("urgent")) if k >= 2 else None
+    names = ", ".join(s[1] for s in systems[:-1]) + f" and {systems[-1][1]}"
+    query = (f"{_hello(p)} I just moved to a new team. Please request access to {names}. Also my {d.kind} "
+             f"{d.device_id} {PROBLEMS[d.kind]}, please get it replaced"
+             + (" (my department agreed to pay if needed)" if paid else "")
+             + (f", and escalate my ticket {t.ticket_id}, nobody has looked at it." if t else "."))
+    golden = [_me(p), call("list_systems")]
+    golden += [call("request_access", employee_id=p.employee_id, system_id=sid,
+                    approver_id=owner if level == "restricted" else p.manager_id)
+               for sid, _name, level, owner in systems]
+    golden += [call("get_device", device_id=d.device_id),
+               call("order_replacement", device_id=d.device_id, billing="department" if paid else "warranty")]
+    golden += [call("get_ticket", ticket_id=t.ticket_id), call("escalate_ticket", ticket_id=t.ticket_id)] if t else []
+    extra = [f"Your manager: {p.manager_name}"] + (["Your department agrees to pay for a replacement: yes"]
+                                                   if paid else [])
+    goal = f"get access to {names} requested and {d.device_id} replaced" + (
+        f", and ticket {t.ticket_id} escalated." if t else ".")
+    return task_spec(query, user_context(p, goal, extra=extra), golden, write=True)

@@ -18,9 +18,13 @@ from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, user_con
 from rewardbox.domains.hotel.tools import GOODWILL_CREDITS, REDEEM_LIMIT_CREDITS, money
 
 
+_OPENINGS = ("Hi, I'm {name} ({email}).", "Hello, {name} here, email {email}.",
+             "Good afternoon, this is {name} ({email}).", "Hi travel desk, {name} writing - {email}.")
+
+
 def hello(p: Person) -> str:
-    """The opening of every first message: who is writing (name and email)."""
-    return f"Hi, I'm {p.name} ({p.email})."
+    """The opening of a first message: who is writing (name and email), in one of four wordings by traveller."""
+    return _OPENINGS[int(p.traveller_id[-3:]) % len(_OPENINGS)].format(name=p.name, email=p.email)
 
 
 def describe(s: Stay) -> str:
@@ -113,7 +117,7 @@ def approval_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
                                     reason=f"Traveller asks for the {target.name}.")], write=True)
 
 
-def _wanted(s: Stay, k: int) -> tuple[str, Any]:
+def wanted_room(s: Stay, k: int) -> tuple[str, Any]:
     """Downgrade on even variants, upgrade on odd ones: (verb, room)."""
     return ("downgrade", s.cheaper()) if k % 2 == 0 else ("upgrade", s.dearer())
 
@@ -122,7 +126,7 @@ def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
     b.distractors(p, k // 2)
-    verb, room = _wanted(s, k)
+    verb, room = wanted_room(s, k)
     return task_spec(f"{hello(p)} I'd like to {verb} booking {s.booking_id} to the {room.name}.",
                      user_context(p, f"{verb} booking {s.booking_id} to the {room.name}. You accept that your manager "
                                   f"({p.manager_name}) must approve it first.", booking=describe(s)),
@@ -134,7 +138,7 @@ def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1, nights=b.rng.randint(2, 4))
-    verb, room = _wanted(s, k)
+    verb, room = wanted_room(s, k)
     b.approval(p, s, room, "approved")
     new_total = money(Decimal(room.rate) * s.nights)
     ask = " and tell me the new total" if k == 3 else ""
@@ -150,7 +154,7 @@ def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
-    verb, room = _wanted(s, k // 2)
+    verb, room = wanted_room(s, k // 2)
     status = ("pending", "denied")[k % 2]
     b.approval(p, s, room, status)
     b.distractors(p, 1)
@@ -163,8 +167,8 @@ def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
-    verb, room = _wanted(s, k)
-    _other_verb, approved = _wanted(s, k + 1)
+    verb, room = wanted_room(s, k)
+    _other_verb, approved = wanted_room(s, k + 1)
     b.approval(p, s, approved, "approved")
     return task_spec(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
                      user_context(p, f"{verb} booking {s.booking_id} to the {room.name} (not the {approved.name}). You "
@@ -362,4 +366,4 @@ FAMILIES: tuple[Family, ...] = (
     Family("wrong_owner", "hotel_security.py", "hard", wrong_owner),
     Family("multi_action", "hotel_multi.py", "hard", multi_action),
 )
-"""Every template, in the order tasks are numbered and written."""
+"""The one-booking and two-booking templates (``templates_trips.FAMILIES`` follow them)."""

@@ -104,6 +104,28 @@ def find_customer(db: Session, email: str) -> dict[str, Any]:
     return _customer_view(db, customer)
 
 
+def find_customer_by_name(db: Session, full_name: str, postal_code: str) -> dict[str, Any]:
+    """Find a customer by full name and the postal code of one of their saved addresses.
+
+    Use it when the customer does not remember their email.
+
+    Args:
+        full_name: the customer's full name, e.g. "Ana Lopez" (case-insensitive).
+        postal_code: the postal code of a saved address, e.g. "97201".
+
+    Returns the same record as find_customer. Error if no customer, or more
+    than one, has this name and postal code.
+    """
+    matches = list(db.scalars(
+        sa.select(Customer).join(Address, Address.customer_id == Customer.customer_id)
+        .where(sa.func.lower(Customer.name) == full_name.strip().lower(), Address.postal_code == postal_code.strip())
+        .distinct().order_by(Customer.customer_id)))
+    if len(matches) != 1:
+        raise ToolFailure(f"{'No' if not matches else 'More than one'} customer named {full_name!r} with postal code "
+                          f"{postal_code!r}; ask for the email instead")
+    return _customer_view(db, matches[0])
+
+
 def get_customer(db: Session, customer_id: str) -> dict[str, Any]:
     """Get a customer by customer id.
 
@@ -299,8 +321,8 @@ def list_tickets(db: Session, customer_id: str) -> dict[str, Any]:
          "created_on": t.created_on.isoformat()} for t in tickets]}
 
 
-TOOLS = (find_customer, get_customer, list_orders, get_order, cancel_order, update_shipping_address,
+TOOLS = (find_customer, find_customer_by_name, get_customer, list_orders, get_order, cancel_order, update_shipping_address,
          return_items, create_ticket, list_tickets)
-READONLY_TOOLS = frozenset({"find_customer", "get_customer", "list_orders", "get_order", "list_tickets"})
+READONLY_TOOLS = frozenset({"find_customer", "find_customer_by_name", "get_customer", "list_orders", "get_order", "list_tickets"})
 SPLITTABLE = {"return_items": "item_ids"}
 """Items may come back in one call or one call each: the same refunds and statuses."""

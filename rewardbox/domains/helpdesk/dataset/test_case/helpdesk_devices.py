@@ -14,7 +14,7 @@ SRV = "rewardbox_helpdesk"
 
 def test_helpdesk_device_warranty_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Nair (EMP-2031). My laptop DEV-6311 won't turn on anymore. Please order a replacement.
+    query: Hi IT, Jonas Nair from Sales, id EMP-2031. My laptop DEV-6311 won't turn on anymore. Please order a replacement.
     user_context: |-
       You are Jonas Nair, an employee of Northwind (Account Manager, Sales).
       Name: Jonas Nair
@@ -84,7 +84,7 @@ def test_helpdesk_device_warranty_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_warranty_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Fischer (EMP-2033). My monitor DEV-6331 has dead pixels all over. Please order a replacement.
+    query: Hello, this is Farid Fischer, employee id EMP-2033. My monitor DEV-6331 has dead pixels all over. Please order a replacement.
     user_context: |-
       You are Farid Fischer, an employee of Northwind (Support Technician, IT).
       Name: Farid Fischer
@@ -119,7 +119,7 @@ def test_helpdesk_device_warranty_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_warranty_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Okafor (EMP-2034). My laptop DEV-6341 won't turn on anymore. Please order a replacement.
+    query: Liam Okafor here (EMP-2034). My laptop DEV-6341 won't turn on anymore. Please order a replacement.
     user_context: |-
       You are Liam Okafor, an employee of Northwind (Software Engineer, Engineering).
       Name: Liam Okafor
@@ -154,7 +154,7 @@ def test_helpdesk_device_warranty_04(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_lookup_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Gwen Mensah (EMP-2035). My phone has a cracked screen. Can I get a new one?
+    query: Hi IT, Gwen Mensah from Engineering, id EMP-2035. My phone has a cracked screen. Can I get a new one?
     user_context: |-
       You are Gwen Mensah, an employee of Northwind (Software Engineer, Engineering).
       Name: Gwen Mensah
@@ -226,7 +226,7 @@ def test_helpdesk_device_lookup_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_lookup_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Elena Rahimi (EMP-2037). My phone has a cracked screen. Can I get a new one?
+    query: Hello, this is Elena Rahimi, employee id EMP-2037. My phone has a cracked screen. Can I get a new one?
     user_context: |-
       You are Elena Rahimi, an employee of Northwind (Recruiter, HR).
       Name: Elena Rahimi
@@ -262,7 +262,7 @@ def test_helpdesk_device_lookup_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_paid_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Umar Lind (EMP-2038). My monitor DEV-6381 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
+    query: Umar Lind here (EMP-2038). My monitor DEV-6381 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
       You are Umar Lind, an employee of Northwind (Account Manager, Sales).
       Name: Umar Lind
@@ -298,7 +298,7 @@ def test_helpdesk_device_paid_01(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_paid_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Brennan (EMP-2039). My phone DEV-6391 has a cracked screen. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
+    query: Hi IT, Chloe Brennan from Finance, id EMP-2039. My phone DEV-6391 has a cracked screen. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
       You are Chloe Brennan, an employee of Northwind (Financial Analyst, Finance).
       Name: Chloe Brennan
@@ -370,7 +370,7 @@ def test_helpdesk_device_paid_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_refused_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Nadia Lopez (EMP-2041). My laptop DEV-6411 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Hello, this is Nadia Lopez, employee id EMP-2041. My laptop DEV-6411 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Nadia Lopez, an employee of Northwind (Financial Analyst, Finance).
       Name: Nadia Lopez
@@ -404,7 +404,7 @@ def test_helpdesk_device_refused_01(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_refused_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Gwen Petrova (EMP-2042). My laptop DEV-6421 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Gwen Petrova here (EMP-2042). My laptop DEV-6421 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Gwen Petrova, an employee of Northwind (Financial Analyst, Finance).
       Name: Gwen Petrova
@@ -438,7 +438,7 @@ def test_helpdesk_device_refused_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_device_refused_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Ines Sato (EMP-2043). My laptop DEV-6431 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Hi IT, Ines Sato from IT, id EMP-2043. My laptop DEV-6431 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Ines Sato, an employee of Northwind (Support Technician, IT).
       Name: Ines Sato

@@ -14,7 +14,7 @@ SRV = "rewardbox_helpdesk"
 
 def test_helpdesk_tell_value_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Nair (EMP-2055). When does the warranty of my phone DEV-6551 end?
+    query: Hi IT, Ines Nair from Sales, id EMP-2055. When does the warranty of my phone DEV-6551 end?
     user_context: |-
       You are Ines Nair, an employee of Northwind (Account Manager, Sales).
       Name: Ines Nair
@@ -77,7 +77,7 @@ def test_helpdesk_tell_value_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_tell_value_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Hiro Foster (EMP-2057). Who has to approve access to Source Code Repository?
+    query: Hello, this is Hiro Foster, employee id EMP-2057. Who has to approve access to Source Code Repository?
     user_context: |-
       You are Hiro Foster, an employee of Northwind (Support Technician, IT).
       Name: Hiro Foster
@@ -108,7 +108,7 @@ def test_helpdesk_tell_value_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_tell_value_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Walsh (EMP-2058). On which date was my ticket TCK-6581 opened?
+    query: Ines Walsh here (EMP-2058). On which date was my ticket TCK-6581 opened?
     user_context: |-
       You are Ines Walsh, an employee of Northwind (Support Technician, IT).
       Name: Ines Walsh

@@ -189,7 +189,7 @@ def test_helpdesk_escalate_lookup_01(x: TestContext, judge: Judge):
 
 def test_helpdesk_escalate_lookup_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Lopez (EMP-2049). My ticket about "Laptop battery drains fast" is still not solved. Please escalate it.
+    query: Hello, this is Jonas Lopez, employee id EMP-2049. My ticket about "Laptop battery drains fast" is still not solved. Please escalate it.
     user_context: |-
       You are Jonas Lopez, an employee of Northwind (Software Engineer, Engineering).
       Name: Jonas Lopez
@@ -224,7 +224,7 @@ def test_helpdesk_escalate_lookup_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_escalate_lookup_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Costa (EMP-2050). My ticket about "Wi-Fi drops in meeting rooms" is still not solved. Please escalate it.
+    query: Ines Costa here (EMP-2050). My ticket about "Wi-Fi drops in meeting rooms" is still not solved. Please escalate it.
     user_context: |-
       You are Ines Costa, an employee of Northwind (Account Manager, Sales).
       Name: Ines Costa
@@ -259,7 +259,7 @@ def test_helpdesk_escalate_lookup_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_escalate_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Walsh (EMP-2051). Please escalate ticket TCK-6511, I have waited long enough.
+    query: Hi IT, Vera Walsh from Finance, id EMP-2051. Please escalate ticket TCK-6511, I have waited long enough.
     user_context: |-
       You are Vera Walsh, an employee of Northwind (Financial Analyst, Finance).
       Name: Vera Walsh
@@ -325,7 +325,7 @@ def test_helpdesk_escalate_refused_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_escalate_refused_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Lin (EMP-2053). Please escalate ticket TCK-6531, I have waited long enough.
+    query: Hello, this is Vera Lin, employee id EMP-2053. Please escalate ticket TCK-6531, I have waited long enough.
     user_context: |-
       You are Vera Lin, an employee of Northwind (Recruiter, HR).
       Name: Vera Lin
@@ -358,7 +358,7 @@ def test_helpdesk_escalate_refused_03(x: TestContext, judge: Judge):
 
 def test_helpdesk_escalate_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Dmitri Lind (EMP-2054). Please escalate ticket TCK-6541, I have waited long enough.
+    query: Dmitri Lind here (EMP-2054). Please escalate ticket TCK-6541, I have waited long enough.
     user_context: |-
       You are Dmitri Lind, an employee of Northwind (Software Engineer, Engineering).
       Name: Dmitri Lind

@@ -169,7 +169,7 @@ def test_hotel_redeem_explicit_05(x: TestContext, judge: Judge):
 
 def test_hotel_redeem_over_limit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Keller (jonas.keller@northwind.test). Please redeem 75 loyalty credits on booking BK-6461.
+    query: Good afternoon, this is Jonas Keller (jonas.keller@northwind.test). Please redeem 75 loyalty credits on booking BK-6461.
     user_context: |-
       You are Jonas Keller, a Northwind employee who travels for work.
       Name: Jonas Keller
@@ -200,7 +200,7 @@ def test_hotel_redeem_over_limit_01(x: TestContext, judge: Judge):
 
 def test_hotel_redeem_over_limit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Yilmaz (farid.yilmaz@northwind.test). Please redeem 115 loyalty credits on booking BK-6471.
+    query: Hi travel desk, Farid Yilmaz writing - farid.yilmaz@northwind.test. Please redeem 115 loyalty credits on booking BK-6471.
     user_context: |-
       You are Farid Yilmaz, a Northwind employee who travels for work.
       Name: Farid Yilmaz
@@ -267,7 +267,7 @@ def test_hotel_redeem_over_limit_03(x: TestContext, judge: Judge):
 
 def test_hotel_redeem_over_limit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Keller (wes.keller@northwind.test). Please redeem 240 loyalty credits on booking BK-6491.
+    query: Hello, Wes Keller here, email wes.keller@northwind.test. Please redeem 240 loyalty credits on booking BK-6491.
     user_context: |-
       You are Wes Keller, a Northwind employee who travels for work.
       Name: Wes Keller
@@ -298,7 +298,7 @@ def test_hotel_redeem_over_limit_04(x: TestContext, judge: Judge):
 
 def test_hotel_redeem_max_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Brennan (ines.brennan@northwind.test). Please use as many of my loyalty credits on booking BK-6501 as the policy allows.
+    query: Good afternoon, this is Ines Brennan (ines.brennan@northwind.test). Please use as many of my loyalty credits on booking BK-6501 as the policy allows.
     user_context: |-
       You are Ines Brennan, a Northwind employee who travels for work.
       Name: Ines Brennan
@@ -330,7 +330,7 @@ def test_hotel_redeem_max_01(x: TestContext, judge: Judge):
 
 def test_hotel_redeem_max_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Dubois (priya.dubois@northwind.test). Please use as many of my loyalty credits on booking BK-6511 as the policy allows.
+    query: Hi travel desk, Priya Dubois writing - priya.dubois@northwind.test. Please use as many of my loyalty credits on booking BK-6511 as the policy allows.
     user_context: |-
       You are Priya Dubois, a Northwind employee who travels for work.
       Name: Priya Dubois
@@ -398,7 +398,7 @@ def test_hotel_redeem_max_03(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_credits_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Samir Reyes (samir.reyes@northwind.test). About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain and I''d like some compensation.'
+    query: 'Hello, Samir Reyes here, email samir.reyes@northwind.test. About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain and I''d like some compensation.'
     user_context: |-
       You are Samir Reyes, a Northwind employee who travels for work.
       Name: Samir Reyes
@@ -430,7 +430,7 @@ def test_hotel_goodwill_credits_01(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_credits_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. What can you offer me for this?'
+    query: 'Good afternoon, this is Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. What can you offer me for this?'
     user_context: |-
       You are Priya Lin, a Northwind employee who travels for work.
       Name: Priya Lin
@@ -462,7 +462,7 @@ def test_hotel_goodwill_credits_02(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_credits_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Kavya Okafor (kavya.okafor@northwind.test). About my stay on booking BK-6551: My room was not ready until late in the evening. I expect some goodwill credits for this.'
+    query: 'Hi travel desk, Kavya Okafor writing - kavya.okafor@northwind.test. About my stay on booking BK-6551: My room was not ready until late in the evening. I expect some goodwill credits for this.'
     user_context: |-
       You are Kavya Okafor, a Northwind employee who travels for work.
       Name: Kavya Okafor
@@ -526,7 +526,7 @@ def test_hotel_goodwill_credits_04(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_repeat_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Wes Mensah (wes.mensah@northwind.test). Booking BK-6571: The bathroom was dirty when I arrived and nobody cleaned it. I want compensation.'
+    query: 'Hello, Wes Mensah here, email wes.mensah@northwind.test. Booking BK-6571: The bathroom was dirty when I arrived and nobody cleaned it. I want compensation.'
     user_context: |-
       You are Wes Mensah, a Northwind employee who travels for work.
       Name: Wes Mensah
@@ -560,7 +560,7 @@ def test_hotel_goodwill_repeat_01(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_repeat_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Vera Haddad (vera.haddad@northwind.test). Booking BK-6581: My room was not ready until late in the evening. I want compensation.'
+    query: 'Good afternoon, this is Vera Haddad (vera.haddad@northwind.test). Booking BK-6581: My room was not ready until late in the evening. I want compensation.'
     user_context: |-
       You are Vera Haddad, a Northwind employee who travels for work.
       Name: Vera Haddad
@@ -594,7 +594,7 @@ def test_hotel_goodwill_repeat_02(x: TestContext, judge: Judge):
 
 def test_hotel_goodwill_repeat_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Jonas Kowalski (jonas.kowalski@northwind.test). Booking BK-6591: The room smelled of smoke and the sheets were stained. I want compensation.'
+    query: 'Hi travel desk, Jonas Kowalski writing - jonas.kowalski@northwind.test. Booking BK-6591: The room smelled of smoke and the sheets were stained. I want compensation.'
     user_context: |-
       You are Jonas Kowalski, a Northwind employee who travels for work.
       Name: Jonas Kowalski
@@ -659,7 +659,7 @@ def test_hotel_complaint_only_01(x: TestContext, judge: Judge):
 
 def test_hotel_complaint_only_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Elena Nair (elena.nair@northwind.test). Feedback on booking BK-6611: The room smelled of smoke and the sheets were stained. No need to do anything, just passing it on.'
+    query: 'Hello, Elena Nair here, email elena.nair@northwind.test. Feedback on booking BK-6611: The room smelled of smoke and the sheets were stained. No need to do anything, just passing it on.'
     user_context: |-
       You are Elena Nair, a Northwind employee who travels for work.
       Name: Elena Nair
@@ -690,7 +690,7 @@ def test_hotel_complaint_only_02(x: TestContext, judge: Judge):
 
 def test_hotel_complaint_only_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Mei Fischer (mei.fischer@northwind.test). Feedback on booking BK-6621: The room was very noisy every night because of construction next door. I''m not asking for anything, please just note it.'
+    query: 'Good afternoon, this is Mei Fischer (mei.fischer@northwind.test). Feedback on booking BK-6621: The room was very noisy every night because of construction next door. I''m not asking for anything, please just note it.'
     user_context: |-
       You are Mei Fischer, a Northwind employee who travels for work.
       Name: Mei Fischer

@@ -14,7 +14,7 @@ SRV = "rewardbox_hotel"
 
 def test_hotel_tell_value_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Lin (wes.lin@northwind.test). How many loyalty credits do I have?
+    query: Hi travel desk, Wes Lin writing - wes.lin@northwind.test. How many loyalty credits do I have?
     user_context: |-
       You are Wes Lin, a Northwind employee who travels for work.
       Name: Wes Lin
@@ -149,7 +149,7 @@ def test_hotel_tell_value_04(x: TestContext, judge: Judge):
 
 def test_hotel_tell_value_05(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Nadia Costa (nadia.costa@northwind.test). How much per night is the Classic Room at the hotel of my booking BK-6671?
+    query: Hi travel desk, Nadia Costa writing - nadia.costa@northwind.test. How much per night is the Classic Room at the hotel of my booking BK-6671?
     user_context: |-
       You are Nadia Costa, a Northwind employee who travels for work.
       Name: Nadia Costa

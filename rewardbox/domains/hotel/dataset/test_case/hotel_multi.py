@@ -14,7 +14,7 @@ SRV = "rewardbox_hotel"
 
 def test_hotel_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Haddad (priya.haddad@northwind.test). Two things: cancel booking BK-6731, and redeem 30 credits on booking BK-6732.'
+    query: 'Hello, Priya Haddad here, email priya.haddad@northwind.test. Two things: cancel booking BK-6731, and redeem 30 credits on booking BK-6732.'
     user_context: |-
       You are Priya Haddad, a Northwind employee who travels for work.
       Name: Priya Haddad
@@ -50,7 +50,7 @@ def test_hotel_multi_action_01(x: TestContext, judge: Judge):
 
 def test_hotel_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6741 and BK-6742.'
+    query: 'Good afternoon, this is Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6741 and BK-6742.'
     user_context: |-
       You are Oscar Iyer, a Northwind employee who travels for work.
       Name: Oscar Iyer
@@ -86,7 +86,7 @@ def test_hotel_multi_action_02(x: TestContext, judge: Judge):
 
 def test_hotel_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Mei Mensah (mei.mensah@northwind.test). Two things: cancel booking BK-6751, and redeem 60 credits on booking BK-6752.'
+    query: 'Hi travel desk, Mei Mensah writing - mei.mensah@northwind.test. Two things: cancel booking BK-6751, and redeem 60 credits on booking BK-6752.'
     user_context: |-
       You are Mei Mensah, a Northwind employee who travels for work.
       Name: Mei Mensah
@@ -156,5 +156,167 @@ def test_hotel_multi_action_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6761}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6762}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_01(x: TestContext, judge: Judge):
+    """!
+    query: Hello, Quinn Dubois here, email quinn.dubois@northwind.test. My travel plans changed. Please cancel booking BK-6771; downgrade booking BK-6772 to the Standard Twin (my manager approved it); and redeem 45 of my credits on BK-6772.
+    user_context: |-
+      You are Quinn Dubois, a Northwind employee who travels for work.
+      Name: Quinn Dubois
+      Email: quinn.dubois@northwind.test
+      Traveller id: TRV-2077 (give it only if asked)
+      Booking: BK-6771 (Spree Tower Hotel, Berlin, Studio, 2025-09-30 to 2025-10-04) and BK-6772 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-28 to 2025-10-02)
+      Your manager Rafael Mendes approved the room change.
+      Goal: cancel booking BK-6771, downgrade booking BK-6772 to the Standard Twin, and redeem 45 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2077, name: Quinn Dubois, email: quinn.dubois@northwind.test, tier: silver, credit_balance: 138, manager_id: MGR-1002}
+          bookings:
+          - {booking_id: BK-6771, traveller_id: TRV-2077, room_type_id: RT-BER-STU, check_in: '2025-09-30', check_out: '2025-10-04', nightly_rate: '132.50', total: '530.00', status: confirmed}
+          - {booking_id: BK-6772, traveller_id: TRV-2077, room_type_id: RT-MAD-SUP, check_in: '2025-09-28', check_out: '2025-10-02', nightly_rate: '124.00', total: '496.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6771, booking_id: BK-6771, method: corporate_card, card_last4: '1192', amount: '530.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6772, booking_id: BK-6772, method: personal_card, card_last4: '7774', amount: '496.00', created_on: '2025-08-24'}
+          approval_requests:
+          - {approval_id: APR-6773, booking_id: BK-6772, manager_id: MGR-1002, requested_room_type_id: RT-MAD-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-08'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: quinn.dubois@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6771}}
+          - {tool: get_booking, parameters: {booking_id: BK-6772}}
+          - {tool: change_room, parameters: {booking_id: BK-6772, room_type_id: RT-MAD-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6772, credits: 45}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_02(x: TestContext, judge: Judge):
+    """!
+    query: Good afternoon, this is Liam Okafor (liam.okafor@northwind.test). My travel plans changed. Please cancel booking BK-6781 and booking BK-6782; upgrade booking BK-6783 to the Executive King (my manager approved it); and redeem 40 of my credits on BK-6783.
+    user_context: |-
+      You are Liam Okafor, a Northwind employee who travels for work.
+      Name: Liam Okafor
+      Email: liam.okafor@northwind.test
+      Traveller id: TRV-2078 (give it only if asked)
+      Booking: BK-6781 (Marina Garden Hotel, Singapore, Garden Room, 2025-09-23 to 2025-09-27) and BK-6782 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-01 to 2025-10-02) and BK-6783 (Spree Tower Hotel, Berlin, Studio, 2025-09-19 to 2025-09-23)
+      Your manager Ingrid Holm approved the room change.
+      Goal: cancel booking BK-6781 and booking BK-6782, upgrade booking BK-6783 to the Executive King, and redeem 40 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2078, name: Liam Okafor, email: liam.okafor@northwind.test, tier: gold, credit_balance: 280, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6781, traveller_id: TRV-2078, room_type_id: RT-SIN-STD, check_in: '2025-09-23', check_out: '2025-09-27', nightly_rate: '176.00', total: '704.00', status: confirmed}
+          - {booking_id: BK-6782, traveller_id: TRV-2078, room_type_id: RT-MAD-SUP, check_in: '2025-10-01', check_out: '2025-10-02', nightly_rate: '124.00', total: '124.00', status: confirmed}
+          - {booking_id: BK-6783, traveller_id: TRV-2078, room_type_id: RT-BER-STU, check_in: '2025-09-19', check_out: '2025-09-23', nightly_rate: '132.50', total: '530.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6781, booking_id: BK-6781, method: personal_card, card_last4: '2056', amount: '704.00', created_on: '2025-09-02'}
+          - {payment_id: PAY-6782, booking_id: BK-6782, method: corporate_card, card_last4: '8493', amount: '124.00', created_on: '2025-09-05'}
+          - {payment_id: PAY-6783, booking_id: BK-6783, method: personal_card, card_last4: '6740', amount: '530.00', created_on: '2025-08-23'}
+          approval_requests:
+          - {approval_id: APR-6784, booking_id: BK-6783, manager_id: MGR-1003, requested_room_type_id: RT-BER-EXE, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-08'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: liam.okafor@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6781}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6782}}
+          - {tool: get_booking, parameters: {booking_id: BK-6783}}
+          - {tool: change_room, parameters: {booking_id: BK-6783, room_type_id: RT-BER-EXE}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6783, credits: 40}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_03(x: TestContext, judge: Judge):
+    """!
+    query: Hi travel desk, Mei Keller writing - mei.keller@northwind.test. My travel plans changed. Please cancel booking BK-6791; downgrade booking BK-6792 to the Standard Double (my manager approved it); and redeem 45 of my credits on BK-6792.
+    user_context: |-
+      You are Mei Keller, a Northwind employee who travels for work.
+      Name: Mei Keller
+      Email: mei.keller@northwind.test
+      Traveller id: TRV-2079 (give it only if asked)
+      Booking: BK-6791 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-16 to 2025-09-19) and BK-6792 (Harbor View Hotel, Lisbon, Superior Double, 2025-10-09 to 2025-10-13)
+      Your manager Kwame Boateng approved the room change.
+      Goal: cancel booking BK-6791, downgrade booking BK-6792 to the Standard Double, and redeem 45 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2079, name: Mei Keller, email: mei.keller@northwind.test, tier: silver, credit_balance: 118, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6791, traveller_id: TRV-2079, room_type_id: RT-SIN-DLX, check_in: '2025-09-16', check_out: '2025-09-19', nightly_rate: '238.00', total: '714.00', status: confirmed}
+          - {booking_id: BK-6792, traveller_id: TRV-2079, room_type_id: RT-LIS-SUP, check_in: '2025-10-09', check_out: '2025-10-13', nightly_rate: '146.00', total: '584.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6791, booking_id: BK-6791, method: corporate_card, card_last4: '9732', amount: '714.00', created_on: '2025-08-25'}
+          - {payment_id: PAY-6792, booking_id: BK-6792, method: personal_card, card_last4: '4997', amount: '584.00', created_on: '2025-08-17'}
+          approval_requests:
+          - {approval_id: APR-6793, booking_id: BK-6792, manager_id: MGR-1004, requested_room_type_id: RT-LIS-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-04'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.keller@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6791}}
+          - {tool: get_booking, parameters: {booking_id: BK-6792}}
+          - {tool: change_room, parameters: {booking_id: BK-6792, room_type_id: RT-LIS-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6792, credits: 45}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_04(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Nadia Dubois (nadia.dubois@northwind.test). My travel plans changed. Please cancel booking BK-6801 and booking BK-6802; upgrade booking BK-6803 to the Corner Suite (my manager approved it); and redeem 30 of my credits on BK-6803.
+    user_context: |-
+      You are Nadia Dubois, a Northwind employee who travels for work.
+      Name: Nadia Dubois
+      Email: nadia.dubois@northwind.test
+      Traveller id: TRV-2080 (give it only if asked)
+      Booking: BK-6801 (Queen Street Inn, Toronto, Classic Room, 2025-09-30 to 2025-10-02) and BK-6802 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-27 to 2025-09-29) and BK-6803 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-21)
+      Your manager Ingrid Holm approved the room change.
+      Goal: cancel booking BK-6801 and booking BK-6802, upgrade booking BK-6803 to the Corner Suite, and redeem 30 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2080, name: Nadia Dubois, email: nadia.dubois@northwind.test, tier: gold, credit_balance: 278, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6801, traveller_id: TRV-2080, room_type_id: RT-TOR-STD, check_in: '2025-09-30', check_out: '2025-10-02', nightly_rate: '142.00', total: '284.00', status: confirmed}
+          - {booking_id: BK-6802, traveller_id: TRV-2080, room_type_id: RT-LIS-STE, check_in: '2025-09-27', check_out: '2025-09-29', nightly_rate: '215.00', total: '430.00', status: confirmed}
+          - {booking_id: BK-6803, traveller_id: TRV-2080, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-21', nightly_rate: '229.00', total: '916.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6801, booking_id: BK-6801, method: corporate_card, card_last4: '3515', amount: '284.00', created_on: '2025-08-26'}
+          - {payment_id: PAY-6802, booking_id: BK-6802, method: corporate_card, card_last4: '5217', amount: '430.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6803, booking_id: BK-6803, method: personal_card, card_last4: '2132', amount: '916.00', created_on: '2025-08-13'}
+          approval_requests:
+          - {approval_id: APR-6804, booking_id: BK-6803, manager_id: MGR-1003, requested_room_type_id: RT-CHI-STE, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-09'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: nadia.dubois@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6801}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6802}}
+          - {tool: get_booking, parameters: {booking_id: BK-6803}}
+          - {tool: change_room, parameters: {booking_id: BK-6803, room_type_id: RT-CHI-STE}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6803, credits: 30}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
     """
     validate_database(x, SRV)

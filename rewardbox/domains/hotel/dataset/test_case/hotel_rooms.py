@@ -138,7 +138,7 @@ def test_hotel_approval_explicit_04(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_request_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Reyes (vera.reyes@northwind.test). I'd like to downgrade booking BK-6261 to the Garden Room.
+    query: Good afternoon, this is Vera Reyes (vera.reyes@northwind.test). I'd like to downgrade booking BK-6261 to the Garden Room.
     user_context: |-
       You are Vera Reyes, a Northwind employee who travels for work.
       Name: Vera Reyes
@@ -171,7 +171,7 @@ def test_hotel_room_change_request_01(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_request_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ben Okafor (ben.okafor@northwind.test). I'd like to upgrade booking BK-6271 to the Park Suite.
+    query: Hi travel desk, Ben Okafor writing - ben.okafor@northwind.test. I'd like to upgrade booking BK-6271 to the Park Suite.
     user_context: |-
       You are Ben Okafor, a Northwind employee who travels for work.
       Name: Ben Okafor
@@ -239,7 +239,7 @@ def test_hotel_room_change_request_03(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_request_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Mensah (vera.mensah@northwind.test). I'd like to upgrade booking BK-6291 to the Executive King.
+    query: Hello, Vera Mensah here, email vera.mensah@northwind.test. I'd like to upgrade booking BK-6291 to the Executive King.
     user_context: |-
       You are Vera Mensah, a Northwind employee who travels for work.
       Name: Vera Mensah
@@ -274,7 +274,7 @@ def test_hotel_room_change_request_04(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_approved_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Ines Okafor (ines.okafor@northwind.test). My manager approved it: please downgrade booking BK-6301 to the Standard King.'
+    query: 'Good afternoon, this is Ines Okafor (ines.okafor@northwind.test). My manager approved it: please downgrade booking BK-6301 to the Standard King.'
     user_context: |-
       You are Ines Okafor, a Northwind employee who travels for work.
       Name: Ines Okafor
@@ -309,7 +309,7 @@ def test_hotel_room_change_approved_01(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_approved_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Zoe Dubois (zoe.dubois@northwind.test). My manager approved it: please upgrade booking BK-6311 to the One-Bedroom Suite.'
+    query: 'Hi travel desk, Zoe Dubois writing - zoe.dubois@northwind.test. My manager approved it: please upgrade booking BK-6311 to the One-Bedroom Suite.'
     user_context: |-
       You are Zoe Dubois, a Northwind employee who travels for work.
       Name: Zoe Dubois
@@ -379,7 +379,7 @@ def test_hotel_room_change_approved_03(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_approved_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ana Nair (ana.nair@northwind.test). Please upgrade booking BK-6331 to the Executive King and tell me the new total.
+    query: Hello, Ana Nair here, email ana.nair@northwind.test. Please upgrade booking BK-6331 to the Executive King and tell me the new total.
     user_context: |-
       You are Ana Nair, a Northwind employee who travels for work.
       Name: Ana Nair
@@ -415,7 +415,7 @@ def test_hotel_room_change_approved_04(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_blocked_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Nadia Lin (nadia.lin@northwind.test). Please downgrade booking BK-6341 to the Standard Double.
+    query: Good afternoon, this is Nadia Lin (nadia.lin@northwind.test). Please downgrade booking BK-6341 to the Standard Double.
     user_context: |-
       You are Nadia Lin, a Northwind employee who travels for work.
       Name: Nadia Lin
@@ -453,7 +453,7 @@ def test_hotel_room_change_blocked_01(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_blocked_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Oscar Brennan (oscar.brennan@northwind.test). Please downgrade booking BK-6351 to the Standard Queen.
+    query: Hi travel desk, Oscar Brennan writing - oscar.brennan@northwind.test. Please downgrade booking BK-6351 to the Standard Queen.
     user_context: |-
       You are Oscar Brennan, a Northwind employee who travels for work.
       Name: Oscar Brennan
@@ -525,7 +525,7 @@ def test_hotel_room_change_blocked_03(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_blocked_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Walsh (jonas.walsh@northwind.test). Please upgrade booking BK-6371 to the Corner Suite.
+    query: Hello, Jonas Walsh here, email jonas.walsh@northwind.test. Please upgrade booking BK-6371 to the Corner Suite.
     user_context: |-
       You are Jonas Walsh, a Northwind employee who travels for work.
       Name: Jonas Walsh
@@ -561,7 +561,7 @@ def test_hotel_room_change_blocked_04(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_mismatch_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Kavya Keller (kavya.keller@northwind.test). Please downgrade booking BK-6381 to the Standard King.
+    query: Good afternoon, this is Kavya Keller (kavya.keller@northwind.test). Please downgrade booking BK-6381 to the Standard King.
     user_context: |-
       You are Kavya Keller, a Northwind employee who travels for work.
       Name: Kavya Keller
@@ -597,7 +597,7 @@ def test_hotel_room_change_mismatch_01(x: TestContext, judge: Judge):
 
 def test_hotel_room_change_mismatch_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Zoe Nair (zoe.nair@northwind.test). Please upgrade booking BK-6391 to the Club Room.
+    query: Hi travel desk, Zoe Nair writing - zoe.nair@northwind.test. Please upgrade booking BK-6391 to the Club Room.
     user_context: |-
       You are Zoe Nair, a Northwind employee who travels for work.
       Name: Zoe Nair

@@ -52,7 +52,7 @@ def test_retail_return_in_window_01(x: TestContext, judge: Judge):
 
 def test_retail_return_in_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Dmitri Ivanov (dmitri.ivanov@mail.test). I'd like to return the woven throw blanket from order ORD-6261.
+    query: Dmitri Ivanov here, account email dmitri.ivanov@mail.test. I'd like to return the woven throw blanket from order ORD-6261.
     user_context: |-
       You are Dmitri Ivanov, a customer of the store.
       Name: Dmitri Ivanov
@@ -90,7 +90,7 @@ def test_retail_return_in_window_02(x: TestContext, judge: Judge):
 
 def test_retail_return_in_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Oscar Fischer (oscar.fischer@mail.test). I'd like to return the waterproof rain jacket from order ORD-6271.
+    query: Hey there, it's Oscar Fischer - oscar.fischer@mail.test. I'd like to return the waterproof rain jacket from order ORD-6271.
     user_context: |-
       You are Oscar Fischer, a customer of the store.
       Name: Oscar Fischer
@@ -128,7 +128,7 @@ def test_retail_return_in_window_03(x: TestContext, judge: Judge):
 
 def test_retail_return_in_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Keller (liam.keller@mail.test). I'd like to return the navy hiking backpack from order ORD-6281.
+    query: Hello, this is Liam Keller, my email is liam.keller@mail.test. I'd like to return the navy hiking backpack from order ORD-6281.
     user_context: |-
       You are Liam Keller, a customer of the store.
       Name: Liam Keller
@@ -476,7 +476,7 @@ def test_retail_return_tier_window_04(x: TestContext, judge: Judge):
 
 def test_retail_return_out_of_window_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Haddad (quinn.haddad@mail.test). I want to return the ergonomic office chair from order ORD-6371.
+    query: Quinn Haddad here, account email quinn.haddad@mail.test. I want to return the ergonomic office chair from order ORD-6371.
     user_context: |-
       You are Quinn Haddad, a customer of the store.
       Name: Quinn Haddad
@@ -513,7 +513,7 @@ def test_retail_return_out_of_window_01(x: TestContext, judge: Judge):
 
 def test_retail_return_out_of_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Umar Costa (umar.costa@mail.test). I want to return the LED desk lamp from order ORD-6381.
+    query: Hey there, it's Umar Costa - umar.costa@mail.test. I want to return the LED desk lamp from order ORD-6381.
     user_context: |-
       You are Umar Costa, a customer of the store.
       Name: Umar Costa
@@ -550,7 +550,7 @@ def test_retail_return_out_of_window_02(x: TestContext, judge: Judge):
 
 def test_retail_return_out_of_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Lin (jonas.lin@mail.test). I want to return the blue electric kettle from order ORD-6391.
+    query: Hello, this is Jonas Lin, my email is jonas.lin@mail.test. I want to return the blue electric kettle from order ORD-6391.
     user_context: |-
       You are Jonas Lin, a customer of the store.
       Name: Jonas Lin
@@ -587,7 +587,7 @@ def test_retail_return_out_of_window_03(x: TestContext, judge: Judge):
 
 def test_retail_return_out_of_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Fischer (wes.fischer@mail.test). I want to return the ergonomic office chair from order ORD-6401.
+    query: Good morning! Wes Fischer (wes.fischer@mail.test) writing. I want to return the ergonomic office chair from order ORD-6401.
     user_context: |-
       You are Wes Fischer, a customer of the store.
       Name: Wes Fischer

@@ -14,7 +14,7 @@ SRV = "rewardbox_retail"
 
 def test_retail_ticket_problem_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Moreau (jonas.moreau@mail.test). The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don't want to return it, I'd like someone to look into it.
+    query: Hello, this is Jonas Moreau, my email is jonas.moreau@mail.test. The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don't want to return it, I'd like someone to look into it.
     user_context: |-
       You are Jonas Moreau, a customer of the store.
       Name: Jonas Moreau
@@ -50,7 +50,7 @@ def test_retail_ticket_problem_01(x: TestContext, judge: Judge):
 
 def test_retail_ticket_problem_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Grace Brennan (grace.brennan@mail.test). Order ORD-6421 says it was delivered but I never received it. Can someone look into it?
+    query: Good morning! Grace Brennan (grace.brennan@mail.test) writing. Order ORD-6421 says it was delivered but I never received it. Can someone look into it?
     user_context: |-
       You are Grace Brennan, a customer of the store.
       Name: Grace Brennan
@@ -122,7 +122,7 @@ def test_retail_ticket_problem_03(x: TestContext, judge: Judge):
 
 def test_retail_ticket_problem_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Lin (ines.lin@mail.test). My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out.
+    query: Ines Lin here, account email ines.lin@mail.test. My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out.
     user_context: |-
       You are Ines Lin, a customer of the store.
       Name: Ines Lin
