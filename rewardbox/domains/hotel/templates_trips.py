@@ -55,7 +55,7 @@ def change_of_mind(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 FAMILIES_DEPTH: tuple[Family, ...] = (
-    Family("trip_cleanup", "hotel_multi.py", "hard", trip_cleanup),
+    Family("trip_cleanup", "hotel_multi.py", "hard", trip_cleanup, 6),
     Family("change_of_mind", "hotel_cancel.py", "medium", change_of_mind, 3),
 )
 

@@ -49,7 +49,7 @@ def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("shipped", "delivered")[k % 2])
     b.distractors(p, 1)
-    return task_spec(f"Hi, {p.name} here ({p.email}). Cancel order {o.order_id} please, I changed my mind.",
+    return task_spec(f"{hello(p, k)} Cancel order {o.order_id} please, I changed my mind.",
                      user_context(p, f"cancel order {o.order_id}; you do not want a return instead.",
                                   order=f"{o.order_id} ({', '.join(o.products)})"),
                      [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
@@ -69,7 +69,7 @@ def address_change(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("processing", "pending")[k % 2])
     b.distractors(p, 1)
-    return task_spec(f"Hi, this is {p.name} ({p.email}). Could you ship order {o.order_id} to my work address "
+    return task_spec(f"{hello(p, k)} Could you ship order {o.order_id} to my work address "
                      "instead of my home?",
                      user_context(p, f"have order {o.order_id} shipped to your saved work address.", order=o.order_id,
                                   extra=[f"Work address: {p.work_line1}"]),
@@ -80,7 +80,7 @@ def address_change(b: WorldBuilder, k: int) -> dict[str, Any]:
 def address_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     o = b.order(p, ("shipped", "delivered")[k % 2])
-    return task_spec(f"Hello, {p.name} here, email {p.email}. Please send order {o.order_id} to my work address.",
+    return task_spec(f"{hello(p, k)} Please send order {o.order_id} to my work address.",
                      user_context(p, f"have order {o.order_id} shipped to your work address.", order=o.order_id,
                                   extra=[f"Work address: {p.work_line1}"]),
                      [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)], write=False)
@@ -102,7 +102,7 @@ def return_tier_window(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person(tier)
     ago = b.delivered_within(tier, beyond_standard=True) if k >= 2 else (60, 45)[k % 2]
     o = b.order(p, "delivered", n_items=1 + k % 2, delivered_ago=ago)
-    return task_spec(f"Hello, {p.name} here ({p.email}). I want to return everything in order {o.order_id}.",
+    return task_spec(f"{hello(p, k)} I want to return everything in order {o.order_id}.",
                      user_context(p, f"return all items of order {o.order_id}.", order=o.order_id,
                                   extra=[f"Delivered on: {day(ago)}"]),
                      [call("find_customer", email=p.email), call("get_order", order_id=o.order_id),
@@ -124,7 +124,7 @@ def return_multi_item(b: WorldBuilder, k: int) -> dict[str, Any]:
     o = b.order(p, "delivered", n_items=3, delivered_ago=b.rng.randint(2, 30))
     keep = o.products[k % 3]
     back = [name for name in o.products if name != keep]
-    return task_spec(f"Hi, this is {p.name} ({p.email}). From order {o.order_id} please return the {back[0]} "
+    return task_spec(f"{hello(p, k)} From order {o.order_id} please return the {back[0]} "
                      f"and the {back[1]}, but I'll keep the {keep}.",
                      user_context(p, f"return the {back[0]} and the {back[1]} from order {o.order_id}; keep the "
                                   f"{keep}.", order=o.order_id),
@@ -202,7 +202,7 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     if k % 2 == 0:
         a, c = b.order(p, "pending"), b.order(p, "processing")
-        query = (f"Hi, {p.name} here ({p.email}). Two things: cancel order {a.order_id}, and ship order "
+        query = (f"{hello(p, k)} Two things: cancel order {a.order_id}, and ship order "
                  f"{c.order_id} to my work address.")
         golden = [call("find_customer", email=p.email), call("cancel_order", order_id=a.order_id),
                   call("update_shipping_address", order_id=c.order_id, address_id=p.work_id)]
@@ -329,7 +329,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("wrong_owner", "retail_security.py", "hard", wrong_owner),
     Family("multi_action", "retail_multi.py", "hard", multi_action),
     Family("forgot_email", "retail_account.py", "medium", forgot_email, 3),
-    Family("order_cleanup", "retail_multi.py", "hard", order_cleanup),
+    Family("order_cleanup", "retail_multi.py", "hard", order_cleanup, 6),
     Family("conditional_cancel", "retail_cancel.py", "hard", conditional_cancel),
     Family("change_of_mind", "retail_cancel.py", "medium", change_of_mind, 3),
 )

@@ -171,16 +171,16 @@ def test_helpdesk_onboarding_04(x: TestContext, judge: Judge):
     validate_database(x, SRV)
 
 
-def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
+def test_helpdesk_onboarding_05(x: TestContext, judge: Judge):
     """!
-    query: 'Hi IT, Quinn Brennan from Engineering, id EMP-2067. Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6671.'
+    query: Hi IT, Oscar Costa from IT, id EMP-2067. I just moved to a new team. Please request access to Remote VPN, Company Wiki and General Ledger. Also my monitor DEV-6671 has dead pixels all over, please get it replaced, and escalate my ticket TCK-6672, nobody has looked at it.
     user_context: |-
-      You are Quinn Brennan, an employee of Northwind (Software Engineer, Engineering).
-      Name: Quinn Brennan
+      You are Oscar Costa, an employee of Northwind (Support Technician, IT).
+      Name: Oscar Costa
       Employee id: EMP-2067
-      Email: quinn.brennan@northwind.test
-      Badge number: B-65667
-      Goal: get your password reset and ticket TCK-6671 escalated.
+      Email: oscar.costa@northwind.test
+      Your manager: Jonas Kowalski
+      Goal: get access to Remote VPN, Company Wiki and General Ledger requested and DEV-6671 replaced, and ticket TCK-6672 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -188,20 +188,104 @@ def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3067, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
-          - {employee_id: EMP-2067, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3067, account_status: locked, password_reset_on: '2024-12-02'}
+          - {employee_id: EMP-3067, name: Jonas Kowalski, email: jonas.kowalski@northwind.test, department: IT, title: IT Team Lead, manager_id: EMP-1002, account_status: active, password_reset_on: '2025-02-08'}
+          - {employee_id: EMP-2067, name: Oscar Costa, email: oscar.costa@northwind.test, department: IT, title: Support Technician, manager_id: EMP-3067, account_status: active, password_reset_on: '2024-07-16'}
           identity_factors:
-          - {employee_id: EMP-3067, badge_number: B-94205, phone_last4: '4700'}
-          - {employee_id: EMP-2067, badge_number: B-65667, phone_last4: '2232'}
+          - {employee_id: EMP-3067, badge_number: B-22576, phone_last4: '1106'}
+          - {employee_id: EMP-2067, badge_number: B-35303, phone_last4: '3683'}
+          devices:
+          - {device_id: DEV-6671, employee_id: EMP-2067, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-08-17', warranty_end: '2025-08-16', replacement_cost: '289.00', status: active}
           tickets:
-          - {ticket_id: TCK-6671, employee_id: EMP-2067, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
+          - {ticket_id: TCK-6672, employee_id: EMP-2067, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
         golden_test_case:
           tool_interactions:
           - {tool: get_employee, parameters: {employee_id: EMP-2067}}
-          - {tool: verify_identity, parameters: {employee_id: EMP-2067, badge_number: B-65667}}
-          - {tool: reset_password, parameters: {employee_id: EMP-2067}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6671}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6671}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-VPN, approver_id: EMP-3067}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-WIKI, approver_id: EMP-3067}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-LEDGER, approver_id: EMP-1003}}
+          - {tool: get_device, parameters: {device_id: DEV-6671}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6671, billing: warranty}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6672}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6672}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_06(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Mei Foster (EMP-2068). I just moved to a new team. Please request access to Analytics Dashboards and Remote VPN. Also my monitor DEV-6681 has dead pixels all over, please get it replaced (my department agreed to pay if needed), and escalate my ticket TCK-6682, nobody has looked at it.
+    user_context: |-
+      You are Mei Foster, an employee of Northwind (Account Manager, Sales).
+      Name: Mei Foster
+      Employee id: EMP-2068
+      Email: mei.foster@northwind.test
+      Your manager: Tess Mensah
+      Your department agrees to pay for a replacement: yes
+      Goal: get access to Analytics Dashboards and Remote VPN requested and DEV-6681 replaced, and ticket TCK-6682 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3068, name: Tess Mensah, email: tess.mensah@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2024-10-10'}
+          - {employee_id: EMP-2068, name: Mei Foster, email: mei.foster@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3068, account_status: active, password_reset_on: '2024-11-03'}
+          identity_factors:
+          - {employee_id: EMP-3068, badge_number: B-13013, phone_last4: '2843'}
+          - {employee_id: EMP-2068, badge_number: B-40392, phone_last4: '4385'}
+          devices:
+          - {device_id: DEV-6681, employee_id: EMP-2068, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-02-10', warranty_end: '2025-02-09', replacement_cost: '289.00', status: active}
+          tickets:
+          - {ticket_id: TCK-6682, employee_id: EMP-2068, summary: Email client crashes on start, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2068}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2068, system_id: SYS-BI, approver_id: EMP-3068}}
+          - {tool: request_access, parameters: {employee_id: EMP-2068, system_id: SYS-VPN, approver_id: EMP-3068}}
+          - {tool: get_device, parameters: {device_id: DEV-6681}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6681, billing: department}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6682}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6682}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, this is Quinn Brennan, employee id EMP-2069. Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6691.'
+    user_context: |-
+      You are Quinn Brennan, an employee of Northwind (Software Engineer, Engineering).
+      Name: Quinn Brennan
+      Employee id: EMP-2069
+      Email: quinn.brennan@northwind.test
+      Badge number: B-65667
+      Goal: get your password reset and ticket TCK-6691 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3069, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
+          - {employee_id: EMP-2069, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3069, account_status: locked, password_reset_on: '2024-12-02'}
+          identity_factors:
+          - {employee_id: EMP-3069, badge_number: B-94205, phone_last4: '4700'}
+          - {employee_id: EMP-2069, badge_number: B-65667, phone_last4: '2232'}
+          tickets:
+          - {ticket_id: TCK-6691, employee_id: EMP-2069, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2069}}
+          - {tool: verify_identity, parameters: {employee_id: EMP-2069, badge_number: B-65667}}
+          - {tool: reset_password, parameters: {employee_id: EMP-2069}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6691}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6691}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -209,14 +293,14 @@ def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
 
 def test_helpdesk_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Yara Iyer (EMP-2068). My tablet DEV-6681 no longer charges, please order a replacement. I also need access to Remote VPN.
+    query: Yara Iyer here (EMP-2070). My tablet DEV-6701 no longer charges, please order a replacement. I also need access to Remote VPN.
     user_context: |-
       You are Yara Iyer, an employee of Northwind (Software Engineer, Engineering).
       Name: Yara Iyer
-      Employee id: EMP-2068
+      Employee id: EMP-2070
       Email: yara.iyer@northwind.test
       Your manager: Gwen Yilmaz
-      Goal: get DEV-6681 replaced and access to Remote VPN requested.
+      Goal: get DEV-6701 replaced and access to Remote VPN requested.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -224,20 +308,20 @@ def test_helpdesk_multi_action_02(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3068, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
-          - {employee_id: EMP-2068, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3068, account_status: active, password_reset_on: '2024-07-16'}
+          - {employee_id: EMP-3070, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
+          - {employee_id: EMP-2070, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3070, account_status: active, password_reset_on: '2024-07-16'}
           identity_factors:
-          - {employee_id: EMP-3068, badge_number: B-64157, phone_last4: 0789}
-          - {employee_id: EMP-2068, badge_number: B-38460, phone_last4: '8293'}
+          - {employee_id: EMP-3070, badge_number: B-64157, phone_last4: 0789}
+          - {employee_id: EMP-2070, badge_number: B-38460, phone_last4: '8293'}
           devices:
-          - {device_id: DEV-6681, employee_id: EMP-2068, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
+          - {device_id: DEV-6701, employee_id: EMP-2070, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
         golden_test_case:
           tool_interactions:
-          - {tool: get_employee, parameters: {employee_id: EMP-2068}}
-          - {tool: get_device, parameters: {device_id: DEV-6681}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6681, billing: warranty}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2070}}
+          - {tool: get_device, parameters: {device_id: DEV-6701}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6701, billing: warranty}}
           - {tool: list_systems, parameters: {}}
-          - {tool: request_access, parameters: {employee_id: EMP-2068, system_id: SYS-VPN, approver_id: EMP-3068}}
+          - {tool: request_access, parameters: {employee_id: EMP-2070, system_id: SYS-VPN, approver_id: EMP-3070}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)
@@ -245,14 +329,14 @@ def test_helpdesk_multi_action_02(x: TestContext, judge: Judge):
 
 def test_helpdesk_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: Hello, this is Samir Ivanov, employee id EMP-2069. My monitor DEV-6691 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6692.
+    query: Hi IT, Samir Ivanov from Sales, id EMP-2071. My monitor DEV-6711 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6712.
     user_context: |-
       You are Samir Ivanov, an employee of Northwind (Account Manager, Sales).
       Name: Samir Ivanov
-      Employee id: EMP-2069
+      Employee id: EMP-2071
       Email: samir.ivanov@northwind.test
       Your department agrees to pay for a replacement: yes
-      Goal: get DEV-6691 replaced and ticket TCK-6692 escalated.
+      Goal: get DEV-6711 replaced and ticket TCK-6712 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -260,22 +344,22 @@ def test_helpdesk_multi_action_03(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3069, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
-          - {employee_id: EMP-2069, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3069, account_status: active, password_reset_on: '2024-08-11'}
+          - {employee_id: EMP-3071, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
+          - {employee_id: EMP-2071, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3071, account_status: active, password_reset_on: '2024-08-11'}
           identity_factors:
-          - {employee_id: EMP-3069, badge_number: B-15594, phone_last4: '3472'}
-          - {employee_id: EMP-2069, badge_number: B-57733, phone_last4: '9101'}
+          - {employee_id: EMP-3071, badge_number: B-15594, phone_last4: '3472'}
+          - {employee_id: EMP-2071, badge_number: B-57733, phone_last4: '9101'}
           devices:
-          - {device_id: DEV-6691, employee_id: EMP-2069, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
+          - {device_id: DEV-6711, employee_id: EMP-2071, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
           tickets:
-          - {ticket_id: TCK-6692, employee_id: EMP-2069, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
+          - {ticket_id: TCK-6712, employee_id: EMP-2071, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
         golden_test_case:
           tool_interactions:
-          - {tool: get_employee, parameters: {employee_id: EMP-2069}}
-          - {tool: get_device, parameters: {device_id: DEV-6691}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6691, billing: department}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6692}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6692}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2071}}
+          - {tool: get_device, parameters: {device_id: DEV-6711}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6711, billing: department}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6712}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6712}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
     validate_database(x, SRV)

@@ -723,79 +723,13 @@ def test_hotel_cancel_only_if_free_04(x: TestContext, judge: Judge):
 
 def test_hotel_change_of_mind_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hello, Mei Okafor here, email mei.okafor@northwind.test. Please cancel booking BK-6811. Oh wait, sorry, that''s the wrong one: keep BK-6811 and cancel BK-6812 instead.'
+    query: 'Hi travel desk, Mei Okafor writing - mei.okafor@northwind.test. Please cancel booking BK-6831. Oh wait, sorry, that''s the wrong one: keep BK-6831 and cancel BK-6832 instead.'
     user_context: |-
       You are Mei Okafor, a Northwind employee who travels for work.
       Name: Mei Okafor
       Email: mei.okafor@northwind.test
-      Traveller id: TRV-2081 (give it only if asked)
-      Booking: BK-6811 (Queen Street Inn, Toronto, Classic Room, 2025-09-14 to 2025-09-17) and BK-6812 (Spree Tower Hotel, Berlin, Executive King, 2025-10-03 to 2025-10-07)
-      Goal: cancel booking BK-6812 and keep booking BK-6811 (you named BK-6811 by mistake first).
-      Agrees to proceed: yes
-      If the agent says the request is not possible or must wait, accept it and say goodbye.
-      Do not invent facts; if asked something not listed here, say you don't know.
-    init:
-      rewardbox_hotel:
-        data_patch:
-          travellers:
-          - {traveller_id: TRV-2081, name: Mei Okafor, email: mei.okafor@northwind.test, tier: silver, credit_balance: 140, manager_id: MGR-1004}
-          bookings:
-          - {booking_id: BK-6811, traveller_id: TRV-2081, room_type_id: RT-TOR-STD, check_in: '2025-09-14', check_out: '2025-09-17', nightly_rate: '142.00', total: '426.00', status: confirmed}
-          - {booking_id: BK-6812, traveller_id: TRV-2081, room_type_id: RT-BER-EXE, check_in: '2025-10-03', check_out: '2025-10-07', nightly_rate: '159.00', total: '636.00', status: confirmed}
-          payments:
-          - {payment_id: PAY-6811, booking_id: BK-6811, method: corporate_card, card_last4: '1336', amount: '426.00', created_on: '2025-09-03'}
-          - {payment_id: PAY-6812, booking_id: BK-6812, method: corporate_card, card_last4: '8758', amount: '636.00', created_on: '2025-08-17'}
-        golden_test_case:
-          tool_interactions:
-          - {tool: find_traveller, parameters: {email: mei.okafor@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6812}}
-    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
-    """
-    validate_database(x, SRV)
-
-
-def test_hotel_change_of_mind_02(x: TestContext, judge: Judge):
-    """!
-    query: Good afternoon, this is Jonas Lind (jonas.lind@northwind.test). Please cancel booking BK-6821. Actually no, BK-6821 stays. It's BK-6822 in Berlin that I need cancelled.
-    user_context: |-
-      You are Jonas Lind, a Northwind employee who travels for work.
-      Name: Jonas Lind
-      Email: jonas.lind@northwind.test
-      Traveller id: TRV-2082 (give it only if asked)
-      Booking: BK-6821 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-28 to 2025-10-01) and BK-6822 (Spree Tower Hotel, Berlin, Studio, 2025-09-15 to 2025-09-18)
-      Goal: cancel booking BK-6822 and keep booking BK-6821 (you named BK-6821 by mistake first).
-      Agrees to proceed: yes
-      If the agent says the request is not possible or must wait, accept it and say goodbye.
-      Do not invent facts; if asked something not listed here, say you don't know.
-    init:
-      rewardbox_hotel:
-        data_patch:
-          travellers:
-          - {traveller_id: TRV-2082, name: Jonas Lind, email: jonas.lind@northwind.test, tier: gold, credit_balance: 279, manager_id: MGR-1003}
-          bookings:
-          - {booking_id: BK-6821, traveller_id: TRV-2082, room_type_id: RT-MAD-STD, check_in: '2025-09-28', check_out: '2025-10-01', nightly_rate: '97.00', total: '291.00', status: confirmed}
-          - {booking_id: BK-6822, traveller_id: TRV-2082, room_type_id: RT-BER-STU, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '132.50', total: '397.50', status: confirmed}
-          payments:
-          - {payment_id: PAY-6821, booking_id: BK-6821, method: corporate_card, card_last4: '1826', amount: '291.00', created_on: '2025-08-23'}
-          - {payment_id: PAY-6822, booking_id: BK-6822, method: personal_card, card_last4: '7318', amount: '397.50', created_on: '2025-09-03'}
-        golden_test_case:
-          tool_interactions:
-          - {tool: find_traveller, parameters: {email: jonas.lind@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6822}}
-    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
-    """
-    validate_database(x, SRV)
-
-
-def test_hotel_change_of_mind_03(x: TestContext, judge: Judge):
-    """!
-    query: 'Hi travel desk, Yara Lopez writing - yara.lopez@northwind.test. Please cancel booking BK-6831. Hmm, scratch that: cancel BK-6832, not BK-6831.'
-    user_context: |-
-      You are Yara Lopez, a Northwind employee who travels for work.
-      Name: Yara Lopez
-      Email: yara.lopez@northwind.test
       Traveller id: TRV-2083 (give it only if asked)
-      Booking: BK-6831 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-30 to 2025-10-01) and BK-6832 (Marina Garden Hotel, Singapore, Club Room, 2025-09-27 to 2025-10-01)
+      Booking: BK-6831 (Queen Street Inn, Toronto, Classic Room, 2025-09-14 to 2025-09-17) and BK-6832 (Spree Tower Hotel, Berlin, Executive King, 2025-10-03 to 2025-10-07)
       Goal: cancel booking BK-6832 and keep booking BK-6831 (you named BK-6831 by mistake first).
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -804,17 +738,83 @@ def test_hotel_change_of_mind_03(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2083, name: Yara Lopez, email: yara.lopez@northwind.test, tier: silver, credit_balance: 193, manager_id: MGR-1004}
+          - {traveller_id: TRV-2083, name: Mei Okafor, email: mei.okafor@northwind.test, tier: silver, credit_balance: 140, manager_id: MGR-1004}
           bookings:
-          - {booking_id: BK-6831, traveller_id: TRV-2083, room_type_id: RT-MAD-SUP, check_in: '2025-09-30', check_out: '2025-10-01', nightly_rate: '124.00', total: '124.00', status: confirmed}
-          - {booking_id: BK-6832, traveller_id: TRV-2083, room_type_id: RT-SIN-CLB, check_in: '2025-09-27', check_out: '2025-10-01', nightly_rate: '295.00', total: '1180.00', status: confirmed}
+          - {booking_id: BK-6831, traveller_id: TRV-2083, room_type_id: RT-TOR-STD, check_in: '2025-09-14', check_out: '2025-09-17', nightly_rate: '142.00', total: '426.00', status: confirmed}
+          - {booking_id: BK-6832, traveller_id: TRV-2083, room_type_id: RT-BER-EXE, check_in: '2025-10-03', check_out: '2025-10-07', nightly_rate: '159.00', total: '636.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6831, booking_id: BK-6831, method: corporate_card, card_last4: '3947', amount: '124.00', created_on: '2025-08-13'}
-          - {payment_id: PAY-6832, booking_id: BK-6832, method: personal_card, card_last4: '9175', amount: '1180.00', created_on: '2025-08-30'}
+          - {payment_id: PAY-6831, booking_id: BK-6831, method: corporate_card, card_last4: '1336', amount: '426.00', created_on: '2025-09-03'}
+          - {payment_id: PAY-6832, booking_id: BK-6832, method: corporate_card, card_last4: '8758', amount: '636.00', created_on: '2025-08-17'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.okafor@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6832}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_change_of_mind_02(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Jonas Lind (jonas.lind@northwind.test). Please cancel booking BK-6841. Actually no, BK-6841 stays. It's BK-6842 in Berlin that I need cancelled.
+    user_context: |-
+      You are Jonas Lind, a Northwind employee who travels for work.
+      Name: Jonas Lind
+      Email: jonas.lind@northwind.test
+      Traveller id: TRV-2084 (give it only if asked)
+      Booking: BK-6841 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-28 to 2025-10-01) and BK-6842 (Spree Tower Hotel, Berlin, Studio, 2025-09-15 to 2025-09-18)
+      Goal: cancel booking BK-6842 and keep booking BK-6841 (you named BK-6841 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2084, name: Jonas Lind, email: jonas.lind@northwind.test, tier: gold, credit_balance: 279, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6841, traveller_id: TRV-2084, room_type_id: RT-MAD-STD, check_in: '2025-09-28', check_out: '2025-10-01', nightly_rate: '97.00', total: '291.00', status: confirmed}
+          - {booking_id: BK-6842, traveller_id: TRV-2084, room_type_id: RT-BER-STU, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '132.50', total: '397.50', status: confirmed}
+          payments:
+          - {payment_id: PAY-6841, booking_id: BK-6841, method: corporate_card, card_last4: '1826', amount: '291.00', created_on: '2025-08-23'}
+          - {payment_id: PAY-6842, booking_id: BK-6842, method: personal_card, card_last4: '7318', amount: '397.50', created_on: '2025-09-03'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: jonas.lind@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6842}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_change_of_mind_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, Yara Lopez here, email yara.lopez@northwind.test. Please cancel booking BK-6851. Hmm, scratch that: cancel BK-6852, not BK-6851.'
+    user_context: |-
+      You are Yara Lopez, a Northwind employee who travels for work.
+      Name: Yara Lopez
+      Email: yara.lopez@northwind.test
+      Traveller id: TRV-2085 (give it only if asked)
+      Booking: BK-6851 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-30 to 2025-10-01) and BK-6852 (Marina Garden Hotel, Singapore, Club Room, 2025-09-27 to 2025-10-01)
+      Goal: cancel booking BK-6852 and keep booking BK-6851 (you named BK-6851 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2085, name: Yara Lopez, email: yara.lopez@northwind.test, tier: silver, credit_balance: 193, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6851, traveller_id: TRV-2085, room_type_id: RT-MAD-SUP, check_in: '2025-09-30', check_out: '2025-10-01', nightly_rate: '124.00', total: '124.00', status: confirmed}
+          - {booking_id: BK-6852, traveller_id: TRV-2085, room_type_id: RT-SIN-CLB, check_in: '2025-09-27', check_out: '2025-10-01', nightly_rate: '295.00', total: '1180.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6851, booking_id: BK-6851, method: corporate_card, card_last4: '3947', amount: '124.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6852, booking_id: BK-6852, method: personal_card, card_last4: '9175', amount: '1180.00', created_on: '2025-08-30'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: yara.lopez@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6832}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6852}}
     tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
     """
     validate_database(x, SRV)

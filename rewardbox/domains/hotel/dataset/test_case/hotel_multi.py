@@ -320,3 +320,84 @@ def test_hotel_trip_cleanup_04(x: TestContext, judge: Judge):
     tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
     """
     validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_05(x: TestContext, judge: Judge):
+    """!
+    query: Hello, Dmitri Walsh here, email dmitri.walsh@northwind.test. My travel plans changed. Please cancel booking BK-6811; downgrade booking BK-6812 to the Garden Room (my manager approved it); and redeem 20 of my credits on BK-6812.
+    user_context: |-
+      You are Dmitri Walsh, a Northwind employee who travels for work.
+      Name: Dmitri Walsh
+      Email: dmitri.walsh@northwind.test
+      Traveller id: TRV-2081 (give it only if asked)
+      Booking: BK-6811 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-16 to 2025-09-18) and BK-6812 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-26 to 2025-09-30)
+      Your manager Rafael Mendes approved the room change.
+      Goal: cancel booking BK-6811, downgrade booking BK-6812 to the Garden Room, and redeem 20 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2081, name: Dmitri Walsh, email: dmitri.walsh@northwind.test, tier: silver, credit_balance: 111, manager_id: MGR-1002}
+          bookings:
+          - {booking_id: BK-6811, traveller_id: TRV-2081, room_type_id: RT-CHI-DLX, check_in: '2025-09-16', check_out: '2025-09-18', nightly_rate: '229.00', total: '458.00', status: confirmed}
+          - {booking_id: BK-6812, traveller_id: TRV-2081, room_type_id: RT-SIN-DLX, check_in: '2025-09-26', check_out: '2025-09-30', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6811, booking_id: BK-6811, method: corporate_card, card_last4: '4231', amount: '458.00', created_on: '2025-08-20'}
+          - {payment_id: PAY-6812, booking_id: BK-6812, method: corporate_card, card_last4: '1803', amount: '952.00', created_on: '2025-08-14'}
+          approval_requests:
+          - {approval_id: APR-6813, booking_id: BK-6812, manager_id: MGR-1002, requested_room_type_id: RT-SIN-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-09'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: dmitri.walsh@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6811}}
+          - {tool: get_booking, parameters: {booking_id: BK-6812}}
+          - {tool: change_room, parameters: {booking_id: BK-6812, room_type_id: RT-SIN-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6812, credits: 20}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_06(x: TestContext, judge: Judge):
+    """!
+    query: Good afternoon, this is Elena Brennan (elena.brennan@northwind.test). My travel plans changed. Please cancel booking BK-6821 and booking BK-6822; upgrade booking BK-6823 to the Club Room (my manager approved it); and redeem 25 of my credits on BK-6823.
+    user_context: |-
+      You are Elena Brennan, a Northwind employee who travels for work.
+      Name: Elena Brennan
+      Email: elena.brennan@northwind.test
+      Traveller id: TRV-2082 (give it only if asked)
+      Booking: BK-6821 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-14 to 2025-09-16) and BK-6822 (Queen Street Inn, Toronto, Classic Room, 2025-09-15 to 2025-09-19) and BK-6823 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-18 to 2025-09-22)
+      Your manager Kwame Boateng approved the room change.
+      Goal: cancel booking BK-6821 and booking BK-6822, upgrade booking BK-6823 to the Club Room, and redeem 25 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2082, name: Elena Brennan, email: elena.brennan@northwind.test, tier: gold, credit_balance: 246, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6821, traveller_id: TRV-2082, room_type_id: RT-CHI-DLX, check_in: '2025-09-14', check_out: '2025-09-16', nightly_rate: '229.00', total: '458.00', status: confirmed}
+          - {booking_id: BK-6822, traveller_id: TRV-2082, room_type_id: RT-TOR-STD, check_in: '2025-09-15', check_out: '2025-09-19', nightly_rate: '142.00', total: '568.00', status: confirmed}
+          - {booking_id: BK-6823, traveller_id: TRV-2082, room_type_id: RT-SIN-DLX, check_in: '2025-09-18', check_out: '2025-09-22', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6821, booking_id: BK-6821, method: corporate_card, card_last4: '8176', amount: '458.00', created_on: '2025-08-12'}
+          - {payment_id: PAY-6822, booking_id: BK-6822, method: personal_card, card_last4: '9814', amount: '568.00', created_on: '2025-09-02'}
+          - {payment_id: PAY-6823, booking_id: BK-6823, method: corporate_card, card_last4: '9216', amount: '952.00', created_on: '2025-09-03'}
+          approval_requests:
+          - {approval_id: APR-6824, booking_id: BK-6823, manager_id: MGR-1004, requested_room_type_id: RT-SIN-CLB, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-04'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: elena.brennan@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6821}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6822}}
+          - {tool: get_booking, parameters: {booking_id: BK-6823}}
+          - {tool: change_room, parameters: {booking_id: BK-6823, room_type_id: RT-SIN-CLB}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6823, credits: 25}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)

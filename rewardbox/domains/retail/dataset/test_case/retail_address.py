@@ -14,7 +14,7 @@ SRV = "rewardbox_retail"
 
 def test_retail_address_change_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Ana Diaz (ana.diaz@mail.test). Could you ship order ORD-6171 to my work address instead of my home?
+    query: Ana Diaz here, account email ana.diaz@mail.test. Could you ship order ORD-6171 to my work address instead of my home?
     user_context: |-
       You are Ana Diaz, a customer of the store.
       Name: Ana Diaz
@@ -54,7 +54,7 @@ def test_retail_address_change_01(x: TestContext, judge: Judge):
 
 def test_retail_address_change_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Chloe Berg (chloe.berg@mail.test). Could you ship order ORD-6181 to my work address instead of my home?
+    query: Hey there, it's Chloe Berg - chloe.berg@mail.test. Could you ship order ORD-6181 to my work address instead of my home?
     user_context: |-
       You are Chloe Berg, a customer of the store.
       Name: Chloe Berg
@@ -94,7 +94,7 @@ def test_retail_address_change_02(x: TestContext, judge: Judge):
 
 def test_retail_address_change_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Liam Lind (liam.lind@mail.test). Could you ship order ORD-6191 to my work address instead of my home?
+    query: Hello, this is Liam Lind, my email is liam.lind@mail.test. Could you ship order ORD-6191 to my work address instead of my home?
     user_context: |-
       You are Liam Lind, a customer of the store.
       Name: Liam Lind
@@ -134,7 +134,7 @@ def test_retail_address_change_03(x: TestContext, judge: Judge):
 
 def test_retail_address_change_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Samir Okafor (samir.okafor@mail.test). Could you ship order ORD-6201 to my work address instead of my home?
+    query: Good morning! Samir Okafor (samir.okafor@mail.test) writing. Could you ship order ORD-6201 to my work address instead of my home?
     user_context: |-
       You are Samir Okafor, a customer of the store.
       Name: Samir Okafor
@@ -174,7 +174,7 @@ def test_retail_address_change_04(x: TestContext, judge: Judge):
 
 def test_retail_address_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hello, Oscar Berg here, email oscar.berg@mail.test. Please send order ORD-6211 to my work address.
+    query: Hello, this is Oscar Berg, my email is oscar.berg@mail.test. Please send order ORD-6211 to my work address.
     user_context: |-
       You are Oscar Berg, a customer of the store.
       Name: Oscar Berg
@@ -211,7 +211,7 @@ def test_retail_address_refused_01(x: TestContext, judge: Judge):
 
 def test_retail_address_refused_02(x: TestContext, judge: Judge):
     """!
-    query: Hello, Priya Costa here, email priya.costa@mail.test. Please send order ORD-6221 to my work address.
+    query: Good morning! Priya Costa (priya.costa@mail.test) writing. Please send order ORD-6221 to my work address.
     user_context: |-
       You are Priya Costa, a customer of the store.
       Name: Priya Costa
@@ -248,7 +248,7 @@ def test_retail_address_refused_02(x: TestContext, judge: Judge):
 
 def test_retail_address_refused_03(x: TestContext, judge: Judge):
     """!
-    query: Hello, Kavya Fischer here, email kavya.fischer@mail.test. Please send order ORD-6231 to my work address.
+    query: Hi, I'm Kavya Fischer (kavya.fischer@mail.test). Please send order ORD-6231 to my work address.
     user_context: |-
       You are Kavya Fischer, a customer of the store.
       Name: Kavya Fischer
@@ -285,7 +285,7 @@ def test_retail_address_refused_03(x: TestContext, judge: Judge):
 
 def test_retail_address_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hello, Oscar Haddad here, email oscar.haddad@mail.test. Please send order ORD-6241 to my work address.
+    query: Oscar Haddad here, account email oscar.haddad@mail.test. Please send order ORD-6241 to my work address.
     user_context: |-
       You are Oscar Haddad, a customer of the store.
       Name: Oscar Haddad

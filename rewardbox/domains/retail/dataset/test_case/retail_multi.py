@@ -14,7 +14,7 @@ SRV = "rewardbox_retail"
 
 def test_retail_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, Yara Ivanov here (yara.ivanov@mail.test). Two things: cancel order ORD-6531, and ship order ORD-6532 to my work address.'
+    query: 'Good morning! Yara Ivanov (yara.ivanov@mail.test) writing. Two things: cancel order ORD-6531, and ship order ORD-6532 to my work address.'
     user_context: |-
       You are Yara Ivanov, a customer of the store.
       Name: Yara Ivanov
@@ -97,7 +97,7 @@ def test_retail_multi_action_02(x: TestContext, judge: Judge):
 
 def test_retail_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, Kavya Nair here (kavya.nair@mail.test). Two things: cancel order ORD-6551, and ship order ORD-6552 to my work address.'
+    query: 'Kavya Nair here, account email kavya.nair@mail.test. Two things: cancel order ORD-6551, and ship order ORD-6552 to my work address.'
     user_context: |-
       You are Kavya Nair, a customer of the store.
       Name: Kavya Nair
@@ -375,6 +375,108 @@ def test_retail_order_cleanup_04(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6632, address_id: ADR-2063-W}}
           - {tool: get_order, parameters: {order_id: ORD-6633}}
           - {tool: return_items, parameters: {order_id: ORD-6633, item_ids: [ORD-6633-1, ORD-6633-2]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_05(x: TestContext, judge: Judge):
+    """!
+    query: 'Good morning! Quinn Costa (quinn.costa@mail.test) writing. I''m sorting out my orders: cancel the order with the wireless headphones, ship order ORD-6642 to my work address, and return the waterproof rain jacket from order ORD-6643.'
+    user_context: |-
+      You are Quinn Costa, a customer of the store.
+      Name: Quinn Costa
+      Email: quinn.costa@mail.test
+      Customer id: CUS-2064 (give it only if asked)
+      Order: ORD-6641, ORD-6642, ORD-6643
+      Work address: 102 Park Avenue
+      Goal: cancel the order with the wireless headphones, have order ORD-6642 shipped to your work address, and return the waterproof rain jacket from order ORD-6643 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2064, name: Quinn Costa, email: quinn.costa@mail.test, phone: +1-555-2064, tier: gold, member_since: '2024-04-03'}
+          addresses:
+          - {address_id: ADR-2064-H, customer_id: CUS-2064, label: home, line1: 444 Canal Way, city: Raleigh, postal_code: '27601', country: US}
+          - {address_id: ADR-2064-W, customer_id: CUS-2064, label: work, line1: 102 Park Avenue, city: Madison, postal_code: '53703', country: US}
+          orders:
+          - {order_id: ORD-6641, customer_id: CUS-2064, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2064-H, total: '269.97'}
+          - {order_id: ORD-6642, customer_id: CUS-2064, status: processing, placed_on: '2025-06-11', delivered_on: null, shipping_address_id: ADR-2064-H, total: '39.80'}
+          - {order_id: ORD-6643, customer_id: CUS-2064, status: delivered, placed_on: '2025-05-26', delivered_on: '2025-05-31', shipping_address_id: ADR-2064-H, total: '229.63'}
+          order_items:
+          - {item_id: ORD-6641-1, order_id: ORD-6641, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6642-1, order_id: ORD-6642, sku: TWL-GRY, product_name: grey bath towel, unit_price: '19.90', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6643-1, order_id: ORD-6643, sku: JKT-RAIN, product_name: waterproof rain jacket, unit_price: '79.95', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6643-2, order_id: ORD-6643, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6643-3, order_id: ORD-6643, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6641, order_id: ORD-6641, method: gift_card, card_last4: null, amount: '269.97'}
+          - {payment_id: PAY-6642, order_id: ORD-6642, method: credit_card, card_last4: '7247', amount: '39.80'}
+          - {payment_id: PAY-6643, order_id: ORD-6643, method: credit_card, card_last4: '9466', amount: '229.63'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: quinn.costa@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2064}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6641}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6642, address_id: ADR-2064-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6643}}
+          - {tool: return_items, parameters: {order_id: ORD-6643, item_ids: [ORD-6643-1]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_06(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Tess Reyes (tess.reyes@mail.test). I''m sorting out my orders: cancel the order with the ergonomic office chair and order ORD-6654, ship order ORD-6652 to my work address, and return the blue electric kettle and the set of four stoneware mugs from order ORD-6653.'
+    user_context: |-
+      You are Tess Reyes, a customer of the store.
+      Name: Tess Reyes
+      Email: tess.reyes@mail.test
+      Customer id: CUS-2065 (give it only if asked)
+      Order: ORD-6651, ORD-6652, ORD-6653, ORD-6654
+      Work address: 131 Park Avenue
+      Goal: cancel the order with the ergonomic office chair and order ORD-6654, have order ORD-6652 shipped to your work address, and return the blue electric kettle and the set of four stoneware mugs from order ORD-6653 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2065, name: Tess Reyes, email: tess.reyes@mail.test, phone: +1-555-2065, tier: gold, member_since: '2023-05-03'}
+          addresses:
+          - {address_id: ADR-2065-H, customer_id: CUS-2065, label: home, line1: 214 Station Square, city: Austin, postal_code: '73301', country: US}
+          - {address_id: ADR-2065-W, customer_id: CUS-2065, label: work, line1: 131 Park Avenue, city: Raleigh, postal_code: '27601', country: US}
+          orders:
+          - {order_id: ORD-6651, customer_id: CUS-2065, status: pending, placed_on: '2025-06-07', delivered_on: null, shipping_address_id: ADR-2065-H, total: '378.00'}
+          - {order_id: ORD-6652, customer_id: CUS-2065, status: processing, placed_on: '2025-06-10', delivered_on: null, shipping_address_id: ADR-2065-H, total: '84.20'}
+          - {order_id: ORD-6653, customer_id: CUS-2065, status: delivered, placed_on: '2025-05-25', delivered_on: '2025-05-30', shipping_address_id: ADR-2065-H, total: '144.35'}
+          - {order_id: ORD-6654, customer_id: CUS-2065, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2065-H, total: '65.25'}
+          order_items:
+          - {item_id: ORD-6651-1, order_id: ORD-6651, sku: CHR-OFF, product_name: ergonomic office chair, unit_price: '189.00', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6652-1, order_id: ORD-6652, sku: PAN-CST, product_name: cast iron skillet, unit_price: '42.10', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6653-1, order_id: ORD-6653, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6653-2, order_id: ORD-6653, sku: MUG-SET, product_name: set of four stoneware mugs, unit_price: '24.50', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6653-3, order_id: ORD-6653, sku: JKT-RAIN, product_name: waterproof rain jacket, unit_price: '79.95', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6654-1, order_id: ORD-6654, sku: BTL-STL, product_name: steel water bottle, unit_price: '21.75', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6651, order_id: ORD-6651, method: paypal, card_last4: null, amount: '378.00'}
+          - {payment_id: PAY-6652, order_id: ORD-6652, method: gift_card, card_last4: null, amount: '84.20'}
+          - {payment_id: PAY-6653, order_id: ORD-6653, method: credit_card, card_last4: '1989', amount: '144.35'}
+          - {payment_id: PAY-6654, order_id: ORD-6654, method: credit_card, card_last4: '9144', amount: '65.25'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: tess.reyes@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2065}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6651}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6654}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6652, address_id: ADR-2065-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6653}}
+          - {tool: return_items, parameters: {order_id: ORD-6653, item_ids: [ORD-6653-1, ORD-6653-2]}}
     tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
     """
     validate_database(x, SRV)

@@ -166,7 +166,7 @@ def test_retail_return_in_window_04(x: TestContext, judge: Judge):
 
 def test_retail_return_multi_item_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Vera Sato (vera.sato@mail.test). From order ORD-6291 please return the ergonomic office chair and the navy hiking backpack, but I'll keep the wireless headphones.
+    query: Hey there, it's Vera Sato - vera.sato@mail.test. From order ORD-6291 please return the ergonomic office chair and the navy hiking backpack, but I'll keep the wireless headphones.
     user_context: |-
       You are Vera Sato, a customer of the store.
       Name: Vera Sato
@@ -205,7 +205,7 @@ def test_retail_return_multi_item_01(x: TestContext, judge: Judge):
 
 def test_retail_return_multi_item_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Dmitri Lind (dmitri.lind@mail.test). From order ORD-6301 please return the LED desk lamp and the ergonomic office chair, but I'll keep the cast iron skillet.
+    query: Hello, this is Dmitri Lind, my email is dmitri.lind@mail.test. From order ORD-6301 please return the LED desk lamp and the ergonomic office chair, but I'll keep the cast iron skillet.
     user_context: |-
       You are Dmitri Lind, a customer of the store.
       Name: Dmitri Lind
@@ -244,7 +244,7 @@ def test_retail_return_multi_item_02(x: TestContext, judge: Judge):
 
 def test_retail_return_multi_item_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Yara Walsh (yara.walsh@mail.test). From order ORD-6311 please return the woven throw blanket and the bamboo cutting board, but I'll keep the steel water bottle.
+    query: Good morning! Yara Walsh (yara.walsh@mail.test) writing. From order ORD-6311 please return the woven throw blanket and the bamboo cutting board, but I'll keep the steel water bottle.
     user_context: |-
       You are Yara Walsh, a customer of the store.
       Name: Yara Walsh
@@ -283,7 +283,7 @@ def test_retail_return_multi_item_03(x: TestContext, judge: Judge):
 
 def test_retail_return_multi_item_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Priya Foster (priya.foster@mail.test). From order ORD-6321 please return the wireless headphones and the steel water bottle, but I'll keep the cast iron skillet.
+    query: Hi, I'm Priya Foster (priya.foster@mail.test). From order ORD-6321 please return the wireless headphones and the steel water bottle, but I'll keep the cast iron skillet.
     user_context: |-
       You are Priya Foster, a customer of the store.
       Name: Priya Foster
@@ -322,7 +322,7 @@ def test_retail_return_multi_item_04(x: TestContext, judge: Judge):
 
 def test_retail_return_tier_window_01(x: TestContext, judge: Judge):
     """!
-    query: Hello, Nadia Brennan here (nadia.brennan@mail.test). I want to return everything in order ORD-6331.
+    query: Good morning! Nadia Brennan (nadia.brennan@mail.test) writing. I want to return everything in order ORD-6331.
     user_context: |-
       You are Nadia Brennan, a customer of the store.
       Name: Nadia Brennan
@@ -360,7 +360,7 @@ def test_retail_return_tier_window_01(x: TestContext, judge: Judge):
 
 def test_retail_return_tier_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hello, Umar Rahimi here (umar.rahimi@mail.test). I want to return everything in order ORD-6341.
+    query: Hi, I'm Umar Rahimi (umar.rahimi@mail.test). I want to return everything in order ORD-6341.
     user_context: |-
       You are Umar Rahimi, a customer of the store.
       Name: Umar Rahimi
@@ -399,7 +399,7 @@ def test_retail_return_tier_window_02(x: TestContext, judge: Judge):
 
 def test_retail_return_tier_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hello, Ben Keller here (ben.keller@mail.test). I want to return everything in order ORD-6351.
+    query: Ben Keller here, account email ben.keller@mail.test. I want to return everything in order ORD-6351.
     user_context: |-
       You are Ben Keller, a customer of the store.
       Name: Ben Keller
@@ -437,7 +437,7 @@ def test_retail_return_tier_window_03(x: TestContext, judge: Judge):
 
 def test_retail_return_tier_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hello, Elena Mensah here (elena.mensah@mail.test). I want to return everything in order ORD-6361.
+    query: Hey there, it's Elena Mensah - elena.mensah@mail.test. I want to return everything in order ORD-6361.
     user_context: |-
       You are Elena Mensah, a customer of the store.
       Name: Elena Mensah
