@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rewardbox.domains.base import Domain, ToolRunner
@@ -78,32 +79,53 @@ def write_variants(domain: Domain, interactions: Sequence[Mapping[str, Any]],
             yield label + " split", [piece for c in calls for piece in _split(c, splittable)]
 
 
-def order_divergences(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
-                      interactions: Sequence[Mapping[str, Any]], seed: str = "") -> list[str]:
-    """The variants of a golden that replay cleanly but reach another state than the golden.
+@dataclass
+class VariantReport:
+    """What replaying a golden's variants found.
+
+    Attributes:
+        replayed: variants the tools accepted (each compared with the golden state).
+        refused: variants a tool refused (not a valid way to do the task; skipped).
+        divergences: one line per accepted variant that reached another state,
+            ``"order 1,0: <diff>"``; or one ``"golden: <why>"`` line when the
+            golden itself cannot be replayed.
+    """
+
+    replayed: int = 0
+    refused: int = 0
+    divergences: list[str] = field(default_factory=list)
+
+
+def replay_variants(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
+                    interactions: Sequence[Mapping[str, Any]], seed: str = "") -> VariantReport:
+    """Replay every variant of a golden (``write_variants``) and compare each with the golden state.
 
     Args:
         runner: the domain's tool runner.
         data_patch: the task's data patch.
         interactions: the golden ``tool_interactions``.
         seed: seeds the sample of orders of long goldens.
-
-    Returns:
-        One line per divergent variant (``"order 1,0: <diff>"``); empty when every
-        valid variant reaches the golden state. When the golden itself cannot be
-        replayed, one line saying why.
     """
+    report = VariantReport()
     golden, error = build_golden_state(runner, data_patch, list(interactions))
     if golden is None:
-        return [f"golden: {error}"]
+        report.divergences.append(f"golden: {error}")
+        return report
     golden_hash = state_hash(golden)
     keys = primary_keys(runner.domain.metadata)
-    out = []
     for label, calls in write_variants(runner.domain, interactions, seed):
         state, _ = build_golden_state(runner, data_patch, calls)
         if state is None:  # the tools refuse this order: not a valid way to do the task
+            report.refused += 1
             continue
+        report.replayed += 1
         if state_hash(state) != golden_hash:
             diff = format_diff(diff_states(state, golden, keys=keys), limit=3)
-            out.append(f"{label}: {diff}")
-    return out
+            report.divergences.append(f"{label}: {diff}")
+    return report
+
+
+def order_divergences(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
+                      interactions: Sequence[Mapping[str, Any]], seed: str = "") -> list[str]:
+    """The divergences of ``replay_variants``: empty when every valid variant reaches the golden state."""
+    return replay_variants(runner, data_patch, interactions, seed).divergences

@@ -15,7 +15,7 @@ in the agent's last reply and no wrong candidate may be stated.
   is not in ``unshipped``); an ISO date also matches its written forms
   (``2025-06-20``, ``June 20, 2025``, ``20 June 2025``).
 * A mention is *negated*, so it states nothing, when ``not``, ``no``,
-  ``never``, ``yet to`` or an ``n't`` word stands among the three words before
+  ``never``, ``cannot``, ``yet to`` or an ``n't`` word stands among the three words before
   it in the same clause: "not shipped yet" does not state ``shipped``, and
   "It has not been cancelled" does not state ``cancelled``.
 
@@ -37,7 +37,7 @@ Answer = str | Sequence[str]
 _NUMBER = re.compile(r"(?<![\w.\-/])\d[\d,]*(?:\.\d+)?(?![\w\-/]|\.\d)")
 _NUMERIC_VALUE = re.compile(r"\d+(?:\.\d+)?")
 _CLAUSE_END = re.compile(r"[.;:!?,()]|\bbut\b|\bhowever\b", re.IGNORECASE)
-_NEGATORS = frozenset({"not", "no", "never", "nor", "neither", "without"})
+_NEGATORS = frozenset({"not", "no", "never", "nor", "neither", "without", "cannot"})
 _NEGATED_AFTER = 3
 """Words before a mention in which a negator negates it."""
 

@@ -14,7 +14,7 @@ from rewardbox.domains.base import Domain, ToolRunner
 from rewardbox.domains.dataset_writer import DatasetRecipe, GenerationError
 from rewardbox.domains.golden import build_golden_state
 from rewardbox.domains.toolkit import keyed_id
-from rewardbox.domains.variants import order_divergences, write_variants
+from rewardbox.domains.variants import order_divergences, replay_variants, write_variants
 from rewardbox.grading.canonical import state_hash
 
 from .conftest import DOMAIN_NAMES, domain_tasks, domain_under_test, golden_calls
@@ -40,13 +40,16 @@ def _writes(name: str, task: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("name", DOMAIN_NAMES)
 def test_every_valid_order_and_split_of_every_golden_reaches_the_golden_state(name):
     runner = ToolRunner(domain_under_test(name).domain)
-    bad = {}
+    bad, reordered = {}, 0
     for task in domain_tasks(name):
         (config,) = task["world_state"].values()
-        lines = order_divergences(runner, config["data_patch"], golden_calls(task), seed=task["uid"])
-        if lines:
-            bad[task["uid"]] = lines[:2]
+        report = replay_variants(runner, config["data_patch"], golden_calls(task), seed=task["uid"])
+        if report.divergences:
+            bad[task["uid"]] = report.divergences[:2]
+        reordered += len(_writes(name, task)) >= 2 and report.replayed >= 2  # a real second order was replayed
+        assert report.replayed >= 1, task["uid"]  # the golden's own order at least
     assert bad == {}
+    assert reordered >= 8
 
 
 @pytest.mark.parametrize(("name", "family", "number"), [

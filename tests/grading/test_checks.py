@@ -25,6 +25,7 @@ from rewardbox.grading.checks import check_candidates, response_problems, states
     ("It hasn't shipped.", "shipped", False),
     ("It is yet to be shipped", "shipped", False),
     ("It is unshipped", "shipped", False),
+    ("It has shipped and cannot be cancelled.", "cancelled", False),
     ("It hasn\u2019t shipped", "shipped", False),
     ("It shipped, not delivered", "shipped", True),
     ("It shipped, not delivered", "delivered", False),
