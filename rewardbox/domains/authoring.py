@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardbox.grading.checks import check_candidates
+
 Template = Callable[[Any, int], dict[str, Any]]
 """``build(builder, k) -> task_spec(...)``: one task of a family from a fresh world builder."""
 
@@ -22,13 +24,19 @@ GIVE_UP = "If the agent says the request is not possible, accept it and say good
 
 @dataclass(frozen=True)
 class Family:
-    """A task template: its name, test file, difficulty and how many variants to make."""
+    """A task template: its name, test file, difficulty and how many variants to make.
+
+    ``held_out`` keeps every task of the template out of training (all in the
+    benchmark): the out-of-distribution share is then new templates, not only
+    new instances of templates the trainer has seen.
+    """
 
     name: str
     file: str
     difficulty: str
     build: Template
     count: int = 4
+    held_out: bool = False
 
 
 def call(tool: str, **parameters: Any) -> dict[str, Any]:
@@ -37,10 +45,29 @@ def call(tool: str, **parameters: Any) -> dict[str, Any]:
 
 
 def task_spec(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
-              values: list[str] | None = None) -> dict[str, Any]:
-    """What a template returns: first message, user facts, golden calls, write flag, values to tell."""
+              values: list[str | tuple[str, ...]] | None = None, reject: list[str] | None = None) -> dict[str, Any]:
+    """What a template returns: first message, user facts, golden calls, write flag, values to tell.
+
+    Args:
+        query: the user's first message.
+        ctx: the simulated user's facts (``user_context_text``).
+        golden: the golden tool interactions (``call``).
+        write: whether the golden changes the database.
+        values: answers the agent's last reply must state; a tuple holds
+            alternatives (one suffices). Checked by ``rewardbox.grading.checks.validate_response``.
+        reject: wrong candidates the reply must not state (another record's
+            value, the other status); empty or None when no value is told.
+
+    Raises:
+        ValueError: a wrong candidate equals an expected answer (the check could
+            not tell them apart), or ``reject`` is given without ``values``.
+    """
+    values, reject = list(values or []), list(reject or [])
+    if reject and not values:
+        raise ValueError("wrong candidates need expected values")
+    check_candidates(values, reject)
     return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
-            "response_values": values or []}
+            "response_values": values, "response_reject": reject}
 
 
 def short_ask(request: str, k: int) -> str:

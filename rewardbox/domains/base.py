@@ -51,6 +51,9 @@ class Domain:
         ungraded: table names or ``"table.column"`` names left out of the state.
         rounding: ``{"table.column": ndigits}`` for ``dump_database``.
         readonly_tools: names of tools that never write.
+        splittable: ``{tool: list parameter}`` of write tools whose list may be
+            sent in several calls with the same outcome (e.g. ``return_items``'s
+            ``item_ids``); the order-independence check of the generator splits them.
     """
 
     name: str
@@ -62,6 +65,7 @@ class Domain:
     ungraded: frozenset[str] = frozenset()
     rounding: Mapping[str, int] = field(default_factory=dict)
     readonly_tools: frozenset[str] = frozenset()
+    splittable: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_modules(cls, name: str, *, models: ModuleType, seed: ModuleType, tools: ModuleType) -> Domain:
@@ -71,7 +75,7 @@ class Domain:
             name: the domain (dataset and scenario) name; the server is ``rewardbox_<name>``.
             models: its ``models`` module (``METADATA``, ``UNGRADED``).
             seed: its ``seed`` module (``seed_rows``).
-            tools: its ``tools`` module (``TOOLS``, ``READONLY_TOOLS``).
+            tools: its ``tools`` module (``TOOLS``, ``READONLY_TOOLS``, optional ``SPLITTABLE``).
 
         The policy is ``policy.md`` next to ``models``, stripped.
 
@@ -81,7 +85,8 @@ class Domain:
         policy_path = Path(models.__file__).with_name("policy.md")
         return cls(name=name, server_name=f"rewardbox_{name}", metadata=models.METADATA, tools=tools.TOOLS,
                    seed_rows=seed.seed_rows, policy_text=policy_path.read_text(encoding="utf-8").strip(),
-                   ungraded=models.UNGRADED, readonly_tools=tools.READONLY_TOOLS)
+                   ungraded=models.UNGRADED, readonly_tools=tools.READONLY_TOOLS,
+                   splittable=dict(getattr(tools, "SPLITTABLE", {})))
 
     def dump(self, engine: sa.Engine) -> State:
         """The canonical state of an engine of this domain."""

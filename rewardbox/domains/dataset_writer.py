@@ -7,10 +7,13 @@ the task specs and writes, under ``out``:
 
 * ``agent/agent.yaml`` and ``scenario/<domain>.yaml`` (world_state, tools, policy);
 * ``test_case/<domain>_*.py`` (docs/thinkingbox.md, "Test files": module ``"!"``
-  defaults, one ``"!"`` YAML docstring per test function, plain helper functions);
+  defaults, one ``"!"`` YAML docstring per test function); the checks are
+  imported from ``rewardbox.grading.checks``, not written into the file;
 * ``testlists/``: for a training domain ``benchmark.yaml`` (about one task in
-  four of every family, at least one) and ``candidates.yaml`` (the rest); for a
-  held-out domain ``benchmark.yaml`` and ``all.yaml``, which both list every task.
+  four of every family, at least one, and every task of a held-out family:
+  ``Family.held_out``, tag ``held_out_template``) and ``candidates.yaml`` (the
+  rest); for a held-out domain ``benchmark.yaml`` and ``all.yaml``, which both
+  list every task.
 
 Everything is deterministic: each task draws from its own
 ``random.Random(f"{seed}:{family}:{k}")`` and the benchmark draw from
@@ -30,9 +33,14 @@ from typing import Any
 import yaml
 
 from rewardbox.domains.authoring import Family, RowBuilder
-from rewardbox.domains.base import Domain
+from rewardbox.domains.base import Domain, ToolRunner
+from rewardbox.domains.variants import order_divergences
 
 # -- YAML rendering --------------------------------------------------------------------
+
+
+class GenerationError(ValueError):
+    """A generated task is unfit to write (e.g. an equally valid order of its writes is graded differently)."""
 
 
 class _Flow(dict):
@@ -85,27 +93,9 @@ tags: [{scenario}]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "{server}"
-
-
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{{d['path']}}: {{d['type']}} result={{d.get('result')!r}} golden={{d.get('golden')!r}}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {{list(values)!r}}: {{x.response!r}}"
 '''
 
 _AGENT_INSTRUCTIONS = (
@@ -126,25 +116,33 @@ def render_test_function(task: dict[str, Any], server_name: str) -> str:
     body = to_yaml(_test_yaml(task, server_name))
     if "\\" in body or '"""' in body:
         raise ValueError(f"{task['uid']}: the YAML must not contain backslashes or triple quotes")
-    checks = ["    validate_database(x)"]
+    checks = ["    validate_database(x, SRV)"]
     if task["response_values"]:
-        checks.append(f"    validate_response_contains(x, {', '.join(repr(v) for v in task['response_values'])})")
+        expect = [v if isinstance(v, str) else tuple(v) for v in task["response_values"]]
+        checks.append(f"    validate_response(x, expect={expect!r}, reject={list(task['response_reject'])!r})")
     return (f"def {task['name']}(x: TestContext, judge: Judge):\n"
             f'    """!\n{textwrap.indent(body, "    ")}    """\n' + "\n".join(checks) + "\n")
 
 
 def _task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuilder,
-                 server_name: str) -> dict[str, Any]:
-    """The spec of variant ``k`` of ``family`` from what its template ``made``."""
-    name = f"test_{family.name}_{k + 1:02d}"
-    init = {server_name: {"data_patch": builder.rows, "golden_test_case": {"tool_interactions": made["golden"]}}}
+                 domain: Domain) -> dict[str, Any]:
+    """The spec of variant ``k`` of ``family`` from what its template ``made``.
+
+    The test function is ``test_<domain>_<family>_<nn>``: unique across the
+    embedded domains even when their families share a name.
+    """
+    name = f"test_{domain.name}_{family.name}_{k + 1:02d}"
+    init = {domain.server_name: {"data_patch": builder.rows,
+                                 "golden_test_case": {"tool_interactions": made["golden"]}}}
     tags = [f"difficulty:{family.difficulty}", "expects_write" if made["expects_write"] else "no_write",
-            f"family:{family.name}"] + (["tells_value"] if made["response_values"] else [])
+            f"family:{family.name}"] + (["tells_value"] if made["response_values"] else []) + (
+            ["held_out_template"] if family.held_out else [])
     return {
         "uid": f"{family.file}:{name}", "file": family.file, "name": name, "family": family.name,
         "difficulty": family.difficulty, "query": made["query"], "user_context": made["user_context"],
         "init": init, "world_state": init, "tags": tags, "expects_write": made["expects_write"],
-        "response_values": made["response_values"], "split": "candidate",
+        "response_values": made["response_values"], "response_reject": made["response_reject"],
+        "split": "candidate", "held_out_template": family.held_out,
     }
 
 
@@ -184,7 +182,8 @@ class DatasetRecipe:
 
         Returns:
             Dicts with ``uid, file, name, family, difficulty, query, user_context, init,
-            world_state, tags, expects_write, response_values, split`` (``"benchmark"``
+            world_state, tags, expects_write, response_values, response_reject, split,
+            held_out_template`` (``split`` is ``"benchmark"``
             or ``"candidate"``; always ``"benchmark"`` when held out); ``init`` is
             ``{server_name: {"data_patch": ..., "golden_test_case": {"tool_interactions": [...]}}}``.
         """
@@ -194,7 +193,7 @@ class DatasetRecipe:
             for k in range(family.count):
                 builder = self.new_builder(len(tasks) + 1, random.Random(f"{seed}:{family.name}:{k}"))
                 made = family.build(builder, k)
-                tasks.append(_task_record(family, k, made, builder, self.domain.server_name))
+                tasks.append(_task_record(family, k, made, builder, self.domain))
         if self.held_out:
             for task in tasks:
                 task["split"] = "benchmark"
@@ -202,9 +201,30 @@ class DatasetRecipe:
         rng = random.Random(f"{seed}:benchmark")
         for family in self.families:
             members = [t for t in tasks if t["family"] == family.name]
-            for task in rng.sample(members, max(1, round(len(members) / 4))):
+            picked = members if family.held_out else rng.sample(members, max(1, round(len(members) / 4)))
+            for task in picked:
                 task["split"] = "benchmark"
         return tasks
+
+    def check_order_independence(self, tasks: list[dict[str, Any]]) -> None:
+        """Replay every task's golden writes in every order and split (``variants.order_divergences``).
+
+        Raises:
+            GenerationError: some variant that the tools accept reaches another
+                state than the golden (the task would score a compliant agent 0);
+                the message lists up to five tasks and their first divergence.
+        """
+        runner = ToolRunner(self.domain)
+        bad = []
+        for task in tasks:
+            server = task["init"][self.domain.server_name]
+            lines = order_divergences(runner, server["data_patch"],
+                                      server["golden_test_case"]["tool_interactions"], seed=task["uid"])
+            if lines:
+                bad.append(f"{task['uid']}: {lines[0]}")
+        if bad:
+            raise GenerationError(f"{len(bad)} task(s) grade an equally valid order or split differently: "
+                                  + "; ".join(bad[:5]))
 
     def render_test_file(self, tasks: list[dict[str, Any]], seed: int) -> str:
         """A whole ``test_case/<domain>_*.py`` file of ``tasks`` (one file's tasks, in order)."""
@@ -237,9 +257,13 @@ class DatasetRecipe:
 
         Returns:
             The paths written, sorted.
+
+        Raises:
+            GenerationError: ``check_order_independence`` failed; nothing is written.
         """
         seed = self.default_seed if seed is None else seed
         tasks = self.generate_tasks(seed)
+        self.check_order_independence(tasks)
         files: dict[Path, str] = {
             out / "agent" / "agent.yaml": self.agent_yaml(),
             out / "scenario" / f"{self.domain.name}.yaml": self.scenario_yaml(),

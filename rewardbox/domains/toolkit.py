@@ -1,9 +1,10 @@
 """What every domain's ``models.py`` and ``tools.py`` share.
 
 Tables: the ``NUMERIC(10, 2)`` money type and the columns of the ungraded
-``audit_events`` bookkeeping table. Tools: two-decimal money text, deterministic
-ids of new rows, and primary-key lookups that fail as ``ToolFailure`` (an error
-the agent sees, never a system error).
+``audit_events`` bookkeeping table. Tools: two-decimal money text, ids of new
+rows (derived from the row's business key, so that call order never changes
+them), and primary-key lookups that fail as ``ToolFailure`` (an error the agent
+sees, never a system error).
 """
 
 from __future__ import annotations
@@ -46,21 +47,30 @@ def money(value: Decimal | str | int) -> str:
     return format(Decimal(value).quantize(Decimal("0.01")), "f")
 
 
-def next_id(db: Session, column: Any, prefix: str, width: int = 4) -> str:
-    """The next id ``prefix + number`` after the largest existing one (deterministic).
+def keyed_id(db: Session, column: Any, key: str) -> str:
+    """The id of a new row derived from its business key, e.g. ``"RF-ORD-6011-2"`` for item ``ORD-6011-2``.
+
+    Ids derived from content do not depend on the order of the calls that made
+    the rows, so two agents that make the same rows in another order, or in
+    more calls, reach the same graded state. Only a second row with the same
+    key (the same business fact recorded twice) gets a suffix in call order:
+    ``key``, then ``key + "-2"``, ``key + "-3"``, ...
 
     Args:
         db: the episode session.
         column: the id column, e.g. ``Refund.refund_id``.
-        prefix: e.g. ``"RF-"``; ids of the column without it, or not numeric after it, are ignored.
-        width: zero padding of the number.
+        key: the id built from the row's business key.
 
     Returns:
-        e.g. ``"RF-0003"`` after ``"RF-0002"``; ``prefix + "0001"`` when there is none.
+        ``key`` when no row has it yet, else the first free ``key-<n>`` (n >= 2).
     """
-    numbers = [int(v[len(prefix):]) for v in db.scalars(sa.select(column))
-               if v.startswith(prefix) and v[len(prefix):].isdigit()]
-    return f"{prefix}{(max(numbers) + 1 if numbers else 1):0{width}d}"
+    taken = set(db.scalars(sa.select(column).where(sa.or_(column == key, column.like(f"{key}-%")))))
+    if key not in taken:
+        return key
+    n = 2
+    while f"{key}-{n}" in taken:
+        n += 1
+    return f"{key}-{n}"
 
 
 def get_row(db: Session, model: type[Row], key: str, what: str, *, upper: bool = True) -> Row:

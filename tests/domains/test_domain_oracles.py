@@ -49,8 +49,9 @@ def test_null_run_fails_exactly_the_tasks_that_expect_a_write(name):
 def test_values_the_agent_must_tell_appear_in_the_golden_tool_outputs(name):
     checked = 0
     for run in oracle_runs(name):
-        for value in run.task["response_values"]:
-            assert any(value in o for o in run.outputs), (run.task["uid"], value)
+        for answer in run.task["response_values"]:
+            options = [answer] if isinstance(answer, str) else answer
+            assert any(v in o for v in options for o in run.outputs), (run.task["uid"], answer)
             checked += 1
     assert checked >= MIN_TOLD_VALUES[name]
 

@@ -141,7 +141,7 @@ def test_effects_have_the_thinkingbox_keys_and_ungraded_parts_are_left_out():
     calls = [("create_ticket", {"customer_id": "CUS-1001", "category": "billing",
                                 "description": "the agent's own words", "order_id": "ORD-1001"})]
     _, outs, effects = asyncio.run(_session(config, calls))
-    assert json.loads(outs[0])["ticket_id"] == "TCK-0002"  # deterministic: next after TCK-0001
+    assert json.loads(outs[0])["ticket_id"] == "TCK-ORD-1001-BILLING"  # derived from the business key
     assert {"initial_db_state", "result_db_state", "result_db_hash", "golden_db_state", "golden_db_hash",
             "diff"} <= set(effects)
     assert "audit_events" not in effects["result_db_state"]

@@ -63,33 +63,32 @@ def test_reset_password_unlocks_and_dates_the_reset(env):
     assert row["account_status"] == "active" and row["password_reset_on"] == "2025-03-10"
 
 
-def test_request_then_grant_with_deterministic_ids(env):
+def test_request_then_grant_with_ids_from_the_business_key(env):
     db, call = env
     req, failed = call("request_access", employee_id="EMP-1007", system_id="sys-bi", approver_id="EMP-1004")
-    assert not failed and req == {"request_id": "AR-0005", "status": "pending_approval",
+    assert not failed and req == {"request_id": "AR-EMP-1007-SYS-BI", "status": "pending_approval",
                                   "approver_id": "EMP-1004", "approver_name": "Tom Alvarez"}
     again, failed = call("request_access", employee_id="EMP-1007", system_id="SYS-BI", approver_id="EMP-1004")
-    assert failed and "AR-0005" in again["error"]
-    grant, failed = call("grant_access", request_id="AR-0005")
-    n_grants = len(db.dump()["access_grants"])
-    assert not failed and grant == {"grant_id": f"GR-{n_grants:04d}", "employee_id": "EMP-1007",
+    assert failed and "AR-EMP-1007-SYS-BI" in again["error"]
+    grant, failed = call("grant_access", request_id="AR-EMP-1007-SYS-BI")
+    assert not failed and grant == {"grant_id": "GR-EMP-1007-SYS-BI", "employee_id": "EMP-1007",
                                     "system_id": "SYS-BI", "request_status": "granted"}
-    assert _row(db, "access_requests", "request_id", "AR-0005")["status"] == "granted"
+    assert _row(db, "access_requests", "request_id", "AR-EMP-1007-SYS-BI")["status"] == "granted"
     assert "SYS-BI" in call("get_employee", employee_id="EMP-1007")[0]["access"]
 
 
 def test_replacement_billing_sets_the_cost(env):
     db, call = env
     free, failed = call("order_replacement", device_id="DEV-1001", billing="warranty")
-    assert not failed and (free["order_id"], free["cost"], free["device_status"]) == ("RPL-0002", "0.00",
+    assert not failed and (free["order_id"], free["cost"], free["device_status"]) == ("RPL-DEV-1001", "0.00",
                                                                                        "replacement_ordered")
     device, _ = call("get_device", device_id="DEV-1007")
     paid, failed = call("order_replacement", device_id="DEV-1007", billing="department")
-    assert not failed and paid["order_id"] == "RPL-0003" and paid["cost"] == device["replacement_cost"]
-    assert _row(db, "replacement_orders", "order_id", "RPL-0003") == {
-        "order_id": "RPL-0003", "device_id": "DEV-1007", "employee_id": "EMP-1007", "billing": "department",
+    assert not failed and paid["order_id"] == "RPL-DEV-1007" and paid["cost"] == device["replacement_cost"]
+    assert _row(db, "replacement_orders", "order_id", "RPL-DEV-1007") == {
+        "order_id": "RPL-DEV-1007", "device_id": "DEV-1007", "employee_id": "EMP-1007", "billing": "department",
         "cost": device["replacement_cost"], "ordered_on": "2025-03-10"}
-    assert call("get_device", device_id="DEV-1001")[0]["replacement_orders"][0]["order_id"] == "RPL-0002"
+    assert call("get_device", device_id="DEV-1001")[0]["replacement_orders"][0]["order_id"] == "RPL-DEV-1001"
 
 
 def test_escalation_climbs_one_level_and_stops_at_three(env):

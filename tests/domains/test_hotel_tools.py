@@ -85,12 +85,12 @@ def test_request_approval_routes_to_the_manager_and_leaves_the_booking(env):
     db, call = env
     before = _rows(db, "bookings", booking_id="BK-1001")
     out, failed = call("request_approval", booking_id="BK-1001", room_type_id="RT-LIS-STE", reason="meetings")
-    assert not failed and out == {"approval_id": "APR-0003", "booking_id": "BK-1001",
+    assert not failed and out == {"approval_id": "APR-BK-1001-RT-LIS-STE", "booking_id": "BK-1001",
                                   "requested_room_type_id": "RT-LIS-STE", "manager_id": "MGR-1001",
                                   "status": "pending"}
     assert _rows(db, "bookings", booking_id="BK-1001") == before
     second, _ = call("request_approval", booking_id="BK-1004", room_type_id="RT-SIN-CLB", reason="x")
-    assert second["approval_id"] == "APR-0004"  # deterministic: next after the largest id
+    assert second["approval_id"] == "APR-BK-1004-RT-SIN-CLB"  # derived from booking and room type
     listed, _ = call("get_booking", booking_id="BK-1001")
     assert [a["status"] for a in listed["approval_requests"]] == ["pending", "pending"]
 

@@ -51,16 +51,21 @@ def test_partial_then_full_return(env):
     assert failed and "already returned" in dup["error"]
     out2, failed = call("return_items", order_id="ORD-1005", item_ids=[second])
     assert not failed and out2["status"] == "returned"
-    assert int(out2["refund_id"][3:]) == int(out["refund_id"][3:]) + 1  # deterministic ids
+    assert (out["refund_ids"], out2["refund_ids"]) == ([f"RF-{first}"], [f"RF-{second}"])  # one per item
 
 
-def test_new_ids_follow_the_largest_existing_one(env):
+def test_new_ids_derive_from_the_business_key(env):
     _db, call = env
     a, _ = call("create_ticket", customer_id="CUS-1001", category="other", description="a")
     b, _ = call("create_ticket", customer_id="CUS-1001", category="other", description="b")
-    assert (a["ticket_id"], b["ticket_id"]) == ("TCK-0002", "TCK-0003")
+    c, _ = call("create_ticket", customer_id="CUS-1001", category="billing", description="c", order_id="ORD-1001")
+    assert (a["ticket_id"], b["ticket_id"], c["ticket_id"]) == (
+        "TCK-CUS-1001-OTHER", "TCK-CUS-1001-OTHER-2", "TCK-ORD-1001-BILLING")
     listed, _ = call("list_tickets", customer_id="CUS-1001")
-    assert [t["ticket_id"] for t in listed["tickets"]] == ["TCK-0002", "TCK-0003"]
+    assert [t["ticket_id"] for t in listed["tickets"]] == ["TCK-CUS-1001-OTHER", "TCK-CUS-1001-OTHER-2",
+                                                           "TCK-ORD-1001-BILLING"]
+    cancelled, _ = call("cancel_order", order_id="ORD-1002")
+    assert cancelled["refund_id"] == "RF-ORD-1002-CANCEL"
 
 
 def test_readonly_tools_never_write(env):
@@ -68,5 +73,17 @@ def test_readonly_tools_never_write(env):
                                      ("get_customer", {"customer_id": "CUS-1001"}),
                                      ("list_orders", {"customer_id": "CUS-1001"}),
                                      ("get_order", {"order_id": "ORD-1001"}),
-                                     ("list_tickets", {"customer_id": "CUS-1002"})])
-    assert READONLY_TOOLS == {"find_customer", "get_customer", "list_orders", "get_order", "list_tickets"}
+                                     ("list_tickets", {"customer_id": "CUS-1002"}),
+                                     ("find_customer_by_name", {"full_name": "maria santos", "postal_code": "62000"})])
+    assert READONLY_TOOLS == {"find_customer", "find_customer_by_name", "get_customer", "list_orders", "get_order",
+                              "list_tickets"}
+
+
+def test_find_customer_by_name_and_postal_code(env):
+    _db, call = env
+    found, failed = call("find_customer_by_name", full_name=" Maria Santos", postal_code="62000")
+    assert not failed and found["customer_id"] == "CUS-1001"
+    work, failed = call("find_customer_by_name", full_name="Maria Santos", postal_code="62100")  # the work address
+    assert not failed and work["customer_id"] == "CUS-1001"
+    assert_fails_without_writing(env, "find_customer_by_name", {"full_name": "Maria Santos", "postal_code": "99999"},
+                                 "No customer named 'Maria Santos'")

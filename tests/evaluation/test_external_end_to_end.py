@@ -35,9 +35,9 @@ from rewardbox.tasks.sources import load_benchmark, load_candidates
 
 SERVER_MODULE = "rewardbox.domains.retail.server"
 # Scripted-mix picks (golden on seeds 0..3): explicit_01 2/4, lookup_02 4/4, explicit_03 0/4.
-CANDIDATES = ["retail_cancel.py:test_cancel_explicit_01", "retail_cancel.py:test_cancel_lookup_02",
-              "retail_cancel.py:test_cancel_explicit_03"]
-BENCHMARK = ["retail_cancel.py:test_cancel_explicit_02", "retail_address.py:test_address_change_01"]
+CANDIDATES = ["retail_cancel.py:test_retail_cancel_explicit_01", "retail_cancel.py:test_retail_cancel_lookup_02",
+              "retail_cancel.py:test_retail_cancel_explicit_03"]
+BENCHMARK = ["retail_cancel.py:test_retail_cancel_explicit_02", "retail_address.py:test_retail_address_change_01"]
 
 
 def _dataset(root):

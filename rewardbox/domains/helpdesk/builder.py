@@ -110,6 +110,11 @@ class WorldBuilder(RowBuilder):
         eid = f"EMP-{4 if other else 2}{self.index:03d}"
         return self._employee(eid, department, title, manager.employee_id, manager.name, status)
 
+    def colleague(self, person: Person) -> Person:
+        """A peer of ``person``: same department, title and manager (id ``EMP-4nnn``)."""
+        return self._employee(f"EMP-4{self.index:03d}", person.department, person.title, person.manager_id,
+                              person.manager_name, "active")
+
     def wrong_badge(self, person: Person) -> str:
         """A badge number that is not ``person``'s."""
         while (badge := f"B-{self.rng.randint(10000, 99999)}") == person.badge_number:

@@ -29,6 +29,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("escalate_lookup", "helpdesk_tickets.py", "medium", support.escalate_lookup, 3),
     Family("escalate_refused", "helpdesk_tickets.py", "medium", support.escalate_refused),
     Family("tell_value", "helpdesk_info.py", "easy", support.tell_value),
+    Family("wrong_owner", "helpdesk_security.py", "hard", support.wrong_owner),
+    Family("onboarding", "helpdesk_multi.py", "hard", support.onboarding, 6),
     Family("multi_action", "helpdesk_multi.py", "hard", support.multi_action, 3),
 )
 """Every template, in the order tasks are numbered and written."""

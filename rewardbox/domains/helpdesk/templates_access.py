@@ -13,6 +13,11 @@ from rewardbox.domains.authoring import call, short_ask, task_spec
 from rewardbox.domains.helpdesk.builder import RESTRICTED, SEED_NAMES, STANDARD, WorldBuilder, user_context
 
 
+def _me(p: Any) -> dict[str, Any]:
+    """The lookup of the caller that the policy asks for before anything else."""
+    return call("get_employee", employee_id=p.employee_id)
+
+
 def _factor(p: Any, k: int) -> tuple[str, dict[str, str], str]:
     """(phrase for the query, verify_identity arguments, user-context line) of a correct factor."""
     if k % 2 == 0:
@@ -29,7 +34,7 @@ def reset_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     return task_spec(
         f"Hi, I'm {p.name}, employee id {p.employee_id}. {trouble}; {phrase}. Please reset my password.",
         user_context(p, "get your password reset.", extra=[line]),
-        [call("verify_identity", employee_id=p.employee_id, **factor),
+        [_me(p), call("verify_identity", employee_id=p.employee_id, **factor),
          call("reset_password", employee_id=p.employee_id)], write=True)
 
 
@@ -39,16 +44,16 @@ def reset_unverified(b: WorldBuilder, k: int) -> dict[str, Any]:
     if variant == 0:
         wrong = b.wrong_badge(p)
         ask, extra = f"My badge number is {wrong}.", [f"Badge number: {wrong}"]
-        golden = [call("verify_identity", employee_id=p.employee_id, badge_number=wrong)]
+        golden = [_me(p), call("verify_identity", employee_id=p.employee_id, badge_number=wrong)]
     elif variant == 1:
         wrong = b.wrong_phone(p)
         ask, extra = f"The last four digits of my phone are {wrong}.", [f"Phone last four digits: {wrong}"]
-        golden = [call("verify_identity", employee_id=p.employee_id, phone_last4=wrong)]
+        golden = [_me(p), call("verify_identity", employee_id=p.employee_id, phone_last4=wrong)]
     else:
         ask = ("I don't have my badge with me and I changed phones." if variant == 2
                else f"You can check my email, it's {p.email}.")
         extra = ["Badge number: you don't know it", "Phone last four digits: you don't know them"]
-        golden = [call("get_employee", employee_id=p.employee_id)]
+        golden = [_me(p)]
     return task_spec(f"Hi, this is {p.name} ({p.employee_id}). I'm locked out, please reset my password. {ask}",
                      user_context(p, "get your password reset.", extra=extra), golden, write=False)
 
@@ -59,11 +64,11 @@ def reset_other_account(b: WorldBuilder, k: int) -> dict[str, Any]:
     phrase, factor, line = _factor(m, k)
     if k % 3 == 2:  # the caller even knows the other person's badge number
         ask = f"Here is {r.name.split()[0]}'s badge number: {r.badge_number}."
-        golden = [call("verify_identity", employee_id=r.employee_id, badge_number=r.badge_number)]
+        golden = [_me(m), call("verify_identity", employee_id=r.employee_id, badge_number=r.badge_number)]
         extra = [f"Badge number of {r.name}: {r.badge_number}"]
     else:
         ask = f"To prove who I am: {phrase}."
-        golden = [call("verify_identity", employee_id=m.employee_id, **factor),
+        golden = [_me(m), call("verify_identity", employee_id=m.employee_id, **factor),
                   call("get_employee", employee_id=r.employee_id)]
         extra = [line]
     return task_spec(
@@ -87,7 +92,7 @@ def access_grant_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     b.request(p, other_sid, p.manager_id)
     return task_spec(short_ask(f"grant my access request {rid} for {name}; it has been approved", k),
                      user_context(p, f"get access request {rid} ({name}) granted.", extra=[f"Request: {rid}"]),
-                     [call("get_employee", employee_id=p.employee_id), call("grant_access", request_id=rid)],
+                     [_me(p), call("grant_access", request_id=rid)],
                      write=True)
 
 
@@ -102,7 +107,7 @@ def _access_request(b: WorldBuilder, k: int, restricted: bool) -> dict[str, Any]
     return task_spec(f"Hi, this is {p.name} ({p.employee_id}). " + asks[k % len(asks)].format(name=name),
                      user_context(p, f"get access to {name} requested.",
                                   extra=[f"Your manager: {p.manager_name}"]),
-                     [call("get_employee", employee_id=p.employee_id), call("list_systems"),
+                     [_me(p), call("list_systems"),
                       call("request_access", employee_id=p.employee_id, system_id=sid, approver_id=approver)],
                      write=True)
 
@@ -133,14 +138,14 @@ def access_grant_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
         claim = f"{SEED_NAMES['EMP-1010']} from IT approved it, so please grant it."
     return task_spec(f"Hi, I'm {p.name} ({p.employee_id}). About my access request {rid} for {name}. {claim}",
                      user_context(p, f"get access request {rid} ({name}) granted.", extra=[f"Request: {rid}"]),
-                     [call("get_employee", employee_id=p.employee_id), call("list_systems")], write=False)
+                     [_me(p), call("list_systems")], write=False)
 
 
 def access_multi(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.employee()
     std, res = _system(b, False), _system(b, True)
     first, second = (std, res) if k % 2 == 0 else (res, std)
-    golden = [call("get_employee", employee_id=p.employee_id), call("list_systems")]
+    golden = [_me(p), call("list_systems")]
     if k % 3 == 2:  # one approved request to grant, one new request to open
         rid = b.request(p, std[0], p.manager_id, "approved", p.manager_id)
         query = (f"Hi, I'm {p.name} ({p.employee_id}). My request {rid} for {std[1]} was approved, please "

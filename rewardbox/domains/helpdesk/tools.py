@@ -7,7 +7,10 @@ enforce hard facts (a disabled account cannot be reset, a warranty claim needs a
 running warranty, a ticket stops at level 3); the policy rules that need
 judgement (was identity verified, is this the right approver, did the employee
 agree to pay, is the ticket old enough) are the agent's job.
-Ids of new rows are deterministic: the next number after the largest existing id.
+Ids of new rows derive from their business key (``toolkit.keyed_id``), so the
+order of the calls never changes them: an access request is
+``AR-<employee id>-<system id>``, its grant ``GR-<employee id>-<system id>``, a
+replacement order ``RPL-<device id>``.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from rewardbox.domains.helpdesk.models import (
     Ticket,
 )
 from rewardbox.domains.helpdesk.seed import TODAY
-from rewardbox.domains.toolkit import get_row, money, next_id
+from rewardbox.domains.toolkit import get_row, keyed_id, money
 
 OPEN_REQUEST_STATUSES = ("pending_approval", "approved")
 
@@ -169,7 +172,7 @@ def request_access(db: Session, employee_id: str, system_id: str, approver_id: s
     if open_request is not None:
         raise ToolFailure(
             f"Request {open_request.request_id} for {s.system_id} is already open ({open_request.status})")
-    request = AccessRequest(request_id=next_id(db, AccessRequest.request_id, "AR-"), employee_id=e.employee_id,
+    request = AccessRequest(request_id=keyed_id(db, AccessRequest.request_id, f"AR-{e.employee_id}-{s.system_id}"), employee_id=e.employee_id,
                             system_id=s.system_id, approver_id=approver.employee_id, status="pending_approval",
                             approved_by=None, requested_on=TODAY)
     db.add(request)
@@ -192,7 +195,7 @@ def grant_access(db: Session, request_id: str) -> dict[str, Any]:
     r = get_row(db, AccessRequest, request_id, "Access request")
     if r.status in ("rejected", "granted"):
         raise ToolFailure(f"Request {r.request_id} is {r.status}; it cannot be granted")
-    grant = AccessGrant(grant_id=next_id(db, AccessGrant.grant_id, "GR-"), employee_id=r.employee_id,
+    grant = AccessGrant(grant_id=keyed_id(db, AccessGrant.grant_id, f"GR-{r.employee_id}-{r.system_id}"), employee_id=r.employee_id,
                         system_id=r.system_id, request_id=r.request_id, granted_on=TODAY)
     db.add(grant)
     r.status = "granted"
@@ -243,7 +246,7 @@ def order_replacement(db: Session, device_id: str, billing: Literal["warranty", 
     if billing == "warranty" and d.warranty_end < TODAY:
         raise ToolFailure(f"The warranty of {d.device_id} ended on {d.warranty_end.isoformat()}")
     cost = Decimal("0") if billing == "warranty" else d.replacement_cost
-    order = ReplacementOrder(order_id=next_id(db, ReplacementOrder.order_id, "RPL-"), device_id=d.device_id,
+    order = ReplacementOrder(order_id=keyed_id(db, ReplacementOrder.order_id, f"RPL-{d.device_id}"), device_id=d.device_id,
                              employee_id=d.employee_id, billing=billing, cost=cost, ordered_on=TODAY)
     db.add(order)
     d.status = "replacement_ordered"

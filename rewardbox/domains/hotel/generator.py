@@ -16,7 +16,7 @@ from __future__ import annotations
 from rewardbox.domains.dataset_writer import DatasetRecipe
 from rewardbox.domains.hotel.builder import WorldBuilder
 from rewardbox.domains.hotel.domain import DOMAIN
-from rewardbox.domains.hotel.templates import FAMILIES
+from rewardbox.domains.hotel.templates_trips import ALL_FAMILIES as FAMILIES
 
 RECIPE = DatasetRecipe(domain=DOMAIN, families=FAMILIES, new_builder=WorldBuilder, default_seed=20250910,
                        agent="a company travel desk agent", user="traveller", description=__doc__.splitlines()[0])

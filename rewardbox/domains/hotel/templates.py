@@ -18,9 +18,13 @@ from rewardbox.domains.hotel.builder import Person, Stay, WorldBuilder, user_con
 from rewardbox.domains.hotel.tools import GOODWILL_CREDITS, REDEEM_LIMIT_CREDITS, money
 
 
+_OPENINGS = ("Hi, I'm {name} ({email}).", "Hello, {name} here, email {email}.",
+             "Good afternoon, this is {name} ({email}).", "Hi travel desk, {name} writing - {email}.")
+
+
 def hello(p: Person) -> str:
-    """The opening of every first message: who is writing (name and email)."""
-    return f"Hi, I'm {p.name} ({p.email})."
+    """The opening of a first message: who is writing (name and email), in one of four wordings by traveller."""
+    return _OPENINGS[int(p.traveller_id[-3:]) % len(_OPENINGS)].format(name=p.name, email=p.email)
 
 
 def describe(s: Stay) -> str:
@@ -61,13 +65,18 @@ def cancel_lookup(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 def cancel_fee_tell(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A late cancellation; the refund (and in one variant the fee) to tell. Three or more nights, so the
+    refund (total minus one night) never equals the fee (one night) and stating the fee alone fails."""
     p = b.traveller()
-    s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(2, 4))
-    refund = s.refund_if_cancelled_now(fee=True)
-    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and tell me how much will be refunded.",
-                     user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn the refund "
-                                  "amount.", booking=describe(s)),
-                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True, values=[refund])
+    s = b.booking(p, "confirmed", offset=(0, 1, 2, b.rng.randint(1, 2))[k % 4], nights=b.rng.randint(3, 5))
+    refund, fee = s.refund_if_cancelled_now(fee=True), s.room.rate
+    both = k % 4 == 3
+    ask = "what the fee is and how much will be refunded" if both else "how much will be refunded"
+    return task_spec(f"{hello(p)} Please cancel booking {s.booking_id} and tell me {ask}.",
+                     user_context(p, f"cancel booking {s.booking_id} even if there is a fee, and learn "
+                                  f"{'the fee and ' if both else ''}the refund amount.", booking=describe(s)),
+                     [find(p), call("cancel_booking", booking_id=s.booking_id)], write=True,
+                     values=[fee, refund] if both else [refund])
 
 
 def cancel_refused(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -108,7 +117,7 @@ def approval_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
                                     reason=f"Traveller asks for the {target.name}.")], write=True)
 
 
-def _wanted(s: Stay, k: int) -> tuple[str, Any]:
+def wanted_room(s: Stay, k: int) -> tuple[str, Any]:
     """Downgrade on even variants, upgrade on odd ones: (verb, room)."""
     return ("downgrade", s.cheaper()) if k % 2 == 0 else ("upgrade", s.dearer())
 
@@ -117,7 +126,7 @@ def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
     b.distractors(p, k // 2)
-    verb, room = _wanted(s, k)
+    verb, room = wanted_room(s, k)
     return task_spec(f"{hello(p)} I'd like to {verb} booking {s.booking_id} to the {room.name}.",
                      user_context(p, f"{verb} booking {s.booking_id} to the {room.name}. You accept that your manager "
                                   f"({p.manager_name}) must approve it first.", booking=describe(s)),
@@ -129,7 +138,7 @@ def room_change_request(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1, nights=b.rng.randint(2, 4))
-    verb, room = _wanted(s, k)
+    verb, room = wanted_room(s, k)
     b.approval(p, s, room, "approved")
     new_total = money(Decimal(room.rate) * s.nights)
     ask = " and tell me the new total" if k == 3 else ""
@@ -145,7 +154,7 @@ def room_change_approved(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
-    verb, room = _wanted(s, k // 2)
+    verb, room = wanted_room(s, k // 2)
     status = ("pending", "denied")[k % 2]
     b.approval(p, s, room, status)
     b.distractors(p, 1)
@@ -158,8 +167,8 @@ def room_change_blocked(b: WorldBuilder, k: int) -> dict[str, Any]:
 def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     s = b.booking(p, "confirmed", room_index=1)
-    verb, room = _wanted(s, k)
-    _other_verb, approved = _wanted(s, k + 1)
+    verb, room = wanted_room(s, k)
+    _other_verb, approved = wanted_room(s, k + 1)
     b.approval(p, s, approved, "approved")
     return task_spec(f"{hello(p)} Please {verb} booking {s.booking_id} to the {room.name}.",
                      user_context(p, f"{verb} booking {s.booking_id} to the {room.name} (not the {approved.name}). You "
@@ -175,28 +184,32 @@ def room_change_mismatch(b: WorldBuilder, k: int) -> dict[str, Any]:
 
 
 def tell_value(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """Tell one value; the other booking's or the other room's value is a wrong answer."""
     p = b.traveller()
     s = b.booking(p, "confirmed", nights=b.rng.randint(2, 4))
-    b.distractors(p, 1)
+    (d,) = b.distractors(p, 1)
     variant = k % 6
-    golden = [find(p), look(s)]
+    golden, reject = [find(p), look(s)], []
     if variant == 0:
         question, values, golden = "How many loyalty credits do I have?", [str(p.balance)], [find(p)]
     elif variant == 1:
         question, values = f"What is the nightly rate of booking {s.booking_id}?", [s.room.rate]
+        reject = [r.rate for r in s.others]
     elif variant == 2:
         question, values = f"What is my check-out date for booking {s.booking_id}?", [s.check_out]
+        reject = [d.check_out]
     elif variant == 3:
-        question, values = f"What is the total price of booking {s.booking_id}?", [s.total]
+        question, values, reject = f"What is the total price of booking {s.booking_id}?", [s.total], [d.total]
     elif variant == 4:
         other = s.others[0]
         question = f"How much per night is the {other.name} at the hotel of my booking {s.booking_id}?"
         values, golden = [other.rate], golden + [call("list_room_types", hotel_id=s.hotel_id)]
+        reject = [s.room.rate]
     else:
         question, values, golden = "Who is my manager for travel approvals?", [p.manager_name], [find(p)]
     return task_spec(question if variant in (1, 2, 3) else f"{hello(p)} {question}",
                      user_context(p, f"learn the answer to: {question}", booking=describe(s)),
-                     golden, write=False, values=values)
+                     golden, write=False, values=values, reject=[r for r in reject if r not in values])
 
 
 def wrong_owner(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -269,15 +282,36 @@ _COMPLAINTS = ("The room was very noisy every night because of construction next
                "The room smelled of smoke and the sheets were stained.")
 
 
+_COMPENSATION_ASKS = ("I want to complain and I'd like some compensation.",
+                      "What can you offer me for this?",
+                      "I expect some goodwill credits for this.",
+                      "Please compensate me for this.")
+
+
 def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A complaint with a request for compensation: the tier's goodwill credits."""
     p = b.traveller(("standard", "silver", "gold", "silver")[k % 4])
     s = b.booking(p, ("completed", "checked_in")[k % 2])
     complaint = _COMPLAINTS[k % len(_COMPLAINTS)]
-    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} I want to complain.",
-                     user_context(p, f"complain about your stay ({s.booking_id}); you accept goodwill credits.",
-                                  booking=describe(s)),
+    ask = _COMPENSATION_ASKS[k % len(_COMPENSATION_ASKS)]
+    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} {ask}",
+                     user_context(p, f"complain about your stay ({s.booking_id}) and get compensation; you "
+                                  "accept goodwill credits.", booking=describe(s)),
                      [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
                                              reason=complaint)], write=True)
+
+
+def complaint_only(b: WorldBuilder, k: int) -> dict[str, Any]:
+    """A complaint that asks for nothing: apologise, award no credits (do exactly what is asked)."""
+    p = b.traveller(("silver", "gold", "standard")[k % 3])
+    s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
+    complaint = _COMPLAINTS[(k + 2) % len(_COMPLAINTS)]
+    close = ("I don't need anything, I just wanted the hotel to know.", "No need to do anything, just passing "
+             "it on.", "I'm not asking for anything, please just note it.")[k % 3]
+    return task_spec(f"{hello(p)} Feedback on booking {s.booking_id}: {complaint} {close}",
+                     user_context(p, f"tell the travel desk about a problem with your stay ({s.booking_id}); you "
+                                  "want nothing in return.", booking=describe(s)),
+                     [find(p), look(s)], write=False)
 
 
 def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -316,7 +350,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("cancel_lookup", "hotel_cancel.py", "easy", cancel_lookup),
     Family("cancel_fee_tell", "hotel_cancel.py", "medium", cancel_fee_tell),
     Family("cancel_refused", "hotel_cancel.py", "medium", cancel_refused),
-    Family("cancel_only_if_free", "hotel_cancel.py", "hard", cancel_only_if_free),
+    Family("cancel_only_if_free", "hotel_cancel.py", "hard", cancel_only_if_free, held_out=True),
     Family("approval_explicit", "hotel_rooms.py", "trivial", approval_explicit),
     Family("room_change_request", "hotel_rooms.py", "medium", room_change_request),
     Family("room_change_approved", "hotel_rooms.py", "medium", room_change_approved),
@@ -327,8 +361,9 @@ FAMILIES: tuple[Family, ...] = (
     Family("redeem_max", "hotel_credits.py", "hard", redeem_max, 3),
     Family("goodwill_credits", "hotel_credits.py", "medium", goodwill_credits),
     Family("goodwill_repeat", "hotel_credits.py", "hard", goodwill_repeat, 3),
+    Family("complaint_only", "hotel_credits.py", "medium", complaint_only, 3, held_out=True),
     Family("tell_value", "hotel_info.py", "easy", tell_value, 6),
     Family("wrong_owner", "hotel_security.py", "hard", wrong_owner),
     Family("multi_action", "hotel_multi.py", "hard", multi_action),
 )
-"""Every template, in the order tasks are numbered and written."""
+"""The one-booking and two-booking templates (``templates_trips.FAMILIES`` follow them)."""

@@ -7,7 +7,11 @@ enforce hard facts (only a confirmed booking can change, credits cannot exceed
 the balance) and compute the cancellation fee; the policy rules that need
 judgement (manager approval before a room change, redemption limits by tier,
 goodwill credits once per booking, who owns a booking) are the agent's job.
-Ids of new rows are deterministic: the next number after the largest existing id.
+Ids of new rows derive from their business key (``toolkit.keyed_id``), so the
+order of the calls never changes them: ``RF-<booking id>-<REASON>``,
+``CT-<booking id>-<KIND>``, ``APR-<booking id>-<room type id>`` and
+``PAY-<booking id>-<room type id>``; the same fact recorded twice on one
+booking gets ``-2``, ``-3``, ... in call order.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from rewardbox.domains.hotel.models import (
     RoomType,
     Traveller,
 )
-from rewardbox.domains.toolkit import get_row, money, next_id
+from rewardbox.domains.toolkit import get_row, keyed_id, money
 
 TODAY = seed.TODAY
 """The fixed current date of the domain (also stated in the policy)."""
@@ -96,14 +100,14 @@ def _refund(db: Session, booking: Booking, amount: Decimal, reason: str) -> Refu
     payment = _rows(db, Payment, booking.booking_id, Payment.payment_id)
     if not payment:
         raise ToolFailure(f"Booking {booking.booking_id} has no payment on file")
-    refund = Refund(refund_id=next_id(db, Refund.refund_id, "RF-"), booking_id=booking.booking_id,
+    refund = Refund(refund_id=keyed_id(db, Refund.refund_id, f"RF-{booking.booking_id}-{reason.upper()}"), booking_id=booking.booking_id,
                     payment_id=payment[0].payment_id, amount=amount, reason=reason, created_on=TODAY)
     db.add(refund)
     return refund
 
 
 def _credit(db: Session, traveller: Traveller, booking: Booking, kind: str, credits: int, reason: str) -> str:
-    tx_id = next_id(db, CreditTransaction.tx_id, "CT-")
+    tx_id = keyed_id(db, CreditTransaction.tx_id, f"CT-{booking.booking_id}-{kind.upper()}")
     db.add(CreditTransaction(tx_id=tx_id, traveller_id=traveller.traveller_id, booking_id=booking.booking_id,
                              kind=kind, credits=credits, reason=reason, created_on=TODAY))
     return tx_id
@@ -232,7 +236,7 @@ def request_approval(db: Session, booking_id: str, room_type_id: str, reason: st
         if a.requested_room_type_id == wanted.room_type_id and a.status == "pending":
             raise ToolFailure(f"Approval request {a.approval_id} for {wanted.room_type_id} is already pending")
     traveller = _traveller(db, b.traveller_id)
-    approval = ApprovalRequest(approval_id=next_id(db, ApprovalRequest.approval_id, "APR-"), booking_id=b.booking_id,
+    approval = ApprovalRequest(approval_id=keyed_id(db, ApprovalRequest.approval_id, f"APR-{b.booking_id}-{wanted.room_type_id}"), booking_id=b.booking_id,
                                manager_id=traveller.manager_id, requested_room_type_id=wanted.room_type_id,
                                status="pending", reason=reason, created_on=TODAY)
     db.add(approval)
@@ -269,7 +273,7 @@ def change_room(db: Session, booking_id: str, room_type_id: str) -> dict[str, An
         out.update(refund_id=refund.refund_id, refund_amount=money(-diff))
     elif diff > 0:
         first = _rows(db, Payment, b.booking_id, Payment.payment_id)[0]
-        payment = Payment(payment_id=next_id(db, Payment.payment_id, "PAY-"), booking_id=b.booking_id,
+        payment = Payment(payment_id=keyed_id(db, Payment.payment_id, f"PAY-{b.booking_id}-{wanted.room_type_id}"), booking_id=b.booking_id,
                           method=first.method, card_last4=first.card_last4, amount=diff, created_on=TODAY)
         db.add(payment)
         out.update(payment_id=payment.payment_id, extra_charge=money(diff))

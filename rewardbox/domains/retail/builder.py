@@ -43,6 +43,7 @@ class Person:
     home_id: str
     work_id: str
     work_line1: str
+    home_postal: str = ""
 
 
 @dataclass
@@ -56,6 +57,10 @@ class OrderFacts:
 
     def item_id(self, product_name: str) -> str:
         return next(i["item_id"] for i in self.items if i["product_name"] == product_name)
+
+    def item_ids_of(self, product_names: list[str]) -> list[str]:
+        """The item ids of ``product_names``, in that order."""
+        return [self.item_id(name) for name in product_names]
 
     @property
     def products(self) -> list[str]:
@@ -75,16 +80,17 @@ class WorldBuilder(RowBuilder):
         tier = tier or self.rng.choice(("standard", "silver", "gold"))
         email = f"{first.lower()}.{last.lower()}{'.' + str(self.index) if other else ''}@mail.test"
         self._add("customers", {"customer_id": cid, "name": f"{first} {last}", "email": email,
-                                "phone": f"+1-555-{2000 + self.index:04d}", "tier": tier,
+                                "phone": f"+1-555-{(3000 if other else 2000) + self.index:04d}", "tier": tier,
                                 "member_since": day(self.rng.randint(200, 2000))})
         lines = {}
         for label, suffix in (("home", "H"), ("work", "W")):
             city, postal = self.rng.choice(CITIES)
             line1 = f"{self.rng.randint(2, 480)} {self.rng.choice(STREETS)}"
-            lines[label] = line1
+            lines[label], lines[f"{label}_postal"] = line1, postal
             self._add("addresses", {"address_id": f"ADR-{cid[4:]}-{suffix}", "customer_id": cid, "label": label,
                                     "line1": line1, "city": city, "postal_code": postal, "country": "US"})
-        return Person(cid, f"{first} {last}", email, tier, f"ADR-{cid[4:]}-H", f"ADR-{cid[4:]}-W", lines["work"])
+        return Person(cid, f"{first} {last}", email, tier, f"ADR-{cid[4:]}-H", f"ADR-{cid[4:]}-W", lines["work"],
+                      lines["home_postal"])
 
     def products(self, n: int) -> list[tuple[str, str, str]]:
         """``n`` catalogue products not yet used in this task (names stay unambiguous)."""
@@ -145,11 +151,11 @@ class WorldBuilder(RowBuilder):
 
 
 def user_context(person: Person, goal: str, *, order: str | None = None, agrees: bool = True,
-                 extra: list[str] | None = None) -> str:
-    """The simulated user's private facts, one ``Key: value`` per line."""
+                 extra: list[str] | None = None, knows_email: bool = True) -> str:
+    """The simulated user's private facts, one ``Key: value`` per line (``knows_email=False``: forgotten)."""
     facts = [f"You are {person.name}, a customer of the store.",
              f"Name: {person.name}",
-             f"Email: {person.email}",
+             f"Email: {person.email if knows_email else 'you do not remember it'}",
              f"Customer id: {person.customer_id} (give it only if asked)"]
     if order:
         facts.append(f"Order: {order}")

@@ -5,7 +5,11 @@ returns a JSON-able dict. A tool's own error raises ``ToolFailure``; the server
 turns it into ``{"error": "...", "tool": name}`` and writes nothing. Tools
 enforce hard facts (an order must be pending to cancel); the policy rules that
 need judgement (return windows, who owns an order) are the agent's job.
-Ids of new rows are deterministic: the next number after the largest existing id.
+Ids of new rows derive from their business key (``toolkit.keyed_id``), so the
+order of the calls never changes them: the refund of a cancelled order is
+``RF-<order id>-CANCEL``, the refund of a returned item ``RF-<item id>`` (one
+refund per item, whether the items come back in one call or several), a ticket
+``TCK-<order or customer id>-<CATEGORY>``.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from rewardbox.domains.retail.models import (
     Refund,
     Ticket,
 )
-from rewardbox.domains.toolkit import get_row, money, next_id
+from rewardbox.domains.toolkit import get_row, keyed_id, money
 
 TODAY: dt.date = seed.TODAY
 """The fixed current date of the domain (also stated in the policy)."""
@@ -74,9 +78,10 @@ def _payment(db: Session, order: Order) -> Payment:
     return payment
 
 
-def _refund(db: Session, order: Order, amount: Decimal, reason: str) -> Refund:
+def _refund(db: Session, order: Order, amount: Decimal, reason: str, key: str) -> Refund:
+    """A refund row with id ``RF-<key>`` (the order or item it refunds)."""
     payment = _payment(db, order)
-    refund = Refund(refund_id=next_id(db, Refund.refund_id, "RF-"), order_id=order.order_id,
+    refund = Refund(refund_id=keyed_id(db, Refund.refund_id, f"RF-{key}"), order_id=order.order_id,
                     payment_id=payment.payment_id, amount=amount, reason=reason, created_on=TODAY)
     db.add(refund)
     return refund
@@ -97,6 +102,28 @@ def find_customer(db: Session, email: str) -> dict[str, Any]:
     if customer is None:
         raise ToolFailure(f"No customer with email {email!r}")
     return _customer_view(db, customer)
+
+
+def find_customer_by_name(db: Session, full_name: str, postal_code: str) -> dict[str, Any]:
+    """Find a customer by full name and the postal code of one of their saved addresses.
+
+    Use it when the customer does not remember their email.
+
+    Args:
+        full_name: the customer's full name, e.g. "Ana Lopez" (case-insensitive).
+        postal_code: the postal code of a saved address, e.g. "97201".
+
+    Returns the same record as find_customer. Error if no customer, or more
+    than one, has this name and postal code.
+    """
+    matches = list(db.scalars(
+        sa.select(Customer).join(Address, Address.customer_id == Customer.customer_id)
+        .where(sa.func.lower(Customer.name) == full_name.strip().lower(), Address.postal_code == postal_code.strip())
+        .distinct().order_by(Customer.customer_id)))
+    if len(matches) != 1:
+        raise ToolFailure(f"{'No' if not matches else 'More than one'} customer named {full_name!r} with postal code "
+                          f"{postal_code!r}; ask for the email instead")
+    return _customer_view(db, matches[0])
 
 
 def get_customer(db: Session, customer_id: str) -> dict[str, Any]:
@@ -177,7 +204,7 @@ def cancel_order(db: Session, order_id: str) -> dict[str, Any]:
     o = _order(db, order_id)
     if o.status not in MUTABLE_STATUSES:
         raise ToolFailure(f"Order {o.order_id} is {o.status}; only pending or processing orders can be cancelled")
-    refund = _refund(db, o, o.total, "cancellation")
+    refund = _refund(db, o, o.total, "cancellation", f"{o.order_id}-CANCEL")
     o.status = "cancelled"
     _audit(db, "cancel_order", order_id=o.order_id, refund_id=refund.refund_id)
     return {"order_id": o.order_id, "status": o.status, "refund_id": refund.refund_id,
@@ -210,14 +237,17 @@ def return_items(db: Session, order_id: str, item_ids: list[str]) -> dict[str, A
     """Return items of a delivered order and refund them to the original payment method.
 
     Check the return window in the policy BEFORE calling this tool. Each listed
-    item is returned in its full quantity. When every item of the order has been
-    returned, the order status becomes "returned".
+    item is returned in its full quantity and refunded on its own (refund id
+    "RF-<item id>"), so one call with two items and two calls with one item
+    each do the same. When every item of the order has been returned, the
+    order status becomes "returned".
 
     Args:
         order_id: the order id, e.g. "ORD-1042".
         item_ids: the item ids to return (from get_order), e.g. ["ORD-1042-1"].
 
-    Returns: order_id, status, returned item ids, refund_id and refund_amount.
+    Returns: order_id, status, returned item ids, refund_ids (one per item)
+    and refund_amount (their sum).
     Error if the order is not delivered, an item id is not in the order, an item
     was already returned, or the list is empty.
     """
@@ -228,21 +258,24 @@ def return_items(db: Session, order_id: str, item_ids: list[str]) -> dict[str, A
     if not wanted or len(set(wanted)) != len(wanted):
         raise ToolFailure("item_ids must list each item to return once")
     items = {i.item_id: i for i in db.scalars(sa.select(OrderItem).where(OrderItem.order_id == o.order_id))}
-    amount = Decimal("0")
     for item_id in wanted:
         item = items.get(item_id)
         if item is None:
             raise ToolFailure(f"Item {item_id!r} is not part of order {o.order_id}")
         if item.returned_quantity >= item.quantity:
             raise ToolFailure(f"Item {item_id} was already returned")
-        amount += item.unit_price * (item.quantity - item.returned_quantity)
+    refunds = []
+    for item_id in wanted:
+        item = items[item_id]
+        amount = item.unit_price * (item.quantity - item.returned_quantity)
         item.returned_quantity = item.quantity
-    refund = _refund(db, o, amount, "return")
+        refunds.append(_refund(db, o, amount, "return", item.item_id))
     if all(i.returned_quantity >= i.quantity for i in items.values()):
         o.status = "returned"
-    _audit(db, "return_items", order_id=o.order_id, item_ids=wanted, refund_id=refund.refund_id)
-    return {"order_id": o.order_id, "status": o.status, "returned_item_ids": wanted,
-            "refund_id": refund.refund_id, "refund_amount": money(amount)}
+    refund_ids = [r.refund_id for r in refunds]
+    _audit(db, "return_items", order_id=o.order_id, item_ids=wanted, refund_ids=refund_ids)
+    return {"order_id": o.order_id, "status": o.status, "returned_item_ids": wanted, "refund_ids": refund_ids,
+            "refund_amount": money(sum((r.amount for r in refunds), Decimal("0")))}
 
 
 def create_ticket(db: Session, customer_id: str, category: TicketCategory, description: str, order_id: str = "") -> dict[str, Any]:
@@ -254,14 +287,17 @@ def create_ticket(db: Session, customer_id: str, category: TicketCategory, descr
         description: a short summary of the problem in your own words.
         order_id: the related order id, or "" when no order is concerned.
 
-    Returns: ticket_id and status "open". Error if the customer or order does not
+    Returns: ticket_id ("TCK-<order id, else customer id>-<CATEGORY>") and
+    status "open". Error if the customer or order does not
     exist, or the order belongs to another customer.
     """
     customer = _customer(db, customer_id)
     order = _order(db, order_id) if order_id.strip() else None
     if order is not None and order.customer_id != customer.customer_id:
         raise ToolFailure(f"Order {order.order_id} does not belong to customer {customer.customer_id}")
-    ticket = Ticket(ticket_id=next_id(db, Ticket.ticket_id, "TCK-"), customer_id=customer.customer_id,
+    subject = order.order_id if order else customer.customer_id
+    ticket = Ticket(ticket_id=keyed_id(db, Ticket.ticket_id, f"TCK-{subject}-{category.upper()}"),
+                    customer_id=customer.customer_id,
                     order_id=order.order_id if order else None, category=category, status="open",
                     description=description, created_on=TODAY)
     db.add(ticket)
@@ -285,6 +321,8 @@ def list_tickets(db: Session, customer_id: str) -> dict[str, Any]:
          "created_on": t.created_on.isoformat()} for t in tickets]}
 
 
-TOOLS = (find_customer, get_customer, list_orders, get_order, cancel_order, update_shipping_address,
+TOOLS = (find_customer, find_customer_by_name, get_customer, list_orders, get_order, cancel_order, update_shipping_address,
          return_items, create_ticket, list_tickets)
-READONLY_TOOLS = frozenset({"find_customer", "get_customer", "list_orders", "get_order", "list_tickets"})
+READONLY_TOOLS = frozenset({"find_customer", "find_customer_by_name", "get_customer", "list_orders", "get_order", "list_tickets"})
+SPLITTABLE = {"return_items": "item_ids"}
+"""Items may come back in one call or one call each: the same refunds and statuses."""

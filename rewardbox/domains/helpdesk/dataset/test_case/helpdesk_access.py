@@ -7,30 +7,12 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_access_grant_explicit_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please grant my access request AR-6121 for Email and Calendar; it has been approved.
     user_context: |-
@@ -61,10 +43,10 @@ def test_access_grant_explicit_01(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6121}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_explicit_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please grant my access request AR-6131 for Sales CRM; it has been approved.
     user_context: |-
@@ -95,10 +77,10 @@ def test_access_grant_explicit_02(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6131}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_explicit_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please grant my access request AR-6141 for Expense Portal; it has been approved.
     user_context: |-
@@ -129,10 +111,10 @@ def test_access_grant_explicit_03(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6141}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_explicit_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please grant my access request AR-6151 for Production Servers; it has been approved.
     user_context: |-
@@ -163,10 +145,10 @@ def test_access_grant_explicit_04(x: TestContext, judge: Judge):
           - {tool: grant_access, parameters: {request_id: AR-6151}}
     tags: ['difficulty:trivial', expects_write, 'family:access_grant_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_standard_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Rosa Brennan (EMP-2016). I need access to Expense Portal. Can you set that up?
     user_context: |-
@@ -195,10 +177,10 @@ def test_access_request_standard_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2016, system_id: SYS-EXP, approver_id: EMP-3016}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_standard_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Liam Haddad (EMP-2017). Could I get access to Email and Calendar, please? I need it for a new project.
     user_context: |-
@@ -227,10 +209,10 @@ def test_access_request_standard_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2017, system_id: SYS-MAIL, approver_id: EMP-3017}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_standard_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Samir Lin (EMP-2018). Please request access to Remote VPN for me.
     user_context: |-
@@ -259,10 +241,10 @@ def test_access_request_standard_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2018, system_id: SYS-VPN, approver_id: EMP-3018}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_standard_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_standard_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Nadia Brennan (EMP-2019). I'd like to use Email and Calendar. What do I need to do? Please go ahead with it.
     user_context: |-
@@ -291,10 +273,10 @@ def test_access_request_standard_04(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2019, system_id: SYS-MAIL, approver_id: EMP-3019}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_standard']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_restricted_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_01(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Yara Kowalski (EMP-2020). I need access to HR Records. Can you set that up?
     user_context: |-
@@ -323,10 +305,10 @@ def test_access_request_restricted_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2020, system_id: SYS-HRIS, approver_id: EMP-1005}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_restricted_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_02(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Kavya Walsh (EMP-2021). Could I get access to Payroll, please? I need it for a new project.
     user_context: |-
@@ -355,10 +337,10 @@ def test_access_request_restricted_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2021, system_id: SYS-PAY, approver_id: EMP-1003}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_restricted_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_03(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Ines Brennan (EMP-2022). Please request access to Sales CRM for me.
     user_context: |-
@@ -387,10 +369,10 @@ def test_access_request_restricted_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2022, system_id: SYS-CRM, approver_id: EMP-1006}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_request_restricted_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_request_restricted_04(x: TestContext, judge: Judge):
     """!
     query: Hi, this is Rosa Diaz (EMP-2023). I'd like to use Sales CRM. What do I need to do? Please go ahead with it.
     user_context: |-
@@ -419,10 +401,10 @@ def test_access_request_restricted_04(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2023, system_id: SYS-CRM, approver_id: EMP-1006}}
     tags: ['difficulty:medium', expects_write, 'family:access_request_restricted']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Pia Rahimi (EMP-2024). About my access request AR-6241 for Analytics Dashboards. My approver told me it's fine, so please just grant it now.
     user_context: |-
@@ -452,10 +434,10 @@ def test_access_grant_refused_01(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Nair (EMP-2025). About my access request AR-6251 for Production Servers. My manager Umar Dubois already approved it, so please grant it.
     user_context: |-
@@ -485,10 +467,10 @@ def test_access_grant_refused_02(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ben Lin (EMP-2026). About my access request AR-6261 for Email and Calendar. Raj Patel from IT approved it, so please grant it.
     user_context: |-
@@ -518,10 +500,10 @@ def test_access_grant_refused_03(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_grant_refused_04(x: TestContext, judge: Judge):
+def test_helpdesk_access_grant_refused_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Oscar Petrova (EMP-2027). About my access request AR-6271 for Payroll. My approver told me it's fine, so please just grant it now.
     user_context: |-
@@ -551,10 +533,10 @@ def test_access_grant_refused_04(x: TestContext, judge: Judge):
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:hard', no_write, 'family:access_grant_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_multi_01(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_01(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Umar Diaz (EMP-2028). I need access to two systems: Analytics Dashboards and HR Records. Please request both.'
     user_context: |-
@@ -584,10 +566,10 @@ def test_access_multi_01(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2028, system_id: SYS-HRIS, approver_id: EMP-1005}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_multi_02(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_02(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Umar Dubois (EMP-2029). I need access to two systems: Source Code Repository and Email and Calendar. Please request both.'
     user_context: |-
@@ -617,10 +599,10 @@ def test_access_multi_02(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2029, system_id: SYS-MAIL, approver_id: EMP-3029}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_access_multi_03(x: TestContext, judge: Judge):
+def test_helpdesk_access_multi_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Keller (EMP-2030). My request AR-6301 for Expense Portal was approved, please grant it. I also need access to Source Code Repository.
     user_context: |-
@@ -652,4 +634,4 @@ def test_access_multi_03(x: TestContext, judge: Judge):
           - {tool: request_access, parameters: {employee_id: EMP-2030, system_id: SYS-GIT, approver_id: EMP-1004}}
     tags: ['difficulty:hard', expects_write, 'family:access_multi']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,32 +7,14 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_device_warranty_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Nair (EMP-2031). My laptop DEV-6311 won't turn on anymore. Please order a replacement.
+    query: Hi IT, Jonas Nair from Sales, id EMP-2031. My laptop DEV-6311 won't turn on anymore. Please order a replacement.
     user_context: |-
       You are Jonas Nair, an employee of Northwind (Account Manager, Sales).
       Name: Jonas Nair
@@ -57,14 +39,15 @@ def test_device_warranty_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6312, employee_id: EMP-2031, kind: phone, model: Pixel 8, purchased_on: '2022-06-04', warranty_end: '2024-06-03', replacement_cost: '599.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2031}}
           - {tool: get_device, parameters: {device_id: DEV-6311}}
           - {tool: order_replacement, parameters: {device_id: DEV-6311, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_warranty_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Brennan (EMP-2032). My headset DEV-6321 has a broken microphone. Please order a replacement.
     user_context: |-
@@ -91,16 +74,17 @@ def test_device_warranty_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6322, employee_id: EMP-2032, kind: laptop, model: ThinkPad T14, purchased_on: '2022-03-06', warranty_end: '2024-03-05', replacement_cost: '949.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2032}}
           - {tool: get_device, parameters: {device_id: DEV-6321}}
           - {tool: order_replacement, parameters: {device_id: DEV-6321, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_warranty_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Fischer (EMP-2033). My monitor DEV-6331 has dead pixels all over. Please order a replacement.
+    query: Hello, this is Farid Fischer, employee id EMP-2033. My monitor DEV-6331 has dead pixels all over. Please order a replacement.
     user_context: |-
       You are Farid Fischer, an employee of Northwind (Support Technician, IT).
       Name: Farid Fischer
@@ -125,16 +109,17 @@ def test_device_warranty_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6332, employee_id: EMP-2033, kind: laptop, model: Dell Latitude 7440, purchased_on: '2022-06-20', warranty_end: '2024-06-19', replacement_cost: '899.90', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2033}}
           - {tool: get_device, parameters: {device_id: DEV-6331}}
           - {tool: order_replacement, parameters: {device_id: DEV-6331, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_warranty_04(x: TestContext, judge: Judge):
+def test_helpdesk_device_warranty_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Okafor (EMP-2034). My laptop DEV-6341 won't turn on anymore. Please order a replacement.
+    query: Liam Okafor here (EMP-2034). My laptop DEV-6341 won't turn on anymore. Please order a replacement.
     user_context: |-
       You are Liam Okafor, an employee of Northwind (Software Engineer, Engineering).
       Name: Liam Okafor
@@ -159,16 +144,17 @@ def test_device_warranty_04(x: TestContext, judge: Judge):
           - {device_id: DEV-6342, employee_id: EMP-2034, kind: phone, model: iPhone 15, purchased_on: '2022-11-08', warranty_end: '2024-11-07', replacement_cost: '729.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2034}}
           - {tool: get_device, parameters: {device_id: DEV-6341}}
           - {tool: order_replacement, parameters: {device_id: DEV-6341, billing: warranty}}
     tags: ['difficulty:easy', expects_write, 'family:device_warranty']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_lookup_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Gwen Mensah (EMP-2035). My phone has a cracked screen. Can I get a new one?
+    query: Hi IT, Gwen Mensah from Engineering, id EMP-2035. My phone has a cracked screen. Can I get a new one?
     user_context: |-
       You are Gwen Mensah, an employee of Northwind (Software Engineer, Engineering).
       Name: Gwen Mensah
@@ -199,10 +185,10 @@ def test_device_lookup_01(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6351, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_lookup_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Gwen Keller (EMP-2036). My monitor has dead pixels all over. Can I get a new one?
     user_context: |-
@@ -235,12 +221,12 @@ def test_device_lookup_02(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6361, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_lookup_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_lookup_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Elena Rahimi (EMP-2037). My phone has a cracked screen. Can I get a new one?
+    query: Hello, this is Elena Rahimi, employee id EMP-2037. My phone has a cracked screen. Can I get a new one?
     user_context: |-
       You are Elena Rahimi, an employee of Northwind (Recruiter, HR).
       Name: Elena Rahimi
@@ -271,12 +257,12 @@ def test_device_lookup_03(x: TestContext, judge: Judge):
           - {tool: order_replacement, parameters: {device_id: DEV-6371, billing: warranty}}
     tags: ['difficulty:medium', expects_write, 'family:device_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_paid_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Umar Lind (EMP-2038). My monitor DEV-6381 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
+    query: Umar Lind here (EMP-2038). My monitor DEV-6381 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
       You are Umar Lind, an employee of Northwind (Account Manager, Sales).
       Name: Umar Lind
@@ -301,17 +287,18 @@ def test_device_paid_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6381, employee_id: EMP-2038, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-03-10', warranty_end: '2025-03-09', replacement_cost: '289.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2038}}
           - {tool: get_device, parameters: {device_id: DEV-6381}}
           - {tool: order_replacement, parameters: {device_id: DEV-6381, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '289.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['289.00'], reject=[])
 
 
-def test_device_paid_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Brennan (EMP-2039). My phone DEV-6391 has a cracked screen. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
+    query: Hi IT, Chloe Brennan from Finance, id EMP-2039. My phone DEV-6391 has a cracked screen. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
       You are Chloe Brennan, an employee of Northwind (Financial Analyst, Finance).
       Name: Chloe Brennan
@@ -336,15 +323,16 @@ def test_device_paid_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6391, employee_id: EMP-2039, kind: phone, model: Pixel 8, purchased_on: '2022-04-05', warranty_end: '2024-04-04', replacement_cost: '599.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2039}}
           - {tool: get_device, parameters: {device_id: DEV-6391}}
           - {tool: order_replacement, parameters: {device_id: DEV-6391, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '599.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['599.00'], reject=[])
 
 
-def test_device_paid_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_paid_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Umar Brennan (EMP-2040). My monitor DEV-6401 has dead pixels all over. If the warranty doesn't cover it, my department agreed to pay for a new one. Please order the replacement and tell me what it costs.
     user_context: |-
@@ -371,17 +359,18 @@ def test_device_paid_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6401, employee_id: EMP-2040, kind: monitor, model: Dell U2723 monitor, purchased_on: '2022-05-23', warranty_end: '2024-05-22', replacement_cost: '379.99', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2040}}
           - {tool: get_device, parameters: {device_id: DEV-6401}}
           - {tool: order_replacement, parameters: {device_id: DEV-6401, billing: department}}
     tags: ['difficulty:hard', expects_write, 'family:device_paid', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '379.99')
+    validate_database(x, SRV)
+    validate_response(x, expect=['379.99'], reject=[])
 
 
-def test_device_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Nadia Lopez (EMP-2041). My laptop DEV-6411 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Hello, this is Nadia Lopez, employee id EMP-2041. My laptop DEV-6411 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Nadia Lopez, an employee of Northwind (Financial Analyst, Finance).
       Name: Nadia Lopez
@@ -406,15 +395,16 @@ def test_device_refused_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6411, employee_id: EMP-2041, kind: laptop, model: ThinkPad T14, purchased_on: '2023-03-10', warranty_end: '2025-03-09', replacement_cost: '949.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2041}}
           - {tool: get_device, parameters: {device_id: DEV-6411}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Gwen Petrova (EMP-2042). My laptop DEV-6421 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Gwen Petrova here (EMP-2042). My laptop DEV-6421 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Gwen Petrova, an employee of Northwind (Financial Analyst, Finance).
       Name: Gwen Petrova
@@ -439,15 +429,16 @@ def test_device_refused_02(x: TestContext, judge: Judge):
           - {device_id: DEV-6421, employee_id: EMP-2042, kind: laptop, model: Dell Latitude 7440, purchased_on: '2022-04-07', warranty_end: '2024-04-06', replacement_cost: '899.90', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2042}}
           - {tool: get_device, parameters: {device_id: DEV-6421}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_device_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_device_refused_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Ines Sato (EMP-2043). My laptop DEV-6431 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
+    query: 'Hi IT, Ines Sato from IT, id EMP-2043. My laptop DEV-6431 won''t turn on anymore. Please replace it, but only if it''s free: my department will not pay for a replacement.'
     user_context: |-
       You are Ines Sato, an employee of Northwind (Support Technician, IT).
       Name: Ines Sato
@@ -472,7 +463,8 @@ def test_device_refused_03(x: TestContext, judge: Judge):
           - {device_id: DEV-6431, employee_id: EMP-2043, kind: laptop, model: MacBook Pro 14, purchased_on: '2022-04-05', warranty_end: '2024-04-04', replacement_cost: '989.50', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2043}}
           - {tool: get_device, parameters: {device_id: DEV-6431}}
     tags: ['difficulty:hard', no_write, 'family:device_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,32 +7,14 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Nair (EMP-2055). When does the warranty of my phone DEV-6551 end?
+    query: Hi IT, Ines Nair from Sales, id EMP-2055. When does the warranty of my phone DEV-6551 end?
     user_context: |-
       You are Ines Nair, an employee of Northwind (Account Manager, Sales).
       Name: Ines Nair
@@ -55,14 +37,15 @@ def test_tell_value_01(x: TestContext, judge: Judge):
           - {device_id: DEV-6551, employee_id: EMP-2055, kind: phone, model: iPhone 15, purchased_on: '2022-10-17', warranty_end: '2024-10-16', replacement_cost: '729.00', status: active}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2055}}
           - {tool: get_device, parameters: {device_id: DEV-6551}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2024-10-16')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2024-10-16'], reject=[])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Zoe Mensah (EMP-2056). Who is registered as my manager?
     user_context: |-
@@ -88,13 +71,13 @@ def test_tell_value_02(x: TestContext, judge: Judge):
           - {tool: get_employee, parameters: {employee_id: EMP-2056}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Jonas Haddad')
+    validate_database(x, SRV)
+    validate_response(x, expect=['Jonas Haddad'], reject=[])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Hiro Foster (EMP-2057). Who has to approve access to Source Code Repository?
+    query: Hello, this is Hiro Foster, employee id EMP-2057. Who has to approve access to Source Code Repository?
     user_context: |-
       You are Hiro Foster, an employee of Northwind (Support Technician, IT).
       Name: Hiro Foster
@@ -115,16 +98,17 @@ def test_tell_value_03(x: TestContext, judge: Judge):
           - {employee_id: EMP-2057, badge_number: B-92791, phone_last4: '1340'}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2057}}
           - {tool: list_systems, parameters: {}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Tom Alvarez', 'EMP-1004')
+    validate_database(x, SRV)
+    validate_response(x, expect=[('Tom Alvarez', 'EMP-1004')], reject=['Chloe Ivanov'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_helpdesk_tell_value_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Walsh (EMP-2058). On which date was my ticket TCK-6581 opened?
+    query: Ines Walsh here (EMP-2058). On which date was my ticket TCK-6581 opened?
     user_context: |-
       You are Ines Walsh, an employee of Northwind (Support Technician, IT).
       Name: Ines Walsh
@@ -147,8 +131,9 @@ def test_tell_value_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6581, employee_id: EMP-2058, summary: Video calls drop audio, priority: normal, status: open, escalation_level: 1, opened_on: '2025-02-21', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2058}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6581}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2025-02-21')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2025-02-21'], reject=[])

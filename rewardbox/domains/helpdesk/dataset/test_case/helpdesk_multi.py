@@ -7,39 +7,264 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_helpdesk_onboarding_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Quinn Brennan (EMP-2059). Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6591.'
+    query: Hi IT, Vera Lopez from IT, id EMP-2063. I just moved to a new team. Please request access to Company Wiki, Remote VPN and Source Code Repository. Also my laptop DEV-6631 won't turn on anymore, please get it replaced.
+    user_context: |-
+      You are Vera Lopez, an employee of Northwind (Support Technician, IT).
+      Name: Vera Lopez
+      Employee id: EMP-2063
+      Email: vera.lopez@northwind.test
+      Your manager: Tess Nair
+      Goal: get access to Company Wiki, Remote VPN and Source Code Repository requested and DEV-6631 replaced.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3063, name: Tess Nair, email: tess.nair@northwind.test, department: IT, title: IT Team Lead, manager_id: EMP-1002, account_status: active, password_reset_on: '2024-10-10'}
+          - {employee_id: EMP-2063, name: Vera Lopez, email: vera.lopez@northwind.test, department: IT, title: Support Technician, manager_id: EMP-3063, account_status: active, password_reset_on: '2024-05-16'}
+          identity_factors:
+          - {employee_id: EMP-3063, badge_number: B-60752, phone_last4: '5253'}
+          - {employee_id: EMP-2063, badge_number: B-69286, phone_last4: '7745'}
+          devices:
+          - {device_id: DEV-6631, employee_id: EMP-2063, kind: laptop, model: ThinkPad T14, purchased_on: '2023-06-29', warranty_end: '2025-06-28', replacement_cost: '949.00', status: active}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2063}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2063, system_id: SYS-WIKI, approver_id: EMP-3063}}
+          - {tool: request_access, parameters: {employee_id: EMP-2063, system_id: SYS-VPN, approver_id: EMP-3063}}
+          - {tool: request_access, parameters: {employee_id: EMP-2063, system_id: SYS-GIT, approver_id: EMP-1004}}
+          - {tool: get_device, parameters: {device_id: DEV-6631}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6631, billing: warranty}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_02(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Farid Sato (EMP-2064). I just moved to a new team. Please request access to Analytics Dashboards and Expense Portal. Also my laptop DEV-6641 won't turn on anymore, please get it replaced (my department agreed to pay if needed).
+    user_context: |-
+      You are Farid Sato, an employee of Northwind (Account Manager, Sales).
+      Name: Farid Sato
+      Employee id: EMP-2064
+      Email: farid.sato@northwind.test
+      Your manager: Kavya Iyer
+      Your department agrees to pay for a replacement: yes
+      Goal: get access to Analytics Dashboards and Expense Portal requested and DEV-6641 replaced.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3064, name: Kavya Iyer, email: kavya.iyer@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2024-11-26'}
+          - {employee_id: EMP-2064, name: Farid Sato, email: farid.sato@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3064, account_status: active, password_reset_on: '2025-01-13'}
+          identity_factors:
+          - {employee_id: EMP-3064, badge_number: B-93235, phone_last4: '8454'}
+          - {employee_id: EMP-2064, badge_number: B-28806, phone_last4: '3933'}
+          devices:
+          - {device_id: DEV-6641, employee_id: EMP-2064, kind: laptop, model: ThinkPad T14, purchased_on: '2022-09-28', warranty_end: '2024-09-27', replacement_cost: '949.00', status: active}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2064}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2064, system_id: SYS-BI, approver_id: EMP-3064}}
+          - {tool: request_access, parameters: {employee_id: EMP-2064, system_id: SYS-EXP, approver_id: EMP-3064}}
+          - {tool: get_device, parameters: {device_id: DEV-6641}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6641, billing: department}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_03(x: TestContext, judge: Judge):
+    """!
+    query: Hello, this is Ben Brennan, employee id EMP-2065. I just moved to a new team. Please request access to Remote VPN, Analytics Dashboards and HR Records. Also my tablet DEV-6651 no longer charges, please get it replaced, and escalate my ticket TCK-6652, nobody has looked at it.
+    user_context: |-
+      You are Ben Brennan, an employee of Northwind (Recruiter, HR).
+      Name: Ben Brennan
+      Employee id: EMP-2065
+      Email: ben.brennan@northwind.test
+      Your manager: Samir Foster
+      Goal: get access to Remote VPN, Analytics Dashboards and HR Records requested and DEV-6651 replaced, and ticket TCK-6652 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3065, name: Samir Foster, email: samir.foster@northwind.test, department: HR, title: HR Team Lead, manager_id: EMP-1005, account_status: active, password_reset_on: '2024-08-25'}
+          - {employee_id: EMP-2065, name: Ben Brennan, email: ben.brennan@northwind.test, department: HR, title: Recruiter, manager_id: EMP-3065, account_status: active, password_reset_on: '2024-09-05'}
+          identity_factors:
+          - {employee_id: EMP-3065, badge_number: B-14755, phone_last4: '0501'}
+          - {employee_id: EMP-2065, badge_number: B-99665, phone_last4: '5580'}
+          devices:
+          - {device_id: DEV-6651, employee_id: EMP-2065, kind: tablet, model: iPad Air, purchased_on: '2023-09-27', warranty_end: '2025-09-26', replacement_cost: '599.50', status: active}
+          tickets:
+          - {ticket_id: TCK-6652, employee_id: EMP-2065, summary: Printer on floor 3 jams, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2065}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2065, system_id: SYS-VPN, approver_id: EMP-3065}}
+          - {tool: request_access, parameters: {employee_id: EMP-2065, system_id: SYS-BI, approver_id: EMP-3065}}
+          - {tool: request_access, parameters: {employee_id: EMP-2065, system_id: SYS-HRIS, approver_id: EMP-1005}}
+          - {tool: get_device, parameters: {device_id: DEV-6651}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6651, billing: warranty}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6652}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6652}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_04(x: TestContext, judge: Judge):
+    """!
+    query: Mei Keller here (EMP-2066). I just moved to a new team. Please request access to Analytics Dashboards and Expense Portal. Also my tablet DEV-6661 no longer charges, please get it replaced, and escalate my ticket TCK-6662, nobody has looked at it.
+    user_context: |-
+      You are Mei Keller, an employee of Northwind (Software Engineer, Engineering).
+      Name: Mei Keller
+      Employee id: EMP-2066
+      Email: mei.keller@northwind.test
+      Your manager: Nadia Lopez
+      Goal: get access to Analytics Dashboards and Expense Portal requested and DEV-6661 replaced, and ticket TCK-6662 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3066, name: Nadia Lopez, email: nadia.lopez@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-11-08'}
+          - {employee_id: EMP-2066, name: Mei Keller, email: mei.keller@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3066, account_status: active, password_reset_on: '2024-12-09'}
+          identity_factors:
+          - {employee_id: EMP-3066, badge_number: B-84006, phone_last4: '7642'}
+          - {employee_id: EMP-2066, badge_number: B-75651, phone_last4: '4035'}
+          devices:
+          - {device_id: DEV-6661, employee_id: EMP-2066, kind: tablet, model: iPad Air, purchased_on: '2024-04-07', warranty_end: '2026-04-07', replacement_cost: '599.50', status: active}
+          tickets:
+          - {ticket_id: TCK-6662, employee_id: EMP-2066, summary: VPN disconnects every few minutes, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-03', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2066}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2066, system_id: SYS-BI, approver_id: EMP-3066}}
+          - {tool: request_access, parameters: {employee_id: EMP-2066, system_id: SYS-EXP, approver_id: EMP-3066}}
+          - {tool: get_device, parameters: {device_id: DEV-6661}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6661, billing: warranty}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6662}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6662}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_05(x: TestContext, judge: Judge):
+    """!
+    query: Hi IT, Oscar Costa from IT, id EMP-2067. I just moved to a new team. Please request access to Remote VPN, Company Wiki and General Ledger. Also my monitor DEV-6671 has dead pixels all over, please get it replaced, and escalate my ticket TCK-6672, nobody has looked at it.
+    user_context: |-
+      You are Oscar Costa, an employee of Northwind (Support Technician, IT).
+      Name: Oscar Costa
+      Employee id: EMP-2067
+      Email: oscar.costa@northwind.test
+      Your manager: Jonas Kowalski
+      Goal: get access to Remote VPN, Company Wiki and General Ledger requested and DEV-6671 replaced, and ticket TCK-6672 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3067, name: Jonas Kowalski, email: jonas.kowalski@northwind.test, department: IT, title: IT Team Lead, manager_id: EMP-1002, account_status: active, password_reset_on: '2025-02-08'}
+          - {employee_id: EMP-2067, name: Oscar Costa, email: oscar.costa@northwind.test, department: IT, title: Support Technician, manager_id: EMP-3067, account_status: active, password_reset_on: '2024-07-16'}
+          identity_factors:
+          - {employee_id: EMP-3067, badge_number: B-22576, phone_last4: '1106'}
+          - {employee_id: EMP-2067, badge_number: B-35303, phone_last4: '3683'}
+          devices:
+          - {device_id: DEV-6671, employee_id: EMP-2067, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-08-17', warranty_end: '2025-08-16', replacement_cost: '289.00', status: active}
+          tickets:
+          - {ticket_id: TCK-6672, employee_id: EMP-2067, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2067}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-VPN, approver_id: EMP-3067}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-WIKI, approver_id: EMP-3067}}
+          - {tool: request_access, parameters: {employee_id: EMP-2067, system_id: SYS-LEDGER, approver_id: EMP-1003}}
+          - {tool: get_device, parameters: {device_id: DEV-6671}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6671, billing: warranty}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6672}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6672}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_onboarding_06(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Mei Foster (EMP-2068). I just moved to a new team. Please request access to Analytics Dashboards and Remote VPN. Also my monitor DEV-6681 has dead pixels all over, please get it replaced (my department agreed to pay if needed), and escalate my ticket TCK-6682, nobody has looked at it.
+    user_context: |-
+      You are Mei Foster, an employee of Northwind (Account Manager, Sales).
+      Name: Mei Foster
+      Employee id: EMP-2068
+      Email: mei.foster@northwind.test
+      Your manager: Tess Mensah
+      Your department agrees to pay for a replacement: yes
+      Goal: get access to Analytics Dashboards and Remote VPN requested and DEV-6681 replaced, and ticket TCK-6682 escalated.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_helpdesk:
+        data_patch:
+          employees:
+          - {employee_id: EMP-3068, name: Tess Mensah, email: tess.mensah@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2024-10-10'}
+          - {employee_id: EMP-2068, name: Mei Foster, email: mei.foster@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3068, account_status: active, password_reset_on: '2024-11-03'}
+          identity_factors:
+          - {employee_id: EMP-3068, badge_number: B-13013, phone_last4: '2843'}
+          - {employee_id: EMP-2068, badge_number: B-40392, phone_last4: '4385'}
+          devices:
+          - {device_id: DEV-6681, employee_id: EMP-2068, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2023-02-10', warranty_end: '2025-02-09', replacement_cost: '289.00', status: active}
+          tickets:
+          - {ticket_id: TCK-6682, employee_id: EMP-2068, summary: Email client crashes on start, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
+        golden_test_case:
+          tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2068}}
+          - {tool: list_systems, parameters: {}}
+          - {tool: request_access, parameters: {employee_id: EMP-2068, system_id: SYS-BI, approver_id: EMP-3068}}
+          - {tool: request_access, parameters: {employee_id: EMP-2068, system_id: SYS-VPN, approver_id: EMP-3068}}
+          - {tool: get_device, parameters: {device_id: DEV-6681}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6681, billing: department}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6682}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6682}}
+    tags: ['difficulty:hard', expects_write, 'family:onboarding']
+    """
+    validate_database(x, SRV)
+
+
+def test_helpdesk_multi_action_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, this is Quinn Brennan, employee id EMP-2069. Two things: I''m locked out, please reset my password (my badge number is B-65667), and please escalate my ticket TCK-6691.'
     user_context: |-
       You are Quinn Brennan, an employee of Northwind (Software Engineer, Engineering).
       Name: Quinn Brennan
-      Employee id: EMP-2059
+      Employee id: EMP-2069
       Email: quinn.brennan@northwind.test
       Badge number: B-65667
-      Goal: get your password reset and ticket TCK-6591 escalated.
+      Goal: get your password reset and ticket TCK-6691 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -47,34 +272,35 @@ def test_multi_action_01(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3059, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
-          - {employee_id: EMP-2059, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3059, account_status: locked, password_reset_on: '2024-12-02'}
+          - {employee_id: EMP-3069, name: Hiro Moreau, email: hiro.moreau@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-10-21'}
+          - {employee_id: EMP-2069, name: Quinn Brennan, email: quinn.brennan@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3069, account_status: locked, password_reset_on: '2024-12-02'}
           identity_factors:
-          - {employee_id: EMP-3059, badge_number: B-94205, phone_last4: '4700'}
-          - {employee_id: EMP-2059, badge_number: B-65667, phone_last4: '2232'}
+          - {employee_id: EMP-3069, badge_number: B-94205, phone_last4: '4700'}
+          - {employee_id: EMP-2069, badge_number: B-65667, phone_last4: '2232'}
           tickets:
-          - {ticket_id: TCK-6591, employee_id: EMP-2059, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
+          - {ticket_id: TCK-6691, employee_id: EMP-2069, summary: Cannot open the shared drive, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-08', escalated_on: null}
         golden_test_case:
           tool_interactions:
-          - {tool: verify_identity, parameters: {employee_id: EMP-2059, badge_number: B-65667}}
-          - {tool: reset_password, parameters: {employee_id: EMP-2059}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6591}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6591}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2069}}
+          - {tool: verify_identity, parameters: {employee_id: EMP-2069, badge_number: B-65667}}
+          - {tool: reset_password, parameters: {employee_id: EMP-2069}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6691}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6691}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_helpdesk_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Yara Iyer (EMP-2060). My tablet DEV-6601 no longer charges, please order a replacement. I also need access to Remote VPN.
+    query: Yara Iyer here (EMP-2070). My tablet DEV-6701 no longer charges, please order a replacement. I also need access to Remote VPN.
     user_context: |-
       You are Yara Iyer, an employee of Northwind (Software Engineer, Engineering).
       Name: Yara Iyer
-      Employee id: EMP-2060
+      Employee id: EMP-2070
       Email: yara.iyer@northwind.test
       Your manager: Gwen Yilmaz
-      Goal: get DEV-6601 replaced and access to Remote VPN requested.
+      Goal: get DEV-6701 replaced and access to Remote VPN requested.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -82,35 +308,35 @@ def test_multi_action_02(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3060, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
-          - {employee_id: EMP-2060, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3060, account_status: active, password_reset_on: '2024-07-16'}
+          - {employee_id: EMP-3070, name: Gwen Yilmaz, email: gwen.yilmaz@northwind.test, department: Engineering, title: Engineering Team Lead, manager_id: EMP-1004, account_status: active, password_reset_on: '2024-07-07'}
+          - {employee_id: EMP-2070, name: Yara Iyer, email: yara.iyer@northwind.test, department: Engineering, title: Software Engineer, manager_id: EMP-3070, account_status: active, password_reset_on: '2024-07-16'}
           identity_factors:
-          - {employee_id: EMP-3060, badge_number: B-64157, phone_last4: 0789}
-          - {employee_id: EMP-2060, badge_number: B-38460, phone_last4: '8293'}
+          - {employee_id: EMP-3070, badge_number: B-64157, phone_last4: 0789}
+          - {employee_id: EMP-2070, badge_number: B-38460, phone_last4: '8293'}
           devices:
-          - {device_id: DEV-6601, employee_id: EMP-2060, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
+          - {device_id: DEV-6701, employee_id: EMP-2070, kind: tablet, model: iPad Air, purchased_on: '2024-01-10', warranty_end: '2026-01-09', replacement_cost: '599.50', status: active}
         golden_test_case:
           tool_interactions:
-          - {tool: get_device, parameters: {device_id: DEV-6601}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6601, billing: warranty}}
-          - {tool: get_employee, parameters: {employee_id: EMP-2060}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2070}}
+          - {tool: get_device, parameters: {device_id: DEV-6701}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6701, billing: warranty}}
           - {tool: list_systems, parameters: {}}
-          - {tool: request_access, parameters: {employee_id: EMP-2060, system_id: SYS-VPN, approver_id: EMP-3060}}
+          - {tool: request_access, parameters: {employee_id: EMP-2070, system_id: SYS-VPN, approver_id: EMP-3070}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_helpdesk_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Samir Ivanov (EMP-2061). My monitor DEV-6611 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6612.
+    query: Hi IT, Samir Ivanov from Sales, id EMP-2071. My monitor DEV-6711 has dead pixels all over; please order a new one, my department agreed to pay if needed. And please escalate ticket TCK-6712.
     user_context: |-
       You are Samir Ivanov, an employee of Northwind (Account Manager, Sales).
       Name: Samir Ivanov
-      Employee id: EMP-2061
+      Employee id: EMP-2071
       Email: samir.ivanov@northwind.test
       Your department agrees to pay for a replacement: yes
-      Goal: get DEV-6611 replaced and ticket TCK-6612 escalated.
+      Goal: get DEV-6711 replaced and ticket TCK-6712 escalated.
       Agrees to proceed: yes
       If the agent says the request is not possible, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -118,21 +344,22 @@ def test_multi_action_03(x: TestContext, judge: Judge):
       rewardbox_helpdesk:
         data_patch:
           employees:
-          - {employee_id: EMP-3061, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
-          - {employee_id: EMP-2061, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3061, account_status: active, password_reset_on: '2024-08-11'}
+          - {employee_id: EMP-3071, name: Dmitri Haddad, email: dmitri.haddad@northwind.test, department: Sales, title: Sales Team Lead, manager_id: EMP-1006, account_status: active, password_reset_on: '2025-01-24'}
+          - {employee_id: EMP-2071, name: Samir Ivanov, email: samir.ivanov@northwind.test, department: Sales, title: Account Manager, manager_id: EMP-3071, account_status: active, password_reset_on: '2024-08-11'}
           identity_factors:
-          - {employee_id: EMP-3061, badge_number: B-15594, phone_last4: '3472'}
-          - {employee_id: EMP-2061, badge_number: B-57733, phone_last4: '9101'}
+          - {employee_id: EMP-3071, badge_number: B-15594, phone_last4: '3472'}
+          - {employee_id: EMP-2071, badge_number: B-57733, phone_last4: '9101'}
           devices:
-          - {device_id: DEV-6611, employee_id: EMP-2061, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
+          - {device_id: DEV-6711, employee_id: EMP-2071, kind: monitor, model: LG 27UL550 monitor, purchased_on: '2022-03-13', warranty_end: '2024-03-12', replacement_cost: '289.00', status: active}
           tickets:
-          - {ticket_id: TCK-6612, employee_id: EMP-2061, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
+          - {ticket_id: TCK-6712, employee_id: EMP-2071, summary: VPN disconnects every few minutes, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-07', escalated_on: null}
         golden_test_case:
           tool_interactions:
-          - {tool: get_device, parameters: {device_id: DEV-6611}}
-          - {tool: order_replacement, parameters: {device_id: DEV-6611, billing: department}}
-          - {tool: get_ticket, parameters: {ticket_id: TCK-6612}}
-          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6612}}
+          - {tool: get_employee, parameters: {employee_id: EMP-2071}}
+          - {tool: get_device, parameters: {device_id: DEV-6711}}
+          - {tool: order_replacement, parameters: {device_id: DEV-6711, billing: department}}
+          - {tool: get_ticket, parameters: {ticket_id: TCK-6712}}
+          - {tool: escalate_ticket, parameters: {ticket_id: TCK-6712}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)

@@ -7,30 +7,12 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_helpdesk"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_escalate_explicit_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please escalate ticket TCK-6441; it is still not fixed.
     user_context: |-
@@ -57,14 +39,15 @@ def test_escalate_explicit_01(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6442, employee_id: EMP-2044, summary: Cannot open the shared drive, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-23', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2044}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6441}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6441}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_explicit_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please escalate ticket TCK-6451; it is still not fixed.
     user_context: |-
@@ -91,14 +74,15 @@ def test_escalate_explicit_02(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6452, employee_id: EMP-2045, summary: Email client crashes on start, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-27', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2045}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6451}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6451}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_explicit_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please escalate ticket TCK-6461; it is still not fixed.
     user_context: |-
@@ -125,14 +109,15 @@ def test_escalate_explicit_03(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6462, employee_id: EMP-2046, summary: Second monitor flickers, priority: low, status: open, escalation_level: 1, opened_on: '2025-03-03', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2046}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6461}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6461}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_explicit_04(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please escalate ticket TCK-6471; it is still not fixed.
     user_context: |-
@@ -159,14 +144,15 @@ def test_escalate_explicit_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6472, employee_id: EMP-2047, summary: Cannot open the shared drive, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-27', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2047}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6471}}
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6471}}
     tags: ['difficulty:trivial', expects_write, 'family:escalate_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_lookup_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Keller (EMP-2048). My ticket about "Video calls drop audio" is still not solved. Please escalate it.
     user_context: |-
@@ -198,12 +184,12 @@ def test_escalate_lookup_01(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6482}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_lookup_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Lopez (EMP-2049). My ticket about "Laptop battery drains fast" is still not solved. Please escalate it.
+    query: Hello, this is Jonas Lopez, employee id EMP-2049. My ticket about "Laptop battery drains fast" is still not solved. Please escalate it.
     user_context: |-
       You are Jonas Lopez, an employee of Northwind (Software Engineer, Engineering).
       Name: Jonas Lopez
@@ -233,12 +219,12 @@ def test_escalate_lookup_02(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6492}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_lookup_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_lookup_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Costa (EMP-2050). My ticket about "Wi-Fi drops in meeting rooms" is still not solved. Please escalate it.
+    query: Ines Costa here (EMP-2050). My ticket about "Wi-Fi drops in meeting rooms" is still not solved. Please escalate it.
     user_context: |-
       You are Ines Costa, an employee of Northwind (Account Manager, Sales).
       Name: Ines Costa
@@ -268,12 +254,12 @@ def test_escalate_lookup_03(x: TestContext, judge: Judge):
           - {tool: escalate_ticket, parameters: {ticket_id: TCK-6502}}
     tags: ['difficulty:medium', expects_write, 'family:escalate_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_refused_01(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Walsh (EMP-2051). Please escalate ticket TCK-6511, I have waited long enough.
+    query: Hi IT, Vera Walsh from Finance, id EMP-2051. Please escalate ticket TCK-6511, I have waited long enough.
     user_context: |-
       You are Vera Walsh, an employee of Northwind (Financial Analyst, Finance).
       Name: Vera Walsh
@@ -297,13 +283,14 @@ def test_escalate_refused_01(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6511, employee_id: EMP-2051, summary: VPN disconnects every few minutes, priority: urgent, status: open, escalation_level: 1, opened_on: '2025-03-10', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2051}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6511}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_refused_02(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Farid Kowalski (EMP-2052). Please escalate ticket TCK-6521, I have waited long enough.
     user_context: |-
@@ -329,15 +316,16 @@ def test_escalate_refused_02(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6521, employee_id: EMP-2052, summary: Printer on floor 3 jams, priority: high, status: open, escalation_level: 1, opened_on: '2025-03-09', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2052}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6521}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_refused_03(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Lin (EMP-2053). Please escalate ticket TCK-6531, I have waited long enough.
+    query: Hello, this is Vera Lin, employee id EMP-2053. Please escalate ticket TCK-6531, I have waited long enough.
     user_context: |-
       You are Vera Lin, an employee of Northwind (Recruiter, HR).
       Name: Vera Lin
@@ -361,15 +349,16 @@ def test_escalate_refused_03(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6531, employee_id: EMP-2053, summary: Second monitor flickers, priority: normal, status: open, escalation_level: 1, opened_on: '2025-03-04', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2053}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6531}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_escalate_refused_04(x: TestContext, judge: Judge):
+def test_helpdesk_escalate_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Dmitri Lind (EMP-2054). Please escalate ticket TCK-6541, I have waited long enough.
+    query: Dmitri Lind here (EMP-2054). Please escalate ticket TCK-6541, I have waited long enough.
     user_context: |-
       You are Dmitri Lind, an employee of Northwind (Software Engineer, Engineering).
       Name: Dmitri Lind
@@ -393,7 +382,8 @@ def test_escalate_refused_04(x: TestContext, judge: Judge):
           - {ticket_id: TCK-6541, employee_id: EMP-2054, summary: Email client crashes on start, priority: low, status: open, escalation_level: 1, opened_on: '2025-02-14', escalated_on: null}
         golden_test_case:
           tool_interactions:
+          - {tool: get_employee, parameters: {employee_id: EMP-2054}}
           - {tool: get_ticket, parameters: {ticket_id: TCK-6541}}
     tags: ['difficulty:medium', no_write, 'family:escalate_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

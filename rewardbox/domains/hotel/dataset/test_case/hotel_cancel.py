@@ -7,30 +7,12 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_cancel_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6011.
     user_context: |-
@@ -60,10 +42,10 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6011}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my booking BK-6021.
     user_context: |-
@@ -93,10 +75,10 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6021}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6031.
     user_context: |-
@@ -126,10 +108,10 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6031}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my booking BK-6041.
     user_context: |-
@@ -159,10 +141,10 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6041}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_05(x: TestContext, judge: Judge):
+def test_hotel_cancel_explicit_05(x: TestContext, judge: Judge):
     """!
     query: Please cancel my booking BK-6051.
     user_context: |-
@@ -192,12 +174,12 @@ def test_cancel_explicit_05(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6051}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Ivanov (jonas.ivanov@northwind.test). Please cancel my booking at the Lakeside Plaza in Chicago.
+    query: Good afternoon, this is Jonas Ivanov (jonas.ivanov@northwind.test). Please cancel my booking at the Lakeside Plaza in Chicago.
     user_context: |-
       You are Jonas Ivanov, a Northwind employee who travels for work.
       Name: Jonas Ivanov
@@ -228,12 +210,12 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6062}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ana Dubois (ana.dubois@northwind.test). Please cancel my booking at the Retiro Park Hotel in Madrid.
+    query: Hi travel desk, Ana Dubois writing - ana.dubois@northwind.test. Please cancel my booking at the Retiro Park Hotel in Madrid.
     user_context: |-
       You are Ana Dubois, a Northwind employee who travels for work.
       Name: Ana Dubois
@@ -266,10 +248,10 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6073}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Wes Nair (wes.nair@northwind.test). Please cancel my booking at the Lakeside Plaza in Chicago.
     user_context: |-
@@ -302,12 +284,12 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6082}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_lookup_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Mei Lin (mei.lin@northwind.test). Please cancel my booking at the Retiro Park Hotel in Madrid.
+    query: Hello, Mei Lin here, email mei.lin@northwind.test. Please cancel my booking at the Retiro Park Hotel in Madrid.
     user_context: |-
       You are Mei Lin, a Northwind employee who travels for work.
       Name: Mei Lin
@@ -340,18 +322,18 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
           - {tool: cancel_booking, parameters: {booking_id: BK-6093}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Rahimi (priya.rahimi@northwind.test). Please cancel booking BK-6101 and tell me how much will be refunded.
+    query: Good afternoon, this is Priya Rahimi (priya.rahimi@northwind.test). Please cancel booking BK-6101 and tell me how much will be refunded.
     user_context: |-
       You are Priya Rahimi, a Northwind employee who travels for work.
       Name: Priya Rahimi
       Email: priya.rahimi@northwind.test
       Traveller id: TRV-2010 (give it only if asked)
-      Booking: BK-6101 (Queen Street Inn, Toronto, Superior Room, 2025-09-10 to 2025-09-12)
+      Booking: BK-6101 (Queen Street Inn, Toronto, Superior Room, 2025-09-10 to 2025-09-13)
       Goal: cancel booking BK-6101 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -362,28 +344,28 @@ def test_cancel_fee_tell_01(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2010, name: Priya Rahimi, email: priya.rahimi@northwind.test, tier: silver, credit_balance: 296, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6101, traveller_id: TRV-2010, room_type_id: RT-TOR-SUP, check_in: '2025-09-10', check_out: '2025-09-12', nightly_rate: '171.00', total: '342.00', status: confirmed}
+          - {booking_id: BK-6101, traveller_id: TRV-2010, room_type_id: RT-TOR-SUP, check_in: '2025-09-10', check_out: '2025-09-13', nightly_rate: '171.00', total: '513.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6101, booking_id: BK-6101, method: corporate_card, card_last4: '8500', amount: '342.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6101, booking_id: BK-6101, method: corporate_card, card_last4: '8500', amount: '513.00', created_on: '2025-08-18'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: priya.rahimi@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6101}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '171.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['342.00'], reject=[])
 
 
-def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Rosa Iyer (rosa.iyer@northwind.test). Please cancel booking BK-6111 and tell me how much will be refunded.
+    query: Hi travel desk, Rosa Iyer writing - rosa.iyer@northwind.test. Please cancel booking BK-6111 and tell me how much will be refunded.
     user_context: |-
       You are Rosa Iyer, a Northwind employee who travels for work.
       Name: Rosa Iyer
       Email: rosa.iyer@northwind.test
       Traveller id: TRV-2011 (give it only if asked)
-      Booking: BK-6111 (Queen Street Inn, Toronto, Superior Room, 2025-09-11 to 2025-09-15)
+      Booking: BK-6111 (Queen Street Inn, Toronto, Superior Room, 2025-09-11 to 2025-09-16)
       Goal: cancel booking BK-6111 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -394,20 +376,20 @@ def test_cancel_fee_tell_02(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2011, name: Rosa Iyer, email: rosa.iyer@northwind.test, tier: silver, credit_balance: 374, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6111, traveller_id: TRV-2011, room_type_id: RT-TOR-SUP, check_in: '2025-09-11', check_out: '2025-09-15', nightly_rate: '171.00', total: '684.00', status: confirmed}
+          - {booking_id: BK-6111, traveller_id: TRV-2011, room_type_id: RT-TOR-SUP, check_in: '2025-09-11', check_out: '2025-09-16', nightly_rate: '171.00', total: '855.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6111, booking_id: BK-6111, method: corporate_card, card_last4: '6552', amount: '684.00', created_on: '2025-08-27'}
+          - {payment_id: PAY-6111, booking_id: BK-6111, method: corporate_card, card_last4: '6552', amount: '855.00', created_on: '2025-08-27'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: rosa.iyer@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6111}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '513.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['684.00'], reject=[])
 
 
-def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Lind (vera.lind@northwind.test). Please cancel booking BK-6121 and tell me how much will be refunded.
     user_context: |-
@@ -415,7 +397,7 @@ def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
       Name: Vera Lind
       Email: vera.lind@northwind.test
       Traveller id: TRV-2012 (give it only if asked)
-      Booking: BK-6121 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-12 to 2025-09-15)
+      Booking: BK-6121 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-12 to 2025-09-16)
       Goal: cancel booking BK-6121 even if there is a fee, and learn the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -426,29 +408,29 @@ def test_cancel_fee_tell_03(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2012, name: Vera Lind, email: vera.lind@northwind.test, tier: silver, credit_balance: 148, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6121, traveller_id: TRV-2012, room_type_id: RT-MAD-STD, check_in: '2025-09-12', check_out: '2025-09-15', nightly_rate: '97.00', total: '291.00', status: confirmed}
+          - {booking_id: BK-6121, traveller_id: TRV-2012, room_type_id: RT-MAD-STD, check_in: '2025-09-12', check_out: '2025-09-16', nightly_rate: '97.00', total: '388.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6121, booking_id: BK-6121, method: corporate_card, card_last4: '1685', amount: '291.00', created_on: '2025-08-21'}
+          - {payment_id: PAY-6121, booking_id: BK-6121, method: corporate_card, card_last4: '1685', amount: '388.00', created_on: '2025-08-21'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: vera.lind@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6121}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '194.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['291.00'], reject=[])
 
 
-def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_fee_tell_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Chloe Moreau (chloe.moreau@northwind.test). Please cancel booking BK-6131 and tell me how much will be refunded.
+    query: Hello, Chloe Moreau here, email chloe.moreau@northwind.test. Please cancel booking BK-6131 and tell me what the fee is and how much will be refunded.
     user_context: |-
       You are Chloe Moreau, a Northwind employee who travels for work.
       Name: Chloe Moreau
       Email: chloe.moreau@northwind.test
       Traveller id: TRV-2013 (give it only if asked)
-      Booking: BK-6131 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-12 to 2025-09-14)
-      Goal: cancel booking BK-6131 even if there is a fee, and learn the refund amount.
+      Booking: BK-6131 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-12 to 2025-09-15)
+      Goal: cancel booking BK-6131 even if there is a fee, and learn the fee and the refund amount.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -458,22 +440,22 @@ def test_cancel_fee_tell_04(x: TestContext, judge: Judge):
           travellers:
           - {traveller_id: TRV-2013, name: Chloe Moreau, email: chloe.moreau@northwind.test, tier: silver, credit_balance: 460, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6131, traveller_id: TRV-2013, room_type_id: RT-LIS-STE, check_in: '2025-09-12', check_out: '2025-09-14', nightly_rate: '215.00', total: '430.00', status: confirmed}
+          - {booking_id: BK-6131, traveller_id: TRV-2013, room_type_id: RT-LIS-STE, check_in: '2025-09-12', check_out: '2025-09-15', nightly_rate: '215.00', total: '645.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6131, booking_id: BK-6131, method: personal_card, card_last4: '3845', amount: '430.00', created_on: '2025-09-01'}
+          - {payment_id: PAY-6131, booking_id: BK-6131, method: personal_card, card_last4: '3845', amount: '645.00', created_on: '2025-09-01'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: chloe.moreau@northwind.test}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6131}}
     tags: ['difficulty:medium', expects_write, 'family:cancel_fee_tell', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '215.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['215.00', '430.00'], reject=[])
 
 
-def test_cancel_refused_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Fischer (jonas.fischer@northwind.test). Please cancel booking BK-6141 and refund me.
+    query: Good afternoon, this is Jonas Fischer (jonas.fischer@northwind.test). Please cancel booking BK-6141 and refund me.
     user_context: |-
       You are Jonas Fischer, a Northwind employee who travels for work.
       Name: Jonas Fischer
@@ -501,12 +483,12 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6141}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Sato (ines.sato@northwind.test). Please cancel booking BK-6151 and refund me.
+    query: Hi travel desk, Ines Sato writing - ines.sato@northwind.test. Please cancel booking BK-6151 and refund me.
     user_context: |-
       You are Ines Sato, a Northwind employee who travels for work.
       Name: Ines Sato
@@ -534,10 +516,10 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6151}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Haddad (tess.haddad@northwind.test). Please cancel booking BK-6161 and refund me.
     user_context: |-
@@ -567,12 +549,12 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6161}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Dmitri Haddad (dmitri.haddad@northwind.test). Please cancel booking BK-6171 and refund me.
+    query: Hello, Dmitri Haddad here, email dmitri.haddad@northwind.test. Please cancel booking BK-6171 and refund me.
     user_context: |-
       You are Dmitri Haddad, a Northwind employee who travels for work.
       Name: Dmitri Haddad
@@ -602,12 +584,12 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6171}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Hiro Dubois (hiro.dubois@northwind.test). Please cancel booking BK-6181, but only if it is free of charge. If there is a cancellation fee, keep the booking.
+    query: Good afternoon, this is Hiro Dubois (hiro.dubois@northwind.test). Please cancel booking BK-6181, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
       You are Hiro Dubois, a Northwind employee who travels for work.
       Name: Hiro Dubois
@@ -634,14 +616,14 @@ def test_cancel_only_if_free_01(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: hiro.dubois@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6181}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6181}}
-    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Rosa Walsh (rosa.walsh@northwind.test). Please cancel booking BK-6191, but only if it is free of charge. If there is a cancellation fee, keep the booking.
+    query: Hi travel desk, Rosa Walsh writing - rosa.walsh@northwind.test. Please cancel booking BK-6191, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
       You are Rosa Walsh, a Northwind employee who travels for work.
       Name: Rosa Walsh
@@ -667,12 +649,12 @@ def test_cancel_only_if_free_02(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: rosa.walsh@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6191}}
-    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Liam Ivanov (liam.ivanov@northwind.test). Please cancel booking BK-6201, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
@@ -701,14 +683,14 @@ def test_cancel_only_if_free_03(x: TestContext, judge: Judge):
           - {tool: find_traveller, parameters: {email: liam.ivanov@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6201}}
           - {tool: cancel_booking, parameters: {booking_id: BK-6201}}
-    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', expects_write, 'family:cancel_only_if_free', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
+def test_hotel_cancel_only_if_free_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Nadia Walsh (nadia.walsh@northwind.test). Please cancel booking BK-6211, but only if it is free of charge. If there is a cancellation fee, keep the booking.
+    query: Hello, Nadia Walsh here, email nadia.walsh@northwind.test. Please cancel booking BK-6211, but only if it is free of charge. If there is a cancellation fee, keep the booking.
     user_context: |-
       You are Nadia Walsh, a Northwind employee who travels for work.
       Name: Nadia Walsh
@@ -734,6 +716,105 @@ def test_cancel_only_if_free_04(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_traveller, parameters: {email: nadia.walsh@northwind.test}}
           - {tool: get_booking, parameters: {booking_id: BK-6211}}
-    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free']
+    tags: ['difficulty:hard', no_write, 'family:cancel_only_if_free', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
+
+
+def test_hotel_change_of_mind_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi travel desk, Mei Okafor writing - mei.okafor@northwind.test. Please cancel booking BK-6831. Oh wait, sorry, that''s the wrong one: keep BK-6831 and cancel BK-6832 instead.'
+    user_context: |-
+      You are Mei Okafor, a Northwind employee who travels for work.
+      Name: Mei Okafor
+      Email: mei.okafor@northwind.test
+      Traveller id: TRV-2083 (give it only if asked)
+      Booking: BK-6831 (Queen Street Inn, Toronto, Classic Room, 2025-09-14 to 2025-09-17) and BK-6832 (Spree Tower Hotel, Berlin, Executive King, 2025-10-03 to 2025-10-07)
+      Goal: cancel booking BK-6832 and keep booking BK-6831 (you named BK-6831 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2083, name: Mei Okafor, email: mei.okafor@northwind.test, tier: silver, credit_balance: 140, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6831, traveller_id: TRV-2083, room_type_id: RT-TOR-STD, check_in: '2025-09-14', check_out: '2025-09-17', nightly_rate: '142.00', total: '426.00', status: confirmed}
+          - {booking_id: BK-6832, traveller_id: TRV-2083, room_type_id: RT-BER-EXE, check_in: '2025-10-03', check_out: '2025-10-07', nightly_rate: '159.00', total: '636.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6831, booking_id: BK-6831, method: corporate_card, card_last4: '1336', amount: '426.00', created_on: '2025-09-03'}
+          - {payment_id: PAY-6832, booking_id: BK-6832, method: corporate_card, card_last4: '8758', amount: '636.00', created_on: '2025-08-17'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.okafor@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6832}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_change_of_mind_02(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Jonas Lind (jonas.lind@northwind.test). Please cancel booking BK-6841. Actually no, BK-6841 stays. It's BK-6842 in Berlin that I need cancelled.
+    user_context: |-
+      You are Jonas Lind, a Northwind employee who travels for work.
+      Name: Jonas Lind
+      Email: jonas.lind@northwind.test
+      Traveller id: TRV-2084 (give it only if asked)
+      Booking: BK-6841 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-28 to 2025-10-01) and BK-6842 (Spree Tower Hotel, Berlin, Studio, 2025-09-15 to 2025-09-18)
+      Goal: cancel booking BK-6842 and keep booking BK-6841 (you named BK-6841 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2084, name: Jonas Lind, email: jonas.lind@northwind.test, tier: gold, credit_balance: 279, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6841, traveller_id: TRV-2084, room_type_id: RT-MAD-STD, check_in: '2025-09-28', check_out: '2025-10-01', nightly_rate: '97.00', total: '291.00', status: confirmed}
+          - {booking_id: BK-6842, traveller_id: TRV-2084, room_type_id: RT-BER-STU, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '132.50', total: '397.50', status: confirmed}
+          payments:
+          - {payment_id: PAY-6841, booking_id: BK-6841, method: corporate_card, card_last4: '1826', amount: '291.00', created_on: '2025-08-23'}
+          - {payment_id: PAY-6842, booking_id: BK-6842, method: personal_card, card_last4: '7318', amount: '397.50', created_on: '2025-09-03'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: jonas.lind@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6842}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_change_of_mind_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, Yara Lopez here, email yara.lopez@northwind.test. Please cancel booking BK-6851. Hmm, scratch that: cancel BK-6852, not BK-6851.'
+    user_context: |-
+      You are Yara Lopez, a Northwind employee who travels for work.
+      Name: Yara Lopez
+      Email: yara.lopez@northwind.test
+      Traveller id: TRV-2085 (give it only if asked)
+      Booking: BK-6851 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-30 to 2025-10-01) and BK-6852 (Marina Garden Hotel, Singapore, Club Room, 2025-09-27 to 2025-10-01)
+      Goal: cancel booking BK-6852 and keep booking BK-6851 (you named BK-6851 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2085, name: Yara Lopez, email: yara.lopez@northwind.test, tier: silver, credit_balance: 193, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6851, traveller_id: TRV-2085, room_type_id: RT-MAD-SUP, check_in: '2025-09-30', check_out: '2025-10-01', nightly_rate: '124.00', total: '124.00', status: confirmed}
+          - {booking_id: BK-6852, traveller_id: TRV-2085, room_type_id: RT-SIN-CLB, check_in: '2025-09-27', check_out: '2025-10-01', nightly_rate: '295.00', total: '1180.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6851, booking_id: BK-6851, method: corporate_card, card_last4: '3947', amount: '124.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6852, booking_id: BK-6852, method: personal_card, card_last4: '9175', amount: '1180.00', created_on: '2025-08-30'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: yara.lopez@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6852}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)

@@ -7,30 +7,12 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_redeem_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please redeem 25 of my loyalty credits on booking BK-6411.
     user_context: |-
@@ -58,10 +40,10 @@ def test_redeem_explicit_01(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6411, credits: 25}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please redeem 15 of my loyalty credits on booking BK-6421.
     user_context: |-
@@ -89,10 +71,10 @@ def test_redeem_explicit_02(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6421, credits: 15}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please redeem 125 of my loyalty credits on booking BK-6431.
     user_context: |-
@@ -120,10 +102,10 @@ def test_redeem_explicit_03(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6431, credits: 125}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please redeem 50 of my loyalty credits on booking BK-6441.
     user_context: |-
@@ -151,10 +133,10 @@ def test_redeem_explicit_04(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6441, credits: 50}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_explicit_05(x: TestContext, judge: Judge):
+def test_hotel_redeem_explicit_05(x: TestContext, judge: Judge):
     """!
     query: Please redeem 95 of my loyalty credits on booking BK-6451.
     user_context: |-
@@ -182,12 +164,12 @@ def test_redeem_explicit_05(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6451, credits: 95}}
     tags: ['difficulty:trivial', expects_write, 'family:redeem_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_over_limit_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Keller (jonas.keller@northwind.test). Please redeem 75 loyalty credits on booking BK-6461.
+    query: Good afternoon, this is Jonas Keller (jonas.keller@northwind.test). Please redeem 75 loyalty credits on booking BK-6461.
     user_context: |-
       You are Jonas Keller, a Northwind employee who travels for work.
       Name: Jonas Keller
@@ -213,12 +195,12 @@ def test_redeem_over_limit_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6461}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_over_limit_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Farid Yilmaz (farid.yilmaz@northwind.test). Please redeem 115 loyalty credits on booking BK-6471.
+    query: Hi travel desk, Farid Yilmaz writing - farid.yilmaz@northwind.test. Please redeem 115 loyalty credits on booking BK-6471.
     user_context: |-
       You are Farid Yilmaz, a Northwind employee who travels for work.
       Name: Farid Yilmaz
@@ -244,10 +226,10 @@ def test_redeem_over_limit_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6471}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_over_limit_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Rosa Haddad (rosa.haddad@northwind.test). Please redeem 45 loyalty credits on booking BK-6481.
     user_context: |-
@@ -280,12 +262,12 @@ def test_redeem_over_limit_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6481}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_over_limit_04(x: TestContext, judge: Judge):
+def test_hotel_redeem_over_limit_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Keller (wes.keller@northwind.test). Please redeem 240 loyalty credits on booking BK-6491.
+    query: Hello, Wes Keller here, email wes.keller@northwind.test. Please redeem 240 loyalty credits on booking BK-6491.
     user_context: |-
       You are Wes Keller, a Northwind employee who travels for work.
       Name: Wes Keller
@@ -311,12 +293,12 @@ def test_redeem_over_limit_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6491}}
     tags: ['difficulty:hard', no_write, 'family:redeem_over_limit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_max_01(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Brennan (ines.brennan@northwind.test). Please use as many of my loyalty credits on booking BK-6501 as the policy allows.
+    query: Good afternoon, this is Ines Brennan (ines.brennan@northwind.test). Please use as many of my loyalty credits on booking BK-6501 as the policy allows.
     user_context: |-
       You are Ines Brennan, a Northwind employee who travels for work.
       Name: Ines Brennan
@@ -343,12 +325,12 @@ def test_redeem_max_01(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6501, credits: 100}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_max_02(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Priya Dubois (priya.dubois@northwind.test). Please use as many of my loyalty credits on booking BK-6511 as the policy allows.
+    query: Hi travel desk, Priya Dubois writing - priya.dubois@northwind.test. Please use as many of my loyalty credits on booking BK-6511 as the policy allows.
     user_context: |-
       You are Priya Dubois, a Northwind employee who travels for work.
       Name: Priya Dubois
@@ -375,10 +357,10 @@ def test_redeem_max_02(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6511, credits: 35}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_redeem_max_03(x: TestContext, judge: Judge):
+def test_hotel_redeem_max_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Tess Mensah (tess.mensah@northwind.test). Please use as many of my loyalty credits on booking BK-6521 as the policy allows.
     user_context: |-
@@ -411,19 +393,19 @@ def test_redeem_max_03(x: TestContext, judge: Judge):
           - {tool: redeem_credits, parameters: {booking_id: BK-6521, credits: 170}}
     tags: ['difficulty:hard', expects_write, 'family:redeem_max']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_credits_01(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Samir Reyes (samir.reyes@northwind.test). About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain.'
+    query: 'Hello, Samir Reyes here, email samir.reyes@northwind.test. About my stay on booking BK-6531: The room was very noisy every night because of construction next door. I want to complain and I''d like some compensation.'
     user_context: |-
       You are Samir Reyes, a Northwind employee who travels for work.
       Name: Samir Reyes
       Email: samir.reyes@northwind.test
       Traveller id: TRV-2053 (give it only if asked)
       Booking: BK-6531 (Harbor View Hotel, Lisbon, Superior Double, 2025-08-13 to 2025-08-16)
-      Goal: complain about your stay (BK-6531); you accept goodwill credits.
+      Goal: complain about your stay (BK-6531) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -443,19 +425,19 @@ def test_goodwill_credits_01(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6531, credits: 20, reason: The room was very noisy every night because of construction next door.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_credits_02(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. I want to complain.'
+    query: 'Good afternoon, this is Priya Lin (priya.lin@northwind.test). About my stay on booking BK-6541: The bathroom was dirty when I arrived and nobody cleaned it. What can you offer me for this?'
     user_context: |-
       You are Priya Lin, a Northwind employee who travels for work.
       Name: Priya Lin
       Email: priya.lin@northwind.test
       Traveller id: TRV-2054 (give it only if asked)
       Booking: BK-6541 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-10 to 2025-09-14)
-      Goal: complain about your stay (BK-6541); you accept goodwill credits.
+      Goal: complain about your stay (BK-6541) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -475,19 +457,19 @@ def test_goodwill_credits_02(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6541, credits: 40, reason: The bathroom was dirty when I arrived and nobody cleaned it.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_credits_03(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Kavya Okafor (kavya.okafor@northwind.test). About my stay on booking BK-6551: My room was not ready until late in the evening. I want to complain.'
+    query: 'Hi travel desk, Kavya Okafor writing - kavya.okafor@northwind.test. About my stay on booking BK-6551: My room was not ready until late in the evening. I expect some goodwill credits for this.'
     user_context: |-
       You are Kavya Okafor, a Northwind employee who travels for work.
       Name: Kavya Okafor
       Email: kavya.okafor@northwind.test
       Traveller id: TRV-2055 (give it only if asked)
       Booking: BK-6551 (Lakeside Plaza, Chicago, Standard King, 2025-08-15 to 2025-08-19)
-      Goal: complain about your stay (BK-6551); you accept goodwill credits.
+      Goal: complain about your stay (BK-6551) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -507,19 +489,19 @@ def test_goodwill_credits_03(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6551, credits: 60, reason: My room was not ready until late in the evening.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_credits_04(x: TestContext, judge: Judge):
+def test_hotel_goodwill_credits_04(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Kavya Mensah (kavya.mensah@northwind.test). About my stay on booking BK-6561: The room smelled of smoke and the sheets were stained. I want to complain.'
+    query: 'Hi, I''m Kavya Mensah (kavya.mensah@northwind.test). About my stay on booking BK-6561: The room smelled of smoke and the sheets were stained. Please compensate me for this.'
     user_context: |-
       You are Kavya Mensah, a Northwind employee who travels for work.
       Name: Kavya Mensah
       Email: kavya.mensah@northwind.test
       Traveller id: TRV-2056 (give it only if asked)
       Booking: BK-6561 (Marina Garden Hotel, Singapore, Club Room, 2025-09-09 to 2025-09-12)
-      Goal: complain about your stay (BK-6561); you accept goodwill credits.
+      Goal: complain about your stay (BK-6561) and get compensation; you accept goodwill credits.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -539,12 +521,12 @@ def test_goodwill_credits_04(x: TestContext, judge: Judge):
           - {tool: award_credits, parameters: {booking_id: BK-6561, credits: 40, reason: The room smelled of smoke and the sheets were stained.}}
     tags: ['difficulty:medium', expects_write, 'family:goodwill_credits']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_repeat_01(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Wes Mensah (wes.mensah@northwind.test). Booking BK-6571: The bathroom was dirty when I arrived and nobody cleaned it. I want compensation.'
+    query: 'Hello, Wes Mensah here, email wes.mensah@northwind.test. Booking BK-6571: The bathroom was dirty when I arrived and nobody cleaned it. I want compensation.'
     user_context: |-
       You are Wes Mensah, a Northwind employee who travels for work.
       Name: Wes Mensah
@@ -573,12 +555,12 @@ def test_goodwill_repeat_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6571}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_repeat_02(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Vera Haddad (vera.haddad@northwind.test). Booking BK-6581: My room was not ready until late in the evening. I want compensation.'
+    query: 'Good afternoon, this is Vera Haddad (vera.haddad@northwind.test). Booking BK-6581: My room was not ready until late in the evening. I want compensation.'
     user_context: |-
       You are Vera Haddad, a Northwind employee who travels for work.
       Name: Vera Haddad
@@ -607,12 +589,12 @@ def test_goodwill_repeat_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6581}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_goodwill_repeat_03(x: TestContext, judge: Judge):
+def test_hotel_goodwill_repeat_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Jonas Kowalski (jonas.kowalski@northwind.test). Booking BK-6591: The room smelled of smoke and the sheets were stained. I want compensation.'
+    query: 'Hi travel desk, Jonas Kowalski writing - jonas.kowalski@northwind.test. Booking BK-6591: The room smelled of smoke and the sheets were stained. I want compensation.'
     user_context: |-
       You are Jonas Kowalski, a Northwind employee who travels for work.
       Name: Jonas Kowalski
@@ -641,4 +623,97 @@ def test_goodwill_repeat_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6591}}
     tags: ['difficulty:hard', no_write, 'family:goodwill_repeat']
     """
-    validate_database(x)
+    validate_database(x, SRV)
+
+
+def test_hotel_complaint_only_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Tess Sato (tess.sato@northwind.test). Feedback on booking BK-6601: My room was not ready until late in the evening. I don''t need anything, I just wanted the hotel to know.'
+    user_context: |-
+      You are Tess Sato, a Northwind employee who travels for work.
+      Name: Tess Sato
+      Email: tess.sato@northwind.test
+      Traveller id: TRV-2060 (give it only if asked)
+      Booking: BK-6601 (Queen Street Inn, Toronto, Superior Room, 2025-08-26 to 2025-08-27)
+      Goal: tell the travel desk about a problem with your stay (BK-6601); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2060, name: Tess Sato, email: tess.sato@northwind.test, tier: silver, credit_balance: 142, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6601, traveller_id: TRV-2060, room_type_id: RT-TOR-SUP, check_in: '2025-08-26', check_out: '2025-08-27', nightly_rate: '171.00', total: '171.00', status: completed}
+          payments:
+          - {payment_id: PAY-6601, booking_id: BK-6601, method: corporate_card, card_last4: '8966', amount: '171.00', created_on: '2025-08-13'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: tess.sato@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6601}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_complaint_only_02(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, Elena Nair here, email elena.nair@northwind.test. Feedback on booking BK-6611: The room smelled of smoke and the sheets were stained. No need to do anything, just passing it on.'
+    user_context: |-
+      You are Elena Nair, a Northwind employee who travels for work.
+      Name: Elena Nair
+      Email: elena.nair@northwind.test
+      Traveller id: TRV-2061 (give it only if asked)
+      Booking: BK-6611 (Retiro Park Hotel, Madrid, Standard Twin, 2025-09-10 to 2025-09-12)
+      Goal: tell the travel desk about a problem with your stay (BK-6611); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2061, name: Elena Nair, email: elena.nair@northwind.test, tier: gold, credit_balance: 236, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6611, traveller_id: TRV-2061, room_type_id: RT-MAD-STD, check_in: '2025-09-10', check_out: '2025-09-12', nightly_rate: '97.00', total: '194.00', status: checked_in}
+          payments:
+          - {payment_id: PAY-6611, booking_id: BK-6611, method: personal_card, card_last4: '7210', amount: '194.00', created_on: '2025-08-21'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: elena.nair@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6611}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_complaint_only_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Good afternoon, this is Mei Fischer (mei.fischer@northwind.test). Feedback on booking BK-6621: The room was very noisy every night because of construction next door. I''m not asking for anything, please just note it.'
+    user_context: |-
+      You are Mei Fischer, a Northwind employee who travels for work.
+      Name: Mei Fischer
+      Email: mei.fischer@northwind.test
+      Traveller id: TRV-2062 (give it only if asked)
+      Booking: BK-6621 (Spree Tower Hotel, Berlin, Standard Queen, 2025-08-31 to 2025-09-03)
+      Goal: tell the travel desk about a problem with your stay (BK-6621); you want nothing in return.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2062, name: Mei Fischer, email: mei.fischer@northwind.test, tier: standard, credit_balance: 461, manager_id: MGR-1001}
+          bookings:
+          - {booking_id: BK-6621, traveller_id: TRV-2062, room_type_id: RT-BER-STD, check_in: '2025-08-31', check_out: '2025-09-03', nightly_rate: '109.00', total: '327.00', status: completed}
+          payments:
+          - {payment_id: PAY-6621, booking_id: BK-6621, method: corporate_card, card_last4: '4374', amount: '327.00', created_on: '2025-08-05'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.fischer@northwind.test}}
+          - {tool: get_booking, parameters: {booking_id: BK-6621}}
+    tags: ['difficulty:medium', no_write, 'family:complaint_only', held_out_template]
+    """
+    validate_database(x, SRV)

@@ -7,38 +7,20 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_hotel_tell_value_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Lin (wes.lin@northwind.test). How many loyalty credits do I have?
+    query: Hi travel desk, Wes Lin writing - wes.lin@northwind.test. How many loyalty credits do I have?
     user_context: |-
       You are Wes Lin, a Northwind employee who travels for work.
       Name: Wes Lin
       Email: wes.lin@northwind.test
-      Traveller id: TRV-2060 (give it only if asked)
-      Booking: BK-6601 (Spree Tower Hotel, Berlin, Standard Queen, 2025-10-05 to 2025-10-07)
+      Traveller id: TRV-2063 (give it only if asked)
+      Booking: BK-6631 (Spree Tower Hotel, Berlin, Standard Queen, 2025-10-05 to 2025-10-07)
       Goal: learn the answer to: How many loyalty credits do I have?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -47,32 +29,32 @@ def test_tell_value_01(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2060, name: Wes Lin, email: wes.lin@northwind.test, tier: silver, credit_balance: 256, manager_id: MGR-1001}
+          - {traveller_id: TRV-2063, name: Wes Lin, email: wes.lin@northwind.test, tier: silver, credit_balance: 256, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6601, traveller_id: TRV-2060, room_type_id: RT-BER-STD, check_in: '2025-10-05', check_out: '2025-10-07', nightly_rate: '109.00', total: '218.00', status: confirmed}
-          - {booking_id: BK-6602, traveller_id: TRV-2060, room_type_id: RT-TOR-SUP, check_in: '2025-08-11', check_out: '2025-08-12', nightly_rate: '171.00', total: '171.00', status: completed}
+          - {booking_id: BK-6631, traveller_id: TRV-2063, room_type_id: RT-BER-STD, check_in: '2025-10-05', check_out: '2025-10-07', nightly_rate: '109.00', total: '218.00', status: confirmed}
+          - {booking_id: BK-6632, traveller_id: TRV-2063, room_type_id: RT-TOR-SUP, check_in: '2025-08-11', check_out: '2025-08-12', nightly_rate: '171.00', total: '171.00', status: completed}
           payments:
-          - {payment_id: PAY-6601, booking_id: BK-6601, method: personal_card, card_last4: '6447', amount: '218.00', created_on: '2025-08-21'}
-          - {payment_id: PAY-6602, booking_id: BK-6602, method: personal_card, card_last4: '2402', amount: '171.00', created_on: '2025-07-22'}
+          - {payment_id: PAY-6631, booking_id: BK-6631, method: personal_card, card_last4: '6447', amount: '218.00', created_on: '2025-08-21'}
+          - {payment_id: PAY-6632, booking_id: BK-6632, method: personal_card, card_last4: '2402', amount: '171.00', created_on: '2025-07-22'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: wes.lin@northwind.test}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '256')
+    validate_database(x, SRV)
+    validate_response(x, expect=['256'], reject=[])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_hotel_tell_value_02(x: TestContext, judge: Judge):
     """!
-    query: What is the nightly rate of booking BK-6611?
+    query: What is the nightly rate of booking BK-6641?
     user_context: |-
       You are Ben Mensah, a Northwind employee who travels for work.
       Name: Ben Mensah
       Email: ben.mensah@northwind.test
-      Traveller id: TRV-2061 (give it only if asked)
-      Booking: BK-6611 (Marina Garden Hotel, Singapore, Club Room, 2025-10-02 to 2025-10-04)
-      Goal: learn the answer to: What is the nightly rate of booking BK-6611?
+      Traveller id: TRV-2064 (give it only if asked)
+      Booking: BK-6641 (Marina Garden Hotel, Singapore, Club Room, 2025-10-02 to 2025-10-04)
+      Goal: learn the answer to: What is the nightly rate of booking BK-6641?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -80,33 +62,33 @@ def test_tell_value_02(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2061, name: Ben Mensah, email: ben.mensah@northwind.test, tier: gold, credit_balance: 100, manager_id: MGR-1004}
+          - {traveller_id: TRV-2064, name: Ben Mensah, email: ben.mensah@northwind.test, tier: gold, credit_balance: 100, manager_id: MGR-1004}
           bookings:
-          - {booking_id: BK-6611, traveller_id: TRV-2061, room_type_id: RT-SIN-CLB, check_in: '2025-10-02', check_out: '2025-10-04', nightly_rate: '295.00', total: '590.00', status: confirmed}
-          - {booking_id: BK-6612, traveller_id: TRV-2061, room_type_id: RT-TOR-STD, check_in: '2025-08-07', check_out: '2025-08-08', nightly_rate: '142.00', total: '142.00', status: completed}
+          - {booking_id: BK-6641, traveller_id: TRV-2064, room_type_id: RT-SIN-CLB, check_in: '2025-10-02', check_out: '2025-10-04', nightly_rate: '295.00', total: '590.00', status: confirmed}
+          - {booking_id: BK-6642, traveller_id: TRV-2064, room_type_id: RT-TOR-STD, check_in: '2025-08-07', check_out: '2025-08-08', nightly_rate: '142.00', total: '142.00', status: completed}
           payments:
-          - {payment_id: PAY-6611, booking_id: BK-6611, method: personal_card, card_last4: '6062', amount: '590.00', created_on: '2025-08-26'}
-          - {payment_id: PAY-6612, booking_id: BK-6612, method: personal_card, card_last4: '8924', amount: '142.00', created_on: '2025-07-15'}
+          - {payment_id: PAY-6641, booking_id: BK-6641, method: personal_card, card_last4: '6062', amount: '590.00', created_on: '2025-08-26'}
+          - {payment_id: PAY-6642, booking_id: BK-6642, method: personal_card, card_last4: '8924', amount: '142.00', created_on: '2025-07-15'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: ben.mensah@northwind.test}}
-          - {tool: get_booking, parameters: {booking_id: BK-6611}}
+          - {tool: get_booking, parameters: {booking_id: BK-6641}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '295.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['295.00'], reject=['176.00', '238.00'])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_hotel_tell_value_03(x: TestContext, judge: Judge):
     """!
-    query: What is my check-out date for booking BK-6621?
+    query: What is my check-out date for booking BK-6651?
     user_context: |-
       You are Priya Haddad, a Northwind employee who travels for work.
       Name: Priya Haddad
       Email: priya.haddad@northwind.test
-      Traveller id: TRV-2062 (give it only if asked)
-      Booking: BK-6621 (Lakeside Plaza, Chicago, Standard King, 2025-10-14 to 2025-10-18)
-      Goal: learn the answer to: What is my check-out date for booking BK-6621?
+      Traveller id: TRV-2065 (give it only if asked)
+      Booking: BK-6651 (Lakeside Plaza, Chicago, Standard King, 2025-10-14 to 2025-10-18)
+      Goal: learn the answer to: What is my check-out date for booking BK-6651?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -114,33 +96,33 @@ def test_tell_value_03(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2062, name: Priya Haddad, email: priya.haddad@northwind.test, tier: gold, credit_balance: 115, manager_id: MGR-1003}
+          - {traveller_id: TRV-2065, name: Priya Haddad, email: priya.haddad@northwind.test, tier: gold, credit_balance: 115, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6621, traveller_id: TRV-2062, room_type_id: RT-CHI-STD, check_in: '2025-10-14', check_out: '2025-10-18', nightly_rate: '189.00', total: '756.00', status: confirmed}
-          - {booking_id: BK-6622, traveller_id: TRV-2062, room_type_id: RT-TOR-STE, check_in: '2025-10-01', check_out: '2025-10-02', nightly_rate: '260.00', total: '260.00', status: confirmed}
+          - {booking_id: BK-6651, traveller_id: TRV-2065, room_type_id: RT-CHI-STD, check_in: '2025-10-14', check_out: '2025-10-18', nightly_rate: '189.00', total: '756.00', status: confirmed}
+          - {booking_id: BK-6652, traveller_id: TRV-2065, room_type_id: RT-TOR-STE, check_in: '2025-10-01', check_out: '2025-10-02', nightly_rate: '260.00', total: '260.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6621, booking_id: BK-6621, method: personal_card, card_last4: '4762', amount: '756.00', created_on: '2025-09-01'}
-          - {payment_id: PAY-6622, booking_id: BK-6622, method: corporate_card, card_last4: '5882', amount: '260.00', created_on: '2025-08-12'}
+          - {payment_id: PAY-6651, booking_id: BK-6651, method: personal_card, card_last4: '4762', amount: '756.00', created_on: '2025-09-01'}
+          - {payment_id: PAY-6652, booking_id: BK-6652, method: corporate_card, card_last4: '5882', amount: '260.00', created_on: '2025-08-12'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: priya.haddad@northwind.test}}
-          - {tool: get_booking, parameters: {booking_id: BK-6621}}
+          - {tool: get_booking, parameters: {booking_id: BK-6651}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '2025-10-18')
+    validate_database(x, SRV)
+    validate_response(x, expect=['2025-10-18'], reject=['2025-10-02'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_hotel_tell_value_04(x: TestContext, judge: Judge):
     """!
-    query: What is the total price of booking BK-6631?
+    query: What is the total price of booking BK-6661?
     user_context: |-
       You are Chloe Haddad, a Northwind employee who travels for work.
       Name: Chloe Haddad
       Email: chloe.haddad@northwind.test
-      Traveller id: TRV-2063 (give it only if asked)
-      Booking: BK-6631 (Spree Tower Hotel, Berlin, Executive King, 2025-10-18 to 2025-10-22)
-      Goal: learn the answer to: What is the total price of booking BK-6631?
+      Traveller id: TRV-2066 (give it only if asked)
+      Booking: BK-6661 (Spree Tower Hotel, Berlin, Executive King, 2025-10-18 to 2025-10-22)
+      Goal: learn the answer to: What is the total price of booking BK-6661?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -148,33 +130,33 @@ def test_tell_value_04(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2063, name: Chloe Haddad, email: chloe.haddad@northwind.test, tier: silver, credit_balance: 222, manager_id: MGR-1001}
+          - {traveller_id: TRV-2066, name: Chloe Haddad, email: chloe.haddad@northwind.test, tier: silver, credit_balance: 222, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6631, traveller_id: TRV-2063, room_type_id: RT-BER-EXE, check_in: '2025-10-18', check_out: '2025-10-22', nightly_rate: '159.00', total: '636.00', status: confirmed}
-          - {booking_id: BK-6632, traveller_id: TRV-2063, room_type_id: RT-SIN-CLB, check_in: '2025-08-18', check_out: '2025-08-21', nightly_rate: '295.00', total: '885.00', status: completed}
+          - {booking_id: BK-6661, traveller_id: TRV-2066, room_type_id: RT-BER-EXE, check_in: '2025-10-18', check_out: '2025-10-22', nightly_rate: '159.00', total: '636.00', status: confirmed}
+          - {booking_id: BK-6662, traveller_id: TRV-2066, room_type_id: RT-SIN-CLB, check_in: '2025-08-18', check_out: '2025-08-21', nightly_rate: '295.00', total: '885.00', status: completed}
           payments:
-          - {payment_id: PAY-6631, booking_id: BK-6631, method: personal_card, card_last4: '6617', amount: '636.00', created_on: '2025-08-14'}
-          - {payment_id: PAY-6632, booking_id: BK-6632, method: personal_card, card_last4: '7313', amount: '885.00', created_on: '2025-07-26'}
+          - {payment_id: PAY-6661, booking_id: BK-6661, method: personal_card, card_last4: '6617', amount: '636.00', created_on: '2025-08-14'}
+          - {payment_id: PAY-6662, booking_id: BK-6662, method: personal_card, card_last4: '7313', amount: '885.00', created_on: '2025-07-26'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: chloe.haddad@northwind.test}}
-          - {tool: get_booking, parameters: {booking_id: BK-6631}}
+          - {tool: get_booking, parameters: {booking_id: BK-6661}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '636.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['636.00'], reject=['885.00'])
 
 
-def test_tell_value_05(x: TestContext, judge: Judge):
+def test_hotel_tell_value_05(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Nadia Costa (nadia.costa@northwind.test). How much per night is the Classic Room at the hotel of my booking BK-6641?
+    query: Hi travel desk, Nadia Costa writing - nadia.costa@northwind.test. How much per night is the Classic Room at the hotel of my booking BK-6671?
     user_context: |-
       You are Nadia Costa, a Northwind employee who travels for work.
       Name: Nadia Costa
       Email: nadia.costa@northwind.test
-      Traveller id: TRV-2064 (give it only if asked)
-      Booking: BK-6641 (Queen Street Inn, Toronto, Superior Room, 2025-10-01 to 2025-10-04)
-      Goal: learn the answer to: How much per night is the Classic Room at the hotel of my booking BK-6641?
+      Traveller id: TRV-2067 (give it only if asked)
+      Booking: BK-6671 (Queen Street Inn, Toronto, Superior Room, 2025-10-01 to 2025-10-04)
+      Goal: learn the answer to: How much per night is the Classic Room at the hotel of my booking BK-6671?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -182,33 +164,33 @@ def test_tell_value_05(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2064, name: Nadia Costa, email: nadia.costa@northwind.test, tier: silver, credit_balance: 404, manager_id: MGR-1002}
+          - {traveller_id: TRV-2067, name: Nadia Costa, email: nadia.costa@northwind.test, tier: silver, credit_balance: 404, manager_id: MGR-1002}
           bookings:
-          - {booking_id: BK-6641, traveller_id: TRV-2064, room_type_id: RT-TOR-SUP, check_in: '2025-10-01', check_out: '2025-10-04', nightly_rate: '171.00', total: '513.00', status: confirmed}
-          - {booking_id: BK-6642, traveller_id: TRV-2064, room_type_id: RT-BER-EXE, check_in: '2025-10-13', check_out: '2025-10-17', nightly_rate: '159.00', total: '636.00', status: confirmed}
+          - {booking_id: BK-6671, traveller_id: TRV-2067, room_type_id: RT-TOR-SUP, check_in: '2025-10-01', check_out: '2025-10-04', nightly_rate: '171.00', total: '513.00', status: confirmed}
+          - {booking_id: BK-6672, traveller_id: TRV-2067, room_type_id: RT-BER-EXE, check_in: '2025-10-13', check_out: '2025-10-17', nightly_rate: '159.00', total: '636.00', status: confirmed}
           payments:
-          - {payment_id: PAY-6641, booking_id: BK-6641, method: corporate_card, card_last4: '2266', amount: '513.00', created_on: '2025-08-19'}
-          - {payment_id: PAY-6642, booking_id: BK-6642, method: personal_card, card_last4: '6757', amount: '636.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6671, booking_id: BK-6671, method: corporate_card, card_last4: '2266', amount: '513.00', created_on: '2025-08-19'}
+          - {payment_id: PAY-6672, booking_id: BK-6672, method: personal_card, card_last4: '6757', amount: '636.00', created_on: '2025-08-13'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: nadia.costa@northwind.test}}
-          - {tool: get_booking, parameters: {booking_id: BK-6641}}
+          - {tool: get_booking, parameters: {booking_id: BK-6671}}
           - {tool: list_room_types, parameters: {hotel_id: HTL-TOR}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '142.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['142.00'], reject=['171.00'])
 
 
-def test_tell_value_06(x: TestContext, judge: Judge):
+def test_hotel_tell_value_06(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Ivanov (ines.ivanov@northwind.test). Who is my manager for travel approvals?
     user_context: |-
       You are Ines Ivanov, a Northwind employee who travels for work.
       Name: Ines Ivanov
       Email: ines.ivanov@northwind.test
-      Traveller id: TRV-2065 (give it only if asked)
-      Booking: BK-6651 (Lakeside Plaza, Chicago, Corner Suite, 2025-10-17 to 2025-10-19)
+      Traveller id: TRV-2068 (give it only if asked)
+      Booking: BK-6681 (Lakeside Plaza, Chicago, Corner Suite, 2025-10-17 to 2025-10-19)
       Goal: learn the answer to: Who is my manager for travel approvals?
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
@@ -217,17 +199,17 @@ def test_tell_value_06(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2065, name: Ines Ivanov, email: ines.ivanov@northwind.test, tier: silver, credit_balance: 225, manager_id: MGR-1003}
+          - {traveller_id: TRV-2068, name: Ines Ivanov, email: ines.ivanov@northwind.test, tier: silver, credit_balance: 225, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6651, traveller_id: TRV-2065, room_type_id: RT-CHI-STE, check_in: '2025-10-17', check_out: '2025-10-19', nightly_rate: '349.00', total: '698.00', status: confirmed}
-          - {booking_id: BK-6652, traveller_id: TRV-2065, room_type_id: RT-LIS-SUP, check_in: '2025-08-10', check_out: '2025-08-14', nightly_rate: '146.00', total: '584.00', status: completed}
+          - {booking_id: BK-6681, traveller_id: TRV-2068, room_type_id: RT-CHI-STE, check_in: '2025-10-17', check_out: '2025-10-19', nightly_rate: '349.00', total: '698.00', status: confirmed}
+          - {booking_id: BK-6682, traveller_id: TRV-2068, room_type_id: RT-LIS-SUP, check_in: '2025-08-10', check_out: '2025-08-14', nightly_rate: '146.00', total: '584.00', status: completed}
           payments:
-          - {payment_id: PAY-6651, booking_id: BK-6651, method: personal_card, card_last4: '1784', amount: '698.00', created_on: '2025-08-17'}
-          - {payment_id: PAY-6652, booking_id: BK-6652, method: personal_card, card_last4: '9482', amount: '584.00', created_on: '2025-07-29'}
+          - {payment_id: PAY-6681, booking_id: BK-6681, method: personal_card, card_last4: '1784', amount: '698.00', created_on: '2025-08-17'}
+          - {payment_id: PAY-6682, booking_id: BK-6682, method: personal_card, card_last4: '9482', amount: '584.00', created_on: '2025-07-29'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: ines.ivanov@northwind.test}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'Ingrid Holm')
+    validate_database(x, SRV)
+    validate_response(x, expect=['Ingrid Holm'], reject=[])

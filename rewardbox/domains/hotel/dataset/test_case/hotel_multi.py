@@ -7,39 +7,21 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_hotel_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Priya Haddad (priya.haddad@northwind.test). Two things: cancel booking BK-6701, and redeem 30 credits on booking BK-6702.'
+    query: 'Hello, Priya Haddad here, email priya.haddad@northwind.test. Two things: cancel booking BK-6731, and redeem 30 credits on booking BK-6732.'
     user_context: |-
       You are Priya Haddad, a Northwind employee who travels for work.
       Name: Priya Haddad
       Email: priya.haddad@northwind.test
-      Traveller id: TRV-2070 (give it only if asked)
-      Booking: BK-6701 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-18) and BK-6702 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-15 to 2025-09-18)
-      Goal: cancel booking BK-6701 and redeem 30 credits on booking BK-6702.
+      Traveller id: TRV-2073 (give it only if asked)
+      Booking: BK-6731 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-18) and BK-6732 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-15 to 2025-09-18)
+      Goal: cancel booking BK-6731 and redeem 30 credits on booking BK-6732.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -47,35 +29,35 @@ def test_multi_action_01(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2070, name: Priya Haddad, email: priya.haddad@northwind.test, tier: silver, credit_balance: 100, manager_id: MGR-1003}
+          - {traveller_id: TRV-2073, name: Priya Haddad, email: priya.haddad@northwind.test, tier: silver, credit_balance: 100, manager_id: MGR-1003}
           bookings:
-          - {booking_id: BK-6701, traveller_id: TRV-2070, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-18', nightly_rate: '229.00', total: '229.00', status: confirmed}
-          - {booking_id: BK-6702, traveller_id: TRV-2070, room_type_id: RT-LIS-STE, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '215.00', total: '645.00', status: confirmed}
-          - {booking_id: BK-6703, traveller_id: TRV-2070, room_type_id: RT-BER-EXE, check_in: '2025-08-06', check_out: '2025-08-10', nightly_rate: '159.00', total: '636.00', status: completed}
+          - {booking_id: BK-6731, traveller_id: TRV-2073, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-18', nightly_rate: '229.00', total: '229.00', status: confirmed}
+          - {booking_id: BK-6732, traveller_id: TRV-2073, room_type_id: RT-LIS-STE, check_in: '2025-09-15', check_out: '2025-09-18', nightly_rate: '215.00', total: '645.00', status: confirmed}
+          - {booking_id: BK-6733, traveller_id: TRV-2073, room_type_id: RT-BER-EXE, check_in: '2025-08-06', check_out: '2025-08-10', nightly_rate: '159.00', total: '636.00', status: completed}
           payments:
-          - {payment_id: PAY-6701, booking_id: BK-6701, method: personal_card, card_last4: '9113', amount: '229.00', created_on: '2025-09-03'}
-          - {payment_id: PAY-6702, booking_id: BK-6702, method: personal_card, card_last4: '1500', amount: '645.00', created_on: '2025-08-15'}
-          - {payment_id: PAY-6703, booking_id: BK-6703, method: corporate_card, card_last4: '7052', amount: '636.00', created_on: '2025-07-07'}
+          - {payment_id: PAY-6731, booking_id: BK-6731, method: personal_card, card_last4: '9113', amount: '229.00', created_on: '2025-09-03'}
+          - {payment_id: PAY-6732, booking_id: BK-6732, method: personal_card, card_last4: '1500', amount: '645.00', created_on: '2025-08-15'}
+          - {payment_id: PAY-6733, booking_id: BK-6733, method: corporate_card, card_last4: '7052', amount: '636.00', created_on: '2025-07-07'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: priya.haddad@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6701}}
-          - {tool: redeem_credits, parameters: {booking_id: BK-6702, credits: 30}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6731}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6732, credits: 30}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_hotel_multi_action_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6711 and BK-6712.'
+    query: 'Good afternoon, this is Oscar Iyer (oscar.iyer@northwind.test). My trip is off: please cancel both bookings BK-6741 and BK-6742.'
     user_context: |-
       You are Oscar Iyer, a Northwind employee who travels for work.
       Name: Oscar Iyer
       Email: oscar.iyer@northwind.test
-      Traveller id: TRV-2071 (give it only if asked)
-      Booking: BK-6711 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-22 to 2025-09-26) and BK-6712 (Spree Tower Hotel, Berlin, Standard Queen, 2025-09-26 to 2025-09-29)
-      Goal: cancel bookings BK-6711 and BK-6712.
+      Traveller id: TRV-2074 (give it only if asked)
+      Booking: BK-6741 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-22 to 2025-09-26) and BK-6742 (Spree Tower Hotel, Berlin, Standard Queen, 2025-09-26 to 2025-09-29)
+      Goal: cancel bookings BK-6741 and BK-6742.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -83,35 +65,35 @@ def test_multi_action_02(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2071, name: Oscar Iyer, email: oscar.iyer@northwind.test, tier: gold, credit_balance: 262, manager_id: MGR-1001}
+          - {traveller_id: TRV-2074, name: Oscar Iyer, email: oscar.iyer@northwind.test, tier: gold, credit_balance: 262, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6711, traveller_id: TRV-2071, room_type_id: RT-SIN-DLX, check_in: '2025-09-22', check_out: '2025-09-26', nightly_rate: '238.00', total: '952.00', status: confirmed}
-          - {booking_id: BK-6712, traveller_id: TRV-2071, room_type_id: RT-BER-STD, check_in: '2025-09-26', check_out: '2025-09-29', nightly_rate: '109.00', total: '327.00', status: confirmed}
-          - {booking_id: BK-6713, traveller_id: TRV-2071, room_type_id: RT-LIS-STE, check_in: '2025-08-10', check_out: '2025-08-11', nightly_rate: '215.00', total: '215.00', status: completed}
+          - {booking_id: BK-6741, traveller_id: TRV-2074, room_type_id: RT-SIN-DLX, check_in: '2025-09-22', check_out: '2025-09-26', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          - {booking_id: BK-6742, traveller_id: TRV-2074, room_type_id: RT-BER-STD, check_in: '2025-09-26', check_out: '2025-09-29', nightly_rate: '109.00', total: '327.00', status: confirmed}
+          - {booking_id: BK-6743, traveller_id: TRV-2074, room_type_id: RT-LIS-STE, check_in: '2025-08-10', check_out: '2025-08-11', nightly_rate: '215.00', total: '215.00', status: completed}
           payments:
-          - {payment_id: PAY-6711, booking_id: BK-6711, method: corporate_card, card_last4: '8903', amount: '952.00', created_on: '2025-08-22'}
-          - {payment_id: PAY-6712, booking_id: BK-6712, method: corporate_card, card_last4: '9220', amount: '327.00', created_on: '2025-08-20'}
-          - {payment_id: PAY-6713, booking_id: BK-6713, method: corporate_card, card_last4: '7220', amount: '215.00', created_on: '2025-07-29'}
+          - {payment_id: PAY-6741, booking_id: BK-6741, method: corporate_card, card_last4: '8903', amount: '952.00', created_on: '2025-08-22'}
+          - {payment_id: PAY-6742, booking_id: BK-6742, method: corporate_card, card_last4: '9220', amount: '327.00', created_on: '2025-08-20'}
+          - {payment_id: PAY-6743, booking_id: BK-6743, method: corporate_card, card_last4: '7220', amount: '215.00', created_on: '2025-07-29'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: oscar.iyer@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6711}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6712}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6741}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6742}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_hotel_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Mei Mensah (mei.mensah@northwind.test). Two things: cancel booking BK-6721, and redeem 60 credits on booking BK-6722.'
+    query: 'Hi travel desk, Mei Mensah writing - mei.mensah@northwind.test. Two things: cancel booking BK-6751, and redeem 60 credits on booking BK-6752.'
     user_context: |-
       You are Mei Mensah, a Northwind employee who travels for work.
       Name: Mei Mensah
       Email: mei.mensah@northwind.test
-      Traveller id: TRV-2072 (give it only if asked)
-      Booking: BK-6721 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-16 to 2025-09-17) and BK-6722 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-18 to 2025-09-21)
-      Goal: cancel booking BK-6721 and redeem 60 credits on booking BK-6722.
+      Traveller id: TRV-2075 (give it only if asked)
+      Booking: BK-6751 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-16 to 2025-09-17) and BK-6752 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-18 to 2025-09-21)
+      Goal: cancel booking BK-6751 and redeem 60 credits on booking BK-6752.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -119,37 +101,37 @@ def test_multi_action_03(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2072, name: Mei Mensah, email: mei.mensah@northwind.test, tier: silver, credit_balance: 161, manager_id: MGR-1001}
+          - {traveller_id: TRV-2075, name: Mei Mensah, email: mei.mensah@northwind.test, tier: silver, credit_balance: 161, manager_id: MGR-1001}
           bookings:
-          - {booking_id: BK-6721, traveller_id: TRV-2072, room_type_id: RT-LIS-STE, check_in: '2025-09-16', check_out: '2025-09-17', nightly_rate: '215.00', total: '215.00', status: confirmed}
-          - {booking_id: BK-6722, traveller_id: TRV-2072, room_type_id: RT-CHI-DLX, check_in: '2025-09-18', check_out: '2025-09-21', nightly_rate: '229.00', total: '687.00', status: confirmed}
-          - {booking_id: BK-6723, traveller_id: TRV-2072, room_type_id: RT-SIN-DLX, check_in: '2025-09-21', check_out: '2025-09-25', nightly_rate: '238.00', total: '952.00', status: cancelled}
+          - {booking_id: BK-6751, traveller_id: TRV-2075, room_type_id: RT-LIS-STE, check_in: '2025-09-16', check_out: '2025-09-17', nightly_rate: '215.00', total: '215.00', status: confirmed}
+          - {booking_id: BK-6752, traveller_id: TRV-2075, room_type_id: RT-CHI-DLX, check_in: '2025-09-18', check_out: '2025-09-21', nightly_rate: '229.00', total: '687.00', status: confirmed}
+          - {booking_id: BK-6753, traveller_id: TRV-2075, room_type_id: RT-SIN-DLX, check_in: '2025-09-21', check_out: '2025-09-25', nightly_rate: '238.00', total: '952.00', status: cancelled}
           payments:
-          - {payment_id: PAY-6721, booking_id: BK-6721, method: personal_card, card_last4: '9181', amount: '215.00', created_on: '2025-09-04'}
-          - {payment_id: PAY-6722, booking_id: BK-6722, method: personal_card, card_last4: '5709', amount: '687.00', created_on: '2025-08-31'}
-          - {payment_id: PAY-6723, booking_id: BK-6723, method: personal_card, card_last4: '8793', amount: '952.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6751, booking_id: BK-6751, method: personal_card, card_last4: '9181', amount: '215.00', created_on: '2025-09-04'}
+          - {payment_id: PAY-6752, booking_id: BK-6752, method: personal_card, card_last4: '5709', amount: '687.00', created_on: '2025-08-31'}
+          - {payment_id: PAY-6753, booking_id: BK-6753, method: personal_card, card_last4: '8793', amount: '952.00', created_on: '2025-08-13'}
           refunds:
-          - {refund_id: RF-6724, booking_id: BK-6723, payment_id: PAY-6723, amount: '952.00', reason: cancellation, created_on: '2025-09-08'}
+          - {refund_id: RF-6754, booking_id: BK-6753, payment_id: PAY-6753, amount: '952.00', reason: cancellation, created_on: '2025-09-08'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: mei.mensah@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6721}}
-          - {tool: redeem_credits, parameters: {booking_id: BK-6722, credits: 60}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6751}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6752, credits: 60}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_04(x: TestContext, judge: Judge):
+def test_hotel_multi_action_04(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Liam Berg (liam.berg@northwind.test). My trip is off: please cancel both bookings BK-6731 and BK-6732.'
+    query: 'Hi, I''m Liam Berg (liam.berg@northwind.test). My trip is off: please cancel both bookings BK-6761 and BK-6762.'
     user_context: |-
       You are Liam Berg, a Northwind employee who travels for work.
       Name: Liam Berg
       Email: liam.berg@northwind.test
-      Traveller id: TRV-2073 (give it only if asked)
-      Booking: BK-6731 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-05 to 2025-10-08) and BK-6732 (Queen Street Inn, Toronto, One-Bedroom Suite, 2025-09-20 to 2025-09-23)
-      Goal: cancel bookings BK-6731 and BK-6732.
+      Traveller id: TRV-2076 (give it only if asked)
+      Booking: BK-6761 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-05 to 2025-10-08) and BK-6762 (Queen Street Inn, Toronto, One-Bedroom Suite, 2025-09-20 to 2025-09-23)
+      Goal: cancel bookings BK-6761 and BK-6762.
       Agrees to proceed: yes
       If the agent says the request is not possible or must wait, accept it and say goodbye.
       Do not invent facts; if asked something not listed here, say you don't know.
@@ -157,22 +139,265 @@ def test_multi_action_04(x: TestContext, judge: Judge):
       rewardbox_hotel:
         data_patch:
           travellers:
-          - {traveller_id: TRV-2073, name: Liam Berg, email: liam.berg@northwind.test, tier: gold, credit_balance: 224, manager_id: MGR-1004}
+          - {traveller_id: TRV-2076, name: Liam Berg, email: liam.berg@northwind.test, tier: gold, credit_balance: 224, manager_id: MGR-1004}
           bookings:
-          - {booking_id: BK-6731, traveller_id: TRV-2073, room_type_id: RT-MAD-SUP, check_in: '2025-10-05', check_out: '2025-10-08', nightly_rate: '124.00', total: '372.00', status: confirmed}
-          - {booking_id: BK-6732, traveller_id: TRV-2073, room_type_id: RT-TOR-STE, check_in: '2025-09-20', check_out: '2025-09-23', nightly_rate: '260.00', total: '780.00', status: confirmed}
-          - {booking_id: BK-6733, traveller_id: TRV-2073, room_type_id: RT-SIN-DLX, check_in: '2025-09-28', check_out: '2025-09-29', nightly_rate: '238.00', total: '238.00', status: cancelled}
+          - {booking_id: BK-6761, traveller_id: TRV-2076, room_type_id: RT-MAD-SUP, check_in: '2025-10-05', check_out: '2025-10-08', nightly_rate: '124.00', total: '372.00', status: confirmed}
+          - {booking_id: BK-6762, traveller_id: TRV-2076, room_type_id: RT-TOR-STE, check_in: '2025-09-20', check_out: '2025-09-23', nightly_rate: '260.00', total: '780.00', status: confirmed}
+          - {booking_id: BK-6763, traveller_id: TRV-2076, room_type_id: RT-SIN-DLX, check_in: '2025-09-28', check_out: '2025-09-29', nightly_rate: '238.00', total: '238.00', status: cancelled}
           payments:
-          - {payment_id: PAY-6731, booking_id: BK-6731, method: corporate_card, card_last4: '7923', amount: '372.00', created_on: '2025-08-18'}
-          - {payment_id: PAY-6732, booking_id: BK-6732, method: personal_card, card_last4: '1325', amount: '780.00', created_on: '2025-08-13'}
-          - {payment_id: PAY-6733, booking_id: BK-6733, method: corporate_card, card_last4: '2618', amount: '238.00', created_on: '2025-08-23'}
+          - {payment_id: PAY-6761, booking_id: BK-6761, method: corporate_card, card_last4: '7923', amount: '372.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6762, booking_id: BK-6762, method: personal_card, card_last4: '1325', amount: '780.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6763, booking_id: BK-6763, method: corporate_card, card_last4: '2618', amount: '238.00', created_on: '2025-08-23'}
           refunds:
-          - {refund_id: RF-6734, booking_id: BK-6733, payment_id: PAY-6733, amount: '238.00', reason: cancellation, created_on: '2025-09-08'}
+          - {refund_id: RF-6764, booking_id: BK-6763, payment_id: PAY-6763, amount: '238.00', reason: cancellation, created_on: '2025-09-08'}
         golden_test_case:
           tool_interactions:
           - {tool: find_traveller, parameters: {email: liam.berg@northwind.test}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6731}}
-          - {tool: cancel_booking, parameters: {booking_id: BK-6732}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6761}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6762}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_01(x: TestContext, judge: Judge):
+    """!
+    query: Hello, Quinn Dubois here, email quinn.dubois@northwind.test. My travel plans changed. Please cancel booking BK-6771; downgrade booking BK-6772 to the Standard Twin (my manager approved it); and redeem 45 of my credits on BK-6772.
+    user_context: |-
+      You are Quinn Dubois, a Northwind employee who travels for work.
+      Name: Quinn Dubois
+      Email: quinn.dubois@northwind.test
+      Traveller id: TRV-2077 (give it only if asked)
+      Booking: BK-6771 (Spree Tower Hotel, Berlin, Studio, 2025-09-30 to 2025-10-04) and BK-6772 (Retiro Park Hotel, Madrid, Superior Twin, 2025-09-28 to 2025-10-02)
+      Your manager Rafael Mendes approved the room change.
+      Goal: cancel booking BK-6771, downgrade booking BK-6772 to the Standard Twin, and redeem 45 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2077, name: Quinn Dubois, email: quinn.dubois@northwind.test, tier: silver, credit_balance: 138, manager_id: MGR-1002}
+          bookings:
+          - {booking_id: BK-6771, traveller_id: TRV-2077, room_type_id: RT-BER-STU, check_in: '2025-09-30', check_out: '2025-10-04', nightly_rate: '132.50', total: '530.00', status: confirmed}
+          - {booking_id: BK-6772, traveller_id: TRV-2077, room_type_id: RT-MAD-SUP, check_in: '2025-09-28', check_out: '2025-10-02', nightly_rate: '124.00', total: '496.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6771, booking_id: BK-6771, method: corporate_card, card_last4: '1192', amount: '530.00', created_on: '2025-08-18'}
+          - {payment_id: PAY-6772, booking_id: BK-6772, method: personal_card, card_last4: '7774', amount: '496.00', created_on: '2025-08-24'}
+          approval_requests:
+          - {approval_id: APR-6773, booking_id: BK-6772, manager_id: MGR-1002, requested_room_type_id: RT-MAD-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-08'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: quinn.dubois@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6771}}
+          - {tool: get_booking, parameters: {booking_id: BK-6772}}
+          - {tool: change_room, parameters: {booking_id: BK-6772, room_type_id: RT-MAD-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6772, credits: 45}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_02(x: TestContext, judge: Judge):
+    """!
+    query: Good afternoon, this is Liam Okafor (liam.okafor@northwind.test). My travel plans changed. Please cancel booking BK-6781 and booking BK-6782; upgrade booking BK-6783 to the Executive King (my manager approved it); and redeem 40 of my credits on BK-6783.
+    user_context: |-
+      You are Liam Okafor, a Northwind employee who travels for work.
+      Name: Liam Okafor
+      Email: liam.okafor@northwind.test
+      Traveller id: TRV-2078 (give it only if asked)
+      Booking: BK-6781 (Marina Garden Hotel, Singapore, Garden Room, 2025-09-23 to 2025-09-27) and BK-6782 (Retiro Park Hotel, Madrid, Superior Twin, 2025-10-01 to 2025-10-02) and BK-6783 (Spree Tower Hotel, Berlin, Studio, 2025-09-19 to 2025-09-23)
+      Your manager Ingrid Holm approved the room change.
+      Goal: cancel booking BK-6781 and booking BK-6782, upgrade booking BK-6783 to the Executive King, and redeem 40 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2078, name: Liam Okafor, email: liam.okafor@northwind.test, tier: gold, credit_balance: 280, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6781, traveller_id: TRV-2078, room_type_id: RT-SIN-STD, check_in: '2025-09-23', check_out: '2025-09-27', nightly_rate: '176.00', total: '704.00', status: confirmed}
+          - {booking_id: BK-6782, traveller_id: TRV-2078, room_type_id: RT-MAD-SUP, check_in: '2025-10-01', check_out: '2025-10-02', nightly_rate: '124.00', total: '124.00', status: confirmed}
+          - {booking_id: BK-6783, traveller_id: TRV-2078, room_type_id: RT-BER-STU, check_in: '2025-09-19', check_out: '2025-09-23', nightly_rate: '132.50', total: '530.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6781, booking_id: BK-6781, method: personal_card, card_last4: '2056', amount: '704.00', created_on: '2025-09-02'}
+          - {payment_id: PAY-6782, booking_id: BK-6782, method: corporate_card, card_last4: '8493', amount: '124.00', created_on: '2025-09-05'}
+          - {payment_id: PAY-6783, booking_id: BK-6783, method: personal_card, card_last4: '6740', amount: '530.00', created_on: '2025-08-23'}
+          approval_requests:
+          - {approval_id: APR-6784, booking_id: BK-6783, manager_id: MGR-1003, requested_room_type_id: RT-BER-EXE, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-08'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: liam.okafor@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6781}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6782}}
+          - {tool: get_booking, parameters: {booking_id: BK-6783}}
+          - {tool: change_room, parameters: {booking_id: BK-6783, room_type_id: RT-BER-EXE}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6783, credits: 40}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_03(x: TestContext, judge: Judge):
+    """!
+    query: Hi travel desk, Mei Keller writing - mei.keller@northwind.test. My travel plans changed. Please cancel booking BK-6791; downgrade booking BK-6792 to the Standard Double (my manager approved it); and redeem 45 of my credits on BK-6792.
+    user_context: |-
+      You are Mei Keller, a Northwind employee who travels for work.
+      Name: Mei Keller
+      Email: mei.keller@northwind.test
+      Traveller id: TRV-2079 (give it only if asked)
+      Booking: BK-6791 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-16 to 2025-09-19) and BK-6792 (Harbor View Hotel, Lisbon, Superior Double, 2025-10-09 to 2025-10-13)
+      Your manager Kwame Boateng approved the room change.
+      Goal: cancel booking BK-6791, downgrade booking BK-6792 to the Standard Double, and redeem 45 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2079, name: Mei Keller, email: mei.keller@northwind.test, tier: silver, credit_balance: 118, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6791, traveller_id: TRV-2079, room_type_id: RT-SIN-DLX, check_in: '2025-09-16', check_out: '2025-09-19', nightly_rate: '238.00', total: '714.00', status: confirmed}
+          - {booking_id: BK-6792, traveller_id: TRV-2079, room_type_id: RT-LIS-SUP, check_in: '2025-10-09', check_out: '2025-10-13', nightly_rate: '146.00', total: '584.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6791, booking_id: BK-6791, method: corporate_card, card_last4: '9732', amount: '714.00', created_on: '2025-08-25'}
+          - {payment_id: PAY-6792, booking_id: BK-6792, method: personal_card, card_last4: '4997', amount: '584.00', created_on: '2025-08-17'}
+          approval_requests:
+          - {approval_id: APR-6793, booking_id: BK-6792, manager_id: MGR-1004, requested_room_type_id: RT-LIS-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-04'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: mei.keller@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6791}}
+          - {tool: get_booking, parameters: {booking_id: BK-6792}}
+          - {tool: change_room, parameters: {booking_id: BK-6792, room_type_id: RT-LIS-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6792, credits: 45}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_04(x: TestContext, judge: Judge):
+    """!
+    query: Hi, I'm Nadia Dubois (nadia.dubois@northwind.test). My travel plans changed. Please cancel booking BK-6801 and booking BK-6802; upgrade booking BK-6803 to the Corner Suite (my manager approved it); and redeem 30 of my credits on BK-6803.
+    user_context: |-
+      You are Nadia Dubois, a Northwind employee who travels for work.
+      Name: Nadia Dubois
+      Email: nadia.dubois@northwind.test
+      Traveller id: TRV-2080 (give it only if asked)
+      Booking: BK-6801 (Queen Street Inn, Toronto, Classic Room, 2025-09-30 to 2025-10-02) and BK-6802 (Harbor View Hotel, Lisbon, Junior Suite, 2025-09-27 to 2025-09-29) and BK-6803 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-17 to 2025-09-21)
+      Your manager Ingrid Holm approved the room change.
+      Goal: cancel booking BK-6801 and booking BK-6802, upgrade booking BK-6803 to the Corner Suite, and redeem 30 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2080, name: Nadia Dubois, email: nadia.dubois@northwind.test, tier: gold, credit_balance: 278, manager_id: MGR-1003}
+          bookings:
+          - {booking_id: BK-6801, traveller_id: TRV-2080, room_type_id: RT-TOR-STD, check_in: '2025-09-30', check_out: '2025-10-02', nightly_rate: '142.00', total: '284.00', status: confirmed}
+          - {booking_id: BK-6802, traveller_id: TRV-2080, room_type_id: RT-LIS-STE, check_in: '2025-09-27', check_out: '2025-09-29', nightly_rate: '215.00', total: '430.00', status: confirmed}
+          - {booking_id: BK-6803, traveller_id: TRV-2080, room_type_id: RT-CHI-DLX, check_in: '2025-09-17', check_out: '2025-09-21', nightly_rate: '229.00', total: '916.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6801, booking_id: BK-6801, method: corporate_card, card_last4: '3515', amount: '284.00', created_on: '2025-08-26'}
+          - {payment_id: PAY-6802, booking_id: BK-6802, method: corporate_card, card_last4: '5217', amount: '430.00', created_on: '2025-08-13'}
+          - {payment_id: PAY-6803, booking_id: BK-6803, method: personal_card, card_last4: '2132', amount: '916.00', created_on: '2025-08-13'}
+          approval_requests:
+          - {approval_id: APR-6804, booking_id: BK-6803, manager_id: MGR-1003, requested_room_type_id: RT-CHI-STE, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-09'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: nadia.dubois@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6801}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6802}}
+          - {tool: get_booking, parameters: {booking_id: BK-6803}}
+          - {tool: change_room, parameters: {booking_id: BK-6803, room_type_id: RT-CHI-STE}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6803, credits: 30}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_05(x: TestContext, judge: Judge):
+    """!
+    query: Hello, Dmitri Walsh here, email dmitri.walsh@northwind.test. My travel plans changed. Please cancel booking BK-6811; downgrade booking BK-6812 to the Garden Room (my manager approved it); and redeem 20 of my credits on BK-6812.
+    user_context: |-
+      You are Dmitri Walsh, a Northwind employee who travels for work.
+      Name: Dmitri Walsh
+      Email: dmitri.walsh@northwind.test
+      Traveller id: TRV-2081 (give it only if asked)
+      Booking: BK-6811 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-16 to 2025-09-18) and BK-6812 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-26 to 2025-09-30)
+      Your manager Rafael Mendes approved the room change.
+      Goal: cancel booking BK-6811, downgrade booking BK-6812 to the Garden Room, and redeem 20 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2081, name: Dmitri Walsh, email: dmitri.walsh@northwind.test, tier: silver, credit_balance: 111, manager_id: MGR-1002}
+          bookings:
+          - {booking_id: BK-6811, traveller_id: TRV-2081, room_type_id: RT-CHI-DLX, check_in: '2025-09-16', check_out: '2025-09-18', nightly_rate: '229.00', total: '458.00', status: confirmed}
+          - {booking_id: BK-6812, traveller_id: TRV-2081, room_type_id: RT-SIN-DLX, check_in: '2025-09-26', check_out: '2025-09-30', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6811, booking_id: BK-6811, method: corporate_card, card_last4: '4231', amount: '458.00', created_on: '2025-08-20'}
+          - {payment_id: PAY-6812, booking_id: BK-6812, method: corporate_card, card_last4: '1803', amount: '952.00', created_on: '2025-08-14'}
+          approval_requests:
+          - {approval_id: APR-6813, booking_id: BK-6812, manager_id: MGR-1002, requested_room_type_id: RT-SIN-STD, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-09'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: dmitri.walsh@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6811}}
+          - {tool: get_booking, parameters: {booking_id: BK-6812}}
+          - {tool: change_room, parameters: {booking_id: BK-6812, room_type_id: RT-SIN-STD}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6812, credits: 20}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_hotel_trip_cleanup_06(x: TestContext, judge: Judge):
+    """!
+    query: Good afternoon, this is Elena Brennan (elena.brennan@northwind.test). My travel plans changed. Please cancel booking BK-6821 and booking BK-6822; upgrade booking BK-6823 to the Club Room (my manager approved it); and redeem 25 of my credits on BK-6823.
+    user_context: |-
+      You are Elena Brennan, a Northwind employee who travels for work.
+      Name: Elena Brennan
+      Email: elena.brennan@northwind.test
+      Traveller id: TRV-2082 (give it only if asked)
+      Booking: BK-6821 (Lakeside Plaza, Chicago, Deluxe King, 2025-09-14 to 2025-09-16) and BK-6822 (Queen Street Inn, Toronto, Classic Room, 2025-09-15 to 2025-09-19) and BK-6823 (Marina Garden Hotel, Singapore, Deluxe Harbour Room, 2025-09-18 to 2025-09-22)
+      Your manager Kwame Boateng approved the room change.
+      Goal: cancel booking BK-6821 and booking BK-6822, upgrade booking BK-6823 to the Club Room, and redeem 25 credits on it.
+      Agrees to proceed: yes
+      If the agent says the request is not possible or must wait, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_hotel:
+        data_patch:
+          travellers:
+          - {traveller_id: TRV-2082, name: Elena Brennan, email: elena.brennan@northwind.test, tier: gold, credit_balance: 246, manager_id: MGR-1004}
+          bookings:
+          - {booking_id: BK-6821, traveller_id: TRV-2082, room_type_id: RT-CHI-DLX, check_in: '2025-09-14', check_out: '2025-09-16', nightly_rate: '229.00', total: '458.00', status: confirmed}
+          - {booking_id: BK-6822, traveller_id: TRV-2082, room_type_id: RT-TOR-STD, check_in: '2025-09-15', check_out: '2025-09-19', nightly_rate: '142.00', total: '568.00', status: confirmed}
+          - {booking_id: BK-6823, traveller_id: TRV-2082, room_type_id: RT-SIN-DLX, check_in: '2025-09-18', check_out: '2025-09-22', nightly_rate: '238.00', total: '952.00', status: confirmed}
+          payments:
+          - {payment_id: PAY-6821, booking_id: BK-6821, method: corporate_card, card_last4: '8176', amount: '458.00', created_on: '2025-08-12'}
+          - {payment_id: PAY-6822, booking_id: BK-6822, method: personal_card, card_last4: '9814', amount: '568.00', created_on: '2025-09-02'}
+          - {payment_id: PAY-6823, booking_id: BK-6823, method: corporate_card, card_last4: '9216', amount: '952.00', created_on: '2025-09-03'}
+          approval_requests:
+          - {approval_id: APR-6824, booking_id: BK-6823, manager_id: MGR-1004, requested_room_type_id: RT-SIN-CLB, status: approved, reason: Traveller asked for a different room., created_on: '2025-09-04'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_traveller, parameters: {email: elena.brennan@northwind.test}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6821}}
+          - {tool: cancel_booking, parameters: {booking_id: BK-6822}}
+          - {tool: get_booking, parameters: {booking_id: BK-6823}}
+          - {tool: change_room, parameters: {booking_id: BK-6823, room_type_id: RT-SIN-CLB}}
+          - {tool: redeem_credits, parameters: {booking_id: BK-6823, credits: 25}}
+    tags: ['difficulty:hard', expects_write, 'family:trip_cleanup']
+    """
+    validate_database(x, SRV)

@@ -7,30 +7,12 @@ tags: [hotel]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_hotel"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_approval_explicit_01(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please file a manager approval request to change booking BK-6221 to room type RT-SIN-STD.
     user_context: |-
@@ -58,10 +40,10 @@ def test_approval_explicit_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6221, room_type_id: RT-SIN-STD, reason: Traveller asks for the Garden Room.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_approval_explicit_02(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please file a manager approval request to change booking BK-6231 to room type RT-CHI-STE.
     user_context: |-
@@ -89,10 +71,10 @@ def test_approval_explicit_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6231, room_type_id: RT-CHI-STE, reason: Traveller asks for the Corner Suite.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_approval_explicit_03(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please file a manager approval request to change booking BK-6241 to room type RT-BER-STU.
     user_context: |-
@@ -120,10 +102,10 @@ def test_approval_explicit_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6241, room_type_id: RT-BER-STU, reason: Traveller asks for the Studio.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_approval_explicit_04(x: TestContext, judge: Judge):
+def test_hotel_approval_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please file a manager approval request to change booking BK-6251 to room type RT-BER-EXE.
     user_context: |-
@@ -151,12 +133,12 @@ def test_approval_explicit_04(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6251, room_type_id: RT-BER-EXE, reason: Traveller asks for the Executive King.}}
     tags: ['difficulty:trivial', expects_write, 'family:approval_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_request_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Reyes (vera.reyes@northwind.test). I'd like to downgrade booking BK-6261 to the Garden Room.
+    query: Good afternoon, this is Vera Reyes (vera.reyes@northwind.test). I'd like to downgrade booking BK-6261 to the Garden Room.
     user_context: |-
       You are Vera Reyes, a Northwind employee who travels for work.
       Name: Vera Reyes
@@ -184,12 +166,12 @@ def test_room_change_request_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6261, room_type_id: RT-SIN-STD, reason: Traveller asks to downgrade to the Garden Room.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_request_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ben Okafor (ben.okafor@northwind.test). I'd like to upgrade booking BK-6271 to the Park Suite.
+    query: Hi travel desk, Ben Okafor writing - ben.okafor@northwind.test. I'd like to upgrade booking BK-6271 to the Park Suite.
     user_context: |-
       You are Ben Okafor, a Northwind employee who travels for work.
       Name: Ben Okafor
@@ -217,10 +199,10 @@ def test_room_change_request_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6271, room_type_id: RT-MAD-STE, reason: Traveller asks to upgrade to the Park Suite.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_request_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Yilmaz (elena.yilmaz@northwind.test). I'd like to downgrade booking BK-6281 to the Standard Queen.
     user_context: |-
@@ -252,12 +234,12 @@ def test_room_change_request_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6281, room_type_id: RT-BER-STD, reason: Traveller asks to downgrade to the Standard Queen.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_request_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_request_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Vera Mensah (vera.mensah@northwind.test). I'd like to upgrade booking BK-6291 to the Executive King.
+    query: Hello, Vera Mensah here, email vera.mensah@northwind.test. I'd like to upgrade booking BK-6291 to the Executive King.
     user_context: |-
       You are Vera Mensah, a Northwind employee who travels for work.
       Name: Vera Mensah
@@ -287,12 +269,12 @@ def test_room_change_request_04(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6291, room_type_id: RT-BER-EXE, reason: Traveller asks to upgrade to the Executive King.}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_request']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_approved_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Ines Okafor (ines.okafor@northwind.test). My manager approved it: please downgrade booking BK-6301 to the Standard King.'
+    query: 'Good afternoon, this is Ines Okafor (ines.okafor@northwind.test). My manager approved it: please downgrade booking BK-6301 to the Standard King.'
     user_context: |-
       You are Ines Okafor, a Northwind employee who travels for work.
       Name: Ines Okafor
@@ -322,12 +304,12 @@ def test_room_change_approved_01(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6301, room_type_id: RT-CHI-STD}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_approved_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_02(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, I''m Zoe Dubois (zoe.dubois@northwind.test). My manager approved it: please upgrade booking BK-6311 to the One-Bedroom Suite.'
+    query: 'Hi travel desk, Zoe Dubois writing - zoe.dubois@northwind.test. My manager approved it: please upgrade booking BK-6311 to the One-Bedroom Suite.'
     user_context: |-
       You are Zoe Dubois, a Northwind employee who travels for work.
       Name: Zoe Dubois
@@ -357,10 +339,10 @@ def test_room_change_approved_02(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6311, room_type_id: RT-TOR-STE}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_approved_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Samir Haddad (samir.haddad@northwind.test). Please downgrade booking BK-6321 to the Standard King.
     user_context: |-
@@ -392,12 +374,12 @@ def test_room_change_approved_03(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6321, room_type_id: RT-CHI-STD}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_approved_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_approved_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ana Nair (ana.nair@northwind.test). Please upgrade booking BK-6331 to the Executive King and tell me the new total.
+    query: Hello, Ana Nair here, email ana.nair@northwind.test. Please upgrade booking BK-6331 to the Executive King and tell me the new total.
     user_context: |-
       You are Ana Nair, a Northwind employee who travels for work.
       Name: Ana Nair
@@ -427,13 +409,13 @@ def test_room_change_approved_04(x: TestContext, judge: Judge):
           - {tool: change_room, parameters: {booking_id: BK-6331, room_type_id: RT-BER-EXE}}
     tags: ['difficulty:medium', expects_write, 'family:room_change_approved', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '636.00')
+    validate_database(x, SRV)
+    validate_response(x, expect=['636.00'], reject=[])
 
 
-def test_room_change_blocked_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Nadia Lin (nadia.lin@northwind.test). Please downgrade booking BK-6341 to the Standard Double.
+    query: Good afternoon, this is Nadia Lin (nadia.lin@northwind.test). Please downgrade booking BK-6341 to the Standard Double.
     user_context: |-
       You are Nadia Lin, a Northwind employee who travels for work.
       Name: Nadia Lin
@@ -466,12 +448,12 @@ def test_room_change_blocked_01(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6341}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_blocked_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Oscar Brennan (oscar.brennan@northwind.test). Please downgrade booking BK-6351 to the Standard Queen.
+    query: Hi travel desk, Oscar Brennan writing - oscar.brennan@northwind.test. Please downgrade booking BK-6351 to the Standard Queen.
     user_context: |-
       You are Oscar Brennan, a Northwind employee who travels for work.
       Name: Oscar Brennan
@@ -502,10 +484,10 @@ def test_room_change_blocked_02(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6351}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_blocked_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Dmitri Yilmaz (dmitri.yilmaz@northwind.test). Please upgrade booking BK-6361 to the Corner Suite.
     user_context: |-
@@ -538,12 +520,12 @@ def test_room_change_blocked_03(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6361}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_blocked_04(x: TestContext, judge: Judge):
+def test_hotel_room_change_blocked_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Walsh (jonas.walsh@northwind.test). Please upgrade booking BK-6371 to the Corner Suite.
+    query: Hello, Jonas Walsh here, email jonas.walsh@northwind.test. Please upgrade booking BK-6371 to the Corner Suite.
     user_context: |-
       You are Jonas Walsh, a Northwind employee who travels for work.
       Name: Jonas Walsh
@@ -574,12 +556,12 @@ def test_room_change_blocked_04(x: TestContext, judge: Judge):
           - {tool: get_booking, parameters: {booking_id: BK-6371}}
     tags: ['difficulty:hard', no_write, 'family:room_change_blocked']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_mismatch_01(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Kavya Keller (kavya.keller@northwind.test). Please downgrade booking BK-6381 to the Standard King.
+    query: Good afternoon, this is Kavya Keller (kavya.keller@northwind.test). Please downgrade booking BK-6381 to the Standard King.
     user_context: |-
       You are Kavya Keller, a Northwind employee who travels for work.
       Name: Kavya Keller
@@ -610,12 +592,12 @@ def test_room_change_mismatch_01(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6381, room_type_id: RT-CHI-STD, reason: Traveller now asks for the Standard King.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_mismatch_02(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Zoe Nair (zoe.nair@northwind.test). Please upgrade booking BK-6391 to the Club Room.
+    query: Hi travel desk, Zoe Nair writing - zoe.nair@northwind.test. Please upgrade booking BK-6391 to the Club Room.
     user_context: |-
       You are Zoe Nair, a Northwind employee who travels for work.
       Name: Zoe Nair
@@ -646,10 +628,10 @@ def test_room_change_mismatch_02(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6391, room_type_id: RT-SIN-CLB, reason: Traveller now asks for the Club Room.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_room_change_mismatch_03(x: TestContext, judge: Judge):
+def test_hotel_room_change_mismatch_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Quinn Walsh (quinn.walsh@northwind.test). Please downgrade booking BK-6401 to the Standard Queen.
     user_context: |-
@@ -682,4 +664,4 @@ def test_room_change_mismatch_03(x: TestContext, judge: Judge):
           - {tool: request_approval, parameters: {booking_id: BK-6401, room_type_id: RT-BER-STD, reason: Traveller now asks for the Standard Queen.}}
     tags: ['difficulty:hard', expects_write, 'family:room_change_mismatch']
     """
-    validate_database(x)
+    validate_database(x, SRV)

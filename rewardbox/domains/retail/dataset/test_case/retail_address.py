@@ -7,32 +7,14 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_address_change_01(x: TestContext, judge: Judge):
+def test_retail_address_change_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Ana Diaz (ana.diaz@mail.test). Could you ship order ORD-6171 to my work address instead of my home?
+    query: Ana Diaz here, account email ana.diaz@mail.test. Could you ship order ORD-6171 to my work address instead of my home?
     user_context: |-
       You are Ana Diaz, a customer of the store.
       Name: Ana Diaz
@@ -67,12 +49,12 @@ def test_address_change_01(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6171, address_id: ADR-2017-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_change_02(x: TestContext, judge: Judge):
+def test_retail_address_change_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Chloe Berg (chloe.berg@mail.test). Could you ship order ORD-6181 to my work address instead of my home?
+    query: Hey there, it's Chloe Berg - chloe.berg@mail.test. Could you ship order ORD-6181 to my work address instead of my home?
     user_context: |-
       You are Chloe Berg, a customer of the store.
       Name: Chloe Berg
@@ -107,12 +89,12 @@ def test_address_change_02(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6181, address_id: ADR-2018-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_change_03(x: TestContext, judge: Judge):
+def test_retail_address_change_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Liam Lind (liam.lind@mail.test). Could you ship order ORD-6191 to my work address instead of my home?
+    query: Hello, this is Liam Lind, my email is liam.lind@mail.test. Could you ship order ORD-6191 to my work address instead of my home?
     user_context: |-
       You are Liam Lind, a customer of the store.
       Name: Liam Lind
@@ -147,12 +129,12 @@ def test_address_change_03(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6191, address_id: ADR-2019-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_change_04(x: TestContext, judge: Judge):
+def test_retail_address_change_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Samir Okafor (samir.okafor@mail.test). Could you ship order ORD-6201 to my work address instead of my home?
+    query: Good morning! Samir Okafor (samir.okafor@mail.test) writing. Could you ship order ORD-6201 to my work address instead of my home?
     user_context: |-
       You are Samir Okafor, a customer of the store.
       Name: Samir Okafor
@@ -187,12 +169,12 @@ def test_address_change_04(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6201, address_id: ADR-2020-W}}
     tags: ['difficulty:easy', expects_write, 'family:address_change']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_refused_01(x: TestContext, judge: Judge):
+def test_retail_address_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hello, Oscar Berg here, email oscar.berg@mail.test. Please send order ORD-6211 to my work address.
+    query: Hello, this is Oscar Berg, my email is oscar.berg@mail.test. Please send order ORD-6211 to my work address.
     user_context: |-
       You are Oscar Berg, a customer of the store.
       Name: Oscar Berg
@@ -224,12 +206,12 @@ def test_address_refused_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6211}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_refused_02(x: TestContext, judge: Judge):
+def test_retail_address_refused_02(x: TestContext, judge: Judge):
     """!
-    query: Hello, Priya Costa here, email priya.costa@mail.test. Please send order ORD-6221 to my work address.
+    query: Good morning! Priya Costa (priya.costa@mail.test) writing. Please send order ORD-6221 to my work address.
     user_context: |-
       You are Priya Costa, a customer of the store.
       Name: Priya Costa
@@ -261,12 +243,12 @@ def test_address_refused_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6221}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_refused_03(x: TestContext, judge: Judge):
+def test_retail_address_refused_03(x: TestContext, judge: Judge):
     """!
-    query: Hello, Kavya Fischer here, email kavya.fischer@mail.test. Please send order ORD-6231 to my work address.
+    query: Hi, I'm Kavya Fischer (kavya.fischer@mail.test). Please send order ORD-6231 to my work address.
     user_context: |-
       You are Kavya Fischer, a customer of the store.
       Name: Kavya Fischer
@@ -298,12 +280,12 @@ def test_address_refused_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6231}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_address_refused_04(x: TestContext, judge: Judge):
+def test_retail_address_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hello, Oscar Haddad here, email oscar.haddad@mail.test. Please send order ORD-6241 to my work address.
+    query: Oscar Haddad here, account email oscar.haddad@mail.test. Please send order ORD-6241 to my work address.
     user_context: |-
       You are Oscar Haddad, a customer of the store.
       Name: Oscar Haddad
@@ -335,4 +317,4 @@ def test_address_refused_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6241}}
     tags: ['difficulty:medium', no_write, 'family:address_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)

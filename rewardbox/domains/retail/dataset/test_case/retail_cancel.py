@@ -7,30 +7,12 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_cancel_explicit_01(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_01(x: TestContext, judge: Judge):
     """!
     query: Please cancel my order ORD-6011.
     user_context: |-
@@ -66,10 +48,10 @@ def test_cancel_explicit_01(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6011}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_02(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_02(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my order ORD-6021.
     user_context: |-
@@ -106,10 +88,10 @@ def test_cancel_explicit_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6021}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_03(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_03(x: TestContext, judge: Judge):
     """!
     query: Please cancel my order ORD-6031.
     user_context: |-
@@ -145,10 +127,10 @@ def test_cancel_explicit_03(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6031}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_explicit_04(x: TestContext, judge: Judge):
+def test_retail_cancel_explicit_04(x: TestContext, judge: Judge):
     """!
     query: Hi, please cancel my order ORD-6041.
     user_context: |-
@@ -185,10 +167,10 @@ def test_cancel_explicit_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6041}}
     tags: ['difficulty:trivial', expects_write, 'family:cancel_explicit']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_01(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_01(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Ben Diaz, my email is ben.diaz@mail.test. I want to cancel my order with the leather gloves.
     user_context: |-
@@ -230,10 +212,10 @@ def test_cancel_lookup_01(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6052}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_02(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_02(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Hiro Sato, my email is hiro.sato@mail.test. I want to cancel my order with the ergonomic office chair.
     user_context: |-
@@ -275,10 +257,10 @@ def test_cancel_lookup_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6063}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_03(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_03(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Yara Yilmaz, my email is yara.yilmaz@mail.test. I want to cancel my order with the bluetooth speaker.
     user_context: |-
@@ -320,10 +302,10 @@ def test_cancel_lookup_03(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6072}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_lookup_04(x: TestContext, judge: Judge):
+def test_retail_cancel_lookup_04(x: TestContext, judge: Judge):
     """!
     query: Hello, this is Nadia Brennan, my email is nadia.brennan@mail.test. I want to cancel my order with the wool socks (3 pairs).
     user_context: |-
@@ -365,12 +347,12 @@ def test_cancel_lookup_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6083}}
     tags: ['difficulty:easy', expects_write, 'family:cancel_lookup']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_01(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, Nadia Reyes here (nadia.reyes@mail.test). Cancel order ORD-6091 please, I changed my mind.
+    query: Hey there, it's Nadia Reyes - nadia.reyes@mail.test. Cancel order ORD-6091 please, I changed my mind.
     user_context: |-
       You are Nadia Reyes, a customer of the store.
       Name: Nadia Reyes
@@ -404,12 +386,12 @@ def test_cancel_refused_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6091}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_02(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, Zoe Sato here (zoe.sato@mail.test). Cancel order ORD-6101 please, I changed my mind.
+    query: Hello, this is Zoe Sato, my email is zoe.sato@mail.test. Cancel order ORD-6101 please, I changed my mind.
     user_context: |-
       You are Zoe Sato, a customer of the store.
       Name: Zoe Sato
@@ -443,12 +425,12 @@ def test_cancel_refused_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6101}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_03(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, Yara Walsh here (yara.walsh@mail.test). Cancel order ORD-6111 please, I changed my mind.
+    query: Good morning! Yara Walsh (yara.walsh@mail.test) writing. Cancel order ORD-6111 please, I changed my mind.
     user_context: |-
       You are Yara Walsh, a customer of the store.
       Name: Yara Walsh
@@ -482,12 +464,12 @@ def test_cancel_refused_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6111}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_refused_04(x: TestContext, judge: Judge):
+def test_retail_cancel_refused_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, Tess Petrova here (tess.petrova@mail.test). Cancel order ORD-6121 please, I changed my mind.
+    query: Hi, I'm Tess Petrova (tess.petrova@mail.test). Cancel order ORD-6121 please, I changed my mind.
     user_context: |-
       You are Tess Petrova, a customer of the store.
       Name: Tess Petrova
@@ -521,10 +503,10 @@ def test_cancel_refused_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6121}}
     tags: ['difficulty:medium', no_write, 'family:cancel_refused']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Rahimi, ines.rahimi@mail.test. Please cancel order ORD-6131 and tell me how much will be refunded.
     user_context: |-
@@ -555,13 +537,13 @@ def test_cancel_tell_refund_01(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: ines.rahimi@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6131}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
-    validate_database(x)
-    validate_response_contains(x, '52.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['52.05'], reject=[])
 
 
-def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Elena Ivanov, elena.ivanov@mail.test. Please cancel order ORD-6141 and tell me how much will be refunded.
     user_context: |-
@@ -593,13 +575,13 @@ def test_cancel_tell_refund_02(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: elena.ivanov@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6141}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
-    validate_database(x)
-    validate_response_contains(x, '174.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['174.05'], reject=[])
 
 
-def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_03(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Ines Rahimi, ines.rahimi@mail.test. Please cancel order ORD-6151 and tell me how much will be refunded.
     user_context: |-
@@ -630,13 +612,13 @@ def test_cancel_tell_refund_03(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: ines.rahimi@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6151}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
-    validate_database(x)
-    validate_response_contains(x, '179.70')
+    validate_database(x, SRV)
+    validate_response(x, expect=['179.70'], reject=[])
 
 
-def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
+def test_retail_cancel_tell_refund_04(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Yara Iyer, yara.iyer@mail.test. Please cancel order ORD-6161 and tell me how much will be refunded.
     user_context: |-
@@ -668,7 +650,284 @@ def test_cancel_tell_refund_04(x: TestContext, judge: Judge):
           tool_interactions:
           - {tool: find_customer, parameters: {email: yara.iyer@mail.test}}
           - {tool: cancel_order, parameters: {order_id: ORD-6161}}
-    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value]
+    tags: ['difficulty:medium', expects_write, 'family:cancel_tell_refund', tells_value, held_out_template]
     """
-    validate_database(x)
-    validate_response_contains(x, '145.05')
+    validate_database(x, SRV)
+    validate_response(x, expect=['145.05'], reject=[])
+
+
+def test_retail_conditional_cancel_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, this is Grace Reyes, my email is grace.reyes@mail.test. About order ORD-6661: if it hasn''t shipped yet, please cancel it. If it has already arrived, I''d like to return just the navy hiking backpack instead.'
+    user_context: |-
+      You are Grace Reyes, a customer of the store.
+      Name: Grace Reyes
+      Email: grace.reyes@mail.test
+      Customer id: CUS-2066 (give it only if asked)
+      Order: ORD-6661
+      Goal: cancel order ORD-6661 if it has not shipped; if it was delivered, return only the navy hiking backpack; otherwise nothing.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2066, name: Grace Reyes, email: grace.reyes@mail.test, phone: +1-555-2066, tier: standard, member_since: '2024-03-02'}
+          addresses:
+          - {address_id: ADR-2066-H, customer_id: CUS-2066, label: home, line1: 42 Birch Road, city: Denver, postal_code: '80202', country: US}
+          - {address_id: ADR-2066-W, customer_id: CUS-2066, label: work, line1: 81 Park Avenue, city: Boston, postal_code: 02108, country: US}
+          orders:
+          - {order_id: ORD-6661, customer_id: CUS-2066, status: processing, placed_on: '2025-06-12', delivered_on: null, shipping_address_id: ADR-2066-H, total: '123.90'}
+          order_items:
+          - {item_id: ORD-6661-1, order_id: ORD-6661, sku: BKP-NVY, product_name: navy hiking backpack, unit_price: '64.00', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6661-2, order_id: ORD-6661, sku: SPK-BT, product_name: bluetooth speaker, unit_price: '59.90', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6661, order_id: ORD-6661, method: credit_card, card_last4: '7421', amount: '123.90'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: grace.reyes@mail.test}}
+          - {tool: get_order, parameters: {order_id: ORD-6661}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6661}}
+    tags: ['difficulty:hard', expects_write, 'family:conditional_cancel']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_conditional_cancel_02(x: TestContext, judge: Judge):
+    """!
+    query: 'Good morning! Liam Petrova (liam.petrova@mail.test) writing. About order ORD-6671: if it hasn''t shipped yet, please cancel it. If it has already arrived, I''d like to return just the LED desk lamp instead.'
+    user_context: |-
+      You are Liam Petrova, a customer of the store.
+      Name: Liam Petrova
+      Email: liam.petrova@mail.test
+      Customer id: CUS-2067 (give it only if asked)
+      Order: ORD-6671
+      Goal: cancel order ORD-6671 if it has not shipped; if it was delivered, return only the LED desk lamp; otherwise nothing.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2067, name: Liam Petrova, email: liam.petrova@mail.test, phone: +1-555-2067, tier: gold, member_since: '2021-10-06'}
+          addresses:
+          - {address_id: ADR-2067-H, customer_id: CUS-2067, label: home, line1: 415 Station Square, city: Austin, postal_code: '73301', country: US}
+          - {address_id: ADR-2067-W, customer_id: CUS-2067, label: work, line1: 210 Harbor Road, city: Boston, postal_code: 02108, country: US}
+          orders:
+          - {order_id: ORD-6671, customer_id: CUS-2067, status: delivered, placed_on: '2025-06-02', delivered_on: '2025-06-10', shipping_address_id: ADR-2067-H, total: '173.00'}
+          order_items:
+          - {item_id: ORD-6671-1, order_id: ORD-6671, sku: LMP-DSK, product_name: LED desk lamp, unit_price: '45.00', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6671-2, order_id: ORD-6671, sku: BKP-NVY, product_name: navy hiking backpack, unit_price: '64.00', quantity: 2, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6671, order_id: ORD-6671, method: gift_card, card_last4: null, amount: '173.00'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: liam.petrova@mail.test}}
+          - {tool: get_order, parameters: {order_id: ORD-6671}}
+          - {tool: return_items, parameters: {order_id: ORD-6671, item_ids: [ORD-6671-1]}}
+    tags: ['difficulty:hard', expects_write, 'family:conditional_cancel']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_conditional_cancel_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Chloe Diaz (chloe.diaz@mail.test). About order ORD-6681: if it hasn''t shipped yet, please cancel it. If it has already arrived, I''d like to return just the bamboo cutting board instead.'
+    user_context: |-
+      You are Chloe Diaz, a customer of the store.
+      Name: Chloe Diaz
+      Email: chloe.diaz@mail.test
+      Customer id: CUS-2068 (give it only if asked)
+      Order: ORD-6681
+      Goal: cancel order ORD-6681 if it has not shipped; if it was delivered, return only the bamboo cutting board; otherwise nothing.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2068, name: Chloe Diaz, email: chloe.diaz@mail.test, phone: +1-555-2068, tier: silver, member_since: '2023-03-01'}
+          addresses:
+          - {address_id: ADR-2068-H, customer_id: CUS-2068, label: home, line1: 74 Harbor Road, city: Denver, postal_code: '80202', country: US}
+          - {address_id: ADR-2068-W, customer_id: CUS-2068, label: work, line1: 421 Park Avenue, city: Portland, postal_code: '97201', country: US}
+          orders:
+          - {order_id: ORD-6681, customer_id: CUS-2068, status: shipped, placed_on: '2025-06-07', delivered_on: null, shipping_address_id: ADR-2068-H, total: '81.35'}
+          order_items:
+          - {item_id: ORD-6681-1, order_id: ORD-6681, sku: CUT-BRD, product_name: bamboo cutting board, unit_price: '17.35', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6681-2, order_id: ORD-6681, sku: BKP-NVY, product_name: navy hiking backpack, unit_price: '64.00', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6681, order_id: ORD-6681, method: gift_card, card_last4: null, amount: '81.35'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: chloe.diaz@mail.test}}
+          - {tool: get_order, parameters: {order_id: ORD-6681}}
+    tags: ['difficulty:hard', no_write, 'family:conditional_cancel']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_conditional_cancel_04(x: TestContext, judge: Judge):
+    """!
+    query: 'Yara Berg here, account email yara.berg@mail.test. About order ORD-6691: if it hasn''t shipped yet, please cancel it. If it has already arrived, I''d like to return just the woven throw blanket instead.'
+    user_context: |-
+      You are Yara Berg, a customer of the store.
+      Name: Yara Berg
+      Email: yara.berg@mail.test
+      Customer id: CUS-2069 (give it only if asked)
+      Order: ORD-6691
+      Goal: cancel order ORD-6691 if it has not shipped; if it was delivered, return only the woven throw blanket; otherwise nothing.
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2069, name: Yara Berg, email: yara.berg@mail.test, phone: +1-555-2069, tier: standard, member_since: '2023-03-27'}
+          addresses:
+          - {address_id: ADR-2069-H, customer_id: CUS-2069, label: home, line1: 248 Hill Street, city: Boston, postal_code: 02108, country: US}
+          - {address_id: ADR-2069-W, customer_id: CUS-2069, label: work, line1: 279 Oak Lane, city: Raleigh, postal_code: '27601', country: US}
+          orders:
+          - {order_id: ORD-6691, customer_id: CUS-2069, status: pending, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2069-H, total: '297.80'}
+          order_items:
+          - {item_id: ORD-6691-1, order_id: ORD-6691, sku: BLK-WOV, product_name: woven throw blanket, unit_price: '54.40', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6691-2, order_id: ORD-6691, sku: CHR-OFF, product_name: ergonomic office chair, unit_price: '189.00', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6691, order_id: ORD-6691, method: paypal, card_last4: null, amount: '297.80'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: yara.berg@mail.test}}
+          - {tool: get_order, parameters: {order_id: ORD-6691}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6691}}
+    tags: ['difficulty:hard', expects_write, 'family:conditional_cancel']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_change_of_mind_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Quinn Sato (quinn.sato@mail.test). Please cancel order ORD-6701. Sorry, wait, wrong number: I meant ORD-6702. Please keep ORD-6701 and cancel ORD-6702 instead.'
+    user_context: |-
+      You are Quinn Sato, a customer of the store.
+      Name: Quinn Sato
+      Email: quinn.sato@mail.test
+      Customer id: CUS-2070 (give it only if asked)
+      Order: ORD-6701 and ORD-6702
+      Goal: cancel order ORD-6702 and keep order ORD-6701 (you named ORD-6701 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2070, name: Quinn Sato, email: quinn.sato@mail.test, phone: +1-555-2070, tier: gold, member_since: '2022-04-13'}
+          addresses:
+          - {address_id: ADR-2070-H, customer_id: CUS-2070, label: home, line1: 16 Mill Road, city: Boston, postal_code: 02108, country: US}
+          - {address_id: ADR-2070-W, customer_id: CUS-2070, label: work, line1: 338 River Walk, city: Raleigh, postal_code: '27601', country: US}
+          orders:
+          - {order_id: ORD-6701, customer_id: CUS-2070, status: pending, placed_on: '2025-06-06', delivered_on: null, shipping_address_id: ADR-2070-H, total: '79.95'}
+          - {order_id: ORD-6702, customer_id: CUS-2070, status: processing, placed_on: '2025-06-11', delivered_on: null, shipping_address_id: ADR-2070-H, total: '42.10'}
+          - {order_id: ORD-6703, customer_id: CUS-2070, status: delivered, placed_on: '2025-06-06', delivered_on: '2025-06-12', shipping_address_id: ADR-2070-H, total: '109.80'}
+          order_items:
+          - {item_id: ORD-6701-1, order_id: ORD-6701, sku: JKT-RAIN, product_name: waterproof rain jacket, unit_price: '79.95', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6702-1, order_id: ORD-6702, sku: PAN-CST, product_name: cast iron skillet, unit_price: '42.10', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6703-1, order_id: ORD-6703, sku: GLV-LTH, product_name: leather gloves, unit_price: '36.60', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6701, order_id: ORD-6701, method: gift_card, card_last4: null, amount: '79.95'}
+          - {payment_id: PAY-6702, order_id: ORD-6702, method: gift_card, card_last4: null, amount: '42.10'}
+          - {payment_id: PAY-6703, order_id: ORD-6703, method: paypal, card_last4: null, amount: '109.80'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: quinn.sato@mail.test}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6702}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_change_of_mind_02(x: TestContext, judge: Judge):
+    """!
+    query: 'Quinn Iyer here, account email quinn.iyer@mail.test. Please cancel order ORD-6711. Actually, scratch that: ORD-6711 stays. It''s ORD-6712 I want cancelled.'
+    user_context: |-
+      You are Quinn Iyer, a customer of the store.
+      Name: Quinn Iyer
+      Email: quinn.iyer@mail.test
+      Customer id: CUS-2071 (give it only if asked)
+      Order: ORD-6711 and ORD-6712
+      Goal: cancel order ORD-6712 and keep order ORD-6711 (you named ORD-6711 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2071, name: Quinn Iyer, email: quinn.iyer@mail.test, phone: +1-555-2071, tier: gold, member_since: '2024-04-19'}
+          addresses:
+          - {address_id: ADR-2071-H, customer_id: CUS-2071, label: home, line1: 108 Station Square, city: Denver, postal_code: '80202', country: US}
+          - {address_id: ADR-2071-W, customer_id: CUS-2071, label: work, line1: 35 Mill Road, city: Portland, postal_code: '97201', country: US}
+          orders:
+          - {order_id: ORD-6711, customer_id: CUS-2071, status: pending, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2071-H, total: '119.80'}
+          - {order_id: ORD-6712, customer_id: CUS-2071, status: pending, placed_on: '2025-06-06', delivered_on: null, shipping_address_id: ADR-2071-H, total: '98.40'}
+          - {order_id: ORD-6713, customer_id: CUS-2071, status: delivered, placed_on: '2025-05-31', delivered_on: '2025-06-03', shipping_address_id: ADR-2071-H, total: '135.00'}
+          order_items:
+          - {item_id: ORD-6711-1, order_id: ORD-6711, sku: SPK-BT, product_name: bluetooth speaker, unit_price: '59.90', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6712-1, order_id: ORD-6712, sku: PLW-MEM, product_name: memory foam pillow, unit_price: '32.80', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6713-1, order_id: ORD-6713, sku: LMP-DSK, product_name: LED desk lamp, unit_price: '45.00', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6711, order_id: ORD-6711, method: credit_card, card_last4: '6961', amount: '119.80'}
+          - {payment_id: PAY-6712, order_id: ORD-6712, method: credit_card, card_last4: '3501', amount: '98.40'}
+          - {payment_id: PAY-6713, order_id: ORD-6713, method: credit_card, card_last4: '3308', amount: '135.00'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: quinn.iyer@mail.test}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6712}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_change_of_mind_03(x: TestContext, judge: Judge):
+    """!
+    query: Hey there, it's Tess Rahimi - tess.rahimi@mail.test. Please cancel order ORD-6721. Hmm, no, my mistake, keep ORD-6721; cancel ORD-6722.
+    user_context: |-
+      You are Tess Rahimi, a customer of the store.
+      Name: Tess Rahimi
+      Email: tess.rahimi@mail.test
+      Customer id: CUS-2072 (give it only if asked)
+      Order: ORD-6721 and ORD-6722
+      Goal: cancel order ORD-6722 and keep order ORD-6721 (you named ORD-6721 by mistake first).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2072, name: Tess Rahimi, email: tess.rahimi@mail.test, phone: +1-555-2072, tier: silver, member_since: '2020-12-20'}
+          addresses:
+          - {address_id: ADR-2072-H, customer_id: CUS-2072, label: home, line1: 465 Station Square, city: Raleigh, postal_code: '27601', country: US}
+          - {address_id: ADR-2072-W, customer_id: CUS-2072, label: work, line1: 242 Park Avenue, city: Madison, postal_code: '53703', country: US}
+          orders:
+          - {order_id: ORD-6721, customer_id: CUS-2072, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2072-H, total: '109.80'}
+          - {order_id: ORD-6722, customer_id: CUS-2072, status: processing, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2072-H, total: '179.70'}
+          - {order_id: ORD-6723, customer_id: CUS-2072, status: cancelled, placed_on: '2025-06-12', delivered_on: null, shipping_address_id: ADR-2072-H, total: '14.99'}
+          order_items:
+          - {item_id: ORD-6721-1, order_id: ORD-6721, sku: GLV-LTH, product_name: leather gloves, unit_price: '36.60', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6722-1, order_id: ORD-6722, sku: SPK-BT, product_name: bluetooth speaker, unit_price: '59.90', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6723-1, order_id: ORD-6723, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6721, order_id: ORD-6721, method: gift_card, card_last4: null, amount: '109.80'}
+          - {payment_id: PAY-6722, order_id: ORD-6722, method: gift_card, card_last4: null, amount: '179.70'}
+          - {payment_id: PAY-6723, order_id: ORD-6723, method: paypal, card_last4: null, amount: '14.99'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: tess.rahimi@mail.test}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6722}}
+    tags: ['difficulty:medium', expects_write, 'family:change_of_mind']
+    """
+    validate_database(x, SRV)

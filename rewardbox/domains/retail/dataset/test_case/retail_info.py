@@ -7,30 +7,12 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_tell_value_01(x: TestContext, judge: Judge):
+def test_retail_tell_value_01(x: TestContext, judge: Judge):
     """!
     query: What was the total of my order ORD-6451?
     user_context: |-
@@ -67,11 +49,11 @@ def test_tell_value_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6451}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '104.70')
+    validate_database(x, SRV)
+    validate_response(x, expect=['104.70'], reject=['17.35'])
 
 
-def test_tell_value_02(x: TestContext, judge: Judge):
+def test_retail_tell_value_02(x: TestContext, judge: Judge):
     """!
     query: What is the status of my order ORD-6461?
     user_context: |-
@@ -107,11 +89,11 @@ def test_tell_value_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6461}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, 'shipped')
+    validate_database(x, SRV)
+    validate_response(x, expect=['shipped'], reject=['pending', 'processing', 'cancelled', 'returned'])
 
 
-def test_tell_value_03(x: TestContext, judge: Judge):
+def test_retail_tell_value_03(x: TestContext, judge: Judge):
     """!
     query: How much was refunded for order ORD-6471?
     user_context: |-
@@ -150,11 +132,11 @@ def test_tell_value_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6471}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '79.70')
+    validate_database(x, SRV)
+    validate_response(x, expect=['79.70'], reject=['39.90'])
 
 
-def test_tell_value_04(x: TestContext, judge: Judge):
+def test_retail_tell_value_04(x: TestContext, judge: Judge):
     """!
     query: Which card did I pay order ORD-6481 with? Just the last four digits.
     user_context: |-
@@ -177,18 +159,18 @@ def test_tell_value_04(x: TestContext, judge: Judge):
           - {address_id: ADR-2048-W, customer_id: CUS-2048, label: work, line1: 113 Harbor Road, city: Raleigh, postal_code: '27601', country: US}
           orders:
           - {order_id: ORD-6481, customer_id: CUS-2048, status: delivered, placed_on: '2025-05-22', delivered_on: '2025-05-29', shipping_address_id: ADR-2048-H, total: '59.90'}
-          - {order_id: ORD-6482, customer_id: CUS-2048, status: delivered, placed_on: '2025-05-26', delivered_on: '2025-05-29', shipping_address_id: ADR-2048-H, total: '89.99'}
+          - {order_id: ORD-6482, customer_id: CUS-2048, status: delivered, placed_on: '2025-05-21', delivered_on: '2025-05-27', shipping_address_id: ADR-2048-H, total: '44.97'}
           order_items:
           - {item_id: ORD-6481-1, order_id: ORD-6481, sku: SPK-BT, product_name: bluetooth speaker, unit_price: '59.90', quantity: 1, returned_quantity: 0}
-          - {item_id: ORD-6482-1, order_id: ORD-6482, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6482-1, order_id: ORD-6482, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 3, returned_quantity: 0}
           payments:
           - {payment_id: PAY-6481, order_id: ORD-6481, method: credit_card, card_last4: '1186', amount: '59.90'}
-          - {payment_id: PAY-6482, order_id: ORD-6482, method: paypal, card_last4: null, amount: '89.99'}
+          - {payment_id: PAY-6482, order_id: ORD-6482, method: credit_card, card_last4: '1585', amount: '44.97'}
         golden_test_case:
           tool_interactions:
           - {tool: find_customer, parameters: {email: elena.fischer@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6481}}
     tags: ['difficulty:easy', no_write, 'family:tell_value', tells_value]
     """
-    validate_database(x)
-    validate_response_contains(x, '1186')
+    validate_database(x, SRV)
+    validate_response(x, expect=['1186'], reject=['1585'])

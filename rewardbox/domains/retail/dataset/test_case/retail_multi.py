@@ -7,32 +7,14 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_multi_action_01(x: TestContext, judge: Judge):
+def test_retail_multi_action_01(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, Yara Ivanov here (yara.ivanov@mail.test). Two things: cancel order ORD-6531, and ship order ORD-6532 to my work address.'
+    query: 'Good morning! Yara Ivanov (yara.ivanov@mail.test) writing. Two things: cancel order ORD-6531, and ship order ORD-6532 to my work address.'
     user_context: |-
       You are Yara Ivanov, a customer of the store.
       Name: Yara Ivanov
@@ -68,10 +50,10 @@ def test_multi_action_01(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6532, address_id: ADR-2053-W}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_02(x: TestContext, judge: Judge):
+def test_retail_multi_action_02(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Vera Rahimi (vera.rahimi@mail.test). Please return the grey bath towel from order ORD-6541 and cancel order ORD-6542.
     user_context: |-
@@ -110,12 +92,12 @@ def test_multi_action_02(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6542}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_03(x: TestContext, judge: Judge):
+def test_retail_multi_action_03(x: TestContext, judge: Judge):
     """!
-    query: 'Hi, Kavya Nair here (kavya.nair@mail.test). Two things: cancel order ORD-6551, and ship order ORD-6552 to my work address.'
+    query: 'Kavya Nair here, account email kavya.nair@mail.test. Two things: cancel order ORD-6551, and ship order ORD-6552 to my work address.'
     user_context: |-
       You are Kavya Nair, a customer of the store.
       Name: Kavya Nair
@@ -151,12 +133,12 @@ def test_multi_action_03(x: TestContext, judge: Judge):
           - {tool: update_shipping_address, parameters: {order_id: ORD-6552, address_id: ADR-2055-W}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_multi_action_04(x: TestContext, judge: Judge):
+def test_retail_multi_action_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Nair (quinn.nair@mail.test). Please return the set of four stoneware mugs from order ORD-6561 and cancel order ORD-6562.
+    query: Hey there, it's Quinn Nair - quinn.nair@mail.test. Please return the set of four stoneware mugs from order ORD-6561 and cancel order ORD-6562.
     user_context: |-
       You are Quinn Nair, a customer of the store.
       Name: Quinn Nair
@@ -193,4 +175,308 @@ def test_multi_action_04(x: TestContext, judge: Judge):
           - {tool: cancel_order, parameters: {order_id: ORD-6562}}
     tags: ['difficulty:hard', expects_write, 'family:multi_action']
     """
-    validate_database(x)
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_01(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Ana Reyes (ana.reyes@mail.test). I''m sorting out my orders: cancel order ORD-6601, ship order ORD-6602 to my work address, and return the wireless headphones from order ORD-6603.'
+    user_context: |-
+      You are Ana Reyes, a customer of the store.
+      Name: Ana Reyes
+      Email: ana.reyes@mail.test
+      Customer id: CUS-2060 (give it only if asked)
+      Order: ORD-6601, ORD-6602, ORD-6603
+      Work address: 267 Mill Road
+      Goal: cancel order ORD-6601, have order ORD-6602 shipped to your work address, and return the wireless headphones from order ORD-6603 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2060, name: Ana Reyes, email: ana.reyes@mail.test, phone: +1-555-2060, tier: silver, member_since: '2021-02-22'}
+          addresses:
+          - {address_id: ADR-2060-H, customer_id: CUS-2060, label: home, line1: 81 Harbor Road, city: Austin, postal_code: '73301', country: US}
+          - {address_id: ADR-2060-W, customer_id: CUS-2060, label: work, line1: 267 Mill Road, city: Portland, postal_code: '97201', country: US}
+          orders:
+          - {order_id: ORD-6601, customer_id: CUS-2060, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2060-H, total: '43.50'}
+          - {order_id: ORD-6602, customer_id: CUS-2060, status: processing, placed_on: '2025-06-07', delivered_on: null, shipping_address_id: ADR-2060-H, total: '17.35'}
+          - {order_id: ORD-6603, customer_id: CUS-2060, status: delivered, placed_on: '2025-05-17', delivered_on: '2025-05-21', shipping_address_id: ADR-2060-H, total: '159.46'}
+          order_items:
+          - {item_id: ORD-6601-1, order_id: ORD-6601, sku: BTL-STL, product_name: steel water bottle, unit_price: '21.75', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6602-1, order_id: ORD-6602, sku: CUT-BRD, product_name: bamboo cutting board, unit_price: '17.35', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6603-1, order_id: ORD-6603, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6603-2, order_id: ORD-6603, sku: MUG-SET, product_name: set of four stoneware mugs, unit_price: '24.50', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6603-3, order_id: ORD-6603, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6601, order_id: ORD-6601, method: credit_card, card_last4: '1057', amount: '43.50'}
+          - {payment_id: PAY-6602, order_id: ORD-6602, method: paypal, card_last4: null, amount: '17.35'}
+          - {payment_id: PAY-6603, order_id: ORD-6603, method: gift_card, card_last4: null, amount: '159.46'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: ana.reyes@mail.test}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6601}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6602, address_id: ADR-2060-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6603}}
+          - {tool: return_items, parameters: {order_id: ORD-6603, item_ids: [ORD-6603-1]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_02(x: TestContext, judge: Judge):
+    """!
+    query: 'Wes Costa here, account email wes.costa@mail.test. I''m sorting out my orders: cancel order ORD-6611 and order ORD-6614, ship order ORD-6612 to my work address, and return the ergonomic office chair and the wool socks (3 pairs) from order ORD-6613.'
+    user_context: |-
+      You are Wes Costa, a customer of the store.
+      Name: Wes Costa
+      Email: wes.costa@mail.test
+      Customer id: CUS-2061 (give it only if asked)
+      Order: ORD-6611, ORD-6612, ORD-6613, ORD-6614
+      Work address: 217 Cedar Court
+      Goal: cancel order ORD-6611 and order ORD-6614, have order ORD-6612 shipped to your work address, and return the ergonomic office chair and the wool socks (3 pairs) from order ORD-6613 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2061, name: Wes Costa, email: wes.costa@mail.test, phone: +1-555-2061, tier: standard, member_since: '2020-11-24'}
+          addresses:
+          - {address_id: ADR-2061-H, customer_id: CUS-2061, label: home, line1: 377 Hill Street, city: Austin, postal_code: '73301', country: US}
+          - {address_id: ADR-2061-W, customer_id: CUS-2061, label: work, line1: 217 Cedar Court, city: Denver, postal_code: '80202', country: US}
+          orders:
+          - {order_id: ORD-6611, customer_id: CUS-2061, status: pending, placed_on: '2025-06-11', delivered_on: null, shipping_address_id: ADR-2061-H, total: '64.00'}
+          - {order_id: ORD-6612, customer_id: CUS-2061, status: processing, placed_on: '2025-06-06', delivered_on: null, shipping_address_id: ADR-2061-H, total: '65.25'}
+          - {order_id: ORD-6613, customer_id: CUS-2061, status: delivered, placed_on: '2025-05-19', delivered_on: '2025-05-22', shipping_address_id: ADR-2061-H, total: '636.47'}
+          - {order_id: ORD-6614, customer_id: CUS-2061, status: pending, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2061-H, total: '54.40'}
+          order_items:
+          - {item_id: ORD-6611-1, order_id: ORD-6611, sku: BKP-NVY, product_name: navy hiking backpack, unit_price: '64.00', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6612-1, order_id: ORD-6612, sku: BTL-STL, product_name: steel water bottle, unit_price: '21.75', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6613-1, order_id: ORD-6613, sku: CHR-OFF, product_name: ergonomic office chair, unit_price: '189.00', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6613-2, order_id: ORD-6613, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6613-3, order_id: ORD-6613, sku: MUG-SET, product_name: set of four stoneware mugs, unit_price: '24.50', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6614-1, order_id: ORD-6614, sku: BLK-WOV, product_name: woven throw blanket, unit_price: '54.40', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6611, order_id: ORD-6611, method: gift_card, card_last4: null, amount: '64.00'}
+          - {payment_id: PAY-6612, order_id: ORD-6612, method: credit_card, card_last4: '4892', amount: '65.25'}
+          - {payment_id: PAY-6613, order_id: ORD-6613, method: gift_card, card_last4: null, amount: '636.47'}
+          - {payment_id: PAY-6614, order_id: ORD-6614, method: paypal, card_last4: null, amount: '54.40'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: wes.costa@mail.test}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6611}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6614}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6612, address_id: ADR-2061-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6613}}
+          - {tool: return_items, parameters: {order_id: ORD-6613, item_ids: [ORD-6613-1, ORD-6613-2]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_03(x: TestContext, judge: Judge):
+    """!
+    query: 'Hey there, it''s Tess Dubois - tess.dubois@mail.test. I''m sorting out my orders: cancel the order with the leather gloves, ship order ORD-6622 to my work address, and return the wireless headphones from order ORD-6623.'
+    user_context: |-
+      You are Tess Dubois, a customer of the store.
+      Name: Tess Dubois
+      Email: tess.dubois@mail.test
+      Customer id: CUS-2062 (give it only if asked)
+      Order: ORD-6621, ORD-6622, ORD-6623
+      Work address: 409 Harbor Road
+      Goal: cancel the order with the leather gloves, have order ORD-6622 shipped to your work address, and return the wireless headphones from order ORD-6623 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2062, name: Tess Dubois, email: tess.dubois@mail.test, phone: +1-555-2062, tier: standard, member_since: '2020-05-20'}
+          addresses:
+          - {address_id: ADR-2062-H, customer_id: CUS-2062, label: home, line1: 238 Park Avenue, city: Raleigh, postal_code: '27601', country: US}
+          - {address_id: ADR-2062-W, customer_id: CUS-2062, label: work, line1: 409 Harbor Road, city: Madison, postal_code: '53703', country: US}
+          orders:
+          - {order_id: ORD-6621, customer_id: CUS-2062, status: pending, placed_on: '2025-06-06', delivered_on: null, shipping_address_id: ADR-2062-H, total: '109.80'}
+          - {order_id: ORD-6622, customer_id: CUS-2062, status: processing, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2062-H, total: '79.80'}
+          - {order_id: ORD-6623, customer_id: CUS-2062, status: delivered, placed_on: '2025-05-27', delivered_on: '2025-06-03', shipping_address_id: ADR-2062-H, total: '331.97'}
+          order_items:
+          - {item_id: ORD-6621-1, order_id: ORD-6621, sku: GLV-LTH, product_name: leather gloves, unit_price: '36.60', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6622-1, order_id: ORD-6622, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6623-1, order_id: ORD-6623, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6623-2, order_id: ORD-6623, sku: TWL-GRY, product_name: grey bath towel, unit_price: '19.90', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6623-3, order_id: ORD-6623, sku: PAN-CST, product_name: cast iron skillet, unit_price: '42.10', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6621, order_id: ORD-6621, method: gift_card, card_last4: null, amount: '109.80'}
+          - {payment_id: PAY-6622, order_id: ORD-6622, method: gift_card, card_last4: null, amount: '79.80'}
+          - {payment_id: PAY-6623, order_id: ORD-6623, method: credit_card, card_last4: '5181', amount: '331.97'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: tess.dubois@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2062}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6621}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6622, address_id: ADR-2062-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6623}}
+          - {tool: return_items, parameters: {order_id: ORD-6623, item_ids: [ORD-6623-1]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_04(x: TestContext, judge: Judge):
+    """!
+    query: 'Hello, this is Grace Mensah, my email is grace.mensah@mail.test. I''m sorting out my orders: cancel the order with the grey bath towel and order ORD-6634, ship order ORD-6632 to my work address, and return the LED desk lamp and the bamboo cutting board from order ORD-6633.'
+    user_context: |-
+      You are Grace Mensah, a customer of the store.
+      Name: Grace Mensah
+      Email: grace.mensah@mail.test
+      Customer id: CUS-2063 (give it only if asked)
+      Order: ORD-6631, ORD-6632, ORD-6633, ORD-6634
+      Work address: 149 Park Avenue
+      Goal: cancel the order with the grey bath towel and order ORD-6634, have order ORD-6632 shipped to your work address, and return the LED desk lamp and the bamboo cutting board from order ORD-6633 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2063, name: Grace Mensah, email: grace.mensah@mail.test, phone: +1-555-2063, tier: gold, member_since: '2020-05-14'}
+          addresses:
+          - {address_id: ADR-2063-H, customer_id: CUS-2063, label: home, line1: 30 Hill Street, city: Portland, postal_code: '97201', country: US}
+          - {address_id: ADR-2063-W, customer_id: CUS-2063, label: work, line1: 149 Park Avenue, city: Austin, postal_code: '73301', country: US}
+          orders:
+          - {order_id: ORD-6631, customer_id: CUS-2063, status: pending, placed_on: '2025-06-08', delivered_on: null, shipping_address_id: ADR-2063-H, total: '19.90'}
+          - {order_id: ORD-6632, customer_id: CUS-2063, status: processing, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2063-H, total: '89.99'}
+          - {order_id: ORD-6633, customer_id: CUS-2063, status: delivered, placed_on: '2025-06-05', delivered_on: '2025-06-12', shipping_address_id: ADR-2063-H, total: '194.45'}
+          - {order_id: ORD-6634, customer_id: CUS-2063, status: pending, placed_on: '2025-06-07', delivered_on: null, shipping_address_id: ADR-2063-H, total: '39.90'}
+          order_items:
+          - {item_id: ORD-6631-1, order_id: ORD-6631, sku: TWL-GRY, product_name: grey bath towel, unit_price: '19.90', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6632-1, order_id: ORD-6632, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6633-1, order_id: ORD-6633, sku: LMP-DSK, product_name: LED desk lamp, unit_price: '45.00', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6633-2, order_id: ORD-6633, sku: CUT-BRD, product_name: bamboo cutting board, unit_price: '17.35', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6633-3, order_id: ORD-6633, sku: PAN-CST, product_name: cast iron skillet, unit_price: '42.10', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6634-1, order_id: ORD-6634, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 1, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6631, order_id: ORD-6631, method: gift_card, card_last4: null, amount: '19.90'}
+          - {payment_id: PAY-6632, order_id: ORD-6632, method: gift_card, card_last4: null, amount: '89.99'}
+          - {payment_id: PAY-6633, order_id: ORD-6633, method: paypal, card_last4: null, amount: '194.45'}
+          - {payment_id: PAY-6634, order_id: ORD-6634, method: credit_card, card_last4: '6217', amount: '39.90'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: grace.mensah@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2063}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6631}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6634}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6632, address_id: ADR-2063-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6633}}
+          - {tool: return_items, parameters: {order_id: ORD-6633, item_ids: [ORD-6633-1, ORD-6633-2]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_05(x: TestContext, judge: Judge):
+    """!
+    query: 'Good morning! Quinn Costa (quinn.costa@mail.test) writing. I''m sorting out my orders: cancel the order with the wireless headphones, ship order ORD-6642 to my work address, and return the waterproof rain jacket from order ORD-6643.'
+    user_context: |-
+      You are Quinn Costa, a customer of the store.
+      Name: Quinn Costa
+      Email: quinn.costa@mail.test
+      Customer id: CUS-2064 (give it only if asked)
+      Order: ORD-6641, ORD-6642, ORD-6643
+      Work address: 102 Park Avenue
+      Goal: cancel the order with the wireless headphones, have order ORD-6642 shipped to your work address, and return the waterproof rain jacket from order ORD-6643 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2064, name: Quinn Costa, email: quinn.costa@mail.test, phone: +1-555-2064, tier: gold, member_since: '2024-04-03'}
+          addresses:
+          - {address_id: ADR-2064-H, customer_id: CUS-2064, label: home, line1: 444 Canal Way, city: Raleigh, postal_code: '27601', country: US}
+          - {address_id: ADR-2064-W, customer_id: CUS-2064, label: work, line1: 102 Park Avenue, city: Madison, postal_code: '53703', country: US}
+          orders:
+          - {order_id: ORD-6641, customer_id: CUS-2064, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2064-H, total: '269.97'}
+          - {order_id: ORD-6642, customer_id: CUS-2064, status: processing, placed_on: '2025-06-11', delivered_on: null, shipping_address_id: ADR-2064-H, total: '39.80'}
+          - {order_id: ORD-6643, customer_id: CUS-2064, status: delivered, placed_on: '2025-05-26', delivered_on: '2025-05-31', shipping_address_id: ADR-2064-H, total: '229.63'}
+          order_items:
+          - {item_id: ORD-6641-1, order_id: ORD-6641, sku: HDP-WRL, product_name: wireless headphones, unit_price: '89.99', quantity: 3, returned_quantity: 0}
+          - {item_id: ORD-6642-1, order_id: ORD-6642, sku: TWL-GRY, product_name: grey bath towel, unit_price: '19.90', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6643-1, order_id: ORD-6643, sku: JKT-RAIN, product_name: waterproof rain jacket, unit_price: '79.95', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6643-2, order_id: ORD-6643, sku: SOC-WOL, product_name: wool socks (3 pairs), unit_price: '14.99', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6643-3, order_id: ORD-6643, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6641, order_id: ORD-6641, method: gift_card, card_last4: null, amount: '269.97'}
+          - {payment_id: PAY-6642, order_id: ORD-6642, method: credit_card, card_last4: '7247', amount: '39.80'}
+          - {payment_id: PAY-6643, order_id: ORD-6643, method: credit_card, card_last4: '9466', amount: '229.63'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: quinn.costa@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2064}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6641}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6642, address_id: ADR-2064-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6643}}
+          - {tool: return_items, parameters: {order_id: ORD-6643, item_ids: [ORD-6643-1]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)
+
+
+def test_retail_order_cleanup_06(x: TestContext, judge: Judge):
+    """!
+    query: 'Hi, I''m Tess Reyes (tess.reyes@mail.test). I''m sorting out my orders: cancel the order with the ergonomic office chair and order ORD-6654, ship order ORD-6652 to my work address, and return the blue electric kettle and the set of four stoneware mugs from order ORD-6653.'
+    user_context: |-
+      You are Tess Reyes, a customer of the store.
+      Name: Tess Reyes
+      Email: tess.reyes@mail.test
+      Customer id: CUS-2065 (give it only if asked)
+      Order: ORD-6651, ORD-6652, ORD-6653, ORD-6654
+      Work address: 131 Park Avenue
+      Goal: cancel the order with the ergonomic office chair and order ORD-6654, have order ORD-6652 shipped to your work address, and return the blue electric kettle and the set of four stoneware mugs from order ORD-6653 (keep the rest).
+      Agrees to proceed: yes
+      If the agent says the request is not possible, accept it and say goodbye.
+      Do not invent facts; if asked something not listed here, say you don't know.
+    init:
+      rewardbox_retail:
+        data_patch:
+          customers:
+          - {customer_id: CUS-2065, name: Tess Reyes, email: tess.reyes@mail.test, phone: +1-555-2065, tier: gold, member_since: '2023-05-03'}
+          addresses:
+          - {address_id: ADR-2065-H, customer_id: CUS-2065, label: home, line1: 214 Station Square, city: Austin, postal_code: '73301', country: US}
+          - {address_id: ADR-2065-W, customer_id: CUS-2065, label: work, line1: 131 Park Avenue, city: Raleigh, postal_code: '27601', country: US}
+          orders:
+          - {order_id: ORD-6651, customer_id: CUS-2065, status: pending, placed_on: '2025-06-07', delivered_on: null, shipping_address_id: ADR-2065-H, total: '378.00'}
+          - {order_id: ORD-6652, customer_id: CUS-2065, status: processing, placed_on: '2025-06-10', delivered_on: null, shipping_address_id: ADR-2065-H, total: '84.20'}
+          - {order_id: ORD-6653, customer_id: CUS-2065, status: delivered, placed_on: '2025-05-25', delivered_on: '2025-05-30', shipping_address_id: ADR-2065-H, total: '144.35'}
+          - {order_id: ORD-6654, customer_id: CUS-2065, status: pending, placed_on: '2025-06-09', delivered_on: null, shipping_address_id: ADR-2065-H, total: '65.25'}
+          order_items:
+          - {item_id: ORD-6651-1, order_id: ORD-6651, sku: CHR-OFF, product_name: ergonomic office chair, unit_price: '189.00', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6652-1, order_id: ORD-6652, sku: PAN-CST, product_name: cast iron skillet, unit_price: '42.10', quantity: 2, returned_quantity: 0}
+          - {item_id: ORD-6653-1, order_id: ORD-6653, sku: KTL-BLU, product_name: blue electric kettle, unit_price: '39.90', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6653-2, order_id: ORD-6653, sku: MUG-SET, product_name: set of four stoneware mugs, unit_price: '24.50', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6653-3, order_id: ORD-6653, sku: JKT-RAIN, product_name: waterproof rain jacket, unit_price: '79.95', quantity: 1, returned_quantity: 0}
+          - {item_id: ORD-6654-1, order_id: ORD-6654, sku: BTL-STL, product_name: steel water bottle, unit_price: '21.75', quantity: 3, returned_quantity: 0}
+          payments:
+          - {payment_id: PAY-6651, order_id: ORD-6651, method: paypal, card_last4: null, amount: '378.00'}
+          - {payment_id: PAY-6652, order_id: ORD-6652, method: gift_card, card_last4: null, amount: '84.20'}
+          - {payment_id: PAY-6653, order_id: ORD-6653, method: credit_card, card_last4: '1989', amount: '144.35'}
+          - {payment_id: PAY-6654, order_id: ORD-6654, method: credit_card, card_last4: '9144', amount: '65.25'}
+        golden_test_case:
+          tool_interactions:
+          - {tool: find_customer, parameters: {email: tess.reyes@mail.test}}
+          - {tool: list_orders, parameters: {customer_id: CUS-2065}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6651}}
+          - {tool: cancel_order, parameters: {order_id: ORD-6654}}
+          - {tool: update_shipping_address, parameters: {order_id: ORD-6652, address_id: ADR-2065-W}}
+          - {tool: get_order, parameters: {order_id: ORD-6653}}
+          - {tool: return_items, parameters: {order_id: ORD-6653, item_ids: [ORD-6653-1, ORD-6653-2]}}
+    tags: ['difficulty:hard', expects_write, 'family:order_cleanup']
+    """
+    validate_database(x, SRV)

@@ -7,30 +7,12 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_return_in_window_01(x: TestContext, judge: Judge):
+def test_retail_return_in_window_01(x: TestContext, judge: Judge):
     """!
     query: Hi, I'm Chloe Lind (chloe.lind@mail.test). I'd like to return the bamboo cutting board from order ORD-6251.
     user_context: |-
@@ -65,12 +47,12 @@ def test_return_in_window_01(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6251, item_ids: [ORD-6251-1]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_in_window_02(x: TestContext, judge: Judge):
+def test_retail_return_in_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Dmitri Ivanov (dmitri.ivanov@mail.test). I'd like to return the woven throw blanket from order ORD-6261.
+    query: Dmitri Ivanov here, account email dmitri.ivanov@mail.test. I'd like to return the woven throw blanket from order ORD-6261.
     user_context: |-
       You are Dmitri Ivanov, a customer of the store.
       Name: Dmitri Ivanov
@@ -103,12 +85,12 @@ def test_return_in_window_02(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6261, item_ids: [ORD-6261-2]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_in_window_03(x: TestContext, judge: Judge):
+def test_retail_return_in_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Oscar Fischer (oscar.fischer@mail.test). I'd like to return the waterproof rain jacket from order ORD-6271.
+    query: Hey there, it's Oscar Fischer - oscar.fischer@mail.test. I'd like to return the waterproof rain jacket from order ORD-6271.
     user_context: |-
       You are Oscar Fischer, a customer of the store.
       Name: Oscar Fischer
@@ -141,12 +123,12 @@ def test_return_in_window_03(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6271, item_ids: [ORD-6271-1]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_in_window_04(x: TestContext, judge: Judge):
+def test_retail_return_in_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Liam Keller (liam.keller@mail.test). I'd like to return the navy hiking backpack from order ORD-6281.
+    query: Hello, this is Liam Keller, my email is liam.keller@mail.test. I'd like to return the navy hiking backpack from order ORD-6281.
     user_context: |-
       You are Liam Keller, a customer of the store.
       Name: Liam Keller
@@ -179,12 +161,12 @@ def test_return_in_window_04(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6281, item_ids: [ORD-6281-2]}}
     tags: ['difficulty:medium', expects_write, 'family:return_in_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_multi_item_01(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Vera Sato (vera.sato@mail.test). From order ORD-6291 please return the ergonomic office chair and the navy hiking backpack, but I'll keep the wireless headphones.
+    query: Hey there, it's Vera Sato - vera.sato@mail.test. From order ORD-6291 please return the ergonomic office chair and the navy hiking backpack, but I'll keep the wireless headphones.
     user_context: |-
       You are Vera Sato, a customer of the store.
       Name: Vera Sato
@@ -218,12 +200,12 @@ def test_return_multi_item_01(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6291, item_ids: [ORD-6291-2, ORD-6291-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_multi_item_02(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Dmitri Lind (dmitri.lind@mail.test). From order ORD-6301 please return the LED desk lamp and the ergonomic office chair, but I'll keep the cast iron skillet.
+    query: Hello, this is Dmitri Lind, my email is dmitri.lind@mail.test. From order ORD-6301 please return the LED desk lamp and the ergonomic office chair, but I'll keep the cast iron skillet.
     user_context: |-
       You are Dmitri Lind, a customer of the store.
       Name: Dmitri Lind
@@ -257,12 +239,12 @@ def test_return_multi_item_02(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6301, item_ids: [ORD-6301-1, ORD-6301-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_multi_item_03(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Yara Walsh (yara.walsh@mail.test). From order ORD-6311 please return the woven throw blanket and the bamboo cutting board, but I'll keep the steel water bottle.
+    query: Good morning! Yara Walsh (yara.walsh@mail.test) writing. From order ORD-6311 please return the woven throw blanket and the bamboo cutting board, but I'll keep the steel water bottle.
     user_context: |-
       You are Yara Walsh, a customer of the store.
       Name: Yara Walsh
@@ -296,12 +278,12 @@ def test_return_multi_item_03(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6311, item_ids: [ORD-6311-1, ORD-6311-2]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_multi_item_04(x: TestContext, judge: Judge):
+def test_retail_return_multi_item_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, this is Priya Foster (priya.foster@mail.test). From order ORD-6321 please return the wireless headphones and the steel water bottle, but I'll keep the cast iron skillet.
+    query: Hi, I'm Priya Foster (priya.foster@mail.test). From order ORD-6321 please return the wireless headphones and the steel water bottle, but I'll keep the cast iron skillet.
     user_context: |-
       You are Priya Foster, a customer of the store.
       Name: Priya Foster
@@ -335,12 +317,12 @@ def test_return_multi_item_04(x: TestContext, judge: Judge):
           - {tool: return_items, parameters: {order_id: ORD-6321, item_ids: [ORD-6321-2, ORD-6321-3]}}
     tags: ['difficulty:hard', expects_write, 'family:return_multi_item']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_tier_window_01(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_01(x: TestContext, judge: Judge):
     """!
-    query: Hello, Nadia Brennan here (nadia.brennan@mail.test). I want to return everything in order ORD-6331.
+    query: Good morning! Nadia Brennan (nadia.brennan@mail.test) writing. I want to return everything in order ORD-6331.
     user_context: |-
       You are Nadia Brennan, a customer of the store.
       Name: Nadia Brennan
@@ -371,14 +353,14 @@ def test_return_tier_window_01(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: nadia.brennan@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6331}}
           - {tool: return_items, parameters: {order_id: ORD-6331, item_ids: [ORD-6331-1]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_tier_window_02(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hello, Umar Rahimi here (umar.rahimi@mail.test). I want to return everything in order ORD-6341.
+    query: Hi, I'm Umar Rahimi (umar.rahimi@mail.test). I want to return everything in order ORD-6341.
     user_context: |-
       You are Umar Rahimi, a customer of the store.
       Name: Umar Rahimi
@@ -410,14 +392,14 @@ def test_return_tier_window_02(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: umar.rahimi@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6341}}
           - {tool: return_items, parameters: {order_id: ORD-6341, item_ids: [ORD-6341-1, ORD-6341-2]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_tier_window_03(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hello, Ben Keller here (ben.keller@mail.test). I want to return everything in order ORD-6351.
+    query: Ben Keller here, account email ben.keller@mail.test. I want to return everything in order ORD-6351.
     user_context: |-
       You are Ben Keller, a customer of the store.
       Name: Ben Keller
@@ -448,14 +430,14 @@ def test_return_tier_window_03(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: ben.keller@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6351}}
           - {tool: return_items, parameters: {order_id: ORD-6351, item_ids: [ORD-6351-1]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_tier_window_04(x: TestContext, judge: Judge):
+def test_retail_return_tier_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hello, Elena Mensah here (elena.mensah@mail.test). I want to return everything in order ORD-6361.
+    query: Hey there, it's Elena Mensah - elena.mensah@mail.test. I want to return everything in order ORD-6361.
     user_context: |-
       You are Elena Mensah, a customer of the store.
       Name: Elena Mensah
@@ -487,14 +469,14 @@ def test_return_tier_window_04(x: TestContext, judge: Judge):
           - {tool: find_customer, parameters: {email: elena.mensah@mail.test}}
           - {tool: get_order, parameters: {order_id: ORD-6361}}
           - {tool: return_items, parameters: {order_id: ORD-6361, item_ids: [ORD-6361-1, ORD-6361-2]}}
-    tags: ['difficulty:hard', expects_write, 'family:return_tier_window']
+    tags: ['difficulty:hard', expects_write, 'family:return_tier_window', held_out_template]
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_out_of_window_01(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Quinn Haddad (quinn.haddad@mail.test). I want to return the ergonomic office chair from order ORD-6371.
+    query: Quinn Haddad here, account email quinn.haddad@mail.test. I want to return the ergonomic office chair from order ORD-6371.
     user_context: |-
       You are Quinn Haddad, a customer of the store.
       Name: Quinn Haddad
@@ -526,12 +508,12 @@ def test_return_out_of_window_01(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6371}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_out_of_window_02(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Umar Costa (umar.costa@mail.test). I want to return the LED desk lamp from order ORD-6381.
+    query: Hey there, it's Umar Costa - umar.costa@mail.test. I want to return the LED desk lamp from order ORD-6381.
     user_context: |-
       You are Umar Costa, a customer of the store.
       Name: Umar Costa
@@ -563,12 +545,12 @@ def test_return_out_of_window_02(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6381}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_out_of_window_03(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_03(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Lin (jonas.lin@mail.test). I want to return the blue electric kettle from order ORD-6391.
+    query: Hello, this is Jonas Lin, my email is jonas.lin@mail.test. I want to return the blue electric kettle from order ORD-6391.
     user_context: |-
       You are Jonas Lin, a customer of the store.
       Name: Jonas Lin
@@ -600,12 +582,12 @@ def test_return_out_of_window_03(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6391}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_return_out_of_window_04(x: TestContext, judge: Judge):
+def test_retail_return_out_of_window_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Wes Fischer (wes.fischer@mail.test). I want to return the ergonomic office chair from order ORD-6401.
+    query: Good morning! Wes Fischer (wes.fischer@mail.test) writing. I want to return the ergonomic office chair from order ORD-6401.
     user_context: |-
       You are Wes Fischer, a customer of the store.
       Name: Wes Fischer
@@ -637,4 +619,4 @@ def test_return_out_of_window_04(x: TestContext, judge: Judge):
           - {tool: get_order, parameters: {order_id: ORD-6401}}
     tags: ['difficulty:hard', no_write, 'family:return_out_of_window']
     """
-    validate_database(x)
+    validate_database(x, SRV)

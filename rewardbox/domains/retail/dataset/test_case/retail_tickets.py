@@ -7,32 +7,14 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
+from rewardbox.grading.checks import validate_database, validate_response
+
 SRV = "rewardbox_retail"
 
 
-def validate_database(x: TestContext) -> None:
-    """The terminal state must equal the golden state (hash), else show the diff."""
-    effects = x.effects[SRV]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [
-        f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-        for d in effects["diff"][:20]
-    ]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines)
-    )
-
-
-def validate_response_contains(x: TestContext, *values: str) -> None:
-    """The agent's last reply must contain one of ``values`` (case-insensitive)."""
-    reply = (x.response or "").lower()
-    assert any(v.lower() in reply for v in values), f"reply lacks any of {list(values)!r}: {x.response!r}"
-
-
-def test_ticket_problem_01(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_01(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Jonas Moreau (jonas.moreau@mail.test). The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don't want to return it, I'd like someone to look into it.
+    query: Hello, this is Jonas Moreau, my email is jonas.moreau@mail.test. The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don't want to return it, I'd like someone to look into it.
     user_context: |-
       You are Jonas Moreau, a customer of the store.
       Name: Jonas Moreau
@@ -63,12 +45,12 @@ def test_ticket_problem_01(x: TestContext, judge: Judge):
           - {tool: create_ticket, parameters: {customer_id: CUS-2041, category: damaged_item, description: 'The wool socks (3 pairs) from order ORD-6411 arrived damaged. I don''t want to return it, I''d like someone to look into it.', order_id: ORD-6411}}
     tags: ['difficulty:medium', expects_write, 'family:ticket_problem']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_ticket_problem_02(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_02(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Grace Brennan (grace.brennan@mail.test). Order ORD-6421 says it was delivered but I never received it. Can someone look into it?
+    query: Good morning! Grace Brennan (grace.brennan@mail.test) writing. Order ORD-6421 says it was delivered but I never received it. Can someone look into it?
     user_context: |-
       You are Grace Brennan, a customer of the store.
       Name: Grace Brennan
@@ -99,10 +81,10 @@ def test_ticket_problem_02(x: TestContext, judge: Judge):
           - {tool: create_ticket, parameters: {customer_id: CUS-2042, category: missing_package, description: 'Order ORD-6421 says it was delivered but I never received it. Can someone look into it?', order_id: ORD-6421}}
     tags: ['difficulty:medium', expects_write, 'family:ticket_problem']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_ticket_problem_03(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_03(x: TestContext, judge: Judge):
     """!
     query: 'Hi, I''m Kavya Okafor (kavya.okafor@mail.test). I got the wrong item in order ORD-6431: I ordered the wireless headphones but something else came. Please have someone look into it.'
     user_context: |-
@@ -135,12 +117,12 @@ def test_ticket_problem_03(x: TestContext, judge: Judge):
           - {tool: create_ticket, parameters: {customer_id: CUS-2043, category: wrong_item, description: 'I got the wrong item in order ORD-6431: I ordered the wireless headphones but something else came. Please have someone look into it.', order_id: ORD-6431}}
     tags: ['difficulty:medium', expects_write, 'family:ticket_problem']
     """
-    validate_database(x)
+    validate_database(x, SRV)
 
 
-def test_ticket_problem_04(x: TestContext, judge: Judge):
+def test_retail_ticket_problem_04(x: TestContext, judge: Judge):
     """!
-    query: Hi, I'm Ines Lin (ines.lin@mail.test). My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out.
+    query: Ines Lin here, account email ines.lin@mail.test. My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out.
     user_context: |-
       You are Ines Lin, a customer of the store.
       Name: Ines Lin
@@ -171,4 +153,4 @@ def test_ticket_problem_04(x: TestContext, judge: Judge):
           - {tool: create_ticket, parameters: {customer_id: CUS-2044, category: damaged_item, description: My navy hiking backpack (order ORD-6441) came broken. Please report it so it gets sorted out., order_id: ORD-6441}}
     tags: ['difficulty:medium', expects_write, 'family:ticket_problem']
     """
-    validate_database(x)
+    validate_database(x, SRV)
