@@ -157,8 +157,12 @@ _call_ids = itertools.count(1)
 
 
 def completion_from_text(raw_text: str, request: ChatRequest) -> Completion:
-    """A completion from raw model text, read by the one output interpreter (as every policy's is)."""
-    return Completion(raw_text=raw_text, interpretation=interpret(raw_text, request.tools))
+    """A completion from raw model text, read by the one output interpreter (as every policy's is).
+
+    The text is the client's whole completion, so no reasoning block was opened by a
+    prompt here (``reasoning_open=False``): only a leading ``<think>`` opens one.
+    """
+    return Completion(raw_text=raw_text, interpretation=interpret(raw_text, request.tools, reasoning_open=False))
 
 
 def completion_from_calls(

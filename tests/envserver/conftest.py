@@ -20,13 +20,13 @@ import pytest
 from rewardbox.config.profile import load_profile
 from rewardbox.errors import SandboxError
 
-ADDRESS_TASK = "retail_address.py:test_address_change_01"
+ADDRESS_TASK = "retail_address.py:test_retail_address_change_01"
 """Golden: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W) (a write)."""
 if TYPE_CHECKING:
     from rewardbox.envserver.services import EnvServices
 
 CRASH_TOOL = "update_shipping_address"
-CRASH_ON_START_TASK = "retail_address.py:test_address_change_02"
+CRASH_ON_START_TASK = "retail_address.py:test_retail_address_change_02"
 
 
 @dataclass

@@ -20,7 +20,7 @@ from .conftest import ADDRESS_TASK
 
 @pytest.fixture(scope="module")
 def trl_setup(served):
-    rows, tools = task_rows(served.url, [ADDRESS_TASK, "retail_address.py:test_address_change_02"])
+    rows, tools = task_rows(served.url, [ADDRESS_TASK, "retail_address.py:test_retail_address_change_02"])
     return rows, tools, environment_class(served.url, tools)
 
 

@@ -12,7 +12,7 @@ from rewardbox.domains import registry
 from rewardbox.evaluation.screening import screen_tasks
 from rewardbox.tasks.thinkingbox import load_dataset
 
-ADDRESS = "retail_address.py:test_address_change_01"
+ADDRESS = "retail_address.py:test_retail_address_change_01"
 # its golden actions: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W)
 
 
