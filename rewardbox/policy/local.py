@@ -113,7 +113,8 @@ class LocalPolicy:
             checkpoint_dir: a Hugging Face directory (the base checkpoint or a merged one).
             adapter_dir: optional PEFT adapter directory, merged into the weights on load.
             max_batch_size: most requests per ``generate`` call.
-            batch_wait_ms: how long the worker waits for more requests after the first, ms.
+            batch_wait_ms: how long the worker waits for more requests after the first, ms
+                (it stops waiting once a full batch is queued).
             device, dtype: where and how the weights live.
             seed: seeds torch's global RNG before each batch (reproducible runs);
                 None leaves the RNG alone. A request's own ``seed`` wins.
@@ -214,6 +215,8 @@ class LocalPolicy:
             try:
                 if block and not self._waiting:
                     item = self._queue.get()
+                elif len(self._waiting) >= self.max_batch_size:  # a full batch: take only what is queued
+                    item = self._queue.get_nowait()
                 else:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:

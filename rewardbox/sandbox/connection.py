@@ -1,4 +1,8 @@
-"""One MCP tool server for one episode: a spawned stdio process or a remote endpoint.
+"""One MCP tool server: a spawned stdio process or a remote endpoint.
+
+A connection serves one episode, or several in turn when a warm pool
+(``rewardbox.sandbox.pool``) lends it out; :meth:`ServerConnection.ping` is the
+pool's health check.
 
 A :class:`ServerConnection` owns the official ``mcp`` client for one server.
 The client's context (its transport task group) lives in a dedicated *owner

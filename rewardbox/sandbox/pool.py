@@ -132,9 +132,11 @@ class ServerPool:
         """Retire every idle process and remove the pool's files; idempotent, never raises."""
         conns = [c for conns in self._idle.values() for c in conns]
         self._idle.clear()
-        current = asyncio.get_running_loop()
-        await asyncio.gather(*(self._retire(c) for c in conns if c.loop is current), return_exceptions=True)
-        self._finalizer()
+        await asyncio.gather(*(self._retire(c) for c in conns), return_exceptions=True)
+        _cleanup(self._procs, self._workdir)  # leased processes too: the campaign is over
+        self._procs.clear()
+        self._workdir.clear()
+        self._episodes.clear()
 
     # ----- internals ---------------------------------------------------------
     def _cap(self, name: str) -> int:
@@ -184,7 +186,10 @@ class ServerPool:
         """End a process now: its state is torn down (or ``teardown`` asks for it first), so no exit grace."""
         self._episodes.pop(id(conn), None)
         self.counts["retired"] += 1
-        await conn.shutdown(TEARDOWN_TOOL if teardown else None, torn_down=True)
+        if conn.loop is not None and conn.loop is not asyncio.get_running_loop():
+            kill_now(conn.processes)  # its transport lives on another loop; nothing to await here
+        else:
+            await conn.shutdown(TEARDOWN_TOOL if teardown else None, torn_down=True)
         shutil.rmtree(conn.workdir, ignore_errors=True)
 
 

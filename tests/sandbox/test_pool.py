@@ -170,7 +170,7 @@ def test_default_servers_are_never_reused_and_a_pickled_factory_has_its_own_pool
 
 
 def test_pool_moves_to_a_new_event_loop(tmp_path):
-    make = _fixture_factory(tmp_path, episodes_per_process=10, )
+    make = _fixture_factory(tmp_path, episodes_per_process=10)
     first = asyncio.run(_fixture_episode(make))  # the loop ends; its warm process goes with it
     second = asyncio.run(_fixture_episode(make))
 
@@ -190,3 +190,43 @@ def test_episodes_per_process_must_be_positive():
 def test_timeouts_pass_through_the_factory(tmp_path):
     make = _fixture_factory(tmp_path, episodes_per_process=3)
     assert isinstance(make().timeouts, SandboxTimeouts) and make().timeouts.tool_s == 1.5
+
+
+def test_concurrent_episodes_grow_the_pool_then_reuse_it(tmp_path):
+    make = _fixture_factory(tmp_path, episodes_per_process=10)
+
+    async def campaign():
+        try:
+            first = await asyncio.gather(*(_fixture_episode(make, {"seed": i}) for i in range(3)))
+            second = await asyncio.gather(*(_fixture_episode(make, {"seed": i}) for i in range(3)))
+            return first, second
+        finally:
+            await make.aclose()
+
+    first, second = asyncio.run(campaign())
+    assert len({e["pid"] for e in first}) == 3 and {e["pid"] for e in second} == {e["pid"] for e in first}
+    assert all(e["added"] == [{"id": 1, "name": "lamp"}] for e in first + second)
+    assert make.pool.counts == {"spawned": 3, "reused": 3, "retired": 3}
+
+
+def test_close_after_teardown_does_not_wait_for_the_server_to_exit(tmp_path):
+    """A server that never exits on stdin EOF is signalled once its teardown answered (no exit grace)."""
+    from rewardbox.sandbox.external import ExternalSandbox
+
+    server = {"type": "mcp-process", "command": f"{{python}} {FIXTURE}",
+              "env": {"REAPER_LINGER_S": "3600", "REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"),
+                      "REAPER_EOF_MARKER": str(tmp_path / "eof.txt")}}
+    config = parse_servers_config({"servers": {"a": server}})
+
+    async def episode():
+        sandbox = ExternalSandbox(config, timeouts=SandboxTimeouts(exit_grace_s=60.0, term_grace_s=2.0))
+        await sandbox.start({"a": {}}, None)
+        started = asyncio.get_running_loop().time()
+        await sandbox.close()
+        return sandbox, asyncio.get_running_loop().time() - started
+
+    sandbox, close_s = asyncio.run(episode())
+    assert (tmp_path / "teardown.txt").read_text().split() == [str(sandbox.pids[0])]
+    assert all(_gone(pid) for pid in sandbox.pids)
+    assert not (tmp_path / "eof.txt").exists()  # signalled while serving, not left to exit after EOF
+    assert close_s < 30.0  # correctness bound: far below the 60 s exit grace it no longer waits out
