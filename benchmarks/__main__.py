@@ -89,9 +89,16 @@ def table(rows: list[dict[str, Any]]) -> str:
                      for line in lines)
 
 
-def main(names: list[str]) -> int:
-    """Run the named benchmarks (all when none); returns the exit status (1 on any FAIL)."""
-    available = discover()
+def main(names: list[str], available: dict[str, Callable[[], Any]] | None = None,
+         out_dir: Path | None = None) -> int:
+    """Run the named benchmarks (all when none); returns the exit status (1 on any FAIL).
+
+    Args:
+        names: benchmark (module) names; empty runs every one.
+        available: the benchmarks to choose from (default: ``discover()``).
+        out_dir: where the JSON goes (default: ``benchmarks/results``).
+    """
+    available = discover() if available is None else available
     unknown = set(names) - set(available)
     if unknown:
         raise SystemExit(f"unknown benchmarks {sorted(unknown)}; choose from {sorted(available)}")
@@ -115,7 +122,7 @@ def main(names: list[str]) -> int:
         rows.extend(got)
     print()
     print(table(rows))
-    out = Path(__file__).parent / "results" / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out = (out_dir or Path(__file__).parent / "results") / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(rows, indent=2, default=str))
     print(f"results: {out}")
