@@ -121,12 +121,13 @@ class ServerPool:
         """
         served = self._episodes.get(id(conn), 0) + 1
         self._episodes[id(conn)] = served
-        torn_down = conn.state == "ready" and await self._teardown(conn)
+        attempted = conn.state == "ready"  # a poisoned server gets its teardown try at retirement
+        torn_down = attempted and await self._teardown(conn)
         keep = torn_down and reusable and conn.state == "ready" and served < self._cap(conn.name)
         if keep and INIT_TOOL in conn.tools and conn.loop is self._loop:
             self._idle.setdefault(conn.name, []).append(conn)
         else:
-            await self._retire(conn, teardown=not torn_down)
+            await self._retire(conn, teardown=not attempted)
 
     async def aclose(self) -> None:
         """Retire every idle process and remove the pool's files; idempotent, never raises."""
