@@ -85,15 +85,19 @@ def build_sandbox(profile: Profile) -> SandboxFactory:
 async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | None = None) -> AsyncIterator[EpisodeRunner]:
     """An ``EpisodeRunner`` for ``policy`` with the profile's sandbox, user and grader.
 
-    The grading worker pool is created here unless one is passed, and closed on exit.
+    The grading worker pool is created here unless one is passed, and closed on exit,
+    as is the sandbox factory's warm server pool (when it has one).
     """
     own = grader is None
     if own:
         grader = TestRunner(max_workers=profile.grading.workers, timeout_s=profile.grading.timeout_s,
                             judge_config=profile.grading.judge_config())
+    sandboxes = build_sandbox(profile)
     try:
-        yield EpisodeRunner(policy, build_sandbox(profile), build_user_simulator(profile), grader, profile.episode)
+        yield EpisodeRunner(policy, sandboxes, build_user_simulator(profile), grader, profile.episode)
     finally:
+        if hasattr(sandboxes, "aclose"):
+            await sandboxes.aclose()
         if own:
             grader.close()
 

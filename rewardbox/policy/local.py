@@ -1,9 +1,14 @@
 """The local transformers policy: one worker thread, batched ``generate``.
 
 Episodes run concurrently on an asyncio loop and each awaits ``complete``.
-Requests go into a queue; a single worker thread takes up to
-``max_batch_size`` of them (waiting at most ``batch_wait_ms`` for company) and
-runs ONE left-padded ``model.generate`` for the batch. Each row keeps its own
+Requests go into a queue as they are (rendering and tokenising happen in the
+worker thread, off the event loop, so a burst of requests lands inside one
+gather window); a single worker thread waits at most ``batch_wait_ms`` for
+company after the first, tokenises the whole burst in one call, and runs ONE
+left-padded ``model.generate`` for up to ``max_batch_size`` waiting requests:
+the oldest, the others sharing its prompt prefix, then any others. Where the
+batch shares a long prefix its cached KV is reused (``prefix_cache``);
+otherwise it is a plain padded batch. Each row keeps its own
 temperature (a per-row logits processor; 0 means greedy) and its own token
 budget (a per-row stopping criterion), so mixed requests share a batch.
 Completions carry the exact prompt and completion token ids, so the trainer
@@ -18,7 +23,6 @@ import queue
 import random
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,7 @@ from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria,
 
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
+from rewardbox.policy.batching import Pending, choose_batch, fail, settle
 from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
 from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
@@ -65,24 +70,6 @@ class _PerRowBudget(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         produced = input_ids.shape[1] - self.prompt_len
         return torch.tensor([produced >= b for b in self.budgets], dtype=torch.bool, device=input_ids.device)
-
-
-@dataclass
-class _Pending:
-    request: ChatRequest
-    prompt_ids: list[int]
-    future: asyncio.Future
-    loop: asyncio.AbstractEventLoop
-    enqueued_s: float
-
-
-def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.done():
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
 
 
 def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -126,7 +113,8 @@ class LocalPolicy:
             checkpoint_dir: a Hugging Face directory (the base checkpoint or a merged one).
             adapter_dir: optional PEFT adapter directory, merged into the weights on load.
             max_batch_size: most requests per ``generate`` call.
-            batch_wait_ms: how long the worker waits for more requests after the first, ms.
+            batch_wait_ms: how long the worker waits for more requests after the first, ms
+                (it stops waiting once a full batch is queued).
             device, dtype: where and how the weights live.
             seed: seeds torch's global RNG before each batch (reproducible runs);
                 None leaves the RNG alone. A request's own ``seed`` wins.
@@ -162,7 +150,7 @@ class LocalPolicy:
         if adapter_dir is not None:
             self.load_adapter(adapter_dir)
         self._queue: queue.Queue = queue.Queue()
-        self._waiting: list[_Pending] = []
+        self._waiting: list[Pending] = []
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
         self._thread.start()
 
@@ -184,20 +172,17 @@ class LocalPolicy:
     async def complete(self, request: ChatRequest) -> Completion:
         """Queue one request and await its completion (batched with concurrent ones).
 
+        The prompt is rendered and tokenised in the worker thread, not here.
+
         Raises:
             EndpointError: generation failed (a system error; the episode is not scored).
             ContextLengthError: the prompt leaves no room in the context window
-                (the episode's own limit, checked here so it never fails a batch).
+                (the episode's own limit, checked per request so it never fails a batch).
         """
         if not self._thread.is_alive():
             raise EndpointError(f"local policy {self.name!r} is closed")
-        prompt = render_prompt(request.messages, request.tools)
-        prompt_ids = self.tokenizer(prompt, add_special_tokens=False).input_ids
-        if len(prompt_ids) >= self.context_tokens:
-            raise ContextLengthError(f"prompt of {len(prompt_ids)} tokens does not fit the context window "
-                                     f"({self.context_tokens} tokens) of {self.name!r}")
         loop = asyncio.get_running_loop()
-        pending = _Pending(request, list(prompt_ids), loop.create_future(), loop, time.perf_counter())
+        pending = Pending(request, None, loop.create_future(), loop, time.perf_counter())
         self._queue.put(pending)
         return await pending.future
 
@@ -217,11 +202,12 @@ class LocalPolicy:
             if stopping and not self._waiting:
                 return
 
-    def _collect(self, block: bool = True) -> tuple[list[_Pending], bool]:
-        """Take queued requests, then the oldest one plus those sharing its prompt prefix.
+    def _collect(self, block: bool = True) -> tuple[list[Pending], bool]:
+        """Take queued requests (tokenising them), then choose the next batch.
 
-        Requests with another prefix (another domain's system prompt) wait for a
-        later batch, so each batch can reuse one cached prefix (``prefix_cache``).
+        The batch is the oldest request, the others sharing its first
+        ``prefix_cache.min_tokens`` tokens (so a batch can reuse one cached
+        prefix), then any other waiting requests, up to ``max_batch_size``.
         """
         stop = False
         deadline = time.monotonic() + self.batch_wait_s
@@ -229,6 +215,8 @@ class LocalPolicy:
             try:
                 if block and not self._waiting:
                     item = self._queue.get()
+                elif len(self._waiting) >= self.max_batch_size:  # a full batch: take only what is queued
+                    item = self._queue.get_nowait()
                 else:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
@@ -237,16 +225,44 @@ class LocalPolicy:
                 stop = True
                 break
             self._waiting.append(item)
+        self._tokenize([p for p in self._waiting if p.prompt_ids is None])
+        self._waiting = [p for p in self._waiting if p.prompt_ids is not None]
         if not self._waiting:
             return [], stop
-        key = self._waiting[0].prompt_ids[: self.prefix_cache.min_tokens]
-        batch = [p for p in self._waiting if p.prompt_ids[: self.prefix_cache.min_tokens] == key]
-        batch = batch[: self.max_batch_size]
-        chosen = {id(p) for p in batch}
-        self._waiting = [p for p in self._waiting if id(p) not in chosen]
+        batch, self._waiting = choose_batch(self._waiting, self.max_batch_size, self.prefix_cache.min_tokens)
         return batch, stop
 
-    def _run_batch(self, batch: list[_Pending]) -> None:
+    def _tokenize(self, fresh: list[Pending]) -> None:
+        """Render and tokenise new requests in one tokenizer call; fail those that cannot run.
+
+        A prompt that leaves no room in the context window gets its
+        ``ContextLengthError`` alone; a request that cannot be rendered gets an
+        ``EndpointError``. Either way the request leaves the queue.
+        """
+        prompts: list[tuple[Pending, str]] = []
+        for pending in fresh:
+            try:
+                prompts.append((pending, render_prompt(pending.request.messages, pending.request.tools)))
+            except Exception as exc:  # noqa: BLE001 - a bad request fails alone, as a system error
+                fail(pending, EndpointError(f"cannot render the prompt: {type(exc).__name__}: {exc}"))
+        if not prompts:
+            return
+        try:
+            encoded = self.tokenizer([text for _, text in prompts], add_special_tokens=False).input_ids
+        except Exception as exc:  # noqa: BLE001 - a tokenizer fault is a system error of these requests
+            for pending, _ in prompts:
+                fail(pending, EndpointError(f"cannot tokenise the prompt: {type(exc).__name__}: {exc}"))
+            return
+        for (pending, _), ids in zip(prompts, encoded):
+            if len(ids) >= self.context_tokens:
+                fail(pending, ContextLengthError(
+                    f"prompt of {len(ids)} tokens does not fit the context window "
+                    f"({self.context_tokens} tokens) of {self.name!r}"))
+                pending.prompt_ids = None
+            else:
+                pending.prompt_ids = list(ids)
+
+    def _run_batch(self, batch: list[Pending]) -> None:
         batch = [p for p in batch if not p.future.cancelled()]
         if not batch:
             return
@@ -262,10 +278,7 @@ class LocalPolicy:
         for pending, (completion, error) in zip(batch, outcomes):
             if completion is not None:
                 completion.seconds = now - pending.enqueued_s
-            try:
-                pending.loop.call_soon_threadsafe(_resolve, pending.future, completion, error)
-            except RuntimeError:  # the caller's loop is gone; nobody is waiting
-                pass
+            settle(pending, completion, error)
 
     def generate_batch(self, requests: list[ChatRequest], prompt_ids: list[list[int]]) -> list[Completion]:
         """Run ONE batched ``generate`` for these requests (synchronous; the worker's step).

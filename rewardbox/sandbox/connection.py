@@ -1,4 +1,8 @@
-"""One MCP tool server for one episode: a spawned stdio process or a remote endpoint.
+"""One MCP tool server: a spawned stdio process or a remote endpoint.
+
+A connection serves one episode, or several in turn when a warm pool
+(``rewardbox.sandbox.pool``) lends it out; :meth:`ServerConnection.ping` is the
+pool's health check.
 
 A :class:`ServerConnection` owns the official ``mcp`` client for one server.
 The client's context (its transport task group) lives in a dedicated *owner
@@ -113,6 +117,7 @@ class ServerConnection:
         self.state: State = "new"
         self.tools: dict[str, mcp_types.Tool] = {}
         self.processes: list[TrackedProcess] = []
+        self.loop: asyncio.AbstractEventLoop | None = None  # the loop that owns the transport
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -151,6 +156,7 @@ class ServerConnection:
                 f"server {self.name!r}: could not connect after {self._attempt} attempt(s): {exc}"
             ) from exc.__cause__
         self.state = "ready"
+        self.loop = asyncio.get_running_loop()
 
     async def _connect_once(self) -> None:
         self._attempt += 1
@@ -248,23 +254,51 @@ class ServerConnection:
                 f"server {self.name!r} {what} during {tool!r}: {_describe(exc)}{self.stderr_tail()}"
             ) from exc
 
+    async def ping(self, timeout_s: float) -> bool:
+        """Health check of a live connection: running, owner task alive, ``tools/list`` answered.
+
+        ``tools/list`` rather than MCP ``ping``: ping exists only in the legacy
+        protocol mode, listing in every mode.
+
+        Args:
+            timeout_s: how long the round trip may take, seconds.
+
+        Returns:
+            True when the server answered in time; never raises.
+        """
+        if self.state != "ready" or self._client is None or self._task is None or self._task.done():
+            return False
+        if not all(p.is_alive() for p in self.processes):
+            return False
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self._client.list_tools()
+        except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
+            logger.info("server %s: health check failed: %s", self.name, _describe(exc))
+            return False
+        return True
+
     # ----- shutdown ------------------------------------------------------
-    async def shutdown(self, teardown_tool: str | None) -> None:
+    async def shutdown(self, teardown_tool: str | None, *, torn_down: bool = False) -> None:
         """Call the teardown tool if any (errors only logged), then end the server.
 
-        A healthy process gets ``exit_grace_s`` to exit after its stdin closes; a
-        poisoned one (a call timed out) is signalled at once. Either way: SIGTERM,
-        ``term_grace_s``, SIGKILL. Idempotent; never raises.
+        A server whose teardown succeeded (here, or earlier when ``torn_down``)
+        has released its episode state, so it is signalled at once; a healthy
+        server without a teardown tool gets up to ``exit_grace_s`` to exit after
+        its stdin closes; a poisoned one (a call timed out) is signalled at once.
+        Either way: SIGTERM, ``term_grace_s``, SIGKILL. No fixed wait: every
+        wait ends as soon as the process is gone. Idempotent; never raises.
         """
         if self.state == "closed":
             return
         if teardown_tool and teardown_tool in self.tools and self.state in ("ready", "poisoned"):
             try:
                 await self.call(teardown_tool, {}, self.timeouts.teardown_s)
+                torn_down = True
             except SandboxError as exc:
                 logger.warning("server %s: teardown failed: %s", self.name, exc)
         try:
-            await self._stop_attempt(graceful=self.state == "ready")
+            await self._stop_attempt(graceful=self.state == "ready" and not torn_down)
         except Exception:
             logger.exception("server %s: shutdown failed", self.name)
         finally:

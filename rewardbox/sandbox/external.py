@@ -5,12 +5,16 @@ The behaviour of a ThinkingBox Session Proxy session (docs/thinkingbox.md,
 ``mcp`` client:
 
 - one stdio MCP process per server per episode (``mcp-process``), or a
-  streamable-HTTP connection (``mcp-remote``);
+  streamable-HTTP connection (``mcp-remote``); with a :class:`ServerPool`
+  (``rewardbox.sandbox.pool``), a server that opts in with
+  ``episodes_per_process > 1`` gets a warm, health-checked process instead,
+  isolated by the same ``__reserved__teardown``/``__reserved__init`` pair;
 - ``world_state`` key order is the tool priority order: when two servers
   define the same tool name, the later one wins;
 - ``__reserved__*`` tools are hidden; ``__reserved__init`` is called on each
   server in order, ``__reserved__geteffects`` yields the terminal state,
-  ``__reserved__teardown`` runs at close (errors only logged);
+  ``__reserved__teardown`` runs at close (errors only logged), after which the
+  process is signalled at once (no exit grace to wait out) or returned to the pool;
 - every process is tracked by pid, dies with the worker (PDEATHSIG), and is
   reaped at close: SIGTERM, ``term_grace_s``, SIGKILL.
 
@@ -32,6 +36,7 @@ from typing import Any
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
 from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
+from rewardbox.sandbox.pool import ServerPool
 from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
 from rewardbox.sandbox.schema import clean_schema
@@ -46,6 +51,15 @@ TEARDOWN_TOOL = "__reserved__teardown"
 SERVER_TOOL = "__reserved__server_tool"
 
 
+class _Lease:
+    """A placeholder for a server to be taken from the pool during ``start``."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.processes: list = []
+        self.tools: dict = {}
+
+
 class ExternalSandbox:
     """One episode's tool servers from a servers.yaml (implements ``Sandbox``).
 
@@ -56,19 +70,25 @@ class ExternalSandbox:
         mode: ``mcp.Client`` protocol mode (``"legacy"`` suits mcp 1.x servers).
         session_id: passed to ``__reserved__init`` when its schema declares it;
             a fresh uuid4 hex by default.
+        pool: warm processes for the servers it ``reuses``; others are spawned
+            for this episode alone. ``None``: every process is fresh.
 
     Not shared between episodes; create a new one per episode (see
     ``rewardbox.sandbox.factory.build_sandbox_factory``).
     """
 
     def __init__(self, servers: ServersConfig | str | Path, *, timeouts: SandboxTimeouts | None = None,
-                 connect_attempts: int = 3, mode: str = "legacy", session_id: str | None = None):
+                 connect_attempts: int = 3, mode: str = "legacy", session_id: str | None = None,
+                 pool: ServerPool | None = None):
         self.config = servers if isinstance(servers, ServersConfig) else load_servers_config(servers)
         self.timeouts = timeouts or SandboxTimeouts()
         self.connect_attempts = connect_attempts
         self.mode = mode
         self.session_id = session_id or uuid.uuid4().hex
         self._conns: list[ServerConnection] = []
+        self._pool = pool
+        self._pooled: dict[str, ServerConnection] = {}  # server name -> connection leased from the pool
+        self._faulted = False  # start failed: leased processes are retired, not reused
         self._route: dict[str, ServerConnection] = {}
         self._available: list[str] = []
         self._workdir: Path | None = None
@@ -104,6 +124,7 @@ class ExternalSandbox:
             self._available = self._check_available(available_tools)
             return await self._init_all(world_state)
         except BaseException as exc:
+            self._faulted = True
             await self.close()
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"sandbox start failed: {type(exc).__name__}: {exc}") from exc
@@ -119,6 +140,9 @@ class ExternalSandbox:
                 server = self.config.get(name)
             except KeyError as exc:
                 raise SandboxError(exc.args[0]) from None
+            if self._pool is not None and self._pool.reuses(name):
+                conns.append(_Lease(name))
+                continue
             conns.append(ServerConnection(
                 name, server, workdir=self._workdir, timeouts=self.timeouts,
                 connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source,
@@ -131,7 +155,13 @@ class ExternalSandbox:
             if isinstance(result, BaseException):
                 raise result
 
-    async def _connect_one(self, conn: ServerConnection) -> None:
+    async def _connect_one(self, conn: ServerConnection | _Lease) -> None:
+        if isinstance(conn, _Lease):
+            assert self._pool is not None
+            leased = await self._pool.acquire(conn.name)
+            self._pooled[conn.name] = leased
+            self._conns[self._conns.index(conn)] = leased
+            return
         try:
             await conn.connect()
         finally:
@@ -230,16 +260,27 @@ class ExternalSandbox:
         await asyncio.shield(self._close_task)
 
     async def _close_all(self) -> None:
+        leased = set(map(id, self._pooled.values()))
         try:
-            await asyncio.gather(*(c.shutdown(TEARDOWN_TOOL) for c in self._conns), return_exceptions=True)
+            await asyncio.gather(*(self._end(c, id(c) in leased) for c in self._conns), return_exceptions=True)
         except Exception:
             logger.exception("sandbox close failed")
         finally:
             for conn in self._conns:
-                self._procs.extend(p for p in conn.processes if p not in self._procs)
+                if id(conn) not in leased and isinstance(conn, ServerConnection):
+                    self._procs.extend(p for p in conn.processes if p not in self._procs)
             kill_now(self._procs)
             if self._workdir is not None:
                 shutil.rmtree(self._workdir, ignore_errors=True)
+
+    async def _end(self, conn: ServerConnection | _Lease, leased: bool) -> None:
+        if isinstance(conn, _Lease):
+            return  # never connected (start failed first)
+        if leased:
+            assert self._pool is not None
+            await self._pool.release(conn, reusable=not self._faulted)
+        else:
+            await conn.shutdown(TEARDOWN_TOOL)
 
     # ----- introspection ----------------------------------------------------
     @property

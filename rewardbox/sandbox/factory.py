@@ -5,11 +5,15 @@ Kinds (docs/method.md, "Components"):
 - ``inprocess``: the embedded MCP servers in this process, one SQLite database
   per episode (``rewardbox.sandbox.inprocess.InProcessSandboxFactory``).
 - ``external``: servers from a ThinkingBox ``servers.yaml``, spawned per episode
-  over stdio or reached over streamable HTTP (:class:`ExternalSandbox`).
+  over stdio (or reused from a warm pool, for servers with
+  ``episodes_per_process > 1``) or reached over streamable HTTP
+  (:class:`ExternalSandbox` made by ``ExternalSandboxFactory``; await its
+  ``aclose()`` when the campaign ends).
 - ``proxy``: sessions on a running ThinkingBox Session Proxy (:class:`ProxySandbox`).
 
 Each factory is a zero-argument callable that returns a fresh, unstarted
-sandbox per episode; backends are imported lazily so an unused one costs nothing.
+sandbox per episode (a factory with an ``aclose`` coroutine holds resources
+across episodes and wants it awaited at the end); backends are imported lazily so an unused one costs nothing.
 """
 
 from __future__ import annotations
@@ -26,13 +30,13 @@ KINDS = ("external", "inprocess", "proxy")
 
 def _external(servers: str | Path | Any, timeouts: Any = None, **options: Any) -> Callable[[], Sandbox]:
     from rewardbox.sandbox.connection import SandboxTimeouts
-    from rewardbox.sandbox.external import ExternalSandbox
+    from rewardbox.sandbox.pool import ExternalSandboxFactory
     from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config
 
     config = servers if isinstance(servers, ServersConfig) else load_servers_config(servers)
     if isinstance(timeouts, dict):
         timeouts = SandboxTimeouts(**timeouts)
-    return functools.partial(ExternalSandbox, config, timeouts=timeouts, **options)
+    return ExternalSandboxFactory(config, timeouts=timeouts, **options)
 
 
 def _proxy(base_url: str, **options: Any) -> Callable[[], Sandbox]:

@@ -9,6 +9,7 @@ The shape follows ThinkingBox's ``ServersConfig`` (docs/thinkingbox.md, "Servers
         command: "{python} -m tb_business_ops_servers_202606.mcp_sandbox_external_retail"
         env: {TYPESENSE_API_KEY: Fake}
         cwd: ${THINKINGBOX_DATA}/servers        # optional
+        episodes_per_process: 1                  # optional (rewardbox): > 1 reuses a warm process
       search:
         type: mcp-remote
         endpoint: http://127.0.0.1:8000/mcp
@@ -43,6 +44,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+INTERNAL_EPISODES_PER_PROCESS = 100
 _ENV_REF = re.compile(r"\{env\[['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\]\}")
 
 
@@ -75,13 +77,20 @@ def substitute(text: str, *, field: str = "", path: str | Path = "<servers confi
 
 
 class ProcessServer(BaseModel):
-    """A stdio MCP server spawned once per episode (``type: mcp-process``)."""
+    """A stdio MCP server spawned per episode (``type: mcp-process``).
+
+    ``episodes_per_process`` (a rewardbox extension, default 1 = a fresh process
+    per episode as in ThinkingBox) lets a warm pool (``rewardbox.sandbox.pool``)
+    reuse one process for up to that many episodes. Set it above 1 only for a
+    server whose ``__reserved__init`` discards every earlier episode's state.
+    """
 
     model_config = ConfigDict(extra="forbid")
     type: Literal["mcp-process"]
     command: str | list[str]
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
     cwd: str | None = None
+    episodes_per_process: int = Field(default=1, ge=1)
 
     @field_validator("command")
     @classmethod
@@ -165,7 +174,9 @@ def internal_servers() -> dict[str, ProcessServer]:
 
     The analogue of ThinkingBox's ``use_internal_servers`` (which adds its own
     ``tb/tools/mcp_*.py``): each server in ``rewardbox.domains.registry`` runs
-    as ``{python} -m <its builder's module>``, which serves it on stdio.
+    as ``{python} -m <its builder's module>``, which serves it on stdio. Their
+    ``__reserved__init`` builds a fresh database, so a warm process may serve
+    ``INTERNAL_EPISODES_PER_PROCESS`` episodes.
     """
     from rewardbox.domains.registry import SERVER_BUILDERS
 
@@ -173,7 +184,7 @@ def internal_servers() -> dict[str, ProcessServer]:
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {
         name: ProcessServer(type="mcp-process", command=["{python}", "-m", target.partition(":")[0]],
-                            env={"PYTHONPATH": pythonpath})
+                            env={"PYTHONPATH": pythonpath}, episodes_per_process=INTERNAL_EPISODES_PER_PROCESS)
         for name, target in SERVER_BUILDERS.items()
     }
 

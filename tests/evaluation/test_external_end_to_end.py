@@ -106,7 +106,7 @@ class _ServerWatch:
 def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
     root = _dataset(tmp_path / "tb_retail")
     profile = _profile(root, tmp_path)
-    assert build_sandbox(profile).func.__name__ == "ExternalSandbox"
+    assert type(build_sandbox(profile)()).__name__ == "ExternalSandbox"
 
     candidates, benchmark = load_candidates(profile.tasks), load_benchmark(profile.tasks)
     assert [t.uid for t in candidates.tasks] == CANDIDATES and [t.uid for t in benchmark.tasks] == BENCHMARK

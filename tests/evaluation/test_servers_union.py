@@ -69,7 +69,7 @@ def test_profile_union_reads_the_profile_file_and_each_source_file(tmp_path):
     assert config.source == f"{profile_file.resolve()} + {(dataset / 'servers.yaml').resolve()}"
 
     factory = build_sandbox(_profile(None, source))
-    assert list(factory.args[0].servers) == ["shop"] and factory.keywords["timeouts"].tool_s == 7
+    assert list(factory.config.servers) == ["shop"] and factory.timeouts.tool_s == 7
 
 
 def test_profile_union_errors(tmp_path):
