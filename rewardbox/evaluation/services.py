@@ -101,7 +101,7 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
-    keep_results: bool = True,
+    keep_results: bool = True, on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
@@ -109,6 +109,7 @@ async def run_trials_async(
         keep_results: keep every full ``EpisodeResult`` (messages, effects with
             three database states: hundreds of KiB each); False keeps only the
             rows, so memory stays flat however many attempts run.
+        on_result: called with each finished attempt (e.g. ``DecodeResultSpool.write``).
 
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the full episode results, or ``[]``
@@ -119,6 +120,8 @@ async def run_trials_async(
 
     def progress(result: EpisodeResult) -> None:
         nonlocal done
+        if on_result is not None:
+            on_result(result)
         done += 1
         if log and (done % 10 == 0 or done == len(keys)):
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
