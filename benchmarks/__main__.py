@@ -1,4 +1,4 @@
-"""Run benchmarks: ``python -m benchmarks [sandbox_overhead] [grading] [generation]``."""
+"""Run benchmarks: ``python -m benchmarks [name ...]`` (names: the keys of ``BENCHMARKS``; none runs all)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,25 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import generation, grading, sandbox_overhead
+from benchmarks import (
+    campaign_bookkeeping,
+    generation,
+    grading,
+    inprocess_episode,
+    report_metrics,
+    sandbox_overhead,
+    selection_pool,
+)
 
-BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run}
+BENCHMARKS = {
+    "sandbox_overhead": sandbox_overhead.run,
+    "grading": grading.run,
+    "generation": generation.run,
+    "selection_pool": selection_pool.run,
+    "report_metrics": report_metrics.run,
+    "inprocess_episode": inprocess_episode.run,
+    "campaign_bookkeeping": campaign_bookkeeping.run,
+}
 
 
 def main(names: list[str]) -> None:

@@ -76,3 +76,25 @@ def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False
           f"(issue: +{ISSUE_KIB_PER_EPISODE}); RSS {start_kib / 1024:.0f} -> {result['rss_end_kib'] / 1024:.0f} MiB; "
           f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; load {result['loadavg']}")
     return result
+
+
+def write_rows(path: str, trials: int = 3) -> None:
+    """The 190 tasks x ``trials`` with the scripted golden-or-null mix; rows (uid, trial, reward, ...) to Parquet.
+
+    Run it on two checkouts and compare the files: the same rows mean no behaviour change.
+    """
+    from rewardbox.policy import build_policy
+    from rewardbox.policy.config import PolicyConfig
+
+    profile, tasks, _ = campaign_setup(0, 8)
+    keys = [(t.uid, trial) for t in tasks for trial in range(trials)]
+    policy = build_policy(PolicyConfig(kind="scripted_mix", golden_frac=0.5))
+    rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, profile, keys=keys))
+    rows.select("uid", "trial", "reward", "passed", "system_error", "finish_reason", "turns").sort("uid", "trial").write_parquet(path)
+    print(f"{rows.height} rows -> {path}")
+
+
+if __name__ == "__main__":
+    import sys
+
+    write_rows(sys.argv[1])
