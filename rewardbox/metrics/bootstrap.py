@@ -100,6 +100,7 @@ def paired_bootstrap(
     seed: int = 0,
     *,
     by_domain: bool = False,
+    domain_k_values: Sequence[int] | None = None,
 ) -> dict[str, Any]:
     """Percentile intervals of pass@1, pass@k, pass^k per policy and of tuned - base.
 
@@ -114,6 +115,7 @@ def paired_bootstrap(
         seed: seed of ``numpy.random.default_rng``.
         by_domain: add per-domain results, each from its own resamples of
             the domain's tasks (drawn after the overall ones, same generator).
+        domain_k_values: the k of the per-domain results (default ``k_values``).
 
     Returns:
         ``{"metrics": {name: {"base": (point, low, high) | None, "tuned": ...,
@@ -144,7 +146,8 @@ def paired_bootstrap(
     for domain in sorted(set(domains)) if by_domain else []:
         members = [uid for uid, d in zip(uids, domains) if d == domain]
         weights = _weights(len(members), resamples, rng)
-        out["domains"][domain] = _compare(base_counts, tuned_counts, members, weights, ks, alpha)
+        domain_ks = ks if domain_k_values is None else sorted({int(k) for k in domain_k_values if int(k) >= 1})
+        out["domains"][domain] = _compare(base_counts, tuned_counts, members, weights, domain_ks, alpha)
     return out
 
 

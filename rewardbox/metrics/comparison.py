@@ -5,8 +5,9 @@ Per task: ``P(p_tuned > p_base)`` under independent Jeffreys posteriors
 quadrature vectorised over tasks (:func:`rewardbox.metrics.intervals.prob_better_many`,
 within 1e-10 of adaptive quadrature).
 Overall: ``P(mean_i p_tuned,i > mean_i p_base,i)`` over the tasks both
-campaigns share and within each domain, by Monte Carlo with a fixed seed, all
-from one set of draws (:func:`rewardbox.metrics.intervals.prob_better_by_group`). Tasks present in
+campaigns share and within each domain, by inversion of the characteristic
+function, Monte Carlo with a fixed seed only where that cannot converge
+(:func:`rewardbox.metrics.intervals.prob_better_by_group`). Tasks present in
 only one campaign, or with no clean attempt in either, are left out and
 counted. This is the same model ``tb sbs`` uses (THINKINGBOX_FORMAT.md 5.2).
 """
@@ -31,8 +32,8 @@ def compare_counts(
         ``per_task``: a DataFrame sorted by uid with ``uid``, ``domain`` (if
         either side has it), ``base_n``, ``base_c``, ``tuned_n``, ``tuned_c``,
         ``prob_tuned_better``; ``overall_prob_tuned_better`` (None when no task
-        is shared); ``domain_prob_tuned_better`` (domain -> probability, from
-        the same draws; empty without a domain column); ``matched_tasks``; ``unmatched_tasks`` (uids in only one
+        is shared); ``domain_prob_tuned_better`` (domain -> probability;
+        empty without a domain column); ``matched_tasks``; ``unmatched_tasks`` (uids in only one
         campaign or without clean attempts in one); ``draws`` and ``seed``.
     """
     joined = _side(base_counts, "base").join(_side(tuned_counts, "tuned"), on="uid", how="inner").sort("uid")

@@ -12,8 +12,9 @@ METHOD_NOTES: tuple[str, ...] = (
     "Intervals of pass@1, pass@k, pass^k and of the change (tuned - base) are a paired task-level bootstrap: "
     "tasks are resampled with replacement, the same tasks for both policies (trials cluster by task, so a pooled "
     "Wilson interval would be too narrow); a change whose interval covers 0 is 'within noise'.",
-    "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): quadrature per task, "
-    "Monte Carlo (fixed seed, one set of draws for all tasks and each domain) for the mean over tasks.",
+    "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): quadrature per task; for the "
+    "mean over tasks, inversion of the characteristic function (Monte Carlo with a fixed seed only for a few "
+    "wide posteriors).",
     "Costs are token usage x a versioned price table: a comparative index, not an invoice.",
 )
 

@@ -110,7 +110,8 @@ def compute_reliability(
     k_values = sorted(set(k_values or range(1, k + 1)) | {1, k})
     base_counts, tuned_counts = task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows")
     comparison = compare_counts(base_counts, tuned_counts, draws=draws, seed=seed)
-    boot = paired_bootstrap(base_counts, tuned_counts, k_values, confidence, resamples, seed, by_domain=True)
+    boot = paired_bootstrap(base_counts, tuned_counts, k_values, confidence, resamples, seed, by_domain=True,
+                            domain_k_values=[k])
     return {
         "k": k,
         "k_values": k_values,
