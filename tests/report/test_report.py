@@ -141,3 +141,14 @@ def test_band_table_and_document():
     order = [doc.index(h) for h in ("## Overall", "![pass curves]", "## Per domain", "## Per task", "## Difficulty")]
     assert order == sorted(order)
     assert tables["per_task"] in doc
+
+
+def test_k_axis_has_integer_ticks_only():
+    from rewardbox.report import reliability_figure
+
+    base, tuned = summarise_campaign(BASE, [1, 2, 3, 4]), summarise_campaign(TUNED, [1, 2, 3, 4])
+    fig = reliability_figure(base, tuned)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks
