@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -32,6 +33,11 @@ def rss_kib() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise RuntimeError("VmRSS not found in /proc/self/status")
+
+
+def _cpu_s() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def campaign_setup(episodes: int, concurrency: int):
@@ -59,22 +65,25 @@ def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False
         samples.append((len(samples) * 10 + 10, rss_kib()))  # run_trials logs every 10 attempts
 
     start_kib = rss_kib()
+    cpu0 = _cpu_s()
     t0 = time.perf_counter()
     rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), profile, keys=keys, log=log,
                                                   **({} if keep_results else {"keep_results": False})))
     total_s = time.perf_counter() - t0
+    cpu_s = _cpu_s() - cpu0  # this process and its finished children (the grading workers): load-independent
     half = [s for s in samples if s[0] >= episodes // 2]
     slope = float(np.polyfit([s[0] for s in half], [s[1] for s in half], 1)[0]) if len(half) > 2 else float("nan")
     result = {"episodes": rows.height, "keep_results": keep_results, "total_s": total_s, "episodes_per_s": rows.height / total_s,
               "kib_per_episode": slope, "rss_start_kib": start_kib, "rss_end_kib": rss_kib(),
               "passed_frac": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
               "issue_episodes_per_s": ISSUE_EPISODES_PER_S, "ratio_vs_issue_rate": rows.height / total_s / ISSUE_EPISODES_PER_S,
-              "goal_s": GOAL_S, "loadavg": os.getloadavg()}
+              "cpu_s": cpu_s, "goal_s": GOAL_S, "loadavg": os.getloadavg()}
     print(f"campaign {rows.height:,} episodes (golden replay, in-process): {total_s:.1f} s, "
           f"{result['episodes_per_s']:.1f} episodes/s (issue: {ISSUE_EPISODES_PER_S}/s, ratio "
           f"{result['ratio_vs_issue_rate']:.2f}); memory {slope:+.1f} KiB/episode over the second half "
           f"(issue: +{ISSUE_KIB_PER_EPISODE}); RSS {start_kib / 1024:.0f} -> {result['rss_end_kib'] / 1024:.0f} MiB; "
-          f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; load {result['loadavg']}")
+          f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; CPU {cpu_s:.1f} s (this process "
+          f"and the grading workers); load {result['loadavg']}")
     return result
 
 
