@@ -7,9 +7,10 @@ port, one private SQLite database per server, so episodes never see each
 other's writes. Calls go straight to the SDK server's own ``list_tools`` and
 ``call_tool`` (``mcp.server.mcpserver.MCPServer``), the methods its JSON-RPC
 handlers wrap, with arguments converted to JSON-compatible values as the wire
-would (``pydantic_core.to_jsonable_python``); a JSON-RPC session over in-memory
-streams (``mcp.Client(server)``) gave the same results at about three times the
-cost of an episode's tool calls. The external sandbox speaks the full protocol. The lifecycle is the session proxy's (§2.2-2.3): ``start``
+would (``pydantic_core.to_jsonable_python``). A JSON-RPC session over in-memory
+streams (``mcp.Client(server)``) gives the same results but made a whole episode
+about twice as slow (measured); the external sandbox speaks the full protocol.
+The lifecycle is the session proxy's (§2.2-2.3): ``start``
 (build, list tools, check ``available_tools``, ``__reserved__init`` per server
 in order) -> ``call_tool``* -> ``get_effects`` -> ``close`` (``__reserved__teardown``).
 
