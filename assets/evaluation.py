@@ -8,7 +8,7 @@ from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
-from rewardbox.evaluation.interchange import export_decode_results
+from rewardbox.evaluation.decode_spool import DecodeResultSpool
 from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
@@ -23,16 +23,18 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
-    redo = repair_keys(rows, campaign_keys(tasks, k))
-    if redo:
-        context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
-        rows = merge_repair(rows, repaired)
-        latest = {(r.uid, r.trial): r for r in [*results, *repaired_results]}
-        results = [latest[key] for key in sorted(latest)]
-    decode_path = export_decode_results(results, tasks, rewardbox.path("evaluation", f"{context.asset_key.path[-1]}"
-                                                                       f"{'-' + context.partition_key if context.has_partition_key else ''}.jsonl"))
+    path = rewardbox.path("evaluation", f"{context.asset_key.path[-1]}"
+                                        f"{'-' + context.partition_key if context.has_partition_key else ''}.jsonl")
+    with DecodeResultSpool(tasks, path) as spool:  # rows stream to disk: memory stays flat over the campaign
+        rows, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info,
+                             keep_results=False, on_result=spool.write)
+        redo = repair_keys(rows, campaign_keys(tasks, k))
+        if redo:
+            context.log.info(f"repair run: {len(redo)} missing or system-error keys")
+            repaired, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo,
+                                     keep_results=False, on_result=spool.write)
+            rows = merge_repair(rows, repaired)
+        decode_path = spool.finish()
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),

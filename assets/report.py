@@ -6,6 +6,8 @@ import polars as pl
 
 from assets.metadata import md_image
 from resources.rewardbox import RewardboxResource
+from rewardbox.metrics.bootstrap import paired_bootstrap
+from rewardbox.metrics.rows import task_counts
 from rewardbox.report import (
     compute_reliability,
     format_reliability_tables,
@@ -40,6 +42,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
         "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
         "per_domain": dg.MetadataValue.md(tables["per_domain"]), "plot": md_image(png, "reliability"),
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
+        "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),
         "config_hash": profile.section_hash("report", "evaluation"),
     })
     return str(out)
@@ -48,11 +51,23 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
 @dg.asset_check(asset=reliability_report, additional_ins={"base_evaluation_results": dg.AssetIn(),
                                                           "evaluation_results": dg.AssetIn()})
 def tuned_not_worse_than_base(base_evaluation_results: pl.DataFrame, evaluation_results: pl.DataFrame) -> dg.AssetCheckResult:
-    """WARN: the tuned policy's pass@1 is below the base policy's on the held-out tasks."""
-    def rate(rows: pl.DataFrame) -> float:
-        clean = rows.filter(pl.col("system_error").is_null())
-        return float(clean["passed"].mean() or 0.0) if clean.height else 0.0
+    """WARN when the tuned policy's pass@1 is worse than the base's beyond noise on the held-out tasks.
 
-    base, tuned = rate(base_evaluation_results), rate(evaluation_results)
-    return dg.AssetCheckResult(passed=tuned >= base, severity=dg.AssetCheckSeverity.WARN,
-                               metadata={"base_pass_at_1": base, "tuned_pass_at_1": tuned})
+    The change (tuned - base) gets the report's 95% paired task-level bootstrap
+    interval (``rewardbox.metrics.bootstrap``, stratified by domain, same seed): "within noise" when it covers 0 (passes),
+    "improved" above 0 (passes), "worse" below 0 (fails).
+    """
+    boot = paired_bootstrap(task_counts(base_evaluation_results, "base evaluation rows"),
+                            task_counts(evaluation_results, "tuned evaluation rows"), [1], by_domain=True)
+    entry = boot["metrics"].get("pass_at_1")
+    if entry is None or entry["difference"] is None:
+        return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                   metadata={"verdict": "n/a", "reason": "no clean attempt in one of the campaigns"})
+    point, low, high = entry["difference"]
+    return dg.AssetCheckResult(
+        passed=entry["verdict"] != "worse", severity=dg.AssetCheckSeverity.WARN,
+        description=f"tuned - base pass@1 {100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}]: {entry['verdict']}",
+        metadata={"base_pass_at_1": entry["base"][0], "tuned_pass_at_1": entry["tuned"][0],
+                  "pass_at_1_change": point, "pass_at_1_change_low": low, "pass_at_1_change_high": high,
+                  "verdict": entry["verdict"], "tasks": boot["tasks"], "resamples": boot["resamples"],
+                  "seed": boot["seed"]})

@@ -31,7 +31,8 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
             context.log.warning(f"probe import left out {line}")
     else:
         policy = rewardbox.policy(base_checkpoint or None)
-        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)
+        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info,
+                             keep_results=False)  # rows only: memory stays flat over the probe
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,

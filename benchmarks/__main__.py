@@ -38,8 +38,8 @@ from typing import Any, Callable
 from benchmarks.rows import load
 from rewardbox import strict_json
 
-ORDER = ("selection", "report_metrics", "metrics", "campaign", "inprocess", "sandbox_overhead", "generation",
-         "grpo", "grpo_step", "grading")
+ORDER = ("selection_pool", "report_metrics", "campaign_bookkeeping", "inprocess_episode", "sandbox_overhead",
+         "generation", "grpo_step", "executor", "grading")
 NOT_BENCHMARKS = {"__main__", "rows"}
 
 

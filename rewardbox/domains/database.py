@@ -2,10 +2,11 @@
 
 Each ``EpisodeDatabase`` is an in-memory SQLite database on its own engine
 (``StaticPool``: one connection, usable from any thread), so no episode ever
-sees another's writes. The seeded schema is built once per domain and copied in
-with SQLite's backup API; the ``data_patch`` is then upserted by primary key
-(docs/thinkingbox.md, "Server effects and golden state", ``apply_data_patch``), with values coerced to the
-column types and every problem reported as ``DataPatchError`` naming the row.
+sees another's writes. Each task's database (the seeded schema with the task's
+``data_patch`` upserted by primary key, docs/thinkingbox.md, "Server effects and golden state", values coerced to
+the column types, every problem a ``DataPatchError`` naming the row) is prepared
+once per process with its canonical initial state, and copied into every
+episode database with SQLite's backup API.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
+import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -149,29 +152,44 @@ def apply_data_patch(engine: sa.Engine, metadata: sa.MetaData, patch: Mapping[st
 
 
 def _upsert_rows(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
-    """Update the rows whose primary key exists, insert the others (in batches)."""
+    """Update the rows whose primary key exists, insert the others, both in bulk.
+
+    Rows are grouped by their column set and each group runs as one
+    ``executemany`` (SQLAlchemy core); only when a group violates a constraint
+    are its rows retried one by one to name the offending row.
+    """
     pk_cols = list(table.primary_key.columns)
     existing = {tuple(r) for r in conn.execute(sa.select(*pk_cols))}
+    updates: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = {}
     inserts: dict[tuple[str, ...], list[tuple[int, dict[str, Any]]]] = {}
     for i, row in enumerate(rows):
-        where = f"data_patch.{table.name}[{i}]"
         missing = [c.name for c in pk_cols if row.get(c.name) is None]
         if missing:
-            raise DataPatchError(f"{where}: missing primary key column(s) {missing}")
+            raise DataPatchError(f"data_patch.{table.name}[{i}]: missing primary key column(s) {missing}")
         key = tuple(row[c.name] for c in pk_cols)
-        if key in existing:
-            cond = sa.and_(*[c == row[c.name] for c in pk_cols])
-            _guarded(conn, table.update().where(cond).values(**row), None, where)
-        else:
-            existing.add(key)
-            inserts.setdefault(tuple(sorted(row)), []).append((i, row))
+        target = updates if key in existing else inserts
+        existing.add(key)
+        target.setdefault(tuple(sorted(row)), []).append((i, row))
+    for columns, batch in updates.items():
+        pk_names = {c.name for c in pk_cols}
+        statement = table.update().where(*[c == sa.bindparam(f"pk_{c.name}") for c in pk_cols]).values(
+            {name: sa.bindparam(f"v_{name}") for name in columns if name not in pk_names})
+        params = [{**{f"pk_{c.name}": row[c.name] for c in pk_cols}, **{f"v_{k}": v for k, v in row.items()}}
+                  for _, row in batch]
+        if len(columns) > len(pk_names):  # a row naming only its key changes nothing
+            _bulk(conn, table, statement, list(zip([i for i, _ in batch], params)))
     for batch in inserts.values():
-        try:
-            with conn.begin_nested():
-                conn.execute(table.insert(), [row for _, row in batch])
-        except sa.exc.IntegrityError:  # find the offending row for the message
-            for i, row in batch:
-                _guarded(conn, table.insert(), row, f"data_patch.{table.name}[{i}]")
+        _bulk(conn, table, table.insert(), batch)
+
+
+def _bulk(conn: sa.Connection, table: sa.Table, statement: Any, batch: list[tuple[int, dict[str, Any]]]) -> None:
+    """``executemany`` of one statement; on a constraint violation, row by row to name the row."""
+    try:
+        with conn.begin_nested():
+            conn.execute(statement, [params for _, params in batch])
+    except sa.exc.IntegrityError:
+        for i, params in batch:
+            _guarded(conn, statement, params, f"data_patch.{table.name}[{i}]")
 
 
 def _guarded(conn: sa.Connection, statement: Any, params: dict[str, Any] | None, where: str) -> None:
@@ -182,25 +200,31 @@ def _guarded(conn: sa.Connection, statement: Any, params: dict[str, Any] | None,
         raise DataPatchError(f"{where}: {exc.orig}") from exc
 
 
-class _SeedTemplate:
-    """A seeded in-memory database, copied into each new episode database.
+class _DatabaseImage:
+    """A prepared in-memory database, copied into each new episode database.
 
-    Copying with SQLite's online backup API is much cheaper than creating the
-    schema and inserting the seed rows again; the copy is byte-identical.
+    Copying with SQLite's online backup API (``sqlite3.Connection.backup``) is
+    much cheaper than creating the schema and inserting rows again; the copy is
+    byte-identical and private to the episode.
     """
 
-    def __init__(self, domain: Domain):
+    def __init__(self, domain: Domain, source: _DatabaseImage | None = None,
+                 data_patch: Mapping[str, Any] | None = None):
         self.engine = new_engine()
         self.lock = threading.Lock()
-        domain.metadata.create_all(self.engine)
-        rows = domain.seed_rows()
-        with self.engine.begin() as conn:
-            for table in domain.metadata.sorted_tables:
-                coerced = [coerce_row(table, r, f"seed.{table.name}[{i}]")
-                           for i, r in enumerate(rows.get(table.name, []))]
-                if coerced:
-                    conn.execute(table.insert(), coerced)
-        self._proxy = self.engine.raw_connection()  # held for the template's lifetime
+        try:
+            if source is None:
+                _seed(domain, self.engine)
+            else:
+                source.copy_into(self.engine)
+                apply_data_patch(self.engine, domain.metadata, data_patch)
+        except BaseException:
+            self.engine.dispose()
+            raise
+        self.initial_state: State | None = None
+        self.golden: dict[str, Any] = {}
+        """Golden states replayed on this image, by interactions key (filled by ``rewardbox.domains.golden``)."""
+        self._proxy = self.engine.raw_connection()  # held for the image's lifetime
 
     def copy_into(self, engine: sa.Engine) -> None:
         target = engine.raw_connection()
@@ -210,22 +234,63 @@ class _SeedTemplate:
         finally:
             target.close()
 
+def _seed(domain: Domain, engine: sa.Engine) -> None:
+    domain.metadata.create_all(engine)
+    rows = domain.seed_rows()
+    with engine.begin() as conn:
+        for table in domain.metadata.sorted_tables:
+            coerced = [coerce_row(table, r, f"seed.{table.name}[{i}]") for i, r in enumerate(rows.get(table.name, []))]
+            if coerced:
+                conn.execute(table.insert(), coerced)
 
-_TEMPLATES: dict[tuple[int, int], _SeedTemplate] = {}
-_TEMPLATES_LOCK = threading.Lock()
+
+TASK_IMAGES_MAX = 256
+"""Prepared task databases kept per process (least recently used are dropped): memory stays bounded."""
+
+_SEEDS: dict[tuple[int, int], _DatabaseImage] = {}
+_TASK_IMAGES: OrderedDict[tuple[int, int, str], _DatabaseImage] = OrderedDict()
+_IMAGES_LOCK = threading.RLock()
 
 
-def _seed_template(domain: Domain) -> _SeedTemplate:
-    """The domain's seeded template, one per process (a forked worker builds its own)."""
-    key = (os.getpid(), id(domain))
-    with _TEMPLATES_LOCK:
-        if key not in _TEMPLATES:
-            _TEMPLATES[key] = _SeedTemplate(domain)
-        return _TEMPLATES[key]
+def patch_key(data_patch: Mapping[str, Any] | None) -> str:
+    """A canonical text key of a data patch (sorted JSON; non-JSON values by ``str``)."""
+    return json.dumps(data_patch or {}, sort_keys=True, default=str, separators=(",", ":"))
+
+
+def task_image(domain: Domain, data_patch: Mapping[str, Any] | None = None) -> _DatabaseImage:
+    """The prepared database of (domain, data patch): seed + patch applied once, initial state dumped once.
+
+    One per process (a forked worker builds its own), at most ``TASK_IMAGES_MAX``
+    task images plus one seed image per domain.
+
+    Raises:
+        DataPatchError: the patch is invalid (nothing is cached).
+    """
+    pid = os.getpid()
+    key = (pid, id(domain), patch_key(data_patch))
+    with _IMAGES_LOCK:
+        image = _TASK_IMAGES.get(key)
+        if image is not None:
+            _TASK_IMAGES.move_to_end(key)
+            return image
+        seed_key = (pid, id(domain))
+        if seed_key not in _SEEDS:
+            _SEEDS[seed_key] = _DatabaseImage(domain)
+        image = _DatabaseImage(domain, _SEEDS[seed_key], data_patch) if data_patch else _SEEDS[seed_key]
+        if image.initial_state is None:
+            image.initial_state = domain.dump(image.engine)
+        _TASK_IMAGES[key] = image
+        while len(_TASK_IMAGES) > TASK_IMAGES_MAX:  # an episode may still be copying it: freed when unreferenced
+            _TASK_IMAGES.popitem(last=False)
+        return image
 
 
 class EpisodeDatabase:
     """One episode's private database: schema, seed rows, then the task's data patch.
+
+    The database is a backup-API copy of the task's prepared image
+    (:func:`task_image`); ``initial_state`` is the image's canonical state,
+    dumped once per task and shared read-only (never mutate it).
 
     Raises:
         DataPatchError: the patch is invalid (the engine is disposed first).
@@ -235,11 +300,12 @@ class EpisodeDatabase:
         self.domain = domain
         self.engine = new_engine()
         try:
-            _seed_template(domain).copy_into(self.engine)
-            apply_data_patch(self.engine, domain.metadata, data_patch)
+            self.image = task_image(domain, data_patch)
+            self.image.copy_into(self.engine)
         except BaseException:
             self.engine.dispose()
             raise
+        self.initial_state: State = self.image.initial_state
 
     def dump(self) -> State:
         """The canonical state now."""

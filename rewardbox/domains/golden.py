@@ -10,11 +10,12 @@ reported as ``golden_error``, and the task must be treated as invalid.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
 from rewardbox.domains.base import DataPatchError, ToolRunner
-from rewardbox.domains.database import EpisodeDatabase
+from rewardbox.domains.database import EpisodeDatabase, task_image
 from rewardbox.grading.canonical import State, diff_states, primary_keys, state_hash
 
 def golden_interactions(golden_test_case: Any) -> list[dict[str, Any]]:
@@ -43,19 +44,35 @@ def build_golden_state(
 ) -> tuple[State | None, str | None]:
     """Replay the golden interactions on a fresh database (same seed, same patch).
 
+    The replay is deterministic (same tools, same starting database), so its
+    result is kept on the task's prepared image and reused by later episodes
+    of the task; the returned state is shared read-only.
+
     Returns:
         ``(golden_state, None)``, or ``(None, message)`` when an interaction
         fails: the golden state cannot be built and the task is invalid.
+
+    Raises:
+        DataPatchError: the data patch is invalid.
     """
-    db = EpisodeDatabase(runner.domain, data_patch)
-    try:
-        for i, item in enumerate(interactions):
-            payload, failed = runner.invoke(db.engine, item["tool"], item.get("parameters") or {})
-            if failed:
-                return None, f"golden interaction {i} ({item['tool']}) failed: {payload['error']}"
-        return db.dump(), None
-    finally:
-        db.dispose()
+    image = task_image(runner.domain, data_patch)
+    key = json.dumps(interactions, sort_keys=True, default=str)
+    cached = image.golden.get(key)
+    if cached is None:
+        db = EpisodeDatabase(runner.domain, data_patch)
+        try:
+            cached = image.golden[key] = _replay(runner, db, interactions)
+        finally:
+            db.dispose()
+    return cached
+
+
+def _replay(runner: ToolRunner, db: EpisodeDatabase, interactions: list[dict[str, Any]]) -> tuple[State | None, str | None]:
+    for i, item in enumerate(interactions):
+        payload, failed = runner.invoke(db.engine, item["tool"], item.get("parameters") or {})
+        if failed:
+            return None, f"golden interaction {i} ({item['tool']}) failed: {payload['error']}"
+    return db.dump(), None
 
 
 def compute_effects(

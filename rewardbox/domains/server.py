@@ -92,7 +92,7 @@ class EpisodeState:
         db = EpisodeDatabase(self.runner.domain, config.get("data_patch"))
         self.teardown()
         self.db, self.data_patch, self.interactions = db, config.get("data_patch"), interactions
-        self.initial_state = db.dump()
+        self.initial_state = db.initial_state  # dumped once per task (the prepared image)
         self._golden = None
 
     def ensure_db(self) -> EpisodeDatabase:

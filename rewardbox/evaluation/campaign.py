@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import polars as pl
 
@@ -38,37 +39,57 @@ async def run_campaign(
     *,
     concurrency: int = 8,
     on_result: Callable[[EpisodeResult], None] | None = None,
-) -> list[EpisodeResult]:
+    collect: Callable[[EpisodeResult], Any] | None = None,
+) -> list[Any]:
     """Run every key with at most ``concurrency`` episodes in flight.
+
+    ``concurrency`` workers take the next key as they finish one, so a campaign
+    holds only the episodes in flight and what ``collect`` keeps of each
+    finished one: memory stays flat over any number of keys when ``collect``
+    keeps a row rather than the whole result (its messages, effects, states).
 
     Args:
         tasks: the tasks the keys refer to (by uid).
         keys: ``(uid, trial)`` pairs to run.
         attempt_fn: runs one attempt (e.g. ``partial(run_attempt, runner)``).
         concurrency: episodes in flight; a batching local policy groups their completions.
-        on_result: called after each attempt (progress logging).
+        on_result: called after each attempt (progress logging, a journal).
+        collect: what to keep of each result (default: the ``EpisodeResult`` itself).
 
     Returns:
-        Results in key order. System errors are rows with ``system_error`` set.
+        ``collect(result)`` per key, in key order. System errors are results
+        with ``system_error`` set.
     """
     by_uid = {t.uid: t for t in tasks}
-    semaphore = asyncio.Semaphore(concurrency)
+    keys = list(keys)
+    kept: list[Any] = [None] * len(keys)
+    pending = iter(enumerate(keys))  # shared by the workers: each takes the next key
 
-    async def one(uid: str, trial: int) -> EpisodeResult:
-        async with semaphore:
+    async def worker() -> None:
+        for index, (uid, trial) in pending:
             result = await attempt_fn(by_uid[uid], trial)
-        if on_result is not None:
-            on_result(result)
-        return result
+            if on_result is not None:
+                on_result(result)
+            kept[index] = result if collect is None else collect(result)
 
-    return list(await asyncio.gather(*(one(uid, trial) for uid, trial in keys)))
+    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(keys))))))
+    return kept
 
 
 def results_frame(results: Sequence[EpisodeResult], tasks: Sequence[Task]) -> pl.DataFrame:
     """One row per attempt (schema ``ROW_SCHEMA``), domain taken from the task."""
     domain = {t.uid: t.domain for t in tasks}
-    rows = [{**r.to_row(), "domain": domain.get(r.uid, "")} for r in results]
-    return pl.DataFrame(rows, schema=ROW_SCHEMA)
+    return rows_frame([result_row(r, domain) for r in results])
+
+
+def result_row(result: EpisodeResult, domain: Mapping[str, str]) -> dict[str, Any]:
+    """The Parquet row of one attempt: ``EpisodeResult.to_row`` plus the task's domain (uid -> domain map)."""
+    return {**result.to_row(), "domain": domain.get(result.uid, "")}
+
+
+def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """Attempt rows (``result_row`` dicts) as a DataFrame with schema ``ROW_SCHEMA``."""
+    return pl.DataFrame(list(rows), schema=ROW_SCHEMA)
 
 
 def coverage_problems(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list[str]:

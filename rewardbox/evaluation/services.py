@@ -19,7 +19,7 @@ from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
-from rewardbox.evaluation.campaign import campaign_keys, results_frame, run_campaign
+from rewardbox.evaluation.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
 from rewardbox.sandbox.base import SandboxFactory
@@ -105,26 +105,40 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
+    keep_results: bool = True, on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
+    Args:
+        keep_results: keep every full ``EpisodeResult`` (messages, effects with
+            three database states: hundreds of KiB each); False keeps only the
+            rows, so memory stays flat however many attempts run.
+        on_result: called with each finished attempt (e.g. ``DecodeResultSpool.write``).
+
     Returns:
-        (rows in ``campaign.ROW_SCHEMA``, the full episode results).
+        (rows in ``campaign.ROW_SCHEMA``, the full episode results, or ``[]``
+        without ``keep_results``).
     """
     keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
     done = 0
 
     def progress(result: EpisodeResult) -> None:
         nonlocal done
+        if on_result is not None:
+            on_result(result)
         done += 1
         if log and (done % 10 == 0 or done == len(keys)):
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
                 f"finish={result.finish_reason}")
 
     async with episode_runner(profile, policy) as runner:
-        results = await run_campaign(tasks, keys, partial(run_attempt, runner),
-                                     concurrency=profile.episode.concurrency, on_result=progress)
-    return results_frame(results, tasks), results
+        domain = {t.uid: t.domain for t in tasks}
+        collected = await run_campaign(tasks, keys, partial(run_attempt, runner),
+                                       concurrency=profile.episode.concurrency, on_result=progress,
+                                       collect=None if keep_results else partial(result_row, domain=domain))
+    if not keep_results:
+        return rows_frame(collected), []
+    return results_frame(collected, tasks), collected
 
 
 def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile, **kwargs):

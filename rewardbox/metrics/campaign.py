@@ -21,6 +21,8 @@ Conventions (docs/method.md, "Metrics"):
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,11 +88,15 @@ def _pass_k_means(n_list: list[int], c_list: list[int], k_values: Sequence[int])
         if k > n_min:
             omitted[k] = f"k = {k} exceeds the smallest clean trial count n = {n_min}"
             continue
-        tasks = len(n_list)
-        at[k] = sum(pass_at_k(n, c, k) for n, c in zip(n_list, c_list)) / tasks
-        hat[k] = sum(pass_hat_k(n, c, k) for n, c in zip(n_list, c_list)) / tasks
-        plug[k] = sum(pass_hat_k_plugin(n, c, k) for n, c in zip(n_list, c_list)) / tasks
+        at[k], hat[k], plug[k] = _task_means(n_list, c_list, k)
     return {"pass_at_k": at, "pass_hat_k": hat, "pass_hat_k_plugin": plug, "omitted_k": omitted}
+
+
+def _task_means(n_list: list[int], c_list: list[int], k: int) -> tuple[float, float, float]:
+    """Means over tasks of pass@k, pass^k and the plug-in, each estimator evaluated once per distinct (n, c)."""
+    weight = Counter(zip(n_list, c_list))
+    sums = [math.fsum(m * fn(n, c, k) for (n, c), m in weight.items()) for fn in (pass_at_k, pass_hat_k, pass_hat_k_plugin)]
+    return sums[0] / len(n_list), sums[1] / len(n_list), sums[2] / len(n_list)
 
 
 def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> dict[str, Any]:

@@ -1,7 +1,13 @@
 """Report tables and plots: return values only, no file I/O."""
 
 from rewardbox.report.document import METHOD_NOTES, render_report_markdown
-from rewardbox.report.plots import PNG_MAGIC, band_histogram_png, reliability_png, training_curve_png
+from rewardbox.report.plots import (
+    PNG_MAGIC,
+    band_histogram_png,
+    reliability_figure,
+    reliability_png,
+    training_curve_png,
+)
 from rewardbox.report.tables import (
     band_table,
     compute_reliability,
@@ -18,6 +24,7 @@ __all__ = [
     "compute_reliability",
     "format_reliability_tables",
     "markdown_table",
+    "reliability_figure",
     "reliability_png",
     "reliability_tables",
     "render_report_markdown",

@@ -9,8 +9,12 @@ METHOD_NOTES: tuple[str, ...] = (
     "pass@k (at least one of k) and pass^k (all k) are unbiased per-task estimators "
     "1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) (tau-bench, arXiv 2406.12045), averaged over tasks, "
     "each task with its own clean trial count; the plug-in (c/n)^k is biased and labelled so.",
-    "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): exact per task, "
-    "Monte Carlo (fixed seed) for the mean over tasks.",
+    "Intervals of pass@1, pass@k, pass^k and of the change (tuned - base) are a paired task-level bootstrap: "
+    "tasks are resampled with replacement, the same tasks for both policies (trials cluster by task, so a pooled "
+    "Wilson interval would be too narrow); a change whose interval covers 0 is 'within noise'.",
+    "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): quadrature per task; for the "
+    "mean over tasks, inversion of the characteristic function (Monte Carlo with a fixed seed only for a few "
+    "wide posteriors).",
     "Costs are token usage x a versioned price table: a comparative index, not an invoice.",
 )
 

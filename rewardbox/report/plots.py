@@ -68,8 +68,13 @@ def reliability_png(summary_base: Mapping[str, Any], summary_tuned: Mapping[str,
             results (``pass_at_k`` and ``pass_hat_k`` dicts k -> fraction).
 
     Returns:
-        PNG bytes. Omitted k are simply not plotted.
+        PNG bytes of :func:`reliability_figure`. Omitted k are simply not plotted.
     """
+    return _png(reliability_figure(summary_base, summary_tuned))
+
+
+def reliability_figure(summary_base: Mapping[str, Any], summary_tuned: Mapping[str, Any]) -> Figure:
+    """The figure behind :func:`reliability_png`; the k axis has integer ticks only."""
     fig = Figure(figsize=(10, 4), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, key, title in (
@@ -81,12 +86,14 @@ def reliability_png(summary_base: Mapping[str, Any], summary_tuned: Mapping[str,
             if points:
                 ax.plot([p[0] for p in points], [100 * p[1] for p in points], style, label=label)
         ax.set_xlabel("k")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # k counts trials: no 2.5
         ax.set_ylabel("% of tasks")
         ax.set_ylim(0, 100)
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend()
-    return _png(fig)
+    FigureCanvasAgg(fig)
+    return fig
 
 
 def _step_columns(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:

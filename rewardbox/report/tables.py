@@ -3,8 +3,11 @@
 :func:`compute_reliability` gathers the numbers (campaign summaries, costs,
 per-task and overall P(tuned better)); :func:`format_reliability_tables` turns
 them into markdown; :func:`reliability_tables` does both. Rates print as
-percentages with two decimals; intervals are Wilson at ``confidence``; the
-plug-in pass^k is labelled as such; costs carry the price-table version.
+percentages with two decimals; intervals of pass@1, pass@k, pass^k and of the
+change (tuned - base) are the paired task-level bootstrap at ``confidence``
+(``rewardbox.metrics.bootstrap``), and a change reads "within noise" when its
+interval covers 0; the plug-in pass^k is labelled as such; costs carry the
+price-table version.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import polars as pl
 from rewardbox.metrics.campaign import NO_DOMAIN, summarise_counts
 from rewardbox.metrics.comparison import compare_counts
 from rewardbox.metrics.cost import PriceTable, campaign_cost
-from rewardbox.metrics.intervals import DEFAULT_DRAWS, prob_better_overall
+from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
+from rewardbox.metrics.intervals import DEFAULT_DRAWS
 from rewardbox.metrics.rows import task_counts
 from rewardbox.selection.difficulty import band_counts
 
@@ -77,6 +81,7 @@ def compute_reliability(
     confidence: float = 0.95,
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
+    resamples: int = DEFAULT_RESAMPLES,
 ) -> dict[str, Any]:
     """All numbers behind the reliability report.
 
@@ -86,13 +91,15 @@ def compute_reliability(
         price_table: prices for ``base_model`` and ``tuned_model``; None skips costs.
         base_model, tuned_model: model names looked up in ``price_table``.
         k_values: the k for curves; default 1..k.
-        confidence: Wilson interval level.
-        draws, seed: Monte Carlo settings of the overall P(tuned better).
+        confidence: level of the bootstrap (and Wilson) intervals.
+        draws, seed: Monte Carlo settings of P(tuned better); ``seed`` also seeds the bootstrap.
+        resamples: task-level bootstrap resamples.
 
     Returns:
         ``k``, ``k_values``, ``base`` / ``tuned`` (``summarise_counts`` dicts),
         ``base_cost`` / ``tuned_cost`` (``campaign_cost`` dicts or None),
-        ``comparison`` (``compare_counts``), ``per_domain`` (DataFrame),
+        ``comparison`` (``compare_counts``), ``bootstrap`` (``paired_bootstrap``
+        stratified by domain, with per-domain results), ``per_domain`` (DataFrame),
         ``price_table_version``.
 
     Raises:
@@ -103,6 +110,8 @@ def compute_reliability(
     k_values = sorted(set(k_values or range(1, k + 1)) | {1, k})
     base_counts, tuned_counts = task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows")
     comparison = compare_counts(base_counts, tuned_counts, draws=draws, seed=seed)
+    boot = paired_bootstrap(base_counts, tuned_counts, k_values, confidence, resamples, seed, by_domain=True,
+                            domain_k_values=[k])
     return {
         "k": k,
         "k_values": k_values,
@@ -111,7 +120,8 @@ def compute_reliability(
         "base_cost": campaign_cost(base_rows, price_table, base_model) if price_table else None,
         "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model) if price_table else None,
         "comparison": comparison,
-        "per_domain": _per_domain(base_counts, tuned_counts, comparison["per_task"], k, confidence, draws, seed),
+        "bootstrap": boot,
+        "per_domain": _per_domain(base_counts, tuned_counts, comparison, boot, k, confidence),
         "price_table_version": price_table.version if price_table else None,
     }
 
@@ -122,34 +132,37 @@ def _with_domain(counts: pl.DataFrame) -> pl.DataFrame:
     return counts.with_columns(pl.col("domain").cast(pl.Utf8).fill_null(NO_DOMAIN))
 
 
-def _per_domain(base_counts, tuned_counts, per_task, k, confidence, draws, seed) -> pl.DataFrame:
+def _per_domain(base_counts, tuned_counts, comparison, bootstrap, k, confidence) -> pl.DataFrame:
     base_counts, tuned_counts = _with_domain(base_counts), _with_domain(tuned_counts)
-    per_task = _with_domain(per_task)
     domains = sorted(set(base_counts["domain"].to_list()) | set(tuned_counts["domain"].to_list()))
+    by_domain = comparison["domain_prob_tuned_better"]
+    if not by_domain and comparison["overall_prob_tuned_better"] is not None:
+        by_domain = {NO_DOMAIN: comparison["overall_prob_tuned_better"]}
     records = []
     for domain in domains:
         record: dict[str, Any] = {"domain": domain}
-        for side, counts in (("base", base_counts), ("tuned", tuned_counts)):
-            summary = summarise_counts(counts.filter(pl.col("domain") == domain), [k], confidence)
+        sides = {side: counts.filter(pl.col("domain") == domain)
+                 for side, counts in (("base", base_counts), ("tuned", tuned_counts))}
+        boot = bootstrap["domains"].get(domain, {})
+        for side, counts in sides.items():
+            summary = summarise_counts(counts, [k], confidence)
             record[f"{side}_tasks"] = summary["tasks"]
             record[f"{side}_pass_at_1"] = summary["pass_at_1"]
-            record[f"{side}_pass_at_1_interval"] = summary["pass_at_1_interval"]
+            record[f"{side}_pass_at_1_interval"] = _ends(boot.get("pass_at_1", {}).get(side))
             record[f"{side}_pass_at_k"] = summary["pass_at_k"].get(k)
             record[f"{side}_pass_hat_k"] = summary["pass_hat_k"].get(k)
             record[f"{side}_all_pass_tasks"] = summary["observed_all_pass_tasks"]
-        shared = per_task.filter(pl.col("domain") == domain)
-        record["prob_tuned_better"] = (
-            prob_better_overall(
-                list(zip(shared["base_c"].to_list(), shared["base_n"].to_list())),
-                list(zip(shared["tuned_c"].to_list(), shared["tuned_n"].to_list())),
-                draws=draws,
-                seed=seed,
-            )
-            if shared.height
-            else None
-        )
+        change = boot.get("pass_at_1", {})
+        record["pass_at_1_change_interval"] = _ends(change.get("difference"))
+        record["pass_at_1_verdict"] = change.get("verdict", "n/a")
+        record["prob_tuned_better"] = by_domain.get(domain)
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None) if records else pl.DataFrame()
+
+
+def _ends(entry: tuple[float, float, float] | None) -> tuple[float, float]:
+    """``(low, high)`` of a bootstrap ``(point, low, high)``; no information -> ``(0, 1)``."""
+    return (0.0, 1.0) if entry is None else (entry[1], entry[2])
 
 
 def _pass_k_cell(summary: dict[str, Any], key: str, k: int) -> str:
@@ -163,25 +176,40 @@ def _all_pass_label(summary_base: dict[str, Any], summary_tuned: dict[str, Any],
     return f"observed {k}/{k} tasks" if equal else "tasks passing all their clean trials"
 
 
+def fmt_change(entry: dict[str, Any] | None) -> str:
+    """``+2.22 pts [+1.17, +3.27], improved`` from a bootstrap metric entry; ``""`` without one."""
+    if not entry or entry.get("difference") is None:
+        return ""
+    point, low, high = entry["difference"]
+    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {entry['verdict']}"
+
+
+def _boot_row(label: str, entry: dict[str, Any] | None, cells: tuple[str, str], change: str) -> tuple[str, str, str, str]:
+    """A table row with bootstrap intervals where the entry has them, else the given cells and change."""
+    if not entry:
+        return (label, *cells, change)
+    sides = [fmt_interval(e[0], (e[1], e[2])) if e else cell for e, cell in zip((entry["base"], entry["tuned"]), cells)]
+    return (label, *sides, fmt_change(entry) or change)
+
+
 def _overall_table(rel: dict[str, Any]) -> str:
     k, base, tuned = rel["k"], rel["base"], rel["tuned"]
+    boot = rel["bootstrap"]["metrics"]
+    level = f"{100 * base['confidence']:.0f}% task-level bootstrap"
     rows: list[tuple[str, str, str, str]] = [
         ("tasks (with a clean attempt)", str(base["tasks"]), str(tuned["tasks"]), ""),
         ("clean attempts", str(base["clean_attempts"]), str(tuned["clean_attempts"]), ""),
-        (
-            f"pass@1 ({100 * base['confidence']:.0f}% Wilson)",
-            fmt_interval(base["pass_at_1"], base["pass_at_1_interval"]),
-            fmt_interval(tuned["pass_at_1"], tuned["pass_at_1_interval"]),
-            _fmt_points(base["pass_at_1"], tuned["pass_at_1"]),
-        ),
+        _boot_row(f"pass@1 ({level})", boot.get("pass_at_1"), (NA, NA),
+                  _fmt_points(base["pass_at_1"], tuned["pass_at_1"])),
     ]
-    for key, label in (
-        ("pass_at_k", f"pass@{k} (at least one of {k}, unbiased)"),
-        ("pass_hat_k", f"pass^{k} (all {k}, unbiased)"),
-        ("pass_hat_k_plugin", f"pass^{k} plug-in (c/n)^{k}, biased"),
+    for key, boot_key, label in (
+        ("pass_at_k", f"pass_at_{k}", f"pass@{k} (at least one of {k}, unbiased)"),
+        ("pass_hat_k", f"pass_hat_{k}", f"pass^{k} (all {k}, unbiased)"),
+        ("pass_hat_k_plugin", None, f"pass^{k} plug-in (c/n)^{k}, biased"),
     ):
         change = _fmt_points(base[key].get(k), tuned[key].get(k))
-        rows.append((label, _pass_k_cell(base, key, k), _pass_k_cell(tuned, key, k), change))
+        cells = (_pass_k_cell(base, key, k), _pass_k_cell(tuned, key, k))
+        rows.append(_boot_row(label, boot.get(boot_key) if boot_key else None, cells, change))
     rows += [
         (
             _all_pass_label(base, tuned, k),
@@ -231,6 +259,7 @@ def _domain_table(rel: dict[str, Any]) -> str:
             "tasks (base/tuned)": f"{r['base_tasks']}/{r['tuned_tasks']}",
             "pass@1 base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
             "pass@1 tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
+            "pass@1 change": _fmt_change_cells(r),
             f"pass@{k} base": fmt_pct(r["base_pass_at_k"]),
             f"pass@{k} tuned": fmt_pct(r["tuned_pass_at_k"]),
             f"pass^{k} base": fmt_pct(r["base_pass_hat_k"]),
@@ -240,6 +269,14 @@ def _domain_table(rel: dict[str, Any]) -> str:
             "P(tuned better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
         })
     return markdown_table(pl.DataFrame(records)) if records else "(no tasks)"
+
+
+def _fmt_change_cells(r: dict[str, Any]) -> str:
+    if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
+        return NA
+    low, high = r["pass_at_1_change_interval"]
+    point = r["tuned_pass_at_1"] - r["base_pass_at_1"]
+    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {r['pass_at_1_verdict']}"
 
 
 def _task_table(rel: dict[str, Any]) -> str:

@@ -1,10 +1,16 @@
-"""The in-process sandbox: embedded MCP servers connected with ``mcp.Client(server)``.
+"""The in-process sandbox: embedded MCP servers called through their SDK methods.
 
 For each server of a task's ``world_state`` (key order = tool priority; a later
 server wins a name clash, docs/thinkingbox.md, "Servers") a FRESH server is built
-from ``rewardbox.domains.registry`` and connected in-process: no subprocess, no
+from ``rewardbox.domains.registry`` and called in-process: no subprocess, no
 port, one private SQLite database per server, so episodes never see each
-other's writes. The lifecycle is the session proxy's (docs/thinkingbox.md, "Session Proxy", "Reserved tools"): ``start``
+other's writes. Calls go straight to the SDK server's own ``list_tools`` and
+``call_tool`` (``mcp.server.mcpserver.MCPServer``), the methods its JSON-RPC
+handlers wrap, with arguments converted to JSON-compatible values as the wire
+would (``pydantic_core.to_jsonable_python``). A JSON-RPC session over in-memory
+streams (``mcp.Client(server)``) gives the same results but made a whole episode
+about twice as slow (measured); the external sandbox speaks the full protocol.
+The lifecycle is the session proxy's (docs/thinkingbox.md, "Session Proxy", "Reserved tools"): ``start``
 (build, list tools, check ``available_tools``, ``__reserved__init`` per server
 in order) -> ``call_tool``* -> ``get_effects`` -> ``close`` (``__reserved__teardown``).
 
@@ -18,8 +24,9 @@ Errors:
       not exist`` before reaching the sandbox; reaching here is a caller bug.
     * A tool's own ``{"error": ...}`` output is ordinary text, returned as is.
       Embedded servers report every tool-level error that way (invalid
-      arguments included), so an MCP result flagged ``is_error`` means the tool
-      crashed: that is a ``SandboxError`` too.
+      arguments included), so an MCP result flagged ``is_error``, or an
+      exception out of the server's ``call_tool`` (which its JSON-RPC handler
+      would turn into ``is_error``), means the tool crashed: a ``SandboxError`` too.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mcp import Client
+from pydantic_core import to_jsonable_python
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
@@ -47,42 +54,15 @@ class UnknownToolError(LookupError):
 
 
 class _Connection:
-    """One in-process MCP client, entered and exited by its own background task.
+    """One embedded server of the episode and the names of its reserved tools."""
 
-    The SDK client holds anyio task groups that must be exited by the task that
-    entered them; owning it in a dedicated task lets ``close`` run from any task.
-    """
-
-    def __init__(self, name: str):
+    def __init__(self, name: str, server: Any):
         self.name = name
-        self.client: Client | None = None
+        self.server: Any | None = server
         self.reserved: set[str] = set()
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task | None = None
 
-    async def open(self, server: Any) -> None:
-        ready: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._run(server, ready), name=f"mcp-inprocess-{self.name}")
-        self.client = await ready
-
-    async def _run(self, server: Any, ready: asyncio.Future) -> None:
-        try:
-            async with Client(server) as client:
-                ready.set_result(client)
-                await self._stop.wait()
-        except BaseException as exc:  # boundary: hand the fault to open(), or log it on exit
-            if not ready.done():
-                ready.set_exception(exc)
-            else:
-                logger.warning("in-process MCP client %s ended with %r", self.name, exc)
-
-    async def close(self, timeout_s: float) -> None:
-        self._stop.set()
-        if self._task is not None:
-            _done, pending = await asyncio.wait({self._task}, timeout=timeout_s)
-            for task in pending:  # a client that does not exit in time is cancelled
-                task.cancel()
-        self.client = None
+    def close(self) -> None:
+        self.server = None
 
 
 class InProcessSandbox:
@@ -121,26 +101,26 @@ class InProcessSandbox:
             raise SandboxError(str(exc)) from exc
 
     async def _call(self, conn: _Connection, name: str, arguments: dict[str, Any]) -> Any:
-        if conn.client is None:
+        if conn.server is None:
             raise SandboxError(f"server {conn.name!r} is not connected")
         try:
-            return await asyncio.wait_for(conn.client.call_tool(name, arguments), self.call_timeout_s)
+            call = conn.server.call_tool(name, to_jsonable_python(arguments))
+            return await asyncio.wait_for(call, self.call_timeout_s)
         except asyncio.TimeoutError as exc:
             raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s") from exc
-        except Exception as exc:  # transport / protocol faults are system errors
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} failed: {type(exc).__name__}: {exc}") from exc
+        except Exception as exc:  # the JSON-RPC handler would answer is_error: the tool crashed
+            raise SandboxError(f"server {conn.name!r}: tool {name!r} crashed: {type(exc).__name__}: {exc}") from exc
 
     async def _connect(self, server: str) -> None:
-        conn = _Connection(server)
-        self._connections[server] = conn
         try:
-            await conn.open(self._builder(server)())
-            listing = await asyncio.wait_for(conn.client.list_tools(), self.call_timeout_s)
+            conn = _Connection(server, self._builder(server)())
+            self._connections[server] = conn
+            listing = await asyncio.wait_for(conn.server.list_tools(), self.call_timeout_s)
         except SandboxError:
             raise
         except Exception as exc:
             raise SandboxError(f"server {server!r} could not start: {type(exc).__name__}: {exc}") from exc
-        for tool in listing.tools:
+        for tool in listing:
             if tool.name.startswith(RESERVED_PREFIX):
                 conn.reserved.add(tool.name)
                 continue
@@ -233,12 +213,12 @@ class InProcessSandbox:
             return
         self._closed = True
         for server, conn in self._connections.items():
-            if conn.client is not None and RESERVED_PREFIX + "teardown" in conn.reserved:
+            if conn.server is not None and RESERVED_PREFIX + "teardown" in conn.reserved:
                 try:
-                    await asyncio.wait_for(conn.client.call_tool(RESERVED_PREFIX + "teardown", {}), 10.0)
+                    await asyncio.wait_for(conn.server.call_tool(RESERVED_PREFIX + "teardown", {}), 10.0)
                 except Exception as exc:  # boundary: teardown errors are only logged (docs: "Reserved tools")
                     logger.warning("teardown of %s failed: %r", server, exc)
-            await conn.close(timeout_s=10.0)
+            conn.close()
 
 
 class InProcessSandboxFactory:

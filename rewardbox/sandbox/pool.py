@@ -4,7 +4,7 @@ Spawning a Python MCP server costs an interpreter start, its imports and the
 MCP handshake (0.6 s idle, 1.8-2.8 s on a loaded 2-core machine); one episode's
 tool calls cost milliseconds. A :class:`ServerPool` keeps each server process
 alive after its episode and hands it to the next one, using the reserved-tool
-protocol that already isolates episodes (THINKINGBOX_FORMAT.md §2.3):
+protocol that already isolates episodes (docs/thinkingbox.md, "Reserved tools"):
 
 - at the end of an episode the pool calls ``__reserved__teardown``; only a
   server that answered it, is still ``ready`` (no timed-out or crashed call)

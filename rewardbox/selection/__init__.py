@@ -7,6 +7,8 @@ from rewardbox.selection.bands import (
     TIE_TOLERANCE,
     SelectionConfig,
     assign_band,
+    band_indices,
+    band_mass_matrix,
     band_masses,
 )
 from rewardbox.selection.difficulty import DIFFICULTY_COLUMNS, band_counts, task_difficulty, training_pool
@@ -19,6 +21,8 @@ __all__ = [
     "TIE_TOLERANCE",
     "SelectionConfig",
     "assign_band",
+    "band_indices",
+    "band_mass_matrix",
     "band_counts",
     "band_masses",
     "task_difficulty",

@@ -15,7 +15,10 @@ easy        [0.60, 0.90) yes
 too_easy    [0.90, 1]    no
 =========== ============ ================
 
-The task gets the band holding the largest posterior mass. **Ties** go to the
+The task gets the band holding the largest posterior mass. Masses are the
+regularised incomplete beta function ``I_x(a, b)`` (``scipy.special.betainc``,
+the function behind ``scipy.stats.beta.cdf``) at the cut points, evaluated once
+per distinct (k, n) pair and vectorised over tasks (:func:`band_mass_matrix`). **Ties** go to the
 harder band: masses within ``TIE_TOLERANCE`` (absolute, 1e-12, well above the
 ~1e-16 rounding of ``scipy.stats.beta.cdf`` differences and far below any real
 difference between bands) of the maximum count as tied, and the first of them
@@ -29,8 +32,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from scipy import stats
+from scipy import special
 
 BANDS: tuple[str, ...] = ("too_hard", "hard", "medium", "easy", "too_easy")
 """The five difficulty bands, hardest first."""
@@ -52,6 +56,66 @@ def _validate_boundaries(boundaries: Sequence[float]) -> tuple[float, ...]:
     return values
 
 
+def _check_count_arrays(k: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    k_arr, n_arr = np.asarray(k), np.asarray(n)
+    if k_arr.shape != n_arr.shape or k_arr.ndim != 1:
+        raise ValueError(f"k and n must be 1-d arrays of one length, got shapes {k_arr.shape} and {n_arr.shape}")
+    for name, arr in (("k", k_arr), ("n", n_arr)):
+        if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"{name} must hold integer counts, got dtype {arr.dtype}")
+    k_arr, n_arr = k_arr.astype(np.int64), n_arr.astype(np.int64)
+    bad = np.flatnonzero((n_arr < 0) | (k_arr < 0) | (k_arr > n_arr))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"need 0 <= k <= n, got k={k_arr[i]}, n={n_arr[i]} at position {i} ({bad.size} bad)")
+    return k_arr, n_arr
+
+
+def band_mass_matrix(
+    k: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int], boundaries: Sequence[float] = DEFAULT_BOUNDARIES
+) -> np.ndarray:
+    """Posterior band masses of many tasks at once, shape ``(tasks, len(BANDS))``.
+
+    The Jeffreys posterior ``Beta(k + 1/2, n - k + 1/2)`` is evaluated with
+    ``scipy.special.betainc`` once per distinct (k, n) pair (probes have few:
+    at most (n + 1)(n + 2)/2 for n <= n_max) and broadcast back to the tasks.
+
+    Args:
+        k: clean successes per task, integer array of shape ``(tasks,)``.
+        n: clean probe trials per task (system errors excluded), same shape.
+        boundaries: four strictly increasing cut points in (0, 1).
+
+    Returns:
+        float64 array; row i holds the masses of ``BANDS`` (hardest first), summing to 1.
+
+    Raises:
+        ValueError: non-integer or out-of-range counts (names the first bad
+            position), mismatched shapes, or bad boundaries.
+    """
+    cuts = np.asarray(_validate_boundaries(boundaries))
+    k_arr, n_arr = _check_count_arrays(k, n)
+    pairs, inverse = np.unique(np.stack([k_arr, n_arr], axis=1), axis=0, return_inverse=True)
+    a = pairs[:, 0] + JEFFREYS_PRIOR
+    b = pairs[:, 1] - pairs[:, 0] + JEFFREYS_PRIOR
+    cdf = special.betainc(a[:, None], b[:, None], cuts[None, :])
+    edges = np.concatenate([np.zeros((len(pairs), 1)), cdf, np.ones((len(pairs), 1))], axis=1)
+    masses = np.maximum(np.diff(edges, axis=1), 0.0)
+    return masses[inverse.reshape(-1)]
+
+
+def band_indices(masses: np.ndarray) -> np.ndarray:
+    """Index into ``BANDS`` of each row's largest mass; ties (``TIE_TOLERANCE``) go to the harder band.
+
+    Args:
+        masses: ``(tasks, len(BANDS))`` array from :func:`band_mass_matrix`.
+
+    Returns:
+        int64 array of shape ``(tasks,)``.
+    """
+    top = masses.max(axis=1, keepdims=True)
+    return np.argmax(masses >= top - TIE_TOLERANCE, axis=1).astype(np.int64)
+
+
 def band_masses(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> dict[str, float]:
     """Posterior mass of each band under ``Beta(k + 1/2, n - k + 1/2)``.
 
@@ -69,13 +133,8 @@ def band_masses(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
     """
     if isinstance(k, bool) or isinstance(n, bool) or int(k) != k or int(n) != n:
         raise ValueError(f"k and n must be integer counts, got k={k!r}, n={n!r}")
-    k, n = int(k), int(n)
-    if n < 0 or not 0 <= k <= n:
-        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
-    cuts = _validate_boundaries(boundaries)
-    cdf = stats.beta(k + JEFFREYS_PRIOR, n - k + JEFFREYS_PRIOR).cdf(cuts)
-    edges = [0.0, *(float(v) for v in cdf), 1.0]
-    return {band: max(0.0, edges[i + 1] - edges[i]) for i, band in enumerate(BANDS)}
+    row = band_mass_matrix([int(k)], [int(n)], boundaries)[0]
+    return {band: float(value) for band, value in zip(BANDS, row)}
 
 
 def assign_band(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> str:
@@ -93,9 +152,8 @@ def assign_band(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
     Raises:
         ValueError: counts out of range or bad boundaries.
     """
-    masses = band_masses(k, n, boundaries)
-    top = max(masses.values())
-    return next(band for band in BANDS if masses[band] >= top - TIE_TOLERANCE)
+    masses = np.array([list(band_masses(k, n, boundaries).values())])
+    return BANDS[int(band_indices(masses)[0])]
 
 
 class SelectionConfig(BaseModel):

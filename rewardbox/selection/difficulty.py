@@ -8,10 +8,11 @@ infrastructure faults, not evidence that the task is hard.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from rewardbox.metrics.rows import task_counts
-from rewardbox.selection.bands import BANDS, JEFFREYS_PRIOR, SelectionConfig, assign_band, band_masses
+from rewardbox.selection.bands import BANDS, JEFFREYS_PRIOR, SelectionConfig, band_indices, band_mass_matrix
 
 DIFFICULTY_COLUMNS = (
     "uid",
@@ -46,25 +47,22 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
     """
     config = config or SelectionConfig()
     counts = task_counts(probe_rows, "probe rows")
-    records = []
-    for row in counts.iter_rows(named=True):
-        n, k = row["n"], row["c"]
-        masses = band_masses(k, n, config.boundaries)
-        record = {"uid": row["uid"]}
-        if "domain" in counts.columns:
-            record["domain"] = row["domain"]
-        band = assign_band(k, n, config.boundaries) if n >= config.min_clean_trials else None
-        record.update(
-            n=n,
-            k=k,
-            system_errors=row["system_errors"],
-            posterior_mean=(k + JEFFREYS_PRIOR) / (n + 2 * JEFFREYS_PRIOR),
-            band=band,
-        )
-        record.update({f"mass_{name}": value for name, value in masses.items()})
-        records.append(record)
-    schema = _difficulty_schema("domain" in counts.columns)
-    return pl.DataFrame(records, schema=schema)
+    n, k = counts["n"].to_numpy(), counts["c"].to_numpy()
+    masses = band_mass_matrix(k, n, config.boundaries)
+    bands = np.asarray(BANDS, dtype=object)[band_indices(masses)]
+    bands[n < config.min_clean_trials] = None
+    with_domain = "domain" in counts.columns
+    columns = {
+        "uid": counts["uid"],
+        **({"domain": counts["domain"]} if with_domain else {}),
+        "n": counts["n"],
+        "k": counts["c"],
+        "system_errors": counts["system_errors"],
+        "posterior_mean": (k + JEFFREYS_PRIOR) / (n + 2 * JEFFREYS_PRIOR),
+        "band": pl.Series(bands.tolist(), dtype=pl.Utf8),
+        **{f"mass_{name}": masses[:, i] for i, name in enumerate(BANDS)},
+    }
+    return pl.DataFrame(columns, schema=_difficulty_schema(with_domain))
 
 
 def _difficulty_schema(with_domain: bool) -> dict[str, pl.DataType]:

@@ -56,11 +56,14 @@ def test_overall_table_numbers():
     # pass@1: base 6/12, tuned 9/12.
     assert _row(overall, "pass@1")[1].startswith("50.00% [")
     assert _row(overall, "pass@1")[2].startswith("75.00% [")
-    assert _row(overall, "pass@1")[3] == "+25.00 pts"
+    # Three tasks: the paired task-level bootstrap cannot tell +25 pts from noise.
+    assert _row(overall, "pass@1")[0] == "pass@1 (95% task-level bootstrap)"
+    assert _row(overall, "pass@1")[3].startswith("+25.00 pts [")
+    assert _row(overall, "pass@1")[3].endswith(", within noise")  # three tasks: resamples disagree
     # pass@4 at k = n: tasks solved at least once; base a, c; tuned a, b, c.
-    assert _row(overall, "pass@4")[1:3] == ["66.67%", "100.00%"]
+    assert [cell.split(" [")[0] for cell in _row(overall, "pass@4")[1:3]] == ["66.67%", "100.00%"]
     # pass^4 at k = n: observed 4/4 share; base c; tuned a.
-    assert _row(overall, "pass^4 (all")[1:3] == ["33.33%", "33.33%"]
+    assert [cell.split(" [")[0] for cell in _row(overall, "pass^4 (all")[1:3]] == ["33.33%", "33.33%"]
     # plug-in (c/n)^4: base (0.0625 + 0 + 1)/3; tuned (1 + 0.0625 + 0.3164)/3.
     plug = _row(overall, "pass^4 plug-in")
     assert plug[1:3] == [f"{100 * 1.0625 / 3:.2f}%", f"{100 * (1 + 0.0625 + 0.75 ** 4) / 3:.2f}%"]
@@ -81,6 +84,7 @@ def test_domain_and_task_tables():
     retail = _row(tables["per_domain"], "retail")
     assert retail[1] == "2/2"
     assert retail[2].startswith("25.00%") and retail[3].startswith("75.00%")
+    assert retail[4] == "+50.00 pts [+50.00, +50.00], improved"  # both retail tasks gained 2 of 4: every resample agrees
     task_a = _row(tables["per_task"], "a")
     assert task_a[1:4] == ["retail", "2/4", "4/4"]
     assert float(task_a[4]) > 0.9
@@ -137,3 +141,14 @@ def test_band_table_and_document():
     order = [doc.index(h) for h in ("## Overall", "![pass curves]", "## Per domain", "## Per task", "## Difficulty")]
     assert order == sorted(order)
     assert tables["per_task"] in doc
+
+
+def test_k_axis_has_integer_ticks_only():
+    from rewardbox.report import reliability_figure
+
+    base, tuned = summarise_campaign(BASE, [1, 2, 3, 4]), summarise_campaign(TUNED, [1, 2, 3, 4])
+    fig = reliability_figure(base, tuned)
+    fig.canvas.draw()
+    for ax in fig.axes:
+        ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert ticks and all(float(t).is_integer() for t in ticks), ticks

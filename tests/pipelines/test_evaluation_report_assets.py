@@ -1,0 +1,46 @@
+"""Evaluation and report assets on the ``test`` profile with scripted policies (no model): rows, JSONL, check."""
+
+from __future__ import annotations
+
+import json
+
+import dagster as dg
+import polars as pl
+
+
+def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_interval(tmp_path):
+    from assets import evaluation, report, tasks
+    from resources.io import ParquetIOManager
+    from resources.rewardbox import RewardboxResource
+
+    @dg.asset(name="base_checkpoint")
+    def base_checkpoint() -> str:  # scripted policies need no weights
+        return ""
+
+    @dg.asset(name="merged_checkpoint")
+    def merged_checkpoint() -> str:
+        return ""
+
+    modules = [tasks, evaluation, report]
+    assets = [a for a in dg.load_assets_from_modules(modules)
+              if any(k.to_user_string() in {"candidate_tasks", "benchmark_tasks", "base_evaluation_results",
+                                            "evaluation_results", "reliability_report"} for k in a.keys)]
+    checks = [c for c in dg.load_asset_checks_from_modules(modules)
+              if any(k.name in {"tuned_not_worse_than_base", "base_evaluation_coverage", "evaluation_coverage"}
+                     for k in c.check_keys)]
+    resources = {
+        "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
+    }
+    result = dg.materialize([*assets, base_checkpoint, merged_checkpoint, *checks], resources=resources,
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    rows = pl.read_parquet(tmp_path / "assets" / "evaluation_results.parquet")
+    decode = [json.loads(line) for line in (tmp_path / "test" / "evaluation" / "evaluation_results.jsonl").read_text().splitlines()]
+    assert [(d["uid"], d["metadata"]["repetition"]) for d in decode] == sorted(zip(rows["uid"], rows["trial"]))
+    check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tuned_not_worse_than_base")
+    assert check.metadata["verdict"].value in {"within noise", "improved", "worse"}
+    assert check.passed == (check.metadata["verdict"].value != "worse")
+    report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
+    assert "task-level bootstrap" in report_md and "pass@1 change" in report_md
