@@ -49,6 +49,22 @@ class TaskFormatError(ValueError):
         self.field = field
 
 
+class TaskSetLoadError(ValueError):
+    """A task set failed to load under its load policy (not a system error).
+
+    Raised instead of returning a silently smaller set. ``errors`` holds one
+    ``"<file>:<line> (field ...): <message>"`` string per broken file or test.
+    """
+
+    def __init__(self, split: str, errors: list[str], reason: str):
+        shown = "\n".join(f"  {e}" for e in errors[:50])
+        more = f"\n  ... and {len(errors) - 50} more" if len(errors) > 50 else ""
+        super().__init__(f"{split} task set did not load ({reason}):\n{shown}{more}")
+        self.split = split
+        self.errors = list(errors)
+        self.reason = reason
+
+
 class ContextLengthError(Exception):
     """The conversation no longer fits the policy's context window.
 
