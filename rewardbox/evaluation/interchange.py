@@ -213,6 +213,8 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
         "rewardbox_finish_reason": result.finish_reason,
         "rewardbox_attempts": result.attempts,
+        "rewardbox_system_error_kind": result.system_error_kind,
+        "rewardbox_retried_system_error_kinds": list(result.retried_system_error_kinds),
         "rewardbox_domain": task.domain,
     }
     if decode_error:
@@ -319,6 +321,9 @@ def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]
         "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
         **tokens, "seconds": float(seconds or 0.0),
         "attempts": int(metadata.get("rewardbox_attempts") or 1),
+        "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
+        else ("system_error" if system_error is not None else None),
+        "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],
     }
 
 

@@ -126,9 +126,11 @@ class InProcessSandbox:
         try:
             return await asyncio.wait_for(conn.client.call_tool(name, arguments), self.call_timeout_s)
         except asyncio.TimeoutError as exc:
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s") from exc
+            raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s",
+                               cause="timeout") from exc
         except Exception as exc:  # transport / protocol faults are system errors
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} failed: {type(exc).__name__}: {exc}") from exc
+            raise SandboxError(f"server {conn.name!r}: tool {name!r} failed: {type(exc).__name__}: {exc}",
+                               cause="crash") from exc
 
     async def _connect(self, server: str) -> None:
         conn = _Connection(server)
@@ -201,7 +203,7 @@ class InProcessSandbox:
         server = self._routes[name]
         result = await self._call(self._connections[server], name, dict(arguments))
         if getattr(result, "is_error", False):
-            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}")
+            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}", cause="crash")
         return first_text(result)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:
