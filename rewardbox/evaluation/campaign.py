@@ -72,6 +72,24 @@ def results_frame(results: Sequence[EpisodeResult], tasks: Sequence[Task]) -> pl
     return pl.DataFrame(rows, schema=ROW_SCHEMA)
 
 
+def system_error_counts(rows: pl.DataFrame) -> dict[str, int]:
+    """System errors per kind: the kinds of rows still in error plus those of retried tries.
+
+    A retried fault is counted even when its attempt was then scored, so a run's
+    metadata shows every infrastructure fault it met, not only the unrepaired ones.
+
+    Returns:
+        ``{kind: count}`` sorted by kind; ``{}`` when the run met none.
+    """
+    kinds: list[str] = []
+    if "system_error_kind" in rows.columns:
+        final = rows.filter(pl.col("system_error").is_not_null())["system_error_kind"].fill_null("system_error")
+        kinds += final.to_list()
+    if "retried_system_error_kinds" in rows.columns:
+        kinds += rows["retried_system_error_kinds"].explode().drop_nulls().to_list()
+    return dict(sorted(Counter(kinds).items()))
+
+
 def coverage_problems(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list[str]:
     """Every expected (uid, trial) exactly once and none unexpected; [] means complete."""
     expected = set(expected)

@@ -20,6 +20,7 @@ from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
 from rewardbox.evaluation.campaign import campaign_keys, results_frame, run_campaign
+from rewardbox.evaluation.journal import CampaignJournal
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
 from rewardbox.sandbox.base import SandboxFactory
@@ -101,25 +102,40 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
+    journal: CampaignJournal | None = None, grader: TestRunner | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
+    With a ``journal``, keys that already have a clean row there are not run
+    again (resume after a crash), every finished attempt is made durable at
+    once, and the rows returned are the journal's: one per expected key.
+    ``grader`` replaces the profile's grading worker pool (not closed here).
+
     Returns:
-        (rows in ``campaign.ROW_SCHEMA``, the full episode results).
+        (rows in ``campaign.ROW_SCHEMA``, the episode results run by this call).
     """
-    keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    keys = journal.todo(expected) if journal is not None else expected
+    if journal is not None and log and len(keys) < len(expected):
+        log(f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
+    domain = {t.uid: t.domain for t in tasks}
     done = 0
 
     def progress(result: EpisodeResult) -> None:
         nonlocal done
+        if journal is not None:
+            journal.append({**result.to_row(), "domain": domain.get(result.uid, "")})
         done += 1
         if log and (done % 10 == 0 or done == len(keys)):
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
                 f"finish={result.finish_reason}")
 
-    async with episode_runner(profile, policy) as runner:
+    async with episode_runner(profile, policy, grader) as runner:
         results = await run_campaign(tasks, keys, partial(run_attempt, runner),
                                      concurrency=profile.episode.concurrency, on_result=progress)
+    if journal is not None:
+        journal.flush()
+        return journal.rows(expected), results
     return results_frame(results, tasks), results
 
 
