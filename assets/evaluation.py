@@ -1,14 +1,24 @@
 """Benchmark evaluation: base and tuned policies, tasks x k trials, with coverage gates."""
 
 
+from functools import partial
+
 import dagster as dg
 import polars as pl
 
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
-from rewardbox.evaluation.interchange import export_decode_results
+from rewardbox.evaluation.campaign import (
+    ROW_SCHEMA,
+    campaign_keys,
+    coverage_problems,
+    merge_repair,
+    repair_keys,
+    system_error_counts,
+)
+from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
+from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
@@ -19,25 +29,32 @@ PARQUET = "parquet_io_manager"
 def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
+    Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
+    (same config, tasks and checkpoint); the journal is removed once the rows are complete.
     Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
+    name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
+    config_hash = profile.section_hash("evaluation", "policy", "episode")
+    journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
+                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
+    run = partial(run_trials, tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
+                  journal_extra=lambda result, task: {"decode_result": decode_result_json(result, task)})
+    rows, _ = run(log=context.log.info)
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
-        rows = merge_repair(rows, repaired)
-        latest = {(r.uid, r.trial): r for r in [*results, *repaired_results]}
-        results = [latest[key] for key in sorted(latest)]
-    decode_path = export_decode_results(results, tasks, rewardbox.path("evaluation", f"{context.asset_key.path[-1]}"
-                                                                       f"{'-' + context.partition_key if context.has_partition_key else ''}.jsonl"))
+        rows = merge_repair(rows, run(keys=redo)[0])
+    decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
+    rows = rows.drop("decode_result")
+    journal.discard()
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
-        "config_hash": profile.section_hash("evaluation", "policy", "episode"), "input_hash": tasks_hash(tasks),
+        "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
     return rows
 

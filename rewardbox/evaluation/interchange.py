@@ -86,6 +86,21 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
     return path
 
 
+def decode_result_json(result: EpisodeResult, task: Task) -> str:
+    """One ``DecodeResult`` JSONL line (without the newline), as ``export_decode_results`` writes it."""
+    return json.dumps(decode_result_row(result, task), ensure_ascii=False, default=str)
+
+
+def write_decode_lines(lines: Sequence[str], path: str | os.PathLike) -> Path:
+    """Write ``DecodeResult`` JSONL lines (from :func:`decode_result_json`) atomically; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
     """One ``DecodeResult`` as a JSON-ready dict (every §5.1 field present)."""
     decode_error = result.system_error is not None and not _is_test_error(result)

@@ -21,8 +21,10 @@ appending to the same directory would each see the other's keys as done.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
+import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -116,11 +118,31 @@ class CampaignJournal:
         clean_first = frame.sort(["uid", "trial", pl.col("system_error").is_null(), "_order"])
         return clean_first.unique(["uid", "trial"], keep="last", maintain_order=True).drop("_order")
 
+    def discard(self) -> None:
+        """Delete the journal (after its rows were stored elsewhere); a later campaign starts afresh."""
+        self._buffer.clear()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
     def todo(self, expected: Sequence[tuple[str, int]]) -> list[tuple[str, int]]:
         """Expected keys without a clean row (missing, or a system error), in ``expected`` order."""
         frame = self.all_rows().filter(pl.col("system_error").is_null())
         done = set(zip(frame["uid"].to_list(), frame["trial"].to_list()))
         return [key for key in expected if key not in done]
+
+
+def campaign_journal(root: str | os.PathLike, name: str, identity: Sequence[str],
+                     schema: Mapping[str, Any]) -> CampaignJournal:
+    """The journal of one campaign: ``<root>/<name>-<hash of identity>``, opened.
+
+    Args:
+        root: the directory holding campaign journals.
+        name: the campaign's name (asset and partition).
+        identity: what makes two runs the same campaign (config hash, input
+            hash, checkpoint); a change starts a new journal instead of resuming.
+        schema: the row schema.
+    """
+    digest = hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
+    return CampaignJournal.open(Path(root) / f"{name}-{digest}", schema)
 
 
 def _fsync_dir(directory: Path) -> None:

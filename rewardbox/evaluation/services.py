@@ -103,6 +103,7 @@ async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
     journal: CampaignJournal | None = None, grader: TestRunner | None = None,
+    journal_extra: Callable[[EpisodeResult, Task], dict] | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
@@ -110,6 +111,8 @@ async def run_trials_async(
     again (resume after a crash), every finished attempt is made durable at
     once, and the rows returned are the journal's: one per expected key.
     ``grader`` replaces the profile's grading worker pool (not closed here).
+    ``journal_extra(result, task)`` adds columns to each journal row (e.g. the
+    attempt's DecodeResult JSON, so an export after a resume is complete).
 
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the episode results run by this call).
@@ -118,13 +121,14 @@ async def run_trials_async(
     keys = journal.todo(expected) if journal is not None else expected
     if journal is not None and log and len(keys) < len(expected):
         log(f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
-    domain = {t.uid: t.domain for t in tasks}
+    by_uid = {t.uid: t for t in tasks}
     done = 0
 
     def progress(result: EpisodeResult) -> None:
         nonlocal done
         if journal is not None:
-            journal.append({**result.to_row(), "domain": domain.get(result.uid, "")})
+            extra = journal_extra(result, by_uid[result.uid]) if journal_extra else {}
+            journal.append({**result.to_row(), "domain": by_uid[result.uid].domain, **extra})
         done += 1
         if log and (done % 10 == 0 or done == len(keys)):
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
