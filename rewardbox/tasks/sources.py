@@ -127,7 +127,8 @@ def check_load_policy(loaded: LoadedTasks, split: str, on_error: str = "fail", m
     if not loaded.errors:
         return
     if on_error == "fail":
-        raise TaskSetLoadError(split, loaded.errors, f"{loaded.failed} task(s) failed to load; policy on_error=fail")
+        raise TaskSetLoadError(split, loaded.errors, f"{len(loaded.errors)} load error(s), {loaded.failed} task(s) "
+                               "not loaded; policy on_error=fail")
     if loaded.unreadable_sources:
         raise TaskSetLoadError(split, loaded.errors, f"unreadable source(s) {loaded.unreadable_sources}")
     if loaded.failed_frac > max_skipped_frac:
