@@ -1,8 +1,6 @@
 """Benchmark evaluation: base and tuned policies, tasks x k trials, with coverage gates."""
 
 
-from functools import partial
-
 import dagster as dg
 import polars as pl
 
@@ -26,6 +24,11 @@ GROUP = "evaluation"
 PARQUET = "parquet_io_manager"
 
 
+def _decode_column(result, task: Task) -> dict[str, str]:
+    """The attempt's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
+    return {"decode_result": decode_result_json(result, task)}
+
+
 def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
@@ -39,13 +42,15 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
                                {**ROW_SCHEMA, "decode_result": pl.Utf8})
-    run = partial(run_trials, tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
-                  journal_extra=lambda result, task: {"decode_result": decode_result_json(result, task)})
-    rows, _ = run(log=context.log.info)
+    def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
+        return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
+                          journal_extra=_decode_column, **kwargs)[0]
+
+    rows = run(log=context.log.info)
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        rows = merge_repair(rows, run(keys=redo)[0])
+        rows = merge_repair(rows, run(keys=redo))
     decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
     rows = rows.drop("decode_result")
     journal.discard()
