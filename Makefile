@@ -40,7 +40,9 @@ test: setup
 test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not slow"
 
-# The Dagster web UI over the same instance: graph, lineage, metadata, checks.
+# The Dagster web UI over the same instance: graph, lineage, metadata, checks, and the daemon that ticks
+# the sensors and schedule (they start stopped; see README). The dagster.yaml warning it prints is
+# expected: the file is copied into $(DAGSTER_HOME), and that copy is the one Dagster reads.
 dev: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster dev -w workspace.yaml
 

@@ -7,8 +7,16 @@ import polars as pl
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
-from rewardbox.evaluation.decode_spool import DecodeResultSpool
+from rewardbox.evaluation.campaign import (
+    ROW_SCHEMA,
+    campaign_keys,
+    coverage_problems,
+    merge_repair,
+    repair_keys,
+    system_error_counts,
+)
+from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
+from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
@@ -16,30 +24,42 @@ GROUP = "evaluation"
 PARQUET = "parquet_io_manager"
 
 
+def _decode_column(result, task: Task) -> dict[str, str]:
+    """The attempt's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
+    return {"decode_result": decode_result_json(result, task)}
+
+
 def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
+    Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
+    (same config, tasks and checkpoint); the journal is removed once the rows are complete.
     Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    path = rewardbox.path("evaluation", f"{context.asset_key.path[-1]}"
-                                        f"{'-' + context.partition_key if context.has_partition_key else ''}.jsonl")
-    with DecodeResultSpool(tasks, path) as spool:  # rows stream to disk: memory stays flat over the campaign
-        rows, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info,
-                             keep_results=False, on_result=spool.write)
-        redo = repair_keys(rows, campaign_keys(tasks, k))
-        if redo:
-            context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-            repaired, _ = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo,
-                                     keep_results=False, on_result=spool.write)
-            rows = merge_repair(rows, repaired)
-        decode_path = spool.finish()
+    name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
+    config_hash = profile.section_hash("evaluation", "policy", "episode")
+    journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
+                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
+    def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
+        return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
+                          journal_extra=_decode_column, keep_results=False, **kwargs)[0]
+
+    rows = run(log=context.log.info)
+    redo = repair_keys(rows, campaign_keys(tasks, k))
+    if redo:
+        context.log.info(f"repair run: {len(redo)} missing or system-error keys")
+        rows = merge_repair(rows, run(keys=redo))
+    decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
+    rows = rows.drop("decode_result")
+    journal.discard()
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
-        "config_hash": profile.section_hash("evaluation", "policy", "episode"), "input_hash": tasks_hash(tasks),
+        "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
     return rows
 

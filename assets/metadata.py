@@ -27,6 +27,16 @@ def md_image(png: bytes, alt: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
+# Dagster's UI (1.13) shows a markdown metadata value in place when it is shorter than this;
+# a longer one sits behind a "[Show Markdown]" button.
+INLINE_MD_LIMIT = 1000
+
+
+def md_inline(markdown: str) -> dict[str, dg.MetadataValue]:
+    """``{"plot_inline": markdown}`` when it is short enough to show in place, else ``{}``."""
+    return {"plot_inline": dg.MetadataValue.md(markdown)} if len(markdown) < INLINE_MD_LIMIT else {}
+
+
 def tasks_hash(tasks: Iterable[Task]) -> str:
     """Short SHA-256 over the tasks' uids and content hashes (the input identity)."""
     digest = hashlib.sha256()

@@ -4,7 +4,7 @@
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_image
+from assets.metadata import md_image, md_inline
 from resources.rewardbox import RewardboxResource
 from rewardbox.metrics.bootstrap import paired_bootstrap
 from rewardbox.metrics.rows import task_counts
@@ -14,6 +14,7 @@ from rewardbox.report import (
     reliability_png,
     render_report_markdown,
 )
+from rewardbox.report.inline_svg import reliability_svg, svg_markdown
 
 GROUP = "report"
 
@@ -41,6 +42,8 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     context.add_output_metadata({
         "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
         "per_domain": dg.MetadataValue.md(tables["per_domain"]), "plot": md_image(png, "reliability"),
+        **md_inline(svg_markdown(reliability_svg(base, tuned), "pass@k, pass^k")),
+        "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
         "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),
         "config_hash": profile.section_hash("report", "evaluation"),

@@ -6,7 +6,9 @@ import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
+from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.evaluation.interchange import import_infer_report
+from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
@@ -31,13 +33,17 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
             context.log.warning(f"probe import left out {line}")
     else:
         policy = rewardbox.policy(base_checkpoint or None)
+        identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint]
+        journal = campaign_journal(rewardbox.path("campaigns", "probe_results").parent, "probe_results", identity,
+                                   ROW_SCHEMA)  # a killed probe run resumes where it stopped
         rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info,
-                             keep_results=False)  # rows only: memory stays flat over the probe
+                             journal=journal, keep_results=False)  # rows only: memory stays flat over the probe
+        journal.discard()
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
         "pass_rate": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })
     return rows

@@ -14,20 +14,29 @@ GROUP = "tasks"
 
 
 def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:
-    """A broken task file names file, line and field; the other tasks still load."""
+    """Tasks left out under a ``skip`` load policy: each names its file, line and field.
+
+    A load that the policy refuses raises ``TaskSetLoadError`` instead: the step
+    fails, nothing is stored, and the last good materialization stays current.
+    """
     for error in errors:
-        context.log.warning(f"task file skipped: {error}")
+        context.log.warning(f"task left out (candidate_loading.on_error=skip): {error}")
 
 
 @dg.asset(group_name=GROUP)
 def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
-    """Training candidates; anything in the benchmark split is excluded by uid and content hash."""
+    """Training candidates; anything in the benchmark split is excluded by uid and content hash.
+
+    Broken task files follow ``tasks.candidate_loading``: ``fail`` (default) fails this asset with
+    every file and line named; ``skip`` leaves them out up to ``max_skipped_frac`` and lists them.
+    """
     profile = rewardbox.load()
     loaded = load_candidates(profile.tasks)
     _log_load_errors(context, loaded.errors)
     context.add_output_metadata({
         "tasks": len(loaded.tasks), "per_domain": per_domain(loaded.tasks),
         "excluded_as_benchmark": len(loaded.excluded), "load_errors": dg.MetadataValue.json(loaded.errors),
+        "failed_to_load": loaded.failed, "load_policy": dg.MetadataValue.json(profile.tasks.candidate_loading.model_dump()),
         "table": md_table(tasks_frame(loaded.tasks)), "config_hash": profile.section_hash("tasks"),
         "input_hash": tasks_hash(loaded.tasks),
     })
@@ -38,13 +47,13 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
     """The held-out evaluation set: valid tasks only (invalid ones are reported by uid).
 
-    A benchmark task that could not be graded (a system error while screening,
-    e.g. test code importing what the grader lacks) fails the asset, listed by
-    uid and cause: a benchmark never shrinks silently.
+    Strict: a benchmark task file that fails to load fails this asset (file and
+    line in the error), and a benchmark task that could not be graded (a system
+    error while screening, e.g. test code importing what the grader lacks) fails
+    the asset, listed by uid and cause: a benchmark never shrinks silently.
     """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    _log_load_errors(context, loaded.errors)
     valid, report = screen_tasks(loaded.tasks, profile)
     failures = ungradable(report)
     if failures:

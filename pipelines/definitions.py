@@ -18,7 +18,7 @@ from pipelines.partitions import checkpoint_partitions
 from resources.io import ParquetIOManager
 from resources.rewardbox import RewardboxResource
 from rewardbox.config.profile import load_profile
-from rewardbox.tasks.sources import load_benchmark, resolve_dataset
+from rewardbox.tasks.sources import load_benchmark, load_candidates, resolve_dataset
 from sensors.checkpoints import build_checkpoint_sensor
 from sensors.schedules import build_reprobe_schedule
 from sensors.task_source import build_task_source_sensor, fingerprint_task_source
@@ -35,7 +35,10 @@ def _incoming_dir() -> Path:
 
 
 def _benchmark_version() -> str:
-    """Version of the benchmark task set: hash of its uids and content hashes."""
+    """Version of the benchmark task set: hash of its uids and content hashes.
+
+    Raises TaskSetLoadError when the benchmark does not load (the sensor then launches nothing).
+    """
     loaded = load_benchmark(_profile().tasks)
     digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in loaded.tasks)).encode())
     return digest.hexdigest()[:12]
@@ -68,7 +71,8 @@ defs = dg.Definitions(
         build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=_incoming_dir,
                                 task_set_version_fn=_benchmark_version, validate_fn=_validate_checkpoint,
                                 job=checkpoint_evaluation_job),
-        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint, job=rescreen_job),
+        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint,
+                                 task_set_check_fn=lambda: load_candidates(_profile().tasks), job=rescreen_job),
     ],
     schedules=[build_reprobe_schedule(reprobe_job)],
     resources={

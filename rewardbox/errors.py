@@ -13,15 +13,30 @@ from __future__ import annotations
 class InfrastructureError(Exception):
     """Base class of every system error. Callers retry or refill; never score.
 
-    ``permanent`` marks a fault that a retry cannot fix (no judge endpoint
-    configured, test code that cannot be imported): reported at once, not retried.
+    Every system error has an ``error_kind``, ``"<component>_<cause>"``, counted per
+    kind in a campaign's rows (``system_error_kind``) and metadata. Components:
+    ``sandbox``, ``endpoint`` (the policy's model), ``user_simulator``, ``judge``,
+    ``grader``. Causes: ``crash`` (a server or worker died), ``timeout``,
+    ``http_5xx``, ``http_429``, ``connection``, ``error`` (anything else).
+
+    Args:
+        message: what failed, for people.
+        cause: one of the causes above (default ``error``).
+        error_kind: the whole kind, when it is not ``<kind>_<cause>`` (a judge
+            timeout surfacing through the grader keeps ``judge_timeout``).
+        permanent: a fault that a retry cannot fix (no judge endpoint
+            configured, test code that cannot be imported): reported at once,
+            not retried. Defaults to the class attribute (False).
     """
 
     kind: str = "system"
     permanent: bool = False
 
-    def __init__(self, *args: object, permanent: bool | None = None):
-        super().__init__(*args)
+    def __init__(self, message: str = "", *, cause: str = "error", error_kind: str | None = None,
+                 permanent: bool | None = None):
+        super().__init__(message)
+        self.cause = cause
+        self.error_kind = error_kind or f"{self.kind}_{cause}"
         if permanent is not None:
             self.permanent = permanent
 
@@ -38,10 +53,36 @@ class EndpointError(InfrastructureError):
     kind = "endpoint"
 
 
+class UserSimulatorError(EndpointError):
+    """The user simulator's endpoint failed after its retries."""
+
+    kind = "user_simulator"
+
+
 class GraderError(InfrastructureError):
     """The test code could not produce a verdict (crash, timeout, bad effects)."""
 
     kind = "grader"
+
+
+def endpoint_cause(exc: BaseException) -> str:
+    """The cause of an HTTP client error: ``http_429``, ``http_5xx``, ``timeout``, ``connection`` or ``error``.
+
+    Duck-typed (``status_code``, the class name) so that this module imports no client library;
+    works for the ``openai`` SDK's ``RateLimitError``, ``APIStatusError``, ``APITimeoutError`` and
+    ``APIConnectionError`` and for ``httpx`` errors.
+    """
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    if status == 429:
+        return "http_429"
+    if isinstance(status, int) and status >= 500:
+        return "http_5xx"
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if isinstance(exc, TimeoutError) or any("Timeout" in name for name in names):
+        return "timeout"
+    if any("Connect" in name for name in names):
+        return "connection"
+    return "error"
 
 
 class TaskFormatError(ValueError):
@@ -57,6 +98,22 @@ class TaskFormatError(ValueError):
         self.path = str(path)
         self.line = line
         self.field = field
+
+
+class TaskSetLoadError(ValueError):
+    """A task set failed to load under its load policy (not a system error).
+
+    Raised instead of returning a silently smaller set. ``errors`` holds one
+    ``"<file>:<line> (field ...): <message>"`` string per broken file or test.
+    """
+
+    def __init__(self, split: str, errors: list[str], reason: str):
+        shown = "\n".join(f"  {e}" for e in errors[:50])
+        more = f"\n  ... and {len(errors) - 50} more" if len(errors) > 50 else ""
+        super().__init__(f"{split} task set did not load ({reason}):\n{shown}{more}")
+        self.split = split
+        self.errors = list(errors)
+        self.reason = reason
 
 
 class ContextLengthError(Exception):

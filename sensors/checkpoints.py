@@ -13,6 +13,10 @@ Run key: ``"<checkpoint name>@<task-set version>"``. The benchmark task-set vers
 the key so that a checkpoint evaluated against task set v1 gets a NEW run when the task set becomes
 v2, rather than the run being silently deduplicated by Dagster (which launches at most one run per
 run key per sensor, across all ticks). The partition key is the checkpoint name alone.
+
+A benchmark task set that does not load (``task_set_version_fn`` raises ``TaskSetLoadError`` or
+``TaskFormatError``) launches nothing: the tick is skipped with the errors as its reason and the cursor
+stays, so no evaluation ever runs on a shrunken benchmark.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dagster import (
 )
 
 from rewardbox import strict_json
+from rewardbox.errors import TaskFormatError, TaskSetLoadError
 
 CHECKPOINT_MARKER = "config.json"
 TAG_CHECKPOINT_PATH = "rewardbox/checkpoint_path"
@@ -203,7 +208,8 @@ def build_checkpoint_sensor(
             import ``pipelines``.
         watch_dir_fn: Returns the directory to scan; called every tick (a missing dir skips).
         task_set_version_fn: Returns the benchmark task-set version; called every tick. If it
-            raises, the tick fails and the cursor does not move.
+            raises ``TaskSetLoadError``/``TaskFormatError`` the tick is skipped (reason: the errors);
+            any other exception fails the tick. Either way no run starts and the cursor stays.
         validate_fn: Raises for a malformed checkpoint; that checkpoint is retried next tick.
         job_name: Name of the partitioned evaluation job to target (give this or ``job``).
         job: The job definition to target (give this or ``job_name``).
@@ -232,7 +238,11 @@ def build_checkpoint_sensor(
         if not watch_dir.is_dir():
             return SkipReason(f"checkpoint watch directory {watch_dir} does not exist yet")
         handled = decode_cursor(context.cursor)
-        version = task_set_version_fn()
+        try:
+            version = task_set_version_fn()
+        except (TaskSetLoadError, TaskFormatError) as exc:
+            context.log.error(f"benchmark task set does not load; no evaluation launched: {exc}")
+            return SkipReason(f"benchmark task set does not load, no run launched: {str(exc)[:1500]}")
         plan = plan_checkpoint_tick(find_checkpoint_dirs(watch_dir), handled, version, validate_fn)
         return _tick_result(context, plan, handled, partitions_def, version)
 

@@ -11,6 +11,10 @@ repeated tick over the same source launch nothing new; including the previous fi
 that a source that goes A -> B -> A gets a third run (the screened candidates then reflect B, not
 A) instead of Dagster silently dropping a second request keyed "A" (a sensor launches at most one
 run per run key, across all ticks).
+
+A changed source that no longer loads under the candidate load policy (``task_set_check_fn`` raises
+``TaskSetLoadError`` or ``TaskFormatError``) launches nothing: the tick is skipped with the errors
+(file and line) as its reason and the cursor stays, so every tick re-checks until the files are fixed.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dagster import RunRequest, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
+
+from rewardbox.errors import TaskFormatError, TaskSetLoadError
 
 TAG_SOURCE_FINGERPRINT = "rewardbox/task_source_fingerprint"
 DEFAULT_SUFFIXES = (".yaml", ".yml", ".json", ".jsonl", ".py", ".toml", ".sql", ".parquet")
@@ -62,6 +68,7 @@ def task_source_run_key(fingerprint: str, previous: str | None) -> str:
 def build_task_source_sensor(
     *,
     source_fingerprint_fn: Callable[[], str],
+    task_set_check_fn: Callable[[], object] | None = None,
     job_name: str | None = None,
     job=None,
     name: str = "task_source_sensor",
@@ -73,6 +80,10 @@ def build_task_source_sensor(
         source_fingerprint_fn: Returns the current fingerprint of the source, e.g.
             ``lambda: fingerprint_task_source(path)``; called every tick. If it raises, the tick
             fails and the cursor does not move.
+        task_set_check_fn: Loads the candidate task set under its load policy (e.g.
+            ``lambda: load_candidates(profile.tasks)``), called only when the fingerprint changed.
+            ``TaskSetLoadError``/``TaskFormatError`` skips the tick without a run and without moving
+            the cursor; None checks nothing.
         job_name: Name of the re-screen job (give this or ``job``).
         job: The re-screen job definition (give this or ``job_name``).
         name: Sensor name.
@@ -101,6 +112,12 @@ def build_task_source_sensor(
         previous = context.cursor or None
         if fingerprint == previous:
             return SkipReason(f"candidate task source unchanged ({fingerprint[:12]})")
+        if task_set_check_fn is not None:
+            try:
+                task_set_check_fn()
+            except (TaskSetLoadError, TaskFormatError) as exc:
+                context.log.error(f"candidate task set does not load; no re-screen launched: {exc}")
+                return SkipReason(f"candidate task set does not load, no run launched: {str(exc)[:1500]}")
         context.update_cursor(fingerprint)
         return RunRequest(
             run_key=task_source_run_key(fingerprint, previous),

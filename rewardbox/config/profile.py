@@ -52,11 +52,36 @@ class TaskSource(_Strict):
     limit: int | None = Field(None, ge=1)
 
 
+class CandidateLoadPolicy(_Strict):
+    """What loading the candidate task set does when task files fail to load.
+
+    The benchmark has no such setting: it is always strict (any task that fails
+    to load fails the load), because a benchmark that silently shrinks changes
+    what every later evaluation measures.
+
+    Attributes:
+        on_error: ``fail`` (default): any broken task file, or any listed task
+            that does not load, fails the load and names every file and line.
+            ``skip``: broken tasks are left out and reported, as long as their
+            share stays within ``max_skipped_frac``.
+        max_skipped_frac: with ``skip``, the largest share (0-1) of the
+            candidate tasks that may fail to load; above it the load fails.
+            The share is failed / (loaded + failed), counting each listed uid
+            that did not load, or each broken file or test of a whole-dataset
+            source. A source that cannot be read at all always fails the load.
+    """
+
+    on_error: Literal["fail", "skip"] = "fail"
+    max_skipped_frac: float = Field(0.1, ge=0.0, le=1.0)
+
+
 class TaskSourcesConfig(_Strict):
     """Candidates (training) and benchmark (evaluation only) task sources.
 
     The benchmark's tasks never enter a training pool: candidates are filtered
     by uid and task identity against them, and a blocking check proves it.
+    ``candidate_loading`` sets what a broken candidate task file does; the
+    benchmark (and every ``exclude_only`` release) always fails on one.
 
     Attributes:
         exclude_only: evaluation-only releases that are not the benchmark: their
@@ -72,6 +97,7 @@ class TaskSourcesConfig(_Strict):
     domains: dict[str, str] = {}
     max_candidates: int | None = Field(None, ge=1)
     max_benchmark: int | None = Field(None, ge=1)
+    candidate_loading: CandidateLoadPolicy = Field(default_factory=CandidateLoadPolicy)
 
 
 class SandboxConfig(_Strict):

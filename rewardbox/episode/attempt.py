@@ -18,12 +18,16 @@ async def run_attempt(runner: EpisodeRunner, task: Task, trial: int) -> EpisodeR
 
     Returns:
         The first scored result, or the last system-error result (``reward`` None)
-        when every try hit a system error. ``attempts`` counts the tries.
+        when every try hit a system error. ``attempts`` counts the tries;
+        ``retried_system_error_kinds`` holds the kinds of the tries that were retried.
     """
     tries = runner.config.max_system_error_retries + 1
+    retried: list[str] = []
     for count in range(1, tries + 1):
         result = await runner.run(task, trial)
         result.attempts = count
-        if result.system_error is None or result.system_error_permanent:
+        if result.system_error is None or result.system_error_permanent or count == tries:
             break
+        retried.append(result.system_error_kind or "system_error")
+    result.retried_system_error_kinds = retried
     return result

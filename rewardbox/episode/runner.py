@@ -227,7 +227,8 @@ class EpisodeRunner:
         result.time_test_s = time.perf_counter() - t0
         result.test_outcome = outcome
         if outcome.is_system_error:
-            raise GraderError(outcome.message or "test raised a non-assertion exception", permanent=outcome.permanent)
+            raise GraderError(outcome.message or "test raised a non-assertion exception",
+                              error_kind=outcome.system_error_kind or "grader_error", permanent=outcome.permanent)
         result.reward = float(outcome.reward)
         result.passed = bool(outcome.result)
         return State.END
@@ -243,6 +244,7 @@ def _finish(result: EpisodeResult, reason: str) -> State:
 
 def _mark_system_error(result: EpisodeResult, exc: InfrastructureError) -> None:
     result.system_error = f"{exc.kind}: {exc}"
+    result.system_error_kind = getattr(exc, "error_kind", f"{exc.kind}_error")
     result.system_error_permanent = exc.permanent
     result.finish_reason = "system_error"
     result.reward = None

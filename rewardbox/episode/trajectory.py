@@ -47,6 +47,7 @@ class TestOutcome:
     reward: float
     is_system_error: bool = False
     permanent: bool = False  # a system error that a retry cannot fix (see rewardbox.errors)
+    system_error_kind: str | None = None
     message: str = ""
     tb: str = ""
     lineno: int | None = None
@@ -61,6 +62,10 @@ class EpisodeResult:
 
     ``system_error`` is None for a scored attempt, else ``"<kind>: <message>"``;
     such an attempt has ``reward`` None and must be retried or refilled.
+    ``system_error_kind`` is its kind (``sandbox_timeout``, ``judge_timeout``...,
+    see :class:`rewardbox.errors.InfrastructureError`); ``retried_system_error_kinds``
+    lists the kinds of the earlier tries of this attempt that hit a system error
+    and were retried (so a retried fault is counted even when the attempt is scored).
     """
 
     uid: str
@@ -72,6 +77,8 @@ class EpisodeResult:
     passed: bool | None = None
     system_error: str | None = None
     system_error_permanent: bool = False
+    system_error_kind: str | None = None
+    retried_system_error_kinds: list[str] = field(default_factory=list)
     test_outcome: TestOutcome | None = None
     effects: dict[str, Any] = field(default_factory=dict)
     events: list[str] = field(default_factory=list)
@@ -116,6 +123,8 @@ class EpisodeResult:
             "reward": self.reward,
             "passed": self.passed,
             "system_error": self.system_error,
+            "system_error_kind": self.system_error_kind,
+            "retried_system_error_kinds": list(self.retried_system_error_kinds),
             "finish_reason": self.finish_reason,
             "turns": self.turns,
             "input_tokens": self.input_tokens,

@@ -15,7 +15,7 @@ import html
 import re
 from typing import Any, Protocol
 
-from rewardbox.errors import EndpointError
+from rewardbox.errors import UserSimulatorError, endpoint_cause
 from rewardbox.tasks.schema import Task
 
 STOP_MARKER = "<DONE>"
@@ -137,7 +137,8 @@ class EndpointUser:
         timeout_s, max_retries: per request; 429/5xx/timeouts retried by the client.
 
     Raises:
-        EndpointError: the endpoint failed after its retries (a system error).
+        UserSimulatorError: the endpoint failed after its retries (a system error; kind
+            ``user_simulator_<cause>``, e.g. ``user_simulator_http_429``).
     """
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
@@ -162,5 +163,5 @@ class EndpointUser:
                 messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
             )
         except Exception as exc:  # the openai client already retried 429/5xx/timeouts
-            raise EndpointError(f"user simulator endpoint failed: {exc}") from exc
+            raise UserSimulatorError(f"user simulator endpoint failed: {exc}", cause=endpoint_cause(exc)) from exc
         return clean_reply(response.choices[0].message.content or "")

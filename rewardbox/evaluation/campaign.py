@@ -22,7 +22,8 @@ AttemptFn = Callable[[Task, int], Awaitable[EpisodeResult]]
 
 ROW_SCHEMA = {
     "uid": pl.Utf8, "domain": pl.Utf8, "trial": pl.Int64, "reward": pl.Float64, "passed": pl.Boolean,
-    "system_error": pl.Utf8, "finish_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
+    "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "retried_system_error_kinds": pl.List(pl.Utf8),
+    "finish_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
     "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "seconds": pl.Float64, "attempts": pl.Int64,
 }
 
@@ -90,6 +91,24 @@ def result_row(result: EpisodeResult, domain: Mapping[str, str]) -> dict[str, An
 def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     """Attempt rows (``result_row`` dicts) as a DataFrame with schema ``ROW_SCHEMA``."""
     return pl.DataFrame(list(rows), schema=ROW_SCHEMA)
+
+
+def system_error_counts(rows: pl.DataFrame) -> dict[str, int]:
+    """System errors per kind: the kinds of rows still in error plus those of retried tries.
+
+    A retried fault is counted even when its attempt was then scored, so a run's
+    metadata shows every infrastructure fault it met, not only the unrepaired ones.
+
+    Returns:
+        ``{kind: count}`` sorted by kind; ``{}`` when the run met none.
+    """
+    kinds: list[str] = []
+    if "system_error_kind" in rows.columns:
+        final = rows.filter(pl.col("system_error").is_not_null())["system_error_kind"].fill_null("system_error")
+        kinds += final.to_list()
+    if "retried_system_error_kinds" in rows.columns:
+        kinds += rows["retried_system_error_kinds"].explode().drop_nulls().to_list()
+    return dict(sorted(Counter(kinds).items()))
 
 
 def coverage_problems(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list[str]:

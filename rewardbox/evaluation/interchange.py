@@ -88,6 +88,21 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
     return path
 
 
+def decode_result_json(result: EpisodeResult, task: Task) -> str:
+    """One ``DecodeResult`` JSONL line (without the newline), as ``export_decode_results`` writes it."""
+    return json.dumps(decode_result_row(result, task), ensure_ascii=False, default=str)
+
+
+def write_decode_lines(lines: Sequence[str], path: str | os.PathLike) -> Path:
+    """Write ``DecodeResult`` JSONL lines (from :func:`decode_result_json`) atomically; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
 def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
     """One ``DecodeResult`` as a JSON-ready dict (every field of docs/thinkingbox.md, "DecodeResult rows")."""
     decode_error = result.system_error is not None and not _is_test_error(result)
@@ -215,6 +230,8 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
         "rewardbox_finish_reason": result.finish_reason,
         "rewardbox_attempts": result.attempts,
+        "rewardbox_system_error_kind": result.system_error_kind,
+        "rewardbox_retried_system_error_kinds": list(result.retried_system_error_kinds),
         "rewardbox_domain": task.domain,
     }
     if decode_error:
@@ -336,6 +353,9 @@ def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]
         "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
         **tokens, "seconds": float(seconds or 0.0),
         "attempts": int(metadata.get("rewardbox_attempts") or 1),
+        "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
+        else ("system_error" if system_error is not None else None),
+        "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],
     }
 
 

@@ -20,6 +20,7 @@ from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
 from rewardbox.evaluation.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
+from rewardbox.evaluation.journal import CampaignJournal
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
 from rewardbox.sandbox.base import SandboxFactory
@@ -106,36 +107,57 @@ async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
     keep_results: bool = True, on_result: Callable[[EpisodeResult], None] | None = None,
+    journal: CampaignJournal | None = None, grader: TestRunner | None = None,
+    journal_extra: Callable[[EpisodeResult, Task], dict] | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
+
+    With a ``journal``, keys that already have a clean row there are not run
+    again (resume after a crash), every finished attempt is made durable at
+    once, and the rows returned are the journal's: one per expected key.
 
     Args:
         keep_results: keep every full ``EpisodeResult`` (messages, effects with
             three database states: hundreds of KiB each); False keeps only the
             rows, so memory stays flat however many attempts run.
-        on_result: called with each finished attempt (e.g. ``DecodeResultSpool.write``).
+        on_result: called with each finished attempt.
+        journal: the campaign's crash-safe journal, or None.
+        grader: replaces the profile's grading worker pool (not closed here).
+        journal_extra: ``(result, task) -> dict`` of extra columns for each
+            journal row (e.g. the attempt's DecodeResult JSON, so an export
+            after a resume is complete).
 
     Returns:
-        (rows in ``campaign.ROW_SCHEMA``, the full episode results, or ``[]``
-        without ``keep_results``).
+        (rows in ``campaign.ROW_SCHEMA``, the full episode results run by this
+        call, or ``[]`` without ``keep_results``).
     """
-    keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    keys = journal.todo(expected) if journal is not None else expected
+    if journal is not None and log and len(keys) < len(expected):
+        log(f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
+    by_uid = {t.uid: t for t in tasks}
     done = 0
 
     def progress(result: EpisodeResult) -> None:
         nonlocal done
         if on_result is not None:
             on_result(result)
+        if journal is not None:
+            extra = journal_extra(result, by_uid[result.uid]) if journal_extra else {}
+            journal.append({**result.to_row(), "domain": by_uid[result.uid].domain, **extra})
         done += 1
         if log and (done % 10 == 0 or done == len(keys)):
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
                 f"finish={result.finish_reason}")
 
-    async with episode_runner(profile, policy) as runner:
+    async with episode_runner(profile, policy, grader) as runner:
         domain = {t.uid: t.domain for t in tasks}
         collected = await run_campaign(tasks, keys, partial(run_attempt, runner),
                                        concurrency=profile.episode.concurrency, on_result=progress,
                                        collect=None if keep_results else partial(result_row, domain=domain))
+    if journal is not None:
+        journal.flush()
+        return journal.rows(expected), (collected if keep_results else [])
     if not keep_results:
         return rows_frame(collected), []
     return results_frame(collected, tasks), collected

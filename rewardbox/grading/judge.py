@@ -17,7 +17,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rewardbox.errors import EndpointError
+from rewardbox.errors import EndpointError, endpoint_cause
 
 SYSTEM_TEXT_YESNO = (
     "You grade one message. The message is given between <message> and </message>; "
@@ -149,7 +149,8 @@ class Judge:
             response = _client(self.config).chat.completions.create(**body)
             reply = response.choices[0].message.content or ""
         except Exception as exc:  # the SDK's errors, bad JSON, no choices
-            raise JudgeException(f"judge endpoint {self.config.base_url} failed: {type(exc).__name__}: {exc}") from exc
+            raise JudgeException(f"judge endpoint {self.config.base_url} failed: {type(exc).__name__}: {exc}",
+                                 cause=endpoint_cause(exc)) from exc
         if not reply.strip():
             raise JudgeException(f"judge endpoint {self.config.base_url} returned an empty reply")
         return reply

@@ -51,6 +51,7 @@ from typing import Any
 
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import TestOutcome
+from rewardbox.errors import InfrastructureError
 from rewardbox.grading.context import TestContext, install_thinkingbox_shim
 from rewardbox.grading.judge import Judge, JudgeConfig
 from rewardbox.tasks.pyfile import TEST_FN_BINDING
@@ -63,9 +64,14 @@ PERMANENT_EXCEPTIONS = (ImportError, SyntaxError)
 """Test-code faults that a retry cannot fix (besides any exception with ``permanent = True``)."""
 
 
-def system_error(message: str, **fields: Any) -> TestOutcome:
-    """A test system error outcome (not scored; the caller retries or refills unless ``permanent``)."""
-    return TestOutcome(result=False, reward=0.0, is_system_error=True, message=message, **fields)
+def system_error(message: str, kind: str = "grader_error", **fields: Any) -> TestOutcome:
+    """A test system error outcome (not scored; the caller retries or refills unless ``permanent``).
+
+    ``kind`` is the system error kind (``grader_crash``, ``grader_timeout``,
+    ``judge_timeout``...; see :class:`rewardbox.errors.InfrastructureError`).
+    """
+    return TestOutcome(result=False, reward=0.0, is_system_error=True, message=message, system_error_kind=kind,
+                       **fields)
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -152,7 +158,8 @@ def _exception_outcome(exc: BaseException, code: str, filename: str) -> TestOutc
     if isinstance(exc, AssertionError):
         message = str(exc) or f"assertion failed: {line_content.strip()}"
         return TestOutcome(result=False, reward=0.0, message=message, **fields)
-    return system_error(f"{type(exc).__name__}: {exc}", permanent=is_permanent(exc), **fields)
+    kind = exc.error_kind if isinstance(exc, InfrastructureError) else "grader_error"
+    return system_error(f"{type(exc).__name__}: {exc}", kind, permanent=is_permanent(exc), **fields)
 
 
 def _jsonable(value: Any) -> Any:
@@ -253,11 +260,12 @@ class _Worker:
             self.conn.send(request)
             if not self.conn.poll(timeout_s):
                 self.stop(kill=True)
-                return system_error(f"test timed out after {timeout_s:g} s; its worker was killed"), False
+                return system_error(f"test timed out after {timeout_s:g} s; its worker was killed", "grader_timeout"), False
             outcome = self.conn.recv()
         except (EOFError, OSError) as exc:
             self.stop(kill=True)
-            return system_error(f"grading worker died ({exc or type(exc).__name__}, exit code {self.proc.returncode})"), False
+            return system_error(f"grading worker died ({exc or type(exc).__name__}, exit code {self.proc.returncode})",
+                                "grader_crash"), False
         self.tests_run += 1
         return outcome, True
 

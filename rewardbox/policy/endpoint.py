@@ -25,7 +25,7 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
 
 from rewardbox import strict_json
-from rewardbox.errors import EndpointError
+from rewardbox.errors import EndpointError, endpoint_cause
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
 from rewardbox.policy.interpreter import (
     CALL_CLOSE,
@@ -181,7 +181,8 @@ class EndpointPolicy:
         except openai.APIError as exc:
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
-            raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}") from exc
+            raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}",
+                                cause=endpoint_cause(exc)) from exc
         if not getattr(response, "choices", None):
             raise EndpointError(f"{self.base_url} ({self.model}): response has no choices")
         return response, attempts

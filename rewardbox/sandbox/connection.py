@@ -237,13 +237,15 @@ class ServerConnection:
                 is marked poisoned, to be killed without ceremony at close).
         """
         if self.state not in ("ready", "poisoned") or self._client is None:
-            raise SandboxError(f"server {self.name!r} is not running (state {self.state}){self.stderr_tail()}")
+            raise SandboxError(f"server {self.name!r} is not running (state {self.state}){self.stderr_tail()}",
+                               cause="crash")
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._client.call_tool(tool, arguments)
         except TimeoutError:
             self.state = "poisoned"
-            raise SandboxError(f"tool {tool!r} on server {self.name!r} timed out after {timeout_s} s") from None
+            raise SandboxError(f"tool {tool!r} on server {self.name!r} timed out after {timeout_s} s",
+                               cause="timeout") from None
         except Exception as exc:
             # A crash closes the pipe a moment before the process is seen to exit.
             died = bool(self.processes) and await wait_dead(self.processes, _DEATH_WAIT_S)
@@ -251,7 +253,7 @@ class ServerConnection:
                 self.state = "dead"
             what = "exited mid-call" if died else "failed"
             raise SandboxError(
-                f"server {self.name!r} {what} during {tool!r}: {_describe(exc)}{self.stderr_tail()}"
+                f"server {self.name!r} {what} during {tool!r}: {_describe(exc)}{self.stderr_tail()}", cause="crash"
             ) from exc
 
     async def ping(self, timeout_s: float) -> bool:

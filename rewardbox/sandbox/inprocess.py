@@ -107,9 +107,11 @@ class InProcessSandbox:
             call = conn.server.call_tool(name, to_jsonable_python(arguments))
             return await asyncio.wait_for(call, self.call_timeout_s)
         except asyncio.TimeoutError as exc:
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s") from exc
+            raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s",
+                               cause="timeout") from exc
         except Exception as exc:  # the JSON-RPC handler would answer is_error: the tool crashed
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} crashed: {type(exc).__name__}: {exc}") from exc
+            raise SandboxError(f"server {conn.name!r}: tool {name!r} crashed: {type(exc).__name__}: {exc}",
+                               cause="crash") from exc
 
     async def _connect(self, server: str) -> None:
         try:
@@ -181,7 +183,7 @@ class InProcessSandbox:
         server = self._routes[name]
         result = await self._call(self._connections[server], name, dict(arguments))
         if getattr(result, "is_error", False):
-            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}")
+            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}", cause="crash")
         return first_text(result)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:

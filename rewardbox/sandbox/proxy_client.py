@@ -240,7 +240,7 @@ class ProxySandbox:
             response = await self._client.post(f"/{endpoint}", json=body, headers=self._headers())
         except httpx.TimeoutException as exc:
             raise ProxyTimeoutError(
-                f"proxy {endpoint} timed out after {self.timeout_s} s (not retried): {exc!r}"
+                f"proxy {endpoint} timed out after {self.timeout_s} s (not retried): {exc!r}", cause="timeout"
             ) from None
         except httpx.ConnectError as exc:
             raise _Retryable("connect", f"cannot connect to {self.base_url}: {exc}") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from rewardbox.errors import TaskFormatError
+from rewardbox.tasks.load_errors import yaml_error
 from rewardbox.tasks.schema import Task
 
 
@@ -47,8 +48,7 @@ def load_test_list(path: str | Path) -> list[str]:
     try:
         root = yaml.compose(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TaskFormatError(str(path), f"invalid YAML: {exc}", line=mark.line + 1 if mark else None) from exc
+        raise yaml_error(path, exc) from exc
     if root is None:
         return []
     if not isinstance(root, yaml.SequenceNode):

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from rewardbox.errors import TaskFormatError
+from rewardbox.tasks.load_errors import syntax_error, yaml_error
 
 # Keys a test's YAML block may hold (docs/thinkingbox.md, "Test files").
 CONFIG_FIELDS = (
@@ -74,9 +75,7 @@ def load_bang_yaml(node: ast.Expr, path: Path) -> dict[str, Any] | None:
     try:
         obj = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = node.lineno + (mark.line if mark else 0)
-        raise TaskFormatError(str(path), f"invalid YAML: {exc}", line=line) from exc
+        raise yaml_error(path, exc, first_line=node.lineno) from exc
     if obj is None:
         return {}
     if not isinstance(obj, dict):
@@ -133,8 +132,9 @@ def parse_python_test_file(path: Path, code: str | None = None) -> tuple[list[Ra
 
     Defaults are merged in file order: a test sees the defaults defined above
     it (the same as the upstream parser). A broken test is reported and the
-    file's other tests still load; a file that is not valid Python yields no
-    tests and one error.
+    file's other tests still load; a file that is not valid Python, or whose
+    module-level defaults block is broken (every test below it would load with
+    the wrong config), yields no tests and one error naming the line.
 
     Args:
         path: the file (used in errors and read if ``code`` is None).
@@ -148,17 +148,22 @@ def parse_python_test_file(path: Path, code: str | None = None) -> tuple[list[Ra
     try:
         tree = ast.parse(code, filename=str(path))
     except SyntaxError as exc:
-        return [], [TaskFormatError(str(path), f"not valid Python: {exc.msg}", line=exc.lineno)]
+        return [], [syntax_error(path, exc)]
     defaults: dict[str, Any] = {}
     # Every test function, with its config (None when its YAML is broken:
     # reported, not loaded, but still blanked out of the other tests' code).
     found: list[tuple[ast.FunctionDef, dict[str, Any] | None]] = []
     errors: list[TaskFormatError] = []
     for node in tree.body:
-        try:
-            if _is_string_expr(node):
+        if _is_string_expr(node):
+            try:
                 defaults.update(load_bang_yaml(node, path) or {})
-            elif isinstance(node, ast.FunctionDef) and node.body and _is_string_expr(node.body[0]):
+            except TaskFormatError as exc:
+                # Every test below would load with wrong defaults: refuse the file, report the cause once.
+                return [], [exc]
+            continue
+        try:
+            if isinstance(node, ast.FunctionDef) and node.body and _is_string_expr(node.body[0]):
                 if bang_yaml(node.body[0].value.value) is None:
                     continue  # a helper with an ordinary docstring
                 found.append((node, None))

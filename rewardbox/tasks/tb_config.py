@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rewardbox.errors import TaskFormatError
+from rewardbox.tasks.load_errors import yaml_error
 
 DEFAULT_MAX_USER_SIM_TURNS = 10
 DEFAULT_MAX_AGENT_SIM_TURNS = sys.maxsize
@@ -160,8 +161,7 @@ def load_config_file(path: Path, model: type[BaseModel]) -> BaseModel:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise TaskFormatError(str(path), f"invalid YAML: {exc}", line=mark.line + 1 if mark else None) from exc
+        raise yaml_error(path, exc) from exc
     try:
         return model.model_validate(raw if raw is not None else {})
     except ValidationError as exc:

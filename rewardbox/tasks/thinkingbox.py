@@ -46,11 +46,16 @@ from rewardbox.tasks.yamlfile import parse_yaml_test_file
 
 @dataclass
 class LoadResult:
-    """Tasks that loaded, and one TaskFormatError per broken file or test."""
+    """Tasks that loaded, and one TaskFormatError per broken file or test.
+
+    ``skipped`` holds uids left out on purpose (a ``skip`` tag); ``missing`` the
+    uids a test list named that did not load (their causes are in ``errors``).
+    """
 
     tasks: list[Task] = field(default_factory=list)
     errors: list[TaskFormatError] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
 
     def raise_for_errors(self) -> None:
         """Raise one TaskFormatError listing every error, if there are any."""
@@ -272,12 +277,15 @@ def _load_listed(dataset: ThinkingBoxDataset, uids: list[str], list_name: str, s
             continue
         loaded.add(uid)
         result.tasks.append(hydrated[0])
+    result.missing = missing
     if missing:
-        causes = "".join(f"\n  caused by: {e}" for e in result.errors)
-        exc = TaskFormatError(list_name, f"{len(missing)} listed test(s) not loaded: {missing}{causes}", field="uid")
+        # The causes (file and line of each broken file or test) come first; this
+        # summary names the list and the uids it could not deliver.
+        summary = f"{len(missing)} listed test(s) not loaded: {missing}"
         if strict:
-            raise exc
-        result.errors.append(exc)
+            causes = "".join(f"\n  caused by: {e}" for e in result.errors)
+            raise TaskFormatError(list_name, summary + causes)
+        result.errors.append(TaskFormatError(list_name, summary))
     return result
 
 

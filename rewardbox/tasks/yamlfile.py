@@ -34,6 +34,7 @@ import yaml
 
 from rewardbox import strict_json
 from rewardbox.errors import TaskFormatError
+from rewardbox.tasks.load_errors import yaml_error
 from rewardbox.tasks.pyfile import CONFIG_FIELDS, TEST_FN_BINDING, RawTestCase, merge_config
 
 UPSTREAM_ENTRY_KEYS = frozenset(CONFIG_FIELDS) | {"uid", "name", "test_code", "metadata"}
@@ -88,8 +89,7 @@ def parse_yaml_test_file(path: Path, text: str | None = None) -> tuple[list[RawT
     try:
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        return [], [TaskFormatError(str(path), f"invalid YAML: {exc}", line=mark.line + 1 if mark else None)]
+        return [], [yaml_error(path, exc)]
     if root is None:
         return [], []
     if not isinstance(root, yaml.MappingNode):

@@ -233,4 +233,5 @@ def test_llm_user_endpoint_failure_is_a_system_error(fake_openai):
     fake_openai.default = (503, {"error": {"message": "down"}}, {})
     user = EndpointUser(fake_openai.base_url, "user-model", max_retries=1)
     result = run(ScriptPolicy(["Which order?"]), user=user)
-    assert result.system_error.startswith("endpoint:") and result.reward is None
+    assert result.system_error.startswith("user_simulator:") and result.reward is None
+    assert result.system_error_kind == "user_simulator_http_5xx"

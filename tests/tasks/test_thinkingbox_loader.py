@@ -229,7 +229,8 @@ def test_test_list_strict_names_missing_uids():
     assert "fake_shop_orders.py:nope" in str(info.value) and "ghost.py:test_x" in str(info.value)
     lenient = load_dataset(DATASET, test_list=uids, strict=False)
     assert [t.uid for t in lenient.tasks] == ["fake_shop_orders.py:test_refund_ok"]
-    assert lenient.errors[-1].field == "uid" and "ghost.py:test_x" in str(lenient.errors[-1])
+    assert lenient.missing == ["fake_shop_orders.py:nope", "ghost.py:test_x"]
+    assert lenient.errors[-1].field is None and "ghost.py:test_x" in str(lenient.errors[-1])
 
 
 def test_test_list_reports_broken_listed_test_as_cause():
