@@ -6,6 +6,7 @@ import polars as pl
 
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
 from rewardbox.evaluation.interchange import export_decode_results
@@ -16,18 +17,22 @@ GROUP = "evaluation"
 PARQUET = "parquet_io_manager"
 
 
-def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
+def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
+             checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
     Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
+    executor = ray_cluster.executor(profile, context)
+    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info,
+                               executor=executor)
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
+        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo,
+                                                executor=executor)
         rows = merge_repair(rows, repaired)
         latest = {(r.uid, r.trial): r for r in [*results, *repaired_results]}
         results = [latest[key] for key in sorted(latest)]
@@ -43,26 +48,26 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                             benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, benchmark_tasks, base_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                        benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, benchmark_tasks, merged_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, merged_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions)
-def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                                   benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
     checkpoint = rewardbox.path("checkpoints", "incoming", context.partition_key)
-    return evaluate(context, rewardbox, benchmark_tasks, str(checkpoint))
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, str(checkpoint))
 
 
 def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.services import run_trials
@@ -18,7 +19,7 @@ PARQUET = "parquet_io_manager"
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                   screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
     turns, tokens (input, output), seconds. n trials per candidate with the base policy, or the
@@ -31,7 +32,8 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
             context.log.warning(f"probe import left out {line}")
     else:
         policy = rewardbox.policy(base_checkpoint or None)
-        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)
+        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info,
+                             executor=ray_cluster.executor(profile, context))
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
