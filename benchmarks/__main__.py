@@ -1,4 +1,4 @@
-"""Run benchmarks: ``python -m benchmarks [sandbox_overhead] [grading] [generation]``."""
+"""Run benchmarks: ``python -m benchmarks [sandbox_overhead] [grading] [generation] [executor]``."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import generation, grading, sandbox_overhead
+from benchmarks import executor, generation, grading, sandbox_overhead
 
 from rewardbox import strict_json
 
-BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run}
+BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run,
+              "executor": executor.run}
 
 
 def main(names: list[str]) -> None:
