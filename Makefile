@@ -9,7 +9,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast dev bench clean
+.PHONY: setup demo test test-fast dev bench clean verl-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ test-fast: setup
 # The Dagster web UI over the same instance: graph, lineage, metadata, checks.
 dev: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster dev -w workspace.yaml
+
+# verl in its own environment (its pins clash with ours): the verl dry run's schema check
+# (tests/training/test_verl_config.py uses it when present; REWARDBOX_VERL_PYTHON points elsewhere).
+VERL_VENV ?= .venv-verl
+$(VERL_VENV)/.installed:
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VERL_VENV)/bin/python -m pip install -q verl==0.9.1
+	touch $@
+
+verl-env: $(VERL_VENV)/.installed
 
 bench: setup
 	$(PY) -m benchmarks
