@@ -98,7 +98,8 @@ def check_shippable(policy: Policy) -> None:
 
     Raises:
         ValueError: the local model policy (weights live in this process; its
-            batching needs every episode in one event loop).
+            batching needs every episode in one event loop), or any policy that
+            cannot be pickled (the message names it and the cause).
     """
     local = sys.modules.get("rewardbox.policy.local")
     if local is not None and isinstance(policy, local.LocalPolicy):
@@ -106,6 +107,11 @@ def check_shippable(policy: Policy) -> None:
             "executor.kind 'ray' cannot run the local model policy (policy.kind 'local'): its weights and its "
             "batching live in this process. Use executor.kind 'local' for it, or serve the model behind an "
             "OpenAI-compatible endpoint (policy.kind 'endpoint', e.g. vLLM) to run episodes on Ray.")
+    try:
+        ray.cloudpickle.dumps(policy)
+    except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing here
+        raise ValueError(f"executor.kind 'ray': the policy {type(policy).__name__} cannot be sent to Ray workers "
+                         f"({type(exc).__name__}: {exc}); use executor.kind 'local' for it") from exc
 
 
 def worker_lost_result(task: Task, trial: int, exc: BaseException) -> EpisodeResult:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from functools import partial
 
 import pytest
@@ -101,3 +102,29 @@ def test_the_local_model_policy_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="executor.kind 'local'.*endpoint"):
         check_shippable(LocalPolicy.__new__(LocalPolicy))
     check_shippable(GoldenReplayPolicy())  # scripted policies travel
+    unpicklable = GoldenReplayPolicy()
+    unpicklable.lock = threading.Lock()
+    with pytest.raises(ValueError, match="GoldenReplayPolicy cannot be sent to Ray workers.*lock"):
+        check_shippable(unpicklable)
+
+
+def test_an_endpoint_policy_travels_without_its_key_and_gives_the_local_rows(embedded_ray, profile, tasks,
+                                                                             fake_openai, monkeypatch):
+    """The scale path: Ray workers calling an OpenAI-compatible server (here a fake one on loopback)."""
+    from tests.fixtures.fake_openai import chat_response
+
+    from rewardbox.policy.endpoint import EndpointPolicy
+
+    monkeypatch.setenv("REWARDBOX_TEST_KEY", "sk-test-secret")
+    fake_openai.default = (200, chat_response("I cannot help with that. <DONE>"), {})
+    policy = EndpointPolicy(fake_openai.base_url, "fake-model", api_key_env="REWARDBOX_TEST_KEY")
+    assert b"sk-test-secret" not in ray.cloudpickle.dumps(policy)
+    local_rows, _ = run_trials(tasks[:2], 2, policy, profile, executor=LocalExecutor(2))
+    executor = RayExecutor(CONFIG, concurrency=2)
+    try:
+        ray_rows, _ = run_trials(tasks[:2], 2, policy, profile, executor=executor)
+    finally:
+        executor.close()
+    assert ray_rows["system_error"].null_count() == 4 and ray_rows["reward"].to_list() == [0.0] * 4
+    assert ray_rows.select(KEY).equals(local_rows.select(KEY))
+    assert len(fake_openai.requests) == 8  # one completion per episode, 4 local + 4 on Ray
