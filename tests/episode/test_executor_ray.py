@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import threading
 from functools import partial
 
@@ -81,17 +83,23 @@ def test_a_dead_worker_is_a_system_error_never_a_reward(embedded_ray, profile, t
     assert repair_keys(rows, campaign_keys(tasks[:1], 1)) == [(tasks[0].uid, 0)]
 
 
-def test_cancelling_the_caller_cancels_outstanding_ray_calls(embedded_ray, profile, tasks):
+def test_a_terminated_dagster_step_cancels_outstanding_ray_calls(embedded_ray, profile, tasks):
+    """Dagster terminates a run by SIGINT to the step, raised as DagsterExecutionInterruptedError."""
+    from dagster._core.errors import DagsterExecutionInterruptedError, raise_execution_interrupts
+
     executor = RayExecutor(CONFIG, concurrency=2)
 
     async def main():
         async with executor.session(partial(episode_runner, profile), executor_policies.SlowGoldenPolicy(60)) as s:
-            await asyncio.wait_for(s.run([(t, 0) for t in tasks]), timeout=20)
+            await s.run([(t, 0) for t in tasks])
 
+    timer = threading.Timer(20, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
     try:
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(DagsterExecutionInterruptedError), raise_execution_interrupts():
             asyncio.run(main())
     finally:
+        timer.cancel()
         executor.close()
     assert executor.cancelled == 2  # the two in flight; the other two never left the driver
 
