@@ -44,6 +44,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from rewardbox import strict_json
 from rewardbox.training.config import GRPOConfig
 
 ENTRY_POINT = "verl.trainer.main_ppo"
@@ -202,7 +203,7 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
     resolved_path = out / "verl_resolved.yaml"
     args = [verl_python, "-m", "rewardbox.training.verl_validate", str(resolved_path)]
     root = str(Path(__file__).resolve().parents[2])
-    proc = subprocess.run(args, input=json.dumps([format_override(k, v) for k, v in overrides.items()]),
+    proc = subprocess.run(args, input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
                           capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
                           env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
     if proc.returncode != 0:

@@ -19,6 +19,8 @@ import json
 import sys
 from pathlib import Path
 
+from rewardbox import strict_json
+
 
 def validate(overrides: list[str]) -> tuple[str, list[str]]:
     """(the resolved config as YAML, checks skipped), after verl's own checks. Raises whatever verl raises."""
@@ -52,7 +54,7 @@ def main(argv: list[str]) -> int:
         print(f"verl rejected the config: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     Path(argv[0]).write_text(text)
-    print(json.dumps(skipped))
+    print(strict_json.dumps(skipped))
     return 0
 
 
