@@ -9,7 +9,7 @@ on a machine with two free cores), the peak of open sandboxes against the bound
 (gauged at the sandboxes themselves) and whether the (uid, trial, reward) rows
 are identical across the three.
 
-Default size: 190 tasks x 1 trial (about 1-2 minutes on 2 shared cores).
+Default size: 190 tasks x 3 trials, 570 episodes (about 1-2 minutes on 2 shared cores).
 ``--full`` (or ``run(full=True)``): 10,140 episodes per executor, the issue's
 size (its 507-task benchmark is not embedded: 190 tasks x 54 trials, cut at
 10,140 keys). Run: ``python -m benchmarks executor`` or ``python -m benchmarks.executor --full``.
@@ -35,6 +35,7 @@ from rewardbox.tasks.sources import load_candidates
 
 CONCURRENCY = 8
 FULL_EPISODES = 10_140
+DEFAULT_TRIALS = 3
 SPEEDUP_GOAL = 1.7
 DOMAINS = ("retail", "hotel", "helpdesk")
 WARMUP_TRIAL = 1_000_000  # warm-up keys use trials from here: never a campaign key
@@ -52,7 +53,7 @@ def _row(name: str, value: float, unit: str, anchor: float | None, anchor_label:
             "goal": goal, "detail": detail or {}}
 
 
-def campaign_pairs(full: bool, trials: int = 1) -> tuple[list, list[tuple[Any, int]]]:
+def campaign_pairs(full: bool, trials: int = DEFAULT_TRIALS) -> tuple[list, list[tuple[Any, int]]]:
     """(tasks, (task, trial) pairs): every embedded task x ``trials``, or the full 10,140 keys."""
     sources = TaskSourcesConfig(candidates=[{"dataset": f"embedded:{d}"} for d in DOMAINS], benchmark=[])
     tasks = load_candidates(sources).tasks

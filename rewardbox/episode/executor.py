@@ -24,6 +24,7 @@ can build its own runner from the same picklable factory.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
@@ -166,7 +167,8 @@ class LocalExecutor:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
         self.gauge = SandboxGauge()
-        self._slots: dict[asyncio.AbstractEventLoop, asyncio.Semaphore] = {}
+        # one semaphore per event loop (``run_trials`` runs each campaign in its own ``asyncio.run``)
+        self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     @property
     def gauge_peak(self) -> int:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from benchmarks.executor import CONCURRENCY, FULL_EPISODES, _rows, campaign_pairs
+from benchmarks.executor import CONCURRENCY, DEFAULT_TRIALS, FULL_EPISODES, _rows, campaign_pairs
 from rewardbox.episode.trajectory import EpisodeResult
 
 
-def test_full_size_is_10140_distinct_keys_and_default_is_every_task_once():
+def test_full_size_is_10140_distinct_keys_and_default_is_every_task_x_default_trials():
     tasks, pairs = campaign_pairs(full=True)
     keys = [(t.uid, trial) for t, trial in pairs]
     assert len(keys) == FULL_EPISODES == len(set(keys))
     assert {uid for uid, _ in keys} == {t.uid for t in tasks}
     _, small = campaign_pairs(full=False)
-    assert sorted(t.uid for t, _ in small) == sorted(t.uid for t in tasks) and {trial for _, trial in small} == {0}
+    assert sorted({t.uid for t, _ in small}) == sorted(t.uid for t in tasks)
+    assert len(small) == len(tasks) * DEFAULT_TRIALS and {trial for _, trial in small} == set(range(DEFAULT_TRIALS))
 
 
 def _run(rewards, peak):
