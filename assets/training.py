@@ -8,6 +8,7 @@ import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
+from rewardbox.episode.executor import LocalExecutor
 from rewardbox.evaluation.services import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
@@ -63,7 +64,8 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
     local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
     policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
     n_params = sum(p.numel() for p in policy.model.parameters())
-    rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile)
+    # the local model runs in this process whatever executor.kind says (it is not shipped to Ray workers)
+    rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile, executor=LocalExecutor(1))
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     return dg.AssetCheckResult(passed=ok, metadata={
         "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",

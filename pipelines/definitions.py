@@ -16,6 +16,7 @@ from assets import evaluation, model, report, selection, tasks, training
 from pipelines.jobs import checkpoint_evaluation_job, main_job, reprobe_job, rescreen_job
 from pipelines.partitions import checkpoint_partitions
 from resources.io import ParquetIOManager
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.config.profile import load_profile
 from rewardbox.tasks.sources import load_benchmark, load_candidates, resolve_dataset
@@ -77,6 +78,8 @@ defs = dg.Definitions(
     schedules=[build_reprobe_schedule(reprobe_job)],
     resources={
         "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
+        # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster
+        "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS")),
         "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(_ARTIFACTS / "objects")),
     },

@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.config import EpisodeConfig, ExecutorConfig
 from rewardbox.metrics.cost import PriceTable
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.selection import SelectionConfig
@@ -191,6 +191,7 @@ class Profile(_Strict):
     user: UserSimulatorConfig = Field(default_factory=UserSimulatorConfig)
     grading: GradingConfig = Field(default_factory=GradingConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)

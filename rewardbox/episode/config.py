@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,3 +36,32 @@ class EpisodeConfig(BaseModel):
     seed: int | None = 0
     max_system_error_retries: int = Field(2, ge=0)
     concurrency: int = Field(8, ge=1)
+
+
+class ExecutorConfig(BaseModel):
+    """Where episodes run: in this process (``local``) or as Ray actors (``ray``).
+
+    Both executors keep at most ``EpisodeConfig.concurrency`` sandboxes open at
+    once (the one bound, with backpressure: a key waits for a free slot).
+
+    Attributes:
+        kind: ``local`` (asyncio in this process, the laptop default) or ``ray``.
+        address: ray only; an existing cluster (``ray://head:10001`` or ``auto``).
+            None starts an embedded ``ray.init()`` in this process.
+        num_cpus: ray only, embedded cluster only; CPUs Ray may schedule on.
+        workers: ray only; episode actors, each with its own policy copy, user
+            simulator, grader pool and sandboxes. The concurrency bound is shared
+            between them.
+        worker_num_cpus: ray only; CPUs reserved per worker actor (fractions allowed).
+        runtime_env: ray only; Ray's ``runtime_env`` (``working_dir``, ``pip``,
+            ``env_vars``) for a real cluster whose nodes lack this checkout.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = None
+    num_cpus: int = Field(2, ge=1)
+    workers: int = Field(2, ge=1)
+    worker_num_cpus: float = Field(1.0, ge=0.0)
+    runtime_env: dict[str, Any] = Field(default_factory=dict)

@@ -35,6 +35,7 @@ import polars as pl
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.evaluation.services import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
@@ -121,8 +122,11 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     return row
 
 
-def screen_tasks(tasks: Sequence[Task], profile: Profile) -> tuple[list[Task], pl.DataFrame]:
+def screen_tasks(tasks: Sequence[Task], profile: Profile,
+                 executor: EpisodeExecutor | None = None) -> tuple[list[Task], pl.DataFrame]:
     """Run the golden and null policies once per task through the real loop and grader.
+
+    ``executor`` runs the episodes (None: the profile's, see ``run_trials``).
 
     Returns:
         (valid tasks in input order, one screening row per task).
@@ -131,8 +135,8 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile) -> tuple[list[Task], p
     episode = profile.episode.model_copy(update={
         "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
     profile = profile.model_copy(update={"episode": episode})
-    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile)
-    _, null = run_trials(tasks, 1, NullPolicy(), profile)
+    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor)
+    _, null = run_trials(tasks, 1, NullPolicy(), profile, executor=executor)
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
     rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
     valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
-from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -109,6 +109,7 @@ async def run_trials_async(
     keep_results: bool = True, on_result: Callable[[EpisodeResult], None] | None = None,
     journal: CampaignJournal | None = None, grader: TestRunner | None = None,
     journal_extra: Callable[[EpisodeResult, Task], dict] | None = None,
+    executor: EpisodeExecutor | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
 
@@ -122,14 +123,20 @@ async def run_trials_async(
             rows, so memory stays flat however many attempts run.
         on_result: called with each finished attempt.
         journal: the campaign's crash-safe journal, or None.
-        grader: replaces the profile's grading worker pool (not closed here).
+        grader: replaces the profile's grading worker pool (not closed here;
+            local executor only: a worker pool does not travel to Ray workers).
         journal_extra: ``(result, task) -> dict`` of extra columns for each
             journal row (e.g. the attempt's DecodeResult JSON, so an export
             after a resume is complete).
+        executor: where the episodes run; None builds the profile's
+            (``executor.kind``, bounded by ``episode.concurrency``) and closes it after.
 
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the full episode results run by this
         call, or ``[]`` without ``keep_results``).
+
+    Raises:
+        ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
     keys = journal.todo(expected) if journal is not None else expected
@@ -150,11 +157,18 @@ async def run_trials_async(
             log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
                 f"finish={result.finish_reason}")
 
-    async with episode_runner(profile, policy, grader) as runner:
-        domain = {t.uid: t.domain for t in tasks}
-        collected = await run_campaign(tasks, keys, partial(run_attempt, runner),
-                                       concurrency=profile.episode.concurrency, on_result=progress,
-                                       collect=None if keep_results else partial(result_row, domain=domain))
+    owned = executor is None
+    executor = executor or build_executor(profile.executor, profile.episode.concurrency)
+    runner_factory = partial(episode_runner, profile, grader=grader) if grader is not None else partial(episode_runner, profile)
+    domain = {t.uid: t.domain for t in tasks}
+    try:
+        async with executor.session(runner_factory, policy) as session:
+            collected = await run_campaign(tasks, keys, session.run_one,
+                                           concurrency=executor.concurrency, on_result=progress,
+                                           collect=None if keep_results else partial(result_row, domain=domain))
+    finally:
+        if owned:
+            executor.close()
     if journal is not None:
         journal.flush()
         return journal.rows(expected), (collected if keep_results else [])

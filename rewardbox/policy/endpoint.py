@@ -125,9 +125,23 @@ class EndpointPolicy:
         self.extra_body = dict(extra_body or {})
         self.backoff_max_s = backoff_max_s
         self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url, api_key=os.environ.get(api_key_env) or "EMPTY", timeout=timeout_s, max_retries=0
-        )
+        self._api_key_env, self._timeout_s = api_key_env, timeout_s
+        self._client = self._make_client()
+
+    def _make_client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=os.environ.get(self._api_key_env) or "EMPTY",
+                                  timeout=self._timeout_s, max_retries=0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its client (so without the API key): a Ray worker rebuilds the client,
+        reading ``api_key_env`` from its own environment (Ray's ``runtime_env.env_vars``)."""
+        state = dict(self.__dict__)
+        state.pop("_client")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._client = self._make_client()
 
     async def complete(self, request: ChatRequest) -> Completion:
         """One chat completion.

@@ -14,11 +14,13 @@ MIXED = Path(__file__).resolve().parents[1] / "fixtures" / "tb_mixed"
 def _materialize(tmp_path, profile: str) -> dg.ExecuteInProcessResult:
     from assets import evaluation, model, report, selection, tasks, training
     from resources.io import ParquetIOManager
+    from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
     modules = [tasks, model, selection, training, evaluation, report]
     resources = {
         "rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }

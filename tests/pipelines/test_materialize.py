@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smollm2_checkpoint):
     from assets import evaluation, model, report, selection, tasks, training
     from resources.io import ParquetIOManager
+    from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
     shutil.copytree(smollm2_checkpoint, tmp_path / "test" / "checkpoints" / "base")  # reuse the conversion
@@ -26,6 +27,7 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
     checks = dg.load_asset_checks_from_modules(modules)
     resources = {
         "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }
