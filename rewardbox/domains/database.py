@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import functools
-import json
 import os
 import threading
 from collections import OrderedDict
@@ -25,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
+from rewardbox import strict_json
 from rewardbox.domains.base import DataPatchError, Domain
 from rewardbox.grading.canonical import State
 
@@ -254,7 +254,7 @@ _IMAGES_LOCK = threading.RLock()
 
 def patch_key(data_patch: Mapping[str, Any] | None) -> str:
     """A canonical text key of a data patch (sorted JSON; non-JSON values by ``str``)."""
-    return json.dumps(data_patch or {}, sort_keys=True, default=str, separators=(",", ":"))
+    return strict_json.dumps(data_patch or {}, sort_keys=True, default=str, separators=(",", ":"))
 
 
 def task_image(domain: Domain, data_patch: Mapping[str, Any] | None = None) -> _DatabaseImage:

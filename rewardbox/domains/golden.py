@@ -10,10 +10,10 @@ reported as ``golden_error``, and the task must be treated as invalid.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.domains.base import DataPatchError, ToolRunner
 from rewardbox.domains.database import EpisodeDatabase, task_image
 from rewardbox.grading.canonical import State, diff_states, primary_keys, state_hash
@@ -56,7 +56,7 @@ def build_golden_state(
         DataPatchError: the data patch is invalid.
     """
     image = task_image(runner.domain, data_patch)
-    key = json.dumps(interactions, sort_keys=True, default=str)
+    key = strict_json.dumps(interactions, sort_keys=True, default=str)
     cached = image.golden.get(key)
     if cached is None:
         db = EpisodeDatabase(runner.domain, data_patch)
