@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import polars as pl
 
 from rewardbox.config.profile import Profile
+from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import run_trials
 from rewardbox.grading.canonical import state_hash
@@ -61,8 +62,11 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     return row
 
 
-def screen_tasks(tasks: Sequence[Task], profile: Profile) -> tuple[list[Task], pl.DataFrame]:
+def screen_tasks(tasks: Sequence[Task], profile: Profile, *,
+                 log: ProgressSink | None = None) -> tuple[list[Task], pl.DataFrame]:
     """Run the golden and null policies once per task through the real loop and grader.
+
+    ``log`` receives the progress lines of both passes (see ``run_trials_async``).
 
     Returns:
         (valid tasks in input order, one screening row per task).
@@ -71,8 +75,8 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile) -> tuple[list[Task], p
     episode = profile.episode.model_copy(update={
         "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
     profile = profile.model_copy(update={"episode": episode})
-    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile)
-    _, null = run_trials(tasks, 1, NullPolicy(), profile)
+    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, log=log, label="screen (golden replay)")
+    _, null = run_trials(tasks, 1, NullPolicy(), profile, log=log, label="screen (null run)")
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
     rows = [screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks]
     valid = {r["uid"] for r in rows if r["valid"]}

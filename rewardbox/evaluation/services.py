@@ -7,7 +7,7 @@ components are picked from config; assets and tests call ``run_trials``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -16,6 +16,7 @@ import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
 from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.progress import Progress, ProgressSink
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -100,26 +101,25 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
-    *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
+    *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
+    label: str = "episodes",
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per attempt.
+
+    Args:
+        log: where progress lines go (a ``logging.Logger`` such as Dagster's ``context.log``, or a
+            ``str -> None`` callable): episodes done / total, running pass rate, system errors and
+            ETA at a steady cadence (``rewardbox.episode.progress.Progress``).
+        label: names the stage in the progress lines.
 
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the full episode results).
     """
     keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
-    done = 0
-
-    def progress(result: EpisodeResult) -> None:
-        nonlocal done
-        done += 1
-        if log and (done % 10 == 0 or done == len(keys)):
-            log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
-                f"finish={result.finish_reason}")
-
-    async with episode_runner(profile, policy) as runner:
-        results = await run_campaign(tasks, keys, partial(run_attempt, runner),
-                                     concurrency=profile.episode.concurrency, on_result=progress)
+    with Progress(len(keys), label, log) as progress:
+        async with episode_runner(profile, policy) as runner:
+            results = await run_campaign(tasks, keys, partial(run_attempt, runner),
+                                         concurrency=profile.episode.concurrency, on_result=progress.episode)
     return results_frame(results, tasks), results
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import episode_runner
 from rewardbox.policy.chat_template import render_prompt
@@ -49,12 +50,19 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
     return tokenize
 
 
-def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], None]:
+def step_note(metrics: StepMetrics) -> str:
+    """One GRPO step's line: reward, zero-variance share, loss, samples, tokens, seconds."""
+    reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
+    return (f"step {metrics.step}: mean_reward={reward} zero_variance={metrics.zero_variance_frac:.2f} "
+            f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} samples={metrics.samples} "
+            f"tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
+
+
+def _step_logger(progress: Progress) -> Callable[[StepMetrics], None]:
+    """Writes one line per GRPO step as it ends: steps done / total, ETA, then the step's metrics."""
+
     def report(metrics: StepMetrics) -> None:
-        if log:
-            log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
-                f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
-                f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
+        progress.update(note=step_note(metrics))
 
     return report
 
@@ -62,8 +70,7 @@ def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], N
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
     from transformers import AutoModelForCausalLM
 
-    if log:
-        log("the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
+    emit(log, "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
     model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
     save_adapter(model, out_dir, [])
     return Path(out_dir), TrainingSummary()
@@ -75,7 +82,7 @@ def train_local_grpo(
     out_dir: Path,
     profile: Profile,
     *,
-    log: Callable[[str], None] | None = None,
+    log: ProgressSink | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """Train a LoRA adapter on ``pool`` with GRPO.
 
@@ -112,7 +119,8 @@ def train_local_grpo(
         model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
 
-    report = _step_logger(log)
+    progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
+    report = _step_logger(progress)
 
     def after_step(metrics: StepMetrics) -> None:
         if on_policy:
@@ -127,6 +135,7 @@ def train_local_grpo(
         finally:
             await policy.aclose()
 
-    summary = asyncio.run(main())
+    with progress:
+        summary = asyncio.run(main())
     save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])
     return Path(out_dir), summary
