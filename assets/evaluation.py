@@ -6,6 +6,7 @@ import polars as pl
 
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
+from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
 from rewardbox.evaluation.interchange import export_decode_results
@@ -13,6 +14,7 @@ from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
 GROUP = "evaluation"
+CODE = code_version(__name__, *EPISODE_ENGINE)
 PARQUET = "parquet_io_manager"
 
 
@@ -23,11 +25,13 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
-    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log.info)
+    rows, results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, log=context.log,
+                               label=context.asset_key.to_user_string())
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo)
+        repaired, repaired_results = run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, keys=redo,
+                                                log=context.log, label="repair")
         rows = merge_repair(rows, repaired)
         latest = {(r.uid, r.trial): r for r in [*results, *repaired_results]}
         results = [latest[key] for key in sorted(latest)]
@@ -39,24 +43,25 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
         "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": profile.section_hash("evaluation", "policy", "episode"), "input_hash": tasks_hash(tasks),
     })
+    record_versions(context, frame_version(rows))
     return rows
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                             benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x k trials."""
     return evaluate(context, rewardbox, benchmark_tasks, base_checkpoint)
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                        benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
     return evaluate(context, rewardbox, benchmark_tasks, merged_checkpoint)
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions, code_version=CODE)
 def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                                   benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,

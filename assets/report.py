@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image
+from assets.versions import code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.report import (
     compute_reliability,
@@ -14,9 +15,10 @@ from rewardbox.report import (
 )
 
 GROUP = "report"
+CODE = code_version(__name__, "rewardbox.report", "rewardbox.metrics")
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=CODE)
 def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                        base_evaluation_results: pl.DataFrame, evaluation_results: pl.DataFrame) -> str:
     """pass@1, pass@k, pass^k (unbiased), observed k/k, per domain, cost; base vs tuned side by side.
@@ -42,6 +44,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
         "config_hash": profile.section_hash("report", "evaluation"),
     })
+    record_versions(context, files_version(out.parent))
     return str(out)
 
 

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.interchange import import_infer_results
 from rewardbox.evaluation.services import run_trials
@@ -14,10 +15,12 @@ from rewardbox.selection import training_pool as select_pool
 from rewardbox.tasks.schema import Task
 
 GROUP = "selection"
+PROBE_CODE = code_version(__name__, *EPISODE_ENGINE)
+SELECT_CODE = code_version(__name__, "rewardbox.selection")
 PARQUET = "parquet_io_manager"
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                   screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
@@ -29,7 +32,8 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
     else:
         policy = rewardbox.policy(base_checkpoint or None)
-        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info)
+        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log,
+                             label="probe_results")
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
@@ -37,10 +41,11 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })
+    record_versions(context, frame_version(rows))
     return rows
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=SELECT_CODE)
 def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                     probe_results: pl.DataFrame) -> pl.DataFrame:
     """Jeffreys posterior per task, five bands, highest-mass band (ties to the harder band)."""
@@ -54,10 +59,11 @@ def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "band_histogram": md_table(histogram), "band_plot": md_image(band_histogram_png(difficulty), "bands"),
         "table": md_table(difficulty), "config_hash": profile.section_hash("selection"),
     })
+    record_versions(context, frame_version(difficulty))
     return difficulty
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=SELECT_CODE)
 def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                   task_difficulty: pl.DataFrame, screened_candidates: list[Task]) -> list[Task]:
     """The candidates in the kept bands: tasks the current policy can still learn from."""
@@ -69,4 +75,5 @@ def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
         "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
     })
+    record_versions(context, tasks_version(pool), profile.section_hash("selection"))
     return pool
