@@ -16,7 +16,7 @@ run per run key, across all ticks).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dagster import RunRequest, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
@@ -66,6 +66,7 @@ def build_task_source_sensor(
     job=None,
     name: str = "task_source_sensor",
     minimum_interval_seconds: int = 300,
+    run_tags_fn: Callable[[], Mapping[str, str]] | None = None,
 ) -> SensorDefinition:
     """Builds the sensor that requests a re-screen when the candidate task source changes.
 
@@ -77,6 +78,8 @@ def build_task_source_sensor(
         job: The re-screen job definition (give this or ``job_name``).
         name: Sensor name.
         minimum_interval_seconds: Minimum seconds between ticks.
+        run_tags_fn: Returns the provenance tags (profile, config hash, code version, task-set
+            version) to put on the requested run; called only when a run is requested.
 
     Returns:
         The sensor: a run request (run key from :func:`task_source_run_key`, fingerprint tag)
@@ -104,7 +107,7 @@ def build_task_source_sensor(
         context.update_cursor(fingerprint)
         return RunRequest(
             run_key=task_source_run_key(fingerprint, previous),
-            tags={TAG_SOURCE_FINGERPRINT: fingerprint},
+            tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SOURCE_FINGERPRINT: fingerprint},
         )
 
     return _task_source_sensor

@@ -21,12 +21,13 @@ import ast
 import hashlib
 import importlib.util
 import subprocess
+from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from rewardbox.config.profile import Profile
-from rewardbox.tasks.schema import canonical_json
+from rewardbox.tasks.schema import Task, canonical_json
 
 TAG_PROFILE = "rewardbox/profile"
 TAG_CONFIG_HASH = "rewardbox/config_hash"
@@ -121,6 +122,19 @@ def profile_config_hash(profile: Profile) -> str:
     """Short SHA-256 of every profile section except ``name`` and ``data_dir`` (16 hex)."""
     payload = canonical_json(profile.model_dump(mode="json", exclude={"name", "data_dir"}))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def task_set_version(tasks: Iterable[Task]) -> str:
+    """Version of a task set: SHA-256 of its sorted ``uid:content hash`` pairs (12 hex)."""
+    digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in tasks)).encode())
+    return digest.hexdigest()[:12]
+
+
+def benchmark_version(profile: Profile) -> str:
+    """The task-set version of the profile's benchmark (loads the benchmark's task files)."""
+    from rewardbox.tasks.sources import load_benchmark
+
+    return task_set_version(load_benchmark(profile.tasks).tasks)
 
 
 def endpoints(profile: Profile) -> dict[str, str]:
