@@ -99,3 +99,19 @@ def test_screened_candidates_carry_config_hash_and_content_hash(screened):
     metadata = instance.get_latest_materialization_event(SCREENED).asset_materialization.metadata
     assert re.fullmatch(r"[0-9a-f]{16}", metadata["config_hash"].value)
     assert metadata["content_hash"].value == _latest_data_version(instance, "screened_candidates")
+
+
+def test_audit_traces_the_exact_upstream_materialisation_read(screened):
+    from pipelines.audit import render, trace
+
+    _, instance, result = screened
+    [first_candidates] = [e for e in result.get_asset_materialization_events()
+                          if e.asset_key == dg.AssetKey("candidate_tasks")]
+    node = trace(instance, "screened_candidates")
+    [parent] = node.inputs
+    assert parent.asset == "candidate_tasks" and parent.run_id == result.run_id
+    # the version that was read, even after later re-materialisations of candidate_tasks
+    assert parent.data_version == first_candidates.materialization.tags["dagster/data_version"]
+    assert node.config_hash and node.run_tags["rewardbox/profile"] == "test"  # tagged by the resource
+    text = "\n".join(render(node))
+    assert f"candidate_tasks  data_version={parent.data_version}" in text
