@@ -11,7 +11,7 @@ distillation-like use).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
@@ -56,15 +56,6 @@ def step_note(metrics: StepMetrics) -> str:
     return (f"step {metrics.step}: mean_reward={reward} zero_variance={metrics.zero_variance_frac:.2f} "
             f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} samples={metrics.samples} "
             f"tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
-
-
-def _step_logger(progress: Progress) -> Callable[[StepMetrics], None]:
-    """Writes one line per GRPO step as it ends: steps done / total, ETA, then the step's metrics."""
-
-    def report(metrics: StepMetrics) -> None:
-        progress.update(note=step_note(metrics))
-
-    return report
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
@@ -118,14 +109,12 @@ def train_local_grpo(
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
-
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
-    report = _step_logger(progress)
 
     def after_step(metrics: StepMetrics) -> None:
         if on_policy:
             policy.weights_changed()  # the cached prefix KV was computed with the old weights
-        report(metrics)
+        progress.update(note=step_note(metrics))  # one line per step as it ends
 
     async def main() -> TrainingSummary:
         try:
@@ -134,8 +123,8 @@ def train_local_grpo(
                                         cfg, on_step=after_step, tokenize=tokenize)
         finally:
             await policy.aclose()
+            progress.close()
 
-    with progress:
-        summary = asyncio.run(main())
+    summary = asyncio.run(main())
     save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])
     return Path(out_dir), summary
