@@ -62,12 +62,12 @@ def test_cli_job_run_is_tagged_and_logs_progress(tmp_path):
 def test_jobs_sensors_and_schedule_put_the_tags_on_their_runs(tmp_path):
     from pipelines.definitions import defs
 
-    repo = defs.get_repository_def()
-    for job in repo.get_all_jobs():
-        if not job.name.startswith("__"):
-            assert {TAG_PROFILE, TAG_CONFIG_HASH, TAG_CODE_VERSION} <= set(job.tags), job.name
+    with dg.instance_for_test() as instance:  # entering it also gives Definitions a live state storage
+        repo = defs.get_repository_def()
+        for job in repo.get_all_jobs():
+            if not job.name.startswith("__"):
+                assert {TAG_PROFILE, TAG_CONFIG_HASH, TAG_CODE_VERSION} <= set(job.tags), job.name
 
-    with dg.instance_for_test() as instance:
         sensor = repo.get_sensor_def("task_source_sensor")
         [request] = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo)).run_requests
         assert PROVENANCE <= set(request.tags)
@@ -109,9 +109,9 @@ def test_a_run_is_retagged_with_the_profile_it_actually_ran_with(tmp_path):
                  "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets"))}
     defs = dg.Definitions(assets=all_assets, jobs=[jobs["rescreen_job"]], resources=resources)
-    job = defs.resolve_job_def("rescreen_job")
-    assert job.tags[TAG_PROFILE] == "demo"
     with dg.instance_for_test() as instance:
+        job = defs.resolve_job_def("rescreen_job")
+        assert job.tags[TAG_PROFILE] == "demo"
         result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("candidate_tasks")])
         assert result.success
         tags = instance.get_run_by_id(result.run_id).tags

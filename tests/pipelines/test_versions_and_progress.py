@@ -30,6 +30,14 @@ def _resources(tmp_path: Path, profile: str = "test") -> dict:
             "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
 
 
+def _materialize(*args, **kwargs) -> dg.ExecuteInProcessResult:
+    """``dg.materialize`` inside a live instance context: building the job reads the current
+    instance's definitions-state storage, which an earlier test may have left pointing at a closed
+    instance."""
+    with dg.instance_for_test():
+        return dg.materialize(*args, **kwargs)
+
+
 def _status(instance: dg.DagsterInstance) -> StaleStatus:
     resolver = CachingStaleStatusResolver(instance, AssetGraph.from_assets(ASSETS), LoadingContextForTest(instance))
     return resolver.get_status(SCREENED)
@@ -45,7 +53,7 @@ def screened(tmp_path_factory):
     """One instance on which candidates and screened candidates were materialised once."""
     tmp_path = tmp_path_factory.mktemp("versions")
     instance = dg.DagsterInstance.ephemeral()
-    result = dg.materialize(ASSETS, resources=_resources(tmp_path), instance=instance)
+    result = _materialize(ASSETS, resources=_resources(tmp_path), instance=instance)
     assert result.success
     return tmp_path, instance, result
 
@@ -53,7 +61,8 @@ def screened(tmp_path_factory):
 def test_every_asset_declares_a_code_version():
     from pipelines.definitions import defs
 
-    graph = defs.get_repository_def().asset_graph
+    with dg.instance_for_test():  # a live instance context for loading the Definitions
+        graph = defs.get_repository_def().asset_graph
     missing = [k.to_user_string() for k in graph.get_all_asset_keys() if not graph.get(k).code_version]
     assert missing == []
 
@@ -63,7 +72,7 @@ def test_identical_rematerialisation_leaves_downstream_fresh_and_a_change_makes_
     assert _status(instance) == StaleStatus.FRESH
     before = _latest_data_version(instance, "candidate_tasks")
 
-    again = dg.materialize(ASSETS, selection=[task_assets.candidate_tasks], resources=_resources(tmp_path),
+    again = _materialize(ASSETS, selection=[task_assets.candidate_tasks], resources=_resources(tmp_path),
                            instance=instance)
     assert again.success
     assert _latest_data_version(instance, "candidate_tasks") == before  # same content, same data version
@@ -75,7 +84,7 @@ def test_identical_rematerialisation_leaves_downstream_fresh_and_a_change_makes_
     changed = tmp_path / "changed" / "test.yaml"
     changed.parent.mkdir()
     changed.write_text(yaml.safe_dump(profile))
-    edited = dg.materialize(ASSETS, selection=[task_assets.candidate_tasks],
+    edited = _materialize(ASSETS, selection=[task_assets.candidate_tasks],
                             resources=_resources(tmp_path, str(changed)), instance=instance)
     assert edited.success
     assert _latest_data_version(instance, "candidate_tasks") != before
