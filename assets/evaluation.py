@@ -6,6 +6,7 @@ import polars as pl
 
 from assets.metadata import md_table, tasks_hash
 from assets.partitions import checkpoint_partitions
+from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import (
@@ -22,6 +23,7 @@ from rewardbox.evaluation.services import run_trials
 from rewardbox.tasks.schema import Task
 
 GROUP = "evaluation"
+CODE = code_version(__name__, *EPISODE_ENGINE)
 PARQUET = "parquet_io_manager"
 
 
@@ -50,11 +52,11 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
                           journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
 
-    rows = run(log=context.log.info)
+    rows = run(log=context.log, label=context.asset_key.to_user_string())
     redo = repair_keys(rows, campaign_keys(tasks, k))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        rows = merge_repair(rows, run(keys=redo))
+        rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
     decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
     rows = rows.drop("decode_result")
     journal.discard()
@@ -65,24 +67,25 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
+    record_versions(context, frame_version(rows))
     return rows
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                             benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x k trials."""
     return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, base_checkpoint)
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                        benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
     return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, merged_checkpoint)
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions, code_version=CODE)
 def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                                   benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_inline
+from assets.versions import code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.metrics.bootstrap import paired_bootstrap
 from rewardbox.metrics.rows import task_counts
@@ -17,9 +18,10 @@ from rewardbox.report import (
 from rewardbox.report.inline_svg import reliability_svg, svg_markdown
 
 GROUP = "report"
+CODE = code_version(__name__, "rewardbox.report", "rewardbox.metrics")
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=CODE)
 def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                        base_evaluation_results: pl.DataFrame, evaluation_results: pl.DataFrame) -> str:
     """pass@1, pass@k, pass^k (unbiased), observed k/k, per domain, cost; base vs tuned side by side.
@@ -48,6 +50,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
         "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),
         "config_hash": profile.section_hash("report", "evaluation"),
     })
+    record_versions(context, files_version(out.parent))
     return str(out)
 
 

@@ -5,6 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
@@ -17,10 +18,12 @@ from rewardbox.selection import training_pool as select_pool
 from rewardbox.tasks.schema import Task
 
 GROUP = "selection"
+PROBE_CODE = code_version(__name__, *EPISODE_ENGINE)
+SELECT_CODE = code_version(__name__, "rewardbox.selection")
 PARQUET = "parquet_io_manager"
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                   screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
@@ -37,7 +40,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint]
         journal = campaign_journal(rewardbox.path("campaigns", "probe_results").parent, "probe_results", identity,
                                    ROW_SCHEMA)  # a killed probe run resumes where it stopped
-        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log.info,
+        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log, label="probe_results",
                              journal=journal, keep_results=False,  # rows only: memory stays flat over the probe
                              executor=ray_cluster.executor(profile, context))
         journal.discard()
@@ -48,10 +51,11 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })
+    record_versions(context, frame_version(rows))
     return rows
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET)
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=SELECT_CODE)
 def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                     probe_results: pl.DataFrame) -> pl.DataFrame:
     """Jeffreys posterior per task, five bands, highest-mass band (ties to the harder band)."""
@@ -65,10 +69,11 @@ def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "band_histogram": md_table(histogram), "band_plot": md_image(band_histogram_png(difficulty), "bands"),
         "table": md_table(difficulty), "config_hash": profile.section_hash("selection"),
     })
+    record_versions(context, frame_version(difficulty))
     return difficulty
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=SELECT_CODE)
 def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                   task_difficulty: pl.DataFrame, screened_candidates: list[Task]) -> list[Task]:
     """The candidates in the kept bands: tasks the current policy can still learn from."""
@@ -80,4 +85,5 @@ def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
         "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
     })
+    record_versions(context, tasks_version(pool), profile.section_hash("selection"))
     return pool

@@ -4,6 +4,7 @@
 import dagster as dg
 
 from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
+from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.screening import screen_tasks, ungradable
@@ -12,6 +13,8 @@ from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
 
 GROUP = "tasks"
+LOAD_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.domains")
+SCREEN_CODE = code_version(__name__, "rewardbox.tasks", *EPISODE_ENGINE)
 
 
 def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:
@@ -24,7 +27,7 @@ def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> No
         context.log.warning(f"task left out (candidate_loading.on_error=skip): {error}")
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=LOAD_CODE)
 def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource) -> list[Task]:
     """Training candidates; anything in the benchmark split is excluded by uid and content hash.
 
@@ -41,10 +44,11 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "table": md_table(tasks_frame(loaded.tasks)), "config_hash": profile.section_hash("tasks"),
         "input_hash": tasks_hash(loaded.tasks),
     })
+    record_versions(context, tasks_version(loaded.tasks))
     return loaded.tasks
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
 def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                     ray_cluster: RayClusterResource) -> list[Task]:
     """The held-out evaluation set: valid tasks only (invalid ones are reported by uid).
@@ -56,7 +60,7 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    valid, report = screen_tasks(loaded.tasks, profile, ray_cluster.executor(profile, context))
+    valid, report = screen_tasks(loaded.tasks, profile, ray_cluster.executor(profile, context), log=context.log)
     failures = ungradable(report)
     if failures:
         raise dg.Failure(description=f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures),
@@ -71,15 +75,16 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "load_errors": dg.MetadataValue.json(loaded.errors), "config_hash": profile.section_hash("tasks"),
         "input_hash": tasks_hash(valid),
     })
+    record_versions(context, tasks_version(valid))
     return valid
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
 def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                         candidate_tasks: list[Task]) -> list[Task]:
     """Candidates whose golden replay passes and whose null run fails where a write is expected."""
     profile = rewardbox.load()
-    valid, report = screen_tasks(candidate_tasks, profile, ray_cluster.executor(profile, context))
+    valid, report = screen_tasks(candidate_tasks, profile, ray_cluster.executor(profile, context), log=context.log)
     invalid = report.filter(~report["valid"])
     for row in invalid.iter_rows(named=True):
         context.log.warning(f"invalid task {row['uid']}: {row['reason']}")
@@ -90,6 +95,7 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
         "input_hash": tasks_hash(candidate_tasks),
     })
+    record_versions(context, tasks_version(valid), profile.section_hash("tasks", "sandbox", "grading", "episode"))
     return valid
 
 

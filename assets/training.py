@@ -7,6 +7,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
 from rewardbox.evaluation.services import run_trials
@@ -17,9 +18,11 @@ from rewardbox.training.checkpoint import merge_checkpoint
 from rewardbox.training.local import train_local_grpo
 
 GROUP = "training"
+TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
+MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint")
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=TRAIN_CODE)
 def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                     training_pool: list[Task], base_checkpoint: str) -> str:
     """LoRA adapter trained with local GRPO on the training pool (never on benchmark tasks)."""
@@ -41,10 +44,11 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         metadata |= {"step_metrics": md_table(steps),
                      "training_curve": md_image(training_curve_png([m.as_dict() for m in summary.steps]), "training")}
     context.add_output_metadata(metadata)
+    record_versions(context, files_version(adapter))
     return str(adapter)
 
 
-@dg.asset(group_name=GROUP)
+@dg.asset(group_name=GROUP, code_version=MERGE_CODE)
 def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                       base_checkpoint: str, grpo_checkpoint: str) -> str:
     """The adapter merged into the base weights: an HF safetensors directory transformers loads."""
@@ -53,6 +57,7 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
     merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
     context.add_output_metadata({"path": dg.MetadataValue.path(str(merged)),
                                  "files": dg.MetadataValue.json(sorted(p.name for p in merged.iterdir()))})
+    record_versions(context, files_version(merged), rewardbox.load().section_hash("grpo"))
     return str(merged)
 
 

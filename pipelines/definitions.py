@@ -13,13 +13,14 @@ from pathlib import Path
 import dagster as dg
 
 from assets import evaluation, model, report, selection, tasks, training
-from pipelines.jobs import checkpoint_evaluation_job, main_job, reprobe_job, rescreen_job
+from pipelines.jobs import JOB_WORKLOADS, build_jobs
 from pipelines.partitions import checkpoint_partitions
 from resources.io import ParquetIOManager
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.config.profile import load_profile
-from rewardbox.tasks.sources import load_benchmark, load_candidates, resolve_dataset
+from rewardbox.config.provenance import benchmark_version, run_tags
+from rewardbox.tasks.sources import load_candidates, resolve_dataset
 from sensors.checkpoints import build_checkpoint_sensor
 from sensors.schedules import build_reprobe_schedule
 from sensors.task_source import build_task_source_sensor, fingerprint_task_source
@@ -40,9 +41,14 @@ def _benchmark_version() -> str:
 
     Raises TaskSetLoadError when the benchmark does not load (the sensor then launches nothing).
     """
-    loaded = load_benchmark(_profile().tasks)
-    digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in loaded.tasks)).encode())
-    return digest.hexdigest()[:12]
+    return benchmark_version(_profile())
+
+
+def _tick_tags(job_name: str):
+    """The run tags a sensor or schedule puts on a run of ``job_name``, computed at tick time."""
+    samples_policy, trains = JOB_WORKLOADS[job_name]
+    return lambda: run_tags(_profile(), task_set_version=_benchmark_version(), samples_policy=samples_policy,
+                            trains=trains)
 
 
 def _validate_checkpoint(path: Path) -> None:
@@ -61,21 +67,27 @@ def _candidate_fingerprint() -> str:
 _STARTUP_PROFILE = _profile()  # read once at start-up
 _ARTIFACTS = _STARTUP_PROFILE.data_path / _STARTUP_PROFILE.name
 
+# Jobs carry the start-up profile's tags (visible while queued, for the run queue's limits); the
+# resource refreshes them and adds the task-set version when a run starts (resources/rewardbox.py).
+JOBS = build_jobs(lambda samples_policy, trains: run_tags(_STARTUP_PROFILE, samples_policy=samples_policy,
+                                                          trains=trains))
+
 all_assets = dg.load_assets_from_modules([tasks, model, selection, training, evaluation, report])
 all_checks = dg.load_asset_checks_from_modules([tasks, model, selection, training, evaluation, report])
 
 defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
-    jobs=[main_job, reprobe_job, rescreen_job, checkpoint_evaluation_job],
+    jobs=list(JOBS.values()),
     sensors=[
         build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=_incoming_dir,
                                 task_set_version_fn=_benchmark_version, validate_fn=_validate_checkpoint,
-                                job=checkpoint_evaluation_job),
-        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint,
-                                 task_set_check_fn=lambda: load_candidates(_profile().tasks), job=rescreen_job),
+                                job=JOBS["checkpoint_evaluation_job"], run_tags_fn=_tick_tags("checkpoint_evaluation_job")),
+        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint, job=JOBS["rescreen_job"],
+                                 task_set_check_fn=lambda: load_candidates(_profile().tasks),
+                                 run_tags_fn=_tick_tags("rescreen_job")),
     ],
-    schedules=[build_reprobe_schedule(reprobe_job)],
+    schedules=[build_reprobe_schedule(JOBS["reprobe_job"], run_tags_fn=_tick_tags("reprobe_job"))],
     resources={
         "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
         # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster

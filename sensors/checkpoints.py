@@ -22,7 +22,7 @@ stays, so no evaluation ever runs on a shrunken benchmark.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -166,6 +166,7 @@ def _tick_result(
     handled: set[str],
     partitions_def: DynamicPartitionsDefinition,
     task_set_version: str,
+    run_tags: Mapping[str, str],
 ) -> SensorResult:
     for path, error in plan.failures:
         context.log.warning(f"checkpoint {path} not handled, retrying next tick: {error}")
@@ -178,7 +179,7 @@ def _tick_result(
         RunRequest(
             run_key=key,
             partition_key=path.name,
-            tags={TAG_CHECKPOINT_PATH: str(path), TAG_TASK_SET_VERSION: task_set_version},
+            tags={**run_tags, TAG_CHECKPOINT_PATH: str(path), TAG_TASK_SET_VERSION: task_set_version},
         )
         for path, key in plan.requested
     ]
@@ -199,6 +200,7 @@ def build_checkpoint_sensor(
     job=None,
     name: str = "new_checkpoint_sensor",
     minimum_interval_seconds: int = 60,
+    run_tags_fn: Callable[[], Mapping[str, str]] | None = None,
 ) -> SensorDefinition:
     """Builds the sensor that requests one evaluation run per new checkpoint and task-set version.
 
@@ -215,10 +217,13 @@ def build_checkpoint_sensor(
         job: The job definition to target (give this or ``job_name``).
         name: Sensor name.
         minimum_interval_seconds: Minimum seconds between ticks.
+        run_tags_fn: Returns the provenance tags (profile, config hash, code version) to put on
+            every requested run; called on ticks that request runs.
 
     Returns:
         The sensor. Each run request has ``partition_key`` = checkpoint name, ``run_key`` =
-        ``"<name>@<task_set_version>"`` and tags with the checkpoint path and task-set version.
+        ``"<name>@<task_set_version>"`` and tags with the checkpoint path and task-set version
+        (plus ``run_tags_fn()``).
 
     Raises:
         ValueError: If not exactly one of ``job_name`` and ``job`` is given.
@@ -244,6 +249,7 @@ def build_checkpoint_sensor(
             context.log.error(f"benchmark task set does not load; no evaluation launched: {exc}")
             return SkipReason(f"benchmark task set does not load, no run launched: {str(exc)[:1500]}")
         plan = plan_checkpoint_tick(find_checkpoint_dirs(watch_dir), handled, version, validate_fn)
-        return _tick_result(context, plan, handled, partitions_def, version)
+        tags = dict(run_tags_fn()) if run_tags_fn and plan.requested else {}
+        return _tick_result(context, plan, handled, partitions_def, version, tags)
 
     return _checkpoint_sensor

@@ -12,7 +12,7 @@ and a daemon that retries a tick after a crash does not launch a second run for 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 
 from dagster import RunRequest, ScheduleDefinition, ScheduleEvaluationContext, schedule
@@ -44,6 +44,7 @@ def build_reprobe_schedule(
     name: str = "reprobe_schedule",
     execution_timezone: str = "UTC",
     partition_key_fn: Callable[[], str] | None = None,
+    run_tags_fn: Callable[[], Mapping[str, str]] | None = None,
 ) -> ScheduleDefinition:
     """Builds the schedule that re-probes the pool against the current policy.
 
@@ -54,6 +55,8 @@ def build_reprobe_schedule(
         execution_timezone: Timezone the cron is read in.
         partition_key_fn: For a partitioned job, returns the partition to re-probe (e.g. the
             current policy's checkpoint name); called every tick. ``None`` for an unpartitioned job.
+        run_tags_fn: Returns the provenance tags (profile, config hash, code version, task-set
+            version) to put on the run; called every tick.
 
     Returns:
         The schedule. Each tick requests one run with the run key from :func:`reprobe_run_key`
@@ -79,7 +82,7 @@ def build_reprobe_schedule(
         return RunRequest(
             run_key=reprobe_run_key(scheduled_at, partition_key),
             partition_key=partition_key,
-            tags={TAG_SCHEDULED_AT: scheduled_at.isoformat()},
+            tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SCHEDULED_AT: scheduled_at.isoformat()},
         )
 
     return _reprobe_schedule

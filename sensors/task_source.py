@@ -20,7 +20,7 @@ A changed source that no longer loads under the candidate load policy (``task_se
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dagster import RunRequest, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
@@ -73,6 +73,7 @@ def build_task_source_sensor(
     job=None,
     name: str = "task_source_sensor",
     minimum_interval_seconds: int = 300,
+    run_tags_fn: Callable[[], Mapping[str, str]] | None = None,
 ) -> SensorDefinition:
     """Builds the sensor that requests a re-screen when the candidate task source changes.
 
@@ -88,6 +89,8 @@ def build_task_source_sensor(
         job: The re-screen job definition (give this or ``job_name``).
         name: Sensor name.
         minimum_interval_seconds: Minimum seconds between ticks.
+        run_tags_fn: Returns the provenance tags (profile, config hash, code version, task-set
+            version) to put on the requested run; called only when a run is requested.
 
     Returns:
         The sensor: a run request (run key from :func:`task_source_run_key`, fingerprint tag)
@@ -121,7 +124,7 @@ def build_task_source_sensor(
         context.update_cursor(fingerprint)
         return RunRequest(
             run_key=task_source_run_key(fingerprint, previous),
-            tags={TAG_SOURCE_FINGERPRINT: fingerprint},
+            tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SOURCE_FINGERPRINT: fingerprint},
         )
 
     return _task_source_sensor

@@ -34,8 +34,9 @@ from dataclasses import replace
 import polars as pl
 
 from rewardbox.config.profile import Profile
-from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.executor import EpisodeExecutor
+from rewardbox.episode.progress import ProgressSink
+from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
@@ -122,11 +123,12 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     return row
 
 
-def screen_tasks(tasks: Sequence[Task], profile: Profile,
-                 executor: EpisodeExecutor | None = None) -> tuple[list[Task], pl.DataFrame]:
+def screen_tasks(tasks: Sequence[Task], profile: Profile, executor: EpisodeExecutor | None = None, *,
+                 log: ProgressSink | None = None) -> tuple[list[Task], pl.DataFrame]:
     """Run the golden and null policies once per task through the real loop and grader.
 
-    ``executor`` runs the episodes (None: the profile's, see ``run_trials``).
+    ``executor`` runs the episodes (None: the profile's, see ``run_trials``);
+    ``log`` receives the progress lines of both passes (see ``run_trials_async``).
 
     Returns:
         (valid tasks in input order, one screening row per task).
@@ -135,8 +137,9 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile,
     episode = profile.episode.model_copy(update={
         "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
     profile = profile.model_copy(update={"episode": episode})
-    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor)
-    _, null = run_trials(tasks, 1, NullPolicy(), profile, executor=executor)
+    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor, log=log,
+                           label="screen (golden replay)")
+    _, null = run_trials(tasks, 1, NullPolicy(), profile, executor=executor, log=log, label="screen (null run)")
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
     rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
     valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]

@@ -16,6 +16,7 @@ import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
+from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -105,7 +106,8 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
-    *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
+    *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
+    label: str = "episodes",
     keep_results: bool = True, on_result: Callable[[EpisodeResult], None] | None = None,
     journal: CampaignJournal | None = None, grader: TestRunner | None = None,
     journal_extra: Callable[[EpisodeResult, Task], dict] | None = None,
@@ -118,6 +120,10 @@ async def run_trials_async(
     once, and the rows returned are the journal's: one per expected key.
 
     Args:
+        log: where progress lines go (a ``logging.Logger`` such as Dagster's ``context.log``, or a
+            ``str -> None`` callable): episodes done / total, running pass rate, system errors and
+            ETA at a steady cadence (``rewardbox.episode.progress.Progress``).
+        label: names the stage in the progress lines.
         keep_results: keep every full ``EpisodeResult`` (messages, effects with
             three database states: hundreds of KiB each); False keeps only the
             rows, so memory stays flat however many attempts run.
@@ -140,32 +146,19 @@ async def run_trials_async(
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
     keys = journal.todo(expected) if journal is not None else expected
-    if journal is not None and log and len(keys) < len(expected):
-        log(f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
-    by_uid = {t.uid: t for t in tasks}
-    done = 0
-
-    def progress(result: EpisodeResult) -> None:
-        nonlocal done
-        if on_result is not None:
-            on_result(result)
-        if journal is not None:
-            extra = journal_extra(result, by_uid[result.uid]) if journal_extra else {}
-            journal.append({**result.to_row(), "domain": by_uid[result.uid].domain, **extra})
-        done += 1
-        if log and (done % 10 == 0 or done == len(keys)):
-            log(f"{done}/{len(keys)} attempts; last {result.uid}#{result.trial} reward={result.reward} "
-                f"finish={result.finish_reason}")
-
+    if journal is not None and len(keys) < len(expected):
+        emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
     owned = executor is None
     executor = executor or build_executor(profile.executor, profile.episode.concurrency)
     runner_factory = partial(episode_runner, profile, grader=grader) if grader is not None else partial(episode_runner, profile)
     domain = {t.uid: t.domain for t in tasks}
     try:
-        async with executor.session(runner_factory, policy) as session:
-            collected = await run_campaign(tasks, keys, session.run_one,
-                                           concurrency=executor.concurrency, on_result=progress,
-                                           collect=None if keep_results else partial(result_row, domain=domain))
+        with Progress(len(keys), label, log) as progress:
+            finished = _on_finished(tasks, progress, on_result, journal, journal_extra)
+            async with executor.session(runner_factory, policy) as session:
+                collected = await run_campaign(tasks, keys, session.run_one,
+                                               concurrency=executor.concurrency, on_result=finished,
+                                               collect=None if keep_results else partial(result_row, domain=domain))
     finally:
         if owned:
             executor.close()
@@ -175,6 +168,24 @@ async def run_trials_async(
     if not keep_results:
         return rows_frame(collected), []
     return results_frame(collected, tasks), collected
+
+
+def _on_finished(
+    tasks: Sequence[Task], progress: Progress, on_result: Callable[[EpisodeResult], None] | None,
+    journal: CampaignJournal | None, journal_extra: Callable[[EpisodeResult, Task], dict] | None,
+) -> Callable[[EpisodeResult], None]:
+    """The per-attempt hook: the caller's ``on_result``, the journal row, then the progress line."""
+    by_uid = {t.uid: t for t in tasks}
+
+    def finished(result: EpisodeResult) -> None:
+        if on_result is not None:
+            on_result(result)
+        if journal is not None:
+            extra = journal_extra(result, by_uid[result.uid]) if journal_extra else {}
+            journal.append({**result.to_row(), "domain": by_uid[result.uid].domain, **extra})
+        progress.episode(result)
+
+    return finished
 
 
 def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile, **kwargs):

@@ -11,12 +11,13 @@ distillation-like use).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import episode_runner
 from rewardbox.policy.chat_template import render_prompt
@@ -49,22 +50,19 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
     return tokenize
 
 
-def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], None]:
-    def report(metrics: StepMetrics) -> None:
-        if log:
-            mean = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
-            log(f"step {metrics.step}: mean_reward={mean} (scored rollouts {metrics.scored_rollouts}) "
-                f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
-                f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
-
-    return report
+def step_note(metrics: StepMetrics) -> str:
+    """One GRPO step's line: reward, zero-variance share, loss, samples, tokens, seconds."""
+    reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
+    return (f"step {metrics.step}: mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
+            f"zero_variance={metrics.zero_variance_frac:.2f} "
+            f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} samples={metrics.samples} "
+            f"tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
     from transformers import AutoModelForCausalLM
 
-    if log:
-        log("the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
+    emit(log, "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
     model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
     save_adapter(model, out_dir, [])
     return Path(out_dir), TrainingSummary()
@@ -76,7 +74,7 @@ def train_local_grpo(
     out_dir: Path,
     profile: Profile,
     *,
-    log: Callable[[str], None] | None = None,
+    log: ProgressSink | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """Train a LoRA adapter on ``pool`` with GRPO.
 
@@ -112,13 +110,12 @@ def train_local_grpo(
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
-
-    report = _step_logger(log)
+    progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
         if on_policy:
             policy.weights_changed()  # the cached prefix KV was computed with the old weights
-        report(metrics)
+        progress.update(note=step_note(metrics))  # one line per step as it ends
 
     async def main() -> TrainingSummary:
         try:
@@ -127,6 +124,7 @@ def train_local_grpo(
                                         cfg, on_step=after_step, tokenize=tokenize)
         finally:
             await policy.aclose()
+            progress.close()
 
     summary = asyncio.run(main())
     save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])

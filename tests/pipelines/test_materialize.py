@@ -40,6 +40,10 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
         "task_difficulty", "training_pool", "grpo_checkpoint", "merged_checkpoint", "base_evaluation_results",
         "evaluation_results", "reliability_report",
     }
+    for event in result.get_asset_materialization_events():  # audit: config and content of every asset
+        metadata, tags = event.materialization.metadata, event.materialization.tags
+        assert {"config_hash", "content_hash"} <= set(metadata), event.asset_key
+        assert tags["dagster/data_version"] == metadata["content_hash"].value and tags["dagster/code_version"]
     evaluations = result.get_asset_check_evaluations()
     assert len(evaluations) == 6 and all(e.passed for e in evaluations if e.check_name != "tuned_not_worse_than_base")
 

@@ -82,13 +82,14 @@ class Ticker:
         self.cursor: str | None = None
 
     def tick(self) -> SensorExecutionData:
-        context = build_sensor_context(
+        # entered and closed, so the instance it opens from the ref does not outlive the tick
+        with build_sensor_context(
             instance=self.instance,
             instance_ref=self.instance.get_ref(),
             cursor=self.cursor,
             definitions=self.defs,
-        )
-        data = self.sensor_def.evaluate_tick(context)
+        ) as context:
+            data = self.sensor_def.evaluate_tick(context)
         for request in data.dynamic_partitions_requests or []:
             missing = [
                 key
@@ -202,10 +203,9 @@ def test_run_request_without_the_add_request_would_fail(watch, instance):
         return SensorResult(run_requests=[RunRequest(run_key="x@v1", partition_key="ckpt-x")])
 
     defs = Definitions(assets=[checkpoint_evaluation], jobs=[eval_job], sensors=[no_add_sensor])
-    context = build_sensor_context(
+    with build_sensor_context(
         instance=instance, instance_ref=instance.get_ref(), definitions=defs
-    )
-    with pytest.raises(DagsterUnknownPartitionError, match="ckpt-x"):
+    ) as context, pytest.raises(DagsterUnknownPartitionError, match="ckpt-x"):
         no_add_sensor.evaluate_tick(context)
 
 

@@ -61,12 +61,13 @@ def test_partitioned_job_targets_current_policy_partition(tmp_path):
     when = datetime(2025, 3, 3, 3, 0, tzinfo=timezone.utc)
     with instance_for_test(temp_dir=str(tmp_path), set_dagster_home=False) as instance:
         instance.add_dynamic_partitions("test_policies", ["ckpt-9"])
-        context = build_schedule_context(
+        # entered and closed, so the instance it opens from the ref does not outlive the tick
+        with build_schedule_context(
             instance=instance,
             instance_ref=instance.get_ref(),
             scheduled_execution_time=when,
             repository_def=defs.get_repository_def(),
-        )
-        (request,) = schedule_def.evaluate_tick(context).run_requests
+        ) as context:
+            (request,) = schedule_def.evaluate_tick(context).run_requests
     assert request.run_key == "reprobe@2025-03-03T03:00Z@ckpt-9"
     assert request.partition_key == "ckpt-9" and request.tags["dagster/partition"] == "ckpt-9"
