@@ -90,7 +90,7 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
 
 def decode_result_json(result: EpisodeResult, task: Task) -> str:
     """One ``DecodeResult`` JSONL line (without the newline), as ``export_decode_results`` writes it."""
-    return json.dumps(decode_result_row(result, task), ensure_ascii=False, default=str)
+    return strict_json.dumps(decode_result_row(result, task), ensure_ascii=False, default=str)
 
 
 def write_decode_lines(lines: Sequence[str], path: str | os.PathLike) -> Path:

@@ -72,7 +72,7 @@ class FaultPolicy:
         first, then = self.plans[uid]
         plan = first if self.episodes[uid] == 1 else then
         raw = plan[step] if step < len(plan) else "You are all set. <DONE>"
-        return Completion(raw_text=raw, interpretation=interpret(raw, request.tools), input_tokens=10, output_tokens=5)
+        return Completion(raw_text=raw, interpretation=interpret(raw, request.tools, reasoning_open=False), input_tokens=10, output_tokens=5)
 
     async def aclose(self):
         pass

@@ -11,6 +11,7 @@ import polars as pl
 def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_interval(tmp_path):
     from assets import evaluation, report, tasks
     from resources.io import ParquetIOManager
+    from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
     @dg.asset(name="base_checkpoint")
@@ -30,6 +31,7 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
                      for k in c.check_keys)]
     resources = {
         "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }

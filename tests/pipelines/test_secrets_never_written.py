@@ -59,6 +59,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     from assets.evaluation import base_evaluation_coverage, base_evaluation_results
     from assets.tasks import benchmark_tasks
     from resources.io import ParquetIOManager
+    from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -66,6 +67,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     data, home = tmp_path / "data", tmp_path / "dagster_home"
     home.mkdir()
     resources = {"rewardbox": RewardboxResource(profile=str(_profile(tmp_path, fake_openai.base_url)), data_dir=str(data)),
+                 "ray_cluster": RayClusterResource(),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(data / "assets")),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(data / "objects"))}
     (data / "secret_scan" / "checkpoints").mkdir(parents=True)

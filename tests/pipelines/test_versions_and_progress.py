@@ -24,9 +24,11 @@ SCREENED = dg.AssetKey("screened_candidates")
 
 
 def _resources(tmp_path: Path, profile: str = "test") -> dict:
+    from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
     return {"rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
+            "ray_cluster": RayClusterResource(),
             "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
 
 

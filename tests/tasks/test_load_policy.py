@@ -59,7 +59,7 @@ def profile_tasks(hotel: Path, **loading):
 
 def test_python_syntax_error_names_file_line_and_text(hotel):
     path = hotel / "test_case" / "hotel_cancel.py"
-    lineno = line_of(path, "validate_database(x)")
+    lineno = line_of(path, "validate_database(x, SRV)")
     break_line(path, lineno, " (((")
     tests, errors = parse_python_test_file(path)
     assert tests == [] and len(errors) == 1
@@ -130,7 +130,7 @@ def test_test_list_yaml_error_fails_the_source_naming_its_line(hotel):
 def test_issue_case_hotel_syntax_error_fails_candidates_and_benchmark(hotel):
     """The issue's input: one syntax error in one generated hotel file."""
     path = hotel / "test_case" / "hotel_cancel.py"
-    lineno = line_of(path, "validate_database(x)")
+    lineno = line_of(path, "validate_database(x, SRV)")
     break_line(path, lineno, " (((")
     tasks = profile_tasks(hotel)
     with pytest.raises(TaskSetLoadError) as cand:
@@ -171,6 +171,6 @@ def test_clean_sources_load_unchanged():
 
 def test_benchmark_ignores_candidate_skip_policy(hotel):
     path = hotel / "test_case" / "hotel_cancel.py"
-    break_line(path, line_of(path, "validate_database(x)"), " (((")
+    break_line(path, line_of(path, "validate_database(x, SRV)"), " (((")
     with pytest.raises(TaskSetLoadError):
         load_benchmark(profile_tasks(hotel, on_error="skip", max_skipped_frac=1.0))
