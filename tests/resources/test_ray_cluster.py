@@ -57,8 +57,10 @@ def test_ray_profile_screens_on_ray_and_the_resource_shuts_ray_down(tmp_path):
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }
-    result = dg.materialize([*dg.load_assets_from_modules(modules), *dg.load_asset_checks_from_modules(modules)],
-                            selection="benchmark_tasks", resources=resources, instance=dg.DagsterInstance.ephemeral())
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:  # a live instance of its own
+        result = dg.materialize([*dg.load_assets_from_modules(modules), *dg.load_asset_checks_from_modules(modules)],
+                                selection="benchmark_tasks", resources=resources, instance=instance)
     assert result.success
     assert result.get_asset_materialization_events()[0].materialization.metadata["tasks"].value == 6
     assert not ray.is_initialized()  # the resource's cleanup disconnected (ray.shutdown)
