@@ -14,6 +14,7 @@ from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
+from rewardbox.selection import teachable
 from rewardbox.selection import training_pool as select_pool
 from rewardbox.tasks.schema import Task
 
@@ -80,9 +81,10 @@ def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     profile = rewardbox.load()
     pool_rows = select_pool(task_difficulty, profile.selection)
     uids = set(pool_rows["uid"].to_list())
-    pool = [t for t in screened_candidates if t.uid in uids and t.split == "candidate"]
+    pool, teach_nothing = teachable([t for t in screened_candidates if t.uid in uids and t.split == "candidate"])
     context.add_output_metadata({
         "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
+        "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
         "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
     })
     record_versions(context, tasks_version(pool), profile.section_hash("selection"))

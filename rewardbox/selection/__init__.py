@@ -11,7 +11,7 @@ from rewardbox.selection.bands import (
     band_mass_matrix,
     band_masses,
 )
-from rewardbox.selection.difficulty import DIFFICULTY_COLUMNS, band_counts, task_difficulty, training_pool
+from rewardbox.selection.difficulty import DIFFICULTY_COLUMNS, band_counts, task_difficulty, teachable, training_pool
 
 __all__ = [
     "BANDS",
@@ -26,5 +26,6 @@ __all__ = [
     "band_counts",
     "band_masses",
     "task_difficulty",
+    "teachable",
     "training_pool",
 ]

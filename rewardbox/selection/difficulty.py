@@ -8,11 +8,17 @@ infrastructure faults, not evidence that the task is hard.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 
 from rewardbox.metrics.rows import task_counts
 from rewardbox.selection.bands import BANDS, JEFFREYS_PRIOR, SelectionConfig, band_indices, band_mass_matrix
+
+if TYPE_CHECKING:
+    from rewardbox.tasks.schema import Task
 
 DIFFICULTY_COLUMNS = (
     "uid",
@@ -96,6 +102,26 @@ def training_pool(difficulty_df: pl.DataFrame, config: SelectionConfig | None = 
     if missing:
         raise ValueError(f"difficulty table: missing column(s) {missing}; pass the output of task_difficulty")
     return difficulty_df.filter(pl.col("band").is_in(list(config.kept_bands))).sort("uid")
+
+
+def teachable(tasks: Sequence[Task]) -> tuple[list[Task], list[str]]:
+    """Split screened tasks into those that can teach and the uids of those that cannot.
+
+    A task whose right answer changes nothing and whose do-nothing (null) run
+    already passes (``metadata["read_only"]`` and ``metadata["null_passes"]``, set
+    by screening) rewards every policy that does nothing: its GRPO groups can only
+    be all-pass, so it never enters a training pool. It stays valid for evaluation.
+
+    Returns:
+        (tasks kept, in input order; uids left out, in input order).
+    """
+    kept, left_out = [], []
+    for task in tasks:
+        if task.metadata.get("read_only") and task.metadata.get("null_passes"):
+            left_out.append(task.uid)
+        else:
+            kept.append(task)
+    return kept, left_out
 
 
 def band_counts(difficulty_df: pl.DataFrame) -> pl.DataFrame:

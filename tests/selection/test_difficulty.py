@@ -84,3 +84,20 @@ def test_band_counts_per_domain_fills_zeros():
     airline = counts.filter(pl.col("domain") == "airline")
     assert dict(zip(airline["band"].to_list(), airline["tasks"].to_list()))["too_hard"] == 0
     assert counts.height == 2 * 6  # two domains x (five bands + unbanded)
+
+
+def test_read_only_tasks_whose_null_run_passes_never_enter_the_pool():
+    from dataclasses import dataclass, field
+
+    from rewardbox.selection import teachable
+
+    @dataclass
+    class _Task:
+        uid: str
+        metadata: dict = field(default_factory=dict)
+
+    tasks = [_Task("write"), _Task("read_told", {"read_only": True, "null_passes": False}),
+             _Task("read_nothing_to_do", {"read_only": True, "null_passes": True}), _Task("w2", {"read_only": False})]
+    kept, left_out = teachable(tasks)
+    assert [t.uid for t in kept] == ["write", "read_told", "w2"]
+    assert left_out == ["read_nothing_to_do"]
