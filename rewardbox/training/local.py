@@ -21,7 +21,8 @@ from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import episode_runner
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.tasks.schema import Task
-from rewardbox.training.checkpoint import attach_lora, save_adapter
+from rewardbox.policy.guided import VocabularyIndex
+from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.groups import task_stream
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
@@ -54,6 +55,8 @@ def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], N
         if log:
             log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
                 f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
+                f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
+                f"truncated={metrics.truncated_completions}/{metrics.completions} "
                 f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
 
     return report
@@ -64,8 +67,8 @@ def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, T
 
     if log:
         log("the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
-    save_adapter(model, out_dir, [])
+    model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+    save_trained(model, out_dir, [], cfg)
     return Path(out_dir), TrainingSummary()
 
 
@@ -86,7 +89,8 @@ def train_local_grpo(
         profile: ``grpo`` sets the method, ``policy``/``episode`` the rollouts.
 
     Returns:
-        (adapter directory, per-step metrics).
+        (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the
+        directory holds the whole fine-tuned checkpoint instead of an adapter.
 
     An empty pool (every candidate outside the kept bands) is not an error: the
     adapter is saved untrained (LoRA's B matrices are zero, so the merged model
@@ -100,16 +104,19 @@ def train_local_grpo(
     episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
     profile = profile.model_copy(update={"episode": episode})
     on_policy = profile.policy.kind == "local"
+    guide_index = None
     if on_policy:
         policy = build_policy(profile.policy, checkpoint_dir=base_dir)
-        policy.model = attach_lora(policy.model, cfg)
+        policy.model = trainable(policy.model, cfg)
         model, pad_id, tokenize = policy.model, policy.pad_token_id, None
+        if policy.guided_tool_calls:
+            guide_index = VocabularyIndex(policy.tokenizer, int(model.config.vocab_size))
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         policy = build_policy(profile.policy)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
 
     report = _step_logger(log)
@@ -123,10 +130,10 @@ def train_local_grpo(
         try:
             async with episode_runner(profile, policy) as runner:
                 return await train_grpo(model, pad_id, task_stream(pool, cfg.seed), partial(run_attempt, runner),
-                                        cfg, on_step=after_step, tokenize=tokenize)
+                                        cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index)
         finally:
             await policy.aclose()
 
     summary = asyncio.run(main())
-    save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])
+    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
     return Path(out_dir), summary

@@ -54,8 +54,8 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
     trainable = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
     frozen = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
     optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=config.learning_rate)
-    loss = optimise_step(policy.model, optimizer, samples, config, policy.pad_token_id)
-    assert math.isfinite(loss)
+    stats = optimise_step(policy.model, optimizer, samples, config, policy.pad_token_id)
+    assert math.isfinite(stats.loss)
     params = dict(policy.model.named_parameters())
     assert any(not torch.equal(params[n], before) for n, before in trainable.items())
     assert all(torch.equal(params[n], before) for n, before in frozen.items())

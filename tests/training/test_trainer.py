@@ -102,9 +102,9 @@ def test_optimise_step_changes_only_trainable_parameters():
     model = attach_lora(tiny_model(), config)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2, 3], [6, 7], -1.0)]
-    loss = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
-                         samples, config, pad_id=0)
-    assert math.isfinite(loss)
+    stats = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
+                          samples, config, pad_id=0)
+    assert math.isfinite(stats.loss) and stats.logprob_gap_max is None  # no sampler log-probs given
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n for n in changed)
 
