@@ -10,6 +10,7 @@ from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, merge_repair, repair_keys
 from rewardbox.evaluation.interchange import export_decode_results
 from rewardbox.evaluation.services import run_trials
+from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.tasks.schema import Task
 
 GROUP = "evaluation"
@@ -36,7 +37,7 @@ def evaluate(context, rewardbox: RewardboxResource, tasks: list[Task], checkpoin
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
+        "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": profile.section_hash("evaluation", "policy", "episode"), "input_hash": tasks_hash(tasks),
     })
     return rows

@@ -8,6 +8,7 @@ from assets.metadata import md_image, md_table, tasks_hash
 from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.interchange import import_infer_results
 from rewardbox.evaluation.services import run_trials
+from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
 from rewardbox.selection import training_pool as select_pool
@@ -34,7 +35,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
         "pass_rate": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)),
+        "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })
     return rows

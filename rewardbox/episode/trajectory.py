@@ -125,6 +125,7 @@ class EpisodeResult:
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
+            "truncated_turns": sum(t.finish_reason == "length" for t in self.agent_turns),
             "seconds": self.seconds,
             "attempts": self.attempts,
         }

@@ -23,6 +23,7 @@ ROW_SCHEMA = {
     "uid": pl.Utf8, "domain": pl.Utf8, "trial": pl.Int64, "reward": pl.Float64, "passed": pl.Boolean,
     "system_error": pl.Utf8, "finish_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
     "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "seconds": pl.Float64, "attempts": pl.Int64,
+    "truncated_turns": pl.Int64,
 }
 
 

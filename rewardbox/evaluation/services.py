@@ -16,6 +16,7 @@ import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
 from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.budget import check_token_budget
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -98,6 +99,15 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
             grader.close()
 
 
+def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
+    """Fail before any episode when a policy with a known tokenizer (local) has a budget below the
+    tasks' longest golden call (``episode.budget.check_token_budget``); endpoints are not checked."""
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is not None:
+        budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
+        check_token_budget(budget, tasks, tokenizer)
+
+
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: Callable[[str], None] | None = None,
@@ -106,8 +116,12 @@ async def run_trials_async(
 
     Returns:
         (rows in ``campaign.ROW_SCHEMA``, the full episode results).
+
+    Raises:
+        TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
     """
     keys = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    check_policy_budget(policy, profile, tasks)
     done = 0
 
     def progress(result: EpisodeResult) -> None:

@@ -19,6 +19,7 @@ from rewardbox.metrics.comparison import compare_counts
 from rewardbox.metrics.cost import PriceTable, campaign_cost
 from rewardbox.metrics.intervals import DEFAULT_DRAWS, prob_better_overall
 from rewardbox.metrics.rows import task_counts
+from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.selection.difficulty import band_counts
 
 NA = "n/a"
@@ -113,6 +114,8 @@ def compute_reliability(
         "comparison": comparison,
         "per_domain": _per_domain(base_counts, tuned_counts, comparison["per_task"], k, confidence, draws, seed),
         "price_table_version": price_table.version if price_table else None,
+        "base_truncation": truncation_summary(base_rows),
+        "tuned_truncation": truncation_summary(tuned_rows),
     }
 
 
@@ -163,6 +166,12 @@ def _all_pass_label(summary_base: dict[str, Any], summary_tuned: dict[str, Any],
     return f"observed {k}/{k} tasks" if equal else "tasks passing all their clean trials"
 
 
+def _truncation_cell(summary: dict[str, Any] | None) -> str:
+    if not summary or not summary["completions"]:
+        return NA
+    return f"{summary['truncated_completions']} of {summary['completions']} ({fmt_pct(summary['truncated_completion_frac'])})"
+
+
 def _overall_table(rel: dict[str, Any]) -> str:
     k, base, tuned = rel["k"], rel["base"], rel["tuned"]
     rows: list[tuple[str, str, str, str]] = [
@@ -190,6 +199,7 @@ def _overall_table(rel: dict[str, Any]) -> str:
             f"{tuned['observed_all_pass_tasks'] - base['observed_all_pass_tasks']:+d}",
         ),
         ("system errors (not scored)", str(base["system_errors"]), str(tuned["system_errors"]), ""),
+        ("completions cut by the token budget", *(_truncation_cell(rel.get(f"{arm}_truncation")) for arm in ("base", "tuned")), ""),
     ]
     for name in ("input_tokens", "cached_input_tokens", "output_tokens"):
         rows.append((name.replace("_", " "), f"{base[name]:,}", f"{tuned[name]:,}", ""))

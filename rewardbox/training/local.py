@@ -18,7 +18,7 @@ from pathlib import Path
 from rewardbox.config.profile import Profile
 from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.services import episode_runner
+from rewardbox.evaluation.services import check_policy_budget, episode_runner
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.tasks.schema import Task
 from rewardbox.policy.guided import VocabularyIndex
@@ -107,6 +107,7 @@ def train_local_grpo(
     guide_index = None
     if on_policy:
         policy = build_policy(profile.policy, checkpoint_dir=base_dir)
+        check_policy_budget(policy, profile, pool)
         policy.model = trainable(policy.model, cfg)
         model, pad_id, tokenize = policy.model, policy.pad_token_id, None
         if policy.guided_tool_calls:
