@@ -1,4 +1,4 @@
-"""Run benchmarks: ``python -m benchmarks [sandbox_overhead] [grading] [generation]``."""
+"""Run benchmarks: ``python -m benchmarks [sandbox_overhead] [grading] [generation] [grpo_step]``."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchmarks import generation, grading, sandbox_overhead
+from benchmarks import generation, grading, grpo_step, sandbox_overhead
 
-BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run}
+BENCHMARKS = {"sandbox_overhead": sandbox_overhead.run, "grading": grading.run, "generation": generation.run,
+              "grpo_step": grpo_step.run}
 
 
 def main(names: list[str]) -> None:
