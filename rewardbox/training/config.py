@@ -60,6 +60,10 @@ class GRPOConfig(BaseModel):
             the token budget (``finish_reason == "length"``); its reward measures the
             budget, not the policy (DAPO overlong filtering, arXiv 2503.14476). Its
             reward still counts in the group's advantage statistics.
+        task_sampling: ``"posterior_variance"`` draws tasks by the variance of a
+            running Jeffreys posterior fed by the GRPO groups and drops tasks that
+            become too_easy (``curriculum.PosteriorTaskSampler``); ``"uniform"``
+            shuffles the pool in passes.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter.
         micro_batch_sequences: sequences per forward/backward pass (memory).
         max_grad_norm: gradient clipping.
@@ -83,6 +87,7 @@ class GRPOConfig(BaseModel):
     system_error_refill: Literal["rerun", "replace"] = "rerun"
     max_system_error_reruns: int = Field(2, ge=0)
     mask_truncated: bool = True
+    task_sampling: Literal["posterior_variance", "uniform"] = "posterior_variance"
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.0, ge=0, lt=1)

@@ -20,6 +20,7 @@ from rewardbox.tasks.schema import Task
 from rewardbox.training.advantages import group_advantages_masked, is_zero_variance
 
 AttemptFn = Callable[[Task, int], Awaitable[EpisodeResult]]
+ObserveFn = Callable[[Task, list[EpisodeResult]], None]
 
 
 @dataclass
@@ -108,11 +109,13 @@ async def rerun_system_errors(
 
 async def _settle(
     task: Task, rollouts: list[EpisodeResult], attempt_fn: AttemptFn, refill: str, reruns: int,
-    estimator: str, stats: "GroupStats",
+    estimator: str, stats: "GroupStats", observe: ObserveFn | None = None,
 ) -> Group | None:
     """One drawn group -> an accepted ``Group`` with advantages, or None (counted in ``stats``)."""
     if refill == "rerun" and any(r.system_error is not None for r in rollouts):
         rollouts = await rerun_system_errors(task, rollouts, attempt_fn, reruns, stats)
+    if observe is not None:
+        observe(task, rollouts)
     stats.rewards += [float(r.reward) for r in rollouts if r.system_error is None]
     valid = [r.system_error is None for r in rollouts]
     stats.masked_system_errors += valid.count(False) if refill == "rerun" else 0
@@ -138,6 +141,7 @@ async def collect_groups(
     trial_offset: int = 0,
     system_error_refill: str = "replace",
     max_system_error_reruns: int = 0,
+    observe: ObserveFn | None = None,
 ) -> tuple[list[Group], GroupStats]:
     """Draw groups until ``groups_wanted`` have reward variance, or refills run out.
 
@@ -148,6 +152,8 @@ async def collect_groups(
     has only its failed rollouts re-run (``"rerun"``, at most
     ``max_system_error_reruns`` rounds), those still failing masked: advantage 0
     and statistics over the clean rollouts (``group_advantages_masked``).
+    ``observe(task, rollouts)`` sees every drawn group, kept or not (the
+    curriculum's running posterior, ``curriculum.PosteriorTaskSampler``).
 
     Returns:
         (accepted groups with advantages, sampling stats). Fewer groups than
@@ -170,7 +176,8 @@ async def collect_groups(
         stats.drawn += len(drawn)
         stats.episodes += sum(len(r) for r in results)
         settled = await asyncio.gather(*(
-            _settle(task, list(rollouts), attempt_fn, system_error_refill, max_system_error_reruns, estimator, stats)
+            _settle(task, list(rollouts), attempt_fn, system_error_refill, max_system_error_reruns, estimator, stats,
+                    observe)
             for task, rollouts in zip(drawn, results)
         ))
         accepted += [g for g in settled if g is not None]

@@ -23,6 +23,7 @@ from rewardbox.policy.chat_template import render_prompt
 from rewardbox.tasks.schema import Task
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.training.checkpoint import save_trained, trainable
+from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import task_stream
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
@@ -56,10 +57,18 @@ def _step_logger(log: Callable[[str], None] | None) -> Callable[[StepMetrics], N
             log(f"step {metrics.step}: mean_reward={metrics.mean_reward:.3f} "
                 f"zero_variance={metrics.zero_variance_frac:.2f} loss={metrics.loss} "
                 f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
-                f"truncated={metrics.truncated_completions}/{metrics.completions} "
+                f"truncated={metrics.truncated_completions}/{metrics.completions} bands=[{metrics.band_histogram}] "
                 f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.0f}s)")
 
     return report
+
+
+def _tasks(pool: Sequence[Task], profile: Profile):
+    """The task stream ``grpo.task_sampling`` asks for (bands cut where task selection cuts them)."""
+    cfg = profile.grpo
+    if cfg.task_sampling == "uniform":
+        return task_stream(pool, cfg.seed)
+    return PosteriorTaskSampler(pool, cfg.seed, boundaries=profile.selection.boundaries)
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
@@ -130,7 +139,7 @@ def train_local_grpo(
     async def main() -> TrainingSummary:
         try:
             async with episode_runner(profile, policy) as runner:
-                return await train_grpo(model, pad_id, task_stream(pool, cfg.seed), partial(run_attempt, runner),
+                return await train_grpo(model, pad_id, _tasks(pool, profile), partial(run_attempt, runner),
                                         cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index)
         finally:
             await policy.aclose()

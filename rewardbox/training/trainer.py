@@ -32,6 +32,7 @@ from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.curriculum import format_histogram
 from rewardbox.training.groups import AttemptFn, Group, collect_groups
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
@@ -80,6 +81,7 @@ class StepMetrics:
     ratio_mean: float | None = None
     approx_kl: float | None = None
     peak_memory_bytes: int = 0
+    band_histogram: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -237,7 +239,9 @@ async def train_grpo(
     Args:
         model: a torch causal LM whose trainable parameters are updated (LoRA-wrapped or full).
         pad_id: padding token id.
-        tasks: endless task stream (``groups.task_stream``).
+        tasks: endless task stream (``groups.task_stream``, or a
+            ``curriculum.PosteriorTaskSampler``, which then sees every group and
+            whose band histogram each step records).
         attempt_fn: runs one rollout with the CURRENT ``model`` (same object).
         config: GRPO settings.
         on_step: called with each step's metrics.
@@ -260,12 +264,14 @@ async def train_grpo(
             tasks, attempt_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
             max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
             trial_offset=step * config.group_size, system_error_refill=config.system_error_refill,
-            max_system_error_reruns=config.max_system_error_reruns,
+            max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
         )
         samples = group_samples(groups, tokenize, mask_truncated=config.mask_truncated, guide_index=guide_index)
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
         metrics = _step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0)
+        if hasattr(tasks, "band_histogram"):
+            metrics.band_histogram = format_histogram(tasks.band_histogram())
         if result is not None and not math.isfinite(result.loss):
             raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")
         summary.steps.append(metrics)
