@@ -213,6 +213,7 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
         "rewardbox_finish_reason": result.finish_reason,
         "rewardbox_attempts": result.attempts,
+        "rewardbox_truncated_turns": result.to_row()["truncated_turns"],
         "rewardbox_domain": task.domain,
     }
     if decode_error:
@@ -238,7 +239,8 @@ def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None =
     ``"missing test_result: ..."`` when the test never ran (``tb agg`` counts that
     as a failed decoding too); ``turns`` = number of ``usage`` entries (agent
     completions); tokens summed over ``usage``; ``seconds`` =
-    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``).
+    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``);
+    ``truncated_turns`` = ``metadata.rewardbox_truncated_turns`` (null when absent).
 
     Args:
         path: the JSONL file. Blank lines are ignored.
@@ -319,6 +321,7 @@ def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]
         "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
         **tokens, "seconds": float(seconds or 0.0),
         "attempts": int(metadata.get("rewardbox_attempts") or 1),
+        "truncated_turns": metadata.get("rewardbox_truncated_turns"),  # None: not recorded (tb infer runs)
     }
 
 
