@@ -20,12 +20,10 @@ cached, so a name costs one pass over the vocabulary the first time it is seen.
 A partial string that no allowed string continues (the model wrote something
 else first) is left unconstrained rather than forced.
 
-Training: GRPO scores the sampled tokens under the unguided model (the
-completion token ids are the ones sampled), so the update raises the model's
-own probability of the right name; the guide only moved sampling mass onto
-it. The gap between sampler and scorer is confined to the few name/key tokens,
-the same gap vLLM-guided rollouts have. Set ``policy.guided_tool_calls: false``
-to measure or train the unguided model.
+Training: the mask is a pure function of the decoded prefix and the turn's
+tools, so the GRPO trainer recomputes it with this same class and scores each
+token under the distribution that sampled it (``rewardbox.training.logprobs``).
+Set ``policy.guided_tool_calls: false`` to measure or train the unguided model.
 """
 
 from __future__ import annotations
