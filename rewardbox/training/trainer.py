@@ -166,6 +166,7 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
         this update), token-weighted clip fraction, mean ratio and k1 KL.
     """
     total_tokens = sum(len(s.completion_ids) for s in samples)
+    samples = sorted(samples, key=lambda s: s.prompt_ids)  # neighbours share prompt prefixes (computed once)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}

@@ -230,3 +230,28 @@ def test_lora_defaults_cover_mlp_and_full_finetune_is_kept():
 
     model = trainable(tiny_model(), full)
     assert all(p.requires_grad for p in model.parameters()) and not hasattr(model, "peft_config")
+
+
+def test_shared_prompt_prefix_once_gives_the_same_logprobs_and_gradients():
+    """Rows sharing a prompt prefix: computing it once (KV repeated) equals a full forward of every row."""
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(lora_r=4, lora_alpha=8)
+    model = attach_lora(tiny_model(), config)
+    shared = [(i * 7) % 29 + 1 for i in range(20)]
+    batch = [Sample(shared + [3, 4], [5, 6, 7], 1.0), Sample(shared + [9], [10, 11], -1.0),
+             Sample(shared + [12, 13, 14], [15], 0.5)]
+
+    def run(min_shared):
+        model.zero_grad(set_to_none=True)
+        logprobs, mask = completion_logprobs(model, batch, pad_id=0, temperature=0.8,
+                                             min_shared_prefix_tokens=min_shared)
+        (logprobs * mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logprobs.detach(), grads
+
+    once, grads_once = run(min_shared=8)
+    full, grads_full = run(min_shared=10_000)
+    assert torch.allclose(once, full, atol=1e-5)
+    assert grads_once.keys() == grads_full.keys() and grads_once
+    assert all(torch.allclose(grads_once[n], grads_full[n], atol=1e-5) for n in grads_full)
