@@ -15,8 +15,12 @@ step, interleaved per repeat so machine load hits each alike:
   ("dapo" = token-mean, beta 0, its fused LM head) and backward on the same
   micro-batches, then the same clip and AdamW step.
 
-Peak memory is the resident set size sampled during the step
-(``rewardbox.training.memory.PeakMemory``), less the RSS before it.
+Memory is what autograd saves for backward over the step (activations,
+logits: the part of the footprint that differs between the ways; distinct
+storages, summed over micro-batches), counted with ``saved_tensors_hooks``, so
+it does not depend on the machine's load or the allocator. Prompts share their
+first ``SHARED_PROMPT_FRAC`` tokens, as the embedded domains' prompts do; the
+trainer computes such a prefix once per micro-batch.
 """
 
 from __future__ import annotations
@@ -38,13 +42,20 @@ def _load():
     return os.getloadavg()[0]
 
 
+SHARED_PROMPT_FRAC = 900 / 1095
+"""Share of a prompt that every prompt of a domain repeats (system prompt, tool list, worked example)."""
+
+
 def _batch(sequences: int, prompt_tokens: int, completion_tokens: int, vocab: int):
+    """Random token ids; every prompt starts with the same ``SHARED_PROMPT_FRAC`` of its tokens, as real ones do."""
     from rewardbox.training.logprobs import Sample
 
     gen = torch.Generator().manual_seed(0)
+    shared = torch.randint(100, vocab, (int(prompt_tokens * SHARED_PROMPT_FRAC),), generator=gen).tolist()
     out = []
     for i in range(sequences):
-        ids = torch.randint(100, vocab, (prompt_tokens + completion_tokens,), generator=gen).tolist()
+        own = torch.randint(100, vocab, (prompt_tokens - len(shared) + completion_tokens,), generator=gen).tolist()
+        ids = shared + own
         out.append(Sample(ids[:prompt_tokens], ids[prompt_tokens:], 1.0 if i % 2 else -1.0))
     return out
 
@@ -126,31 +137,55 @@ def _trl_stepper(ckpt: Path, config, tokenizer):
     return model, step
 
 
-def _timed(fn) -> tuple[float, int]:
-    from rewardbox.training.memory import PeakMemory
+class _SavedForBackward:
+    """Bytes of the distinct tensors autograd saves for backward (activation memory), per block."""
 
-    import psutil
+    def __init__(self, exclude: set[int]):
+        self.total = 0
+        self._seen: set[int] = set(exclude)  # the weights themselves are not activation memory
 
-    before = psutil.Process().memory_info().rss
+    def pack(self, tensor):
+        key = tensor.untyped_storage().data_ptr()
+        if key not in self._seen:
+            self._seen.add(key)
+            self.total += tensor.untyped_storage().nbytes()
+        return tensor
+
+    def __enter__(self):
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._hooks.__exit__(*exc)
+
+
+def _timed(fn, weights: set[int]) -> tuple[float, int]:
+    """(seconds, bytes saved for backward over the step: every micro-batch's graph, summed, weights excluded)."""
     t0 = time.perf_counter()
-    with PeakMemory() as peak:
+    with _SavedForBackward(weights) as saved:
         fn()
-    return time.perf_counter() - t0, peak.peak_bytes - before
+    return time.perf_counter() - t0, saved.total
 
 
-def _sizes(sequences, prompt_tokens, completion_tokens, repeats):
+def _sizes(sequences, prompt_tokens, completion_tokens, repeats, threads):
     env = os.environ.get("REWARDBOX_BENCH_GRPO")
     if env:
-        sequences, prompt_tokens, completion_tokens, repeats = (int(x) for x in env.split(","))
-    return sequences, prompt_tokens, completion_tokens, repeats
+        sequences, prompt_tokens, completion_tokens, repeats, *rest = (int(x) for x in env.split(","))
+        threads = rest[0] if rest else threads
+    return sequences, prompt_tokens, completion_tokens, repeats, threads
 
 
 def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int = 40, repeats: int = 1,
-        checkpoint: str | None = None) -> list[dict]:
+        checkpoint: str | None = None, threads: int = 2) -> list[dict]:
     """Time one GRPO step three ways; rows ``{row, value, unit, anchor, ratio, load}``.
 
     ``ratio`` is anchor / value for times (above 1 = faster than the anchor) and
-    value / anchor for memory (below 1 = less memory).
+    value / anchor for memory (below 1 = less memory). ``threads``: torch
+    intra-op threads (on an oversubscribed machine 1 is far steadier: measured
+    here at load 8, one 2 x 136-token forward and backward took 1.8-2.8 s with
+    1 thread and 14-25 s with 2). ``REWARDBOX_BENCH_GRPO="seqs,prompt,completion,repeats[,threads]"``
+    overrides the sizes.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -159,8 +194,9 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
     from rewardbox.training.config import GRPOConfig
     from rewardbox.training.trainer import optimise_step
 
-    sequences, prompt_tokens, completion_tokens, repeats = _sizes(sequences, prompt_tokens, completion_tokens, repeats)
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    sequences, prompt_tokens, completion_tokens, repeats, threads = _sizes(
+        sequences, prompt_tokens, completion_tokens, repeats, threads)
+    torch.set_num_threads(threads)
     ckpt = Path(checkpoint) if checkpoint else convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
     config = GRPOConfig(lora_r=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_target_modules=LORA["target_modules"],
@@ -177,26 +213,30 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
         ways["TRL GRPO loss"] = trl[1]
     for fn in ways.values():
         fn(warm)  # optimiser state, thread pools, first-call dispatch: outside the timing
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    if trl is not None:
+        weights |= {p.untyped_storage().data_ptr() for p in trl[0].parameters()}
     measured: dict[str, list[tuple[float, int]]] = {name: [] for name in ways}
     loads = []
     for _ in range(repeats):
         for name, fn in ways.items():
-            measured[name].append(_timed(lambda: fn(samples)))
+            measured[name].append(_timed(lambda: fn(samples), weights))
             loads.append(_load())
     return _rows(measured, sequences, prompt_tokens, completion_tokens, statistics.median(loads))
 
 
 def _rows(measured, sequences, prompt_tokens, completion_tokens, load) -> list[dict]:
-    size = f"{sequences} x ({prompt_tokens} + {completion_tokens}) tokens"
+    size = f"{sequences} x ({prompt_tokens} + {completion_tokens}) tokens, {torch.get_num_threads()} thread(s)"
     median_s = {name: statistics.median(t for t, _ in runs) for name, runs in measured.items()}
-    peak_gib = {name: max(m for _, m in runs) / 2**30 for name, runs in measured.items()}
+    peak_gib = {name: statistics.median(m for _, m in runs) / 2**30 for name, runs in measured.items()}
     anchor = "full-vocab logits"
     rows = []
     for name in measured:
         rows.append({"row": f"GRPO step, {name}, {size}", "value": round(median_s[name], 2), "unit": "s",
                      "anchor": f"{anchor}: {median_s[anchor]:.2f} s", "ratio": round(median_s[anchor] / median_s[name], 3),
                      "load": round(load, 2)})
-        rows.append({"row": f"GRPO step memory, {name}", "value": round(peak_gib[name], 3), "unit": "GiB",
+        rows.append({"row": f"GRPO step saved-for-backward memory, {name}", "value": round(peak_gib[name], 3),
+                     "unit": "GiB",
                      "anchor": f"{anchor}: {peak_gib[anchor]:.3f} GiB",
                      "ratio": round(peak_gib[name] / peak_gib[anchor], 3) if peak_gib[anchor] else None,
                      "load": round(load, 2)})
