@@ -10,7 +10,9 @@ step, interleaved per repeat so machine load hits each alike:
   for every prompt position, then the completion slices' log-softmax.
 * ``completion-only logits`` (``rewardbox.training.trainer.optimise_step``):
   hidden states gathered at the completion positions before the ``lm_head``
-  (TRL's ``logits_to_keep``), temperature and guide applied.
+  (TRL's ``logits_to_keep``), temperature and guide applied; once with every
+  prompt computed in full, once (the trainer's default) with the prompt prefix
+  the micro-batch shares computed once.
 * ``TRL GRPO loss`` (when ``trl`` is installed): ``trl.GRPOTrainer._compute_loss``
   ("dapo" = token-mean, beta 0, its fused LM head) and backward on the same
   micro-batches, then the same clip and AdamW step.
@@ -95,6 +97,18 @@ def _anchor_step(model, optimizer, samples, config, pad_id):
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
     optimizer.step()
     model.eval()
+
+
+def _without_shared_prefix(fn):
+    """Run ``fn`` with the trainer's shared-prefix computation switched off (each row's prompt in full)."""
+    from rewardbox.training import logprobs
+
+    saved = logprobs.MIN_SHARED_PREFIX_TOKENS
+    logprobs.MIN_SHARED_PREFIX_TOKENS = 1 << 30
+    try:
+        return fn()
+    finally:
+        logprobs.MIN_SHARED_PREFIX_TOKENS = saved
 
 
 def _trl_stepper(ckpt: Path, config, tokenizer):
@@ -207,7 +221,9 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
     pad = tokenizer.convert_tokens_to_ids("<|im_end|>")
     warm = _batch(2, 32, 8, model.config.vocab_size)
     ways = {"full-vocab logits": lambda b: _anchor_step(model, optimizer, b, config, pad),
-            "completion-only logits": lambda b: optimise_step(model, optimizer, b, config, pad)}
+            "completion-only logits, no shared prefix": lambda b: _without_shared_prefix(
+                lambda: optimise_step(model, optimizer, b, config, pad)),
+            "completion-only logits + shared prefix once": lambda b: optimise_step(model, optimizer, b, config, pad)}
     trl = _trl_stepper(ckpt, config, tokenizer)
     if trl is not None:
         ways["TRL GRPO loss"] = trl[1]

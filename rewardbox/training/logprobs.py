@@ -135,7 +135,7 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
 
 def completion_logprobs(
     model: torch.nn.Module, batch: Sequence[Sample], pad_id: int, temperature: float = 1.0,
-    min_shared_prefix_tokens: int = MIN_SHARED_PREFIX_TOKENS,
+    min_shared_prefix_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token under ``guide(logits / temperature)``.
 
@@ -146,7 +146,8 @@ def completion_logprobs(
         pad_id: padding token id (right padding; padded positions are never scored).
         temperature: the sampling temperature, > 0.
         min_shared_prefix_tokens: a prompt prefix shared by every row of at least
-            this many tokens is computed once (see ``_hidden_states``).
+            this many tokens is computed once (see ``_hidden_states``); None reads
+            ``MIN_SHARED_PREFIX_TOKENS``.
 
     Returns:
         ``(logprobs [B, T] float32, mask [B, T] float32)``, ``T`` the longest
@@ -160,7 +161,8 @@ def completion_logprobs(
     if any(not s.prompt_ids or not s.completion_ids for s in batch):
         raise ValueError("every sample needs at least one prompt token and one completion token")
     device = next(model.parameters()).device
-    hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared_prefix_tokens)
+    min_shared = MIN_SHARED_PREFIX_TOKENS if min_shared_prefix_tokens is None else min_shared_prefix_tokens
+    hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared)
     t_max = max(len(s.completion_ids) for s in batch)
     positions = torch.zeros((len(batch), t_max), dtype=torch.long)
     targets = torch.zeros((len(batch), t_max), dtype=torch.long)
