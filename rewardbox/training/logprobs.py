@@ -129,7 +129,7 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
     attention = torch.cat([torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1)
     positions = torch.arange(n, n + suffix_ids.shape[1], device=device).expand(len(batch), -1)
     hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
-                     past_key_values=cache, use_cache=True).last_hidden_state
+                     cache=cache, use_cache=True).last_hidden_state
     return hidden, n
 
 
