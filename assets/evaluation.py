@@ -20,6 +20,7 @@ from rewardbox.evaluation.campaign import (
 from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
 from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
+from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.tasks.schema import Task
 
 GROUP = "evaluation"
@@ -64,7 +65,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
-        "repaired_keys": len(redo), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
+        "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
     record_versions(context, frame_version(rows))

@@ -20,7 +20,9 @@ class EpisodeConfig(BaseModel):
             (docs/method.md, "Episode": ``max_agent_turns`` per user message); stops tool loops.
         max_new_tokens: generation budget per completion, tokens.
         temperature: sampling temperature for the policy (0 = greedy).
-        seed: base sampling seed; trial ``t`` uses ``seed + t``. None = unseeded.
+        seed: base sampling seed; trial ``t`` sends ``seed + t`` as the request's
+            episode seed, and agent turn j of trial t of task u draws its tokens with
+            ``episode.seeds.turn_seed(seed, u, t, j)`` (local policy). None = unseeded.
         max_system_error_retries: fresh attempts after a system error before the
             attempt is recorded as a system error (never as a reward of 0).
         concurrency: episodes in flight at once (the local policy batches them).

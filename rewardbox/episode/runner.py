@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.seeds import turn_seed
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.episode.user_simulator import UserSimulator, split_stop_marker
 from rewardbox.errors import ContextLengthError, GraderError, InfrastructureError
@@ -148,6 +149,7 @@ class EpisodeRunner:
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
             seed=None if cfg.seed is None else cfg.seed + run.trial,
+            sampling_seed=None if cfg.seed is None else turn_seed(cfg.seed, run.task.uid, run.trial, result.turns),
             task=run.task,
         )
         t0 = time.perf_counter()
@@ -262,6 +264,7 @@ def _record_turn(result: EpisodeResult, completion: Completion) -> None:
             cached_input_tokens=completion.cached_input_tokens,
             prompt_token_ids=completion.prompt_token_ids,
             completion_token_ids=completion.completion_token_ids,
+            completion_logprobs=completion.completion_logprobs,
             events=tuple(interp.events),
         )
     )

@@ -21,7 +21,12 @@ FINISH_REASONS = (
 
 @dataclass
 class AgentTurn:
-    """One agent completion inside an episode (used by training and usage)."""
+    """One agent completion inside an episode (used by training and usage).
+
+    ``completion_logprobs`` (local policies only) holds, per completion token,
+    its natural-log probability under the distribution that sampled it; the
+    GRPO trainer uses it as ``old_logprobs``.
+    """
 
     raw_text: str
     finish_reason: str
@@ -30,6 +35,7 @@ class AgentTurn:
     cached_input_tokens: int = 0
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
     events: tuple[str, ...] = ()
 
 
@@ -130,6 +136,7 @@ class EpisodeResult:
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
+            "truncated_turns": sum(t.finish_reason == "length" for t in self.agent_turns),
             "seconds": self.seconds,
             "attempts": self.attempts,
         }

@@ -25,6 +25,7 @@ ROW_SCHEMA = {
     "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "retried_system_error_kinds": pl.List(pl.Utf8),
     "finish_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
     "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "seconds": pl.Float64, "attempts": pl.Int64,
+    "truncated_turns": pl.Int64,
 }
 
 

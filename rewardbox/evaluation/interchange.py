@@ -232,6 +232,7 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "rewardbox_attempts": result.attempts,
         "rewardbox_system_error_kind": result.system_error_kind,
         "rewardbox_retried_system_error_kinds": list(result.retried_system_error_kinds),
+        "rewardbox_truncated_turns": result.to_row()["truncated_turns"],
         "rewardbox_domain": task.domain,
     }
     if decode_error:
@@ -267,7 +268,8 @@ def import_infer_report(path: str | os.PathLike,
     ``"missing test_result: ..."`` when the test never ran (``tb agg`` counts that
     as a failed decoding too); ``turns`` = number of ``usage`` entries (agent
     completions); tokens summed over ``usage``; ``seconds`` =
-    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``).
+    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``);
+    ``truncated_turns`` = ``metadata.rewardbox_truncated_turns`` (null when absent).
 
     Args:
         path: the JSONL file. Blank lines are ignored.
@@ -356,6 +358,7 @@ def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]
         "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
         else ("system_error" if system_error is not None else None),
         "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],
+        "truncated_turns": metadata.get("rewardbox_truncated_turns"),  # None: not recorded (tb infer runs)
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from rewardbox.config.profile import Profile, TaskSource
+from rewardbox.episode.budget import check_token_budget
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.runner import EpisodeRunner
@@ -104,6 +105,15 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
             grader.close()
 
 
+def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
+    """Fail before any episode when a policy with a known tokenizer (local) has a budget below the
+    tasks' longest golden call (``episode.budget.check_token_budget``); endpoints are not checked."""
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is not None:
+        budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
+        check_token_budget(budget, tasks, tokenizer)
+
+
 async def run_trials_async(
     tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
     *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
@@ -143,8 +153,10 @@ async def run_trials_async(
 
     Raises:
         ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
+        TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    check_policy_budget(policy, profile, tasks)
     keys = journal.todo(expected) if journal is not None else expected
     if journal is not None and len(keys) < len(expected):
         emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")

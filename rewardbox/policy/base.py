@@ -73,7 +73,11 @@ class ChatRequest:
         tools: tool specs the agent may call (builtin end-turn tools included).
         max_new_tokens: generation budget for this completion, tokens.
         temperature: sampling temperature; 0 means greedy.
-        seed: sampling seed, or None.
+        seed: the episode's seed (``episode.seed + trial``), or None; endpoints pass it
+            on, scripted mixes pick per (task, seed).
+        sampling_seed: the seed of this turn's random draws (one per task uid,
+            trial and agent turn, ``episode.seeds.turn_seed``), or None; the local
+            policy seeds the row's generator with it (else with ``seed``).
         task: the task being run (scripted policies read its golden actions);
             real policies must ignore it.
     """
@@ -83,6 +87,7 @@ class ChatRequest:
     max_new_tokens: int = 256
     temperature: float = 1.0
     seed: int | None = None
+    sampling_seed: int | None = None
     task: Any = None
 
 
@@ -98,6 +103,9 @@ class Completion:
         seconds: wall time of the call, seconds.
         prompt_token_ids, completion_token_ids: local policies only; the exact
             token ids, so training can score policy tokens without re-tokenising.
+        completion_logprobs: local policies only; per completion token, its
+            natural-log probability under the distribution it was sampled from
+            (after temperature and the tool-call guide): GRPO's ``old_logprobs``.
     """
 
     raw_text: str
@@ -109,6 +117,7 @@ class Completion:
     seconds: float = 0.0
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -27,12 +27,10 @@ policy adds the event ``"guided_string_forced_closed"`` to that completion).
 A vocabulary with no token that starts with ``"`` cannot close a string at
 all: ``GuidedDecodingError``, a system error raised before any token is chosen.
 
-Training: GRPO scores the sampled tokens under the unguided model (the
-completion token ids are the ones sampled), so the update raises the model's
-own probability of the right name; the guide only moved sampling mass onto
-it. The gap between sampler and scorer is confined to the few name/key tokens,
-the same gap vLLM-guided rollouts have. Set ``policy.guided_tool_calls: false``
-to measure or train the unguided model.
+Training: the mask is a pure function of the decoded prefix and the turn's
+tools, so the GRPO trainer recomputes it with this same class and scores each
+token under the distribution that sampled it (``rewardbox.training.logprobs``).
+Set ``policy.guided_tool_calls: false`` to measure or train the unguided model.
 """
 
 from __future__ import annotations

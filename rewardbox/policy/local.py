@@ -10,7 +10,9 @@ the oldest, the others sharing its prompt prefix, then any others. Where the
 batch shares a long prefix its cached KV is reused (``prefix_cache``);
 otherwise it is a plain padded batch. Each row keeps its own
 temperature (a per-row logits processor; 0 means greedy) and its own token
-budget (a per-row stopping criterion), so mixed requests share a batch.
+budget (a per-row stopping criterion), so mixed requests share a batch, and
+its own random generator (``sampling.PerRowSampler``, which also records each
+sampled token's log-probability for the trainer).
 Completions carry the exact prompt and completion token ids, so the trainer
 scores the policy's own tokens without re-tokenising.
 """
@@ -36,6 +38,7 @@ from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
 from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
+from rewardbox.policy.sampling import PerRowSampler
 
 log = logging.getLogger(__name__)
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -116,8 +119,10 @@ class LocalPolicy:
             batch_wait_ms: how long the worker waits for more requests after the first, ms
                 (it stops waiting once a full batch is queued).
             device, dtype: where and how the weights live.
-            seed: seeds torch's global RNG before each batch (reproducible runs);
-                None leaves the RNG alone. A request's own ``seed`` wins.
+            seed: seeds the generators of rows whose request has no ``seed``
+                (reproducible runs); None draws fresh ones. A request's own ``seed``
+                seeds its row's generator (``sampling.PerRowSampler``), so its tokens
+                do not depend on the other rows of the batch.
             num_threads: ``torch.set_num_threads`` value (None: leave as is).
             temperature, max_new_tokens: when set, override every request's values.
             name: policy name for records.
@@ -307,7 +312,8 @@ class LocalPolicy:
                 inputs, _ = prepared
                 input_ids = inputs["input_ids"]
             cached_tokens = inputs["cache"].get_seq_length() if "cache" in inputs else 0
-            self._seed([r.seed for r in requests])
+            sampler = PerRowSampler(self._row_seeds([r.seed if r.sampling_seed is None else r.sampling_seed
+                                                     for r in requests]), self.device)
             guides = self._guides(requests, input_ids.shape[1])
             output = self.model.generate(
                 **inputs,
@@ -317,7 +323,7 @@ class LocalPolicy:
                 top_k=0,
                 top_p=1.0,
                 logits_processor=LogitsProcessorList(
-                    [*guides, _PerRowTemperature(temperatures)]
+                    [*guides, _PerRowTemperature(temperatures), sampler]
                 ),
                 stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
                 eos_token_id=self.stop_token_ids,
@@ -325,8 +331,10 @@ class LocalPolicy:
             )
         new_tokens = output[:, input_ids.shape[1] :].tolist()
         completions = [
-            self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens)
-            for req, ids, row, budget, temp in zip(requests, prompt_ids, new_tokens, budgets, temperatures)
+            self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens, logprobs)
+            for req, ids, row, budget, temp, logprobs in zip(
+                requests, prompt_ids, new_tokens, budgets, temperatures, sampler.logprobs
+            )
         ]
         for event in (e for guide in guides for e in guide.events):
             record_forced_close(completions[event.row], event)
@@ -355,16 +363,14 @@ class LocalPolicy:
             mask[row, width - len(prompt) :] = 1
         return ids.to(self.device), mask.to(self.device)
 
-    def _seed(self, request_seeds: list[int | None]) -> None:
-        given = [s for s in request_seeds if s is not None]
-        if given:
-            torch.manual_seed(hash(tuple(given)) & 0x7FFF_FFFF_FFFF)
-        elif self._rng is not None:
-            torch.manual_seed(self._rng.getrandbits(48))
+    def _row_seeds(self, request_seeds: list[int | None]) -> list[int]:
+        """One generator seed per row: the request's own, else from the policy's seed, else fresh."""
+        rng = self._rng or random.Random()
+        return [int(s) & 0xFFFF_FFFF_FFFF_FFFF if s is not None else rng.getrandbits(63) for s in request_seeds]
 
     def _completion(
         self, request: ChatRequest, prompt_ids: list[int], row: list[int], temperature: float, batch_size: int,
-        cached_tokens: int = 0,
+        cached_tokens: int = 0, logprobs: list[float] | None = None,
     ) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in self.stop_token_ids), None)
         completion_ids = row if stop_at is None else row[: stop_at + 1]
@@ -382,6 +388,7 @@ class LocalPolicy:
             output_tokens=len(completion_ids),
             prompt_token_ids=list(prompt_ids),
             completion_token_ids=list(completion_ids),
+            completion_logprobs=None if logprobs is None else list(logprobs[: len(completion_ids)]),
             extra={"batch_size": batch_size, "temperature": temperature},
         )
 

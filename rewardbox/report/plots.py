@@ -19,7 +19,7 @@ from rewardbox.selection.bands import BANDS
 from rewardbox.selection.difficulty import band_counts
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-TRAINING_CURVE_KEYS = ("mean_reward", "zero_variance_frac", "loss")
+TRAINING_CURVE_KEYS = ("mean_reward", "zero_variance_frac", "loss", "clip_frac", "logprob_gap_max")
 """Per-step metric names :func:`training_curve_png` plots (those present)."""
 
 
@@ -100,20 +100,21 @@ def _step_columns(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> d
     df = step_metrics if isinstance(step_metrics, pl.DataFrame) else pl.DataFrame(list(step_metrics))
     if df.height == 0:
         raise ValueError("step_metrics is empty; nothing to plot")
-    present = [key for key in TRAINING_CURVE_KEYS if key in df.columns]
+    present = [key for key in TRAINING_CURVE_KEYS if key in df.columns and df[key].is_not_null().any()]
     if not present:
         raise ValueError(f"step_metrics has none of {list(TRAINING_CURVE_KEYS)}; columns are {df.columns}")
     steps = df["step"].to_list() if "step" in df.columns else list(range(df.height))
-    return {"step": steps, **{key: df[key].to_list() for key in present}}
+    return {"step": steps, **{key: [float("nan") if v is None else v for v in df[key].to_list()] for key in present}}
 
 
 def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> bytes:
-    """One panel per training metric against step: mean reward, zero-variance share, loss.
+    """One panel per training metric against step: mean reward, zero-variance share, loss, clip share, log-prob gap.
 
     Args:
         step_metrics: one row per step (DataFrame or list of dicts) with
             ``step`` (optional; row index otherwise) and any of
-            ``mean_reward`` (0-1), ``zero_variance_frac`` (0-1), ``loss``.
+            ``mean_reward`` (0-1), ``zero_variance_frac`` (0-1), ``loss``,
+            ``clip_frac`` (0-1), ``logprob_gap_max`` (nats); all-null columns are skipped.
 
     Returns:
         PNG bytes.
@@ -125,7 +126,8 @@ def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]])
     keys = [key for key in TRAINING_CURVE_KEYS if key in columns]
     fig = Figure(figsize=(4 * len(keys), 3.5), layout="constrained")
     axes = fig.subplots(1, len(keys), squeeze=False)[0]
-    titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss"}
+    titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss",
+              "clip_frac": "clipped tokens (share)", "logprob_gap_max": "max |sampler - trainer| log-prob"}
     for ax, key in zip(axes, keys):
         ax.plot(columns["step"], columns[key], "-", marker=".")
         ax.set_xlabel("step")

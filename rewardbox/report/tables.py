@@ -23,6 +23,7 @@ from rewardbox.metrics.cost import PriceTable, campaign_cost
 from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.intervals import DEFAULT_DRAWS
 from rewardbox.metrics.rows import task_counts
+from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.selection.difficulty import band_counts
 
 NA = "n/a"
@@ -123,6 +124,8 @@ def compute_reliability(
         "bootstrap": boot,
         "per_domain": _per_domain(base_counts, tuned_counts, comparison, boot, k, confidence),
         "price_table_version": price_table.version if price_table else None,
+        "base_truncation": truncation_summary(base_rows),
+        "tuned_truncation": truncation_summary(tuned_rows),
     }
 
 
@@ -192,6 +195,12 @@ def _boot_row(label: str, entry: dict[str, Any] | None, cells: tuple[str, str], 
     return (label, *sides, fmt_change(entry) or change)
 
 
+def _truncation_cell(summary: dict[str, Any] | None) -> str:
+    if not summary or not summary["completions"]:
+        return NA
+    return f"{summary['truncated_completions']} of {summary['completions']} ({fmt_pct(summary['truncated_completion_frac'])})"
+
+
 def _overall_table(rel: dict[str, Any]) -> str:
     k, base, tuned = rel["k"], rel["base"], rel["tuned"]
     boot = rel["bootstrap"]["metrics"]
@@ -218,6 +227,7 @@ def _overall_table(rel: dict[str, Any]) -> str:
             f"{tuned['observed_all_pass_tasks'] - base['observed_all_pass_tasks']:+d}",
         ),
         ("system errors (not scored)", str(base["system_errors"]), str(tuned["system_errors"]), ""),
+        ("completions cut by the token budget", *(_truncation_cell(rel.get(f"{arm}_truncation")) for arm in ("base", "tuned")), ""),
     ]
     for name in ("input_tokens", "cached_input_tokens", "output_tokens"):
         rows.append((name.replace("_", " "), f"{base[name]:,}", f"{tuned[name]:,}", ""))

@@ -24,6 +24,27 @@ def attach_lora(model, config: GRPOConfig):
     return get_peft_model(model, lora)
 
 
+def trainable(model, config: GRPOConfig):
+    """The model to optimise: LoRA-wrapped (``finetune == "lora"``) or itself, every weight trainable."""
+    if config.finetune == "lora":
+        return attach_lora(model, config)
+    for param in model.parameters():
+        param.requires_grad_(True)
+    return model
+
+
+def save_trained(model, out_dir: Path, metrics: list[dict] | None, config: GRPOConfig) -> Path:
+    """Save what was trained: the adapter (LoRA) or the whole checkpoint (full fine-tune), plus metrics."""
+    if config.finetune == "lora":
+        return save_adapter(model, out_dir, metrics)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    if metrics is not None:
+        strict_json.write_json(out_dir / "training_metrics.json", metrics, indent=2)
+    return out_dir
+
+
 def save_adapter(peft_model, out_dir: Path, metrics: list[dict] | None = None) -> Path:
     """Save the adapter (``adapter_model.safetensors`` + ``adapter_config.json``) and metrics.
 
@@ -61,6 +82,8 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base_dir, adapter_dir, out_dir = Path(base_dir), Path(adapter_dir), Path(out_dir)
+    if (adapter_dir / "config.json").is_file() and not (adapter_dir / "adapter_config.json").exists():
+        return _copy_full_checkpoint(base_dir, adapter_dir, out_dir)  # a full fine-tune: nothing to merge
     for needed in (base_dir / "config.json", adapter_dir / "adapter_config.json"):
         if not needed.exists():
             raise FileNotFoundError(f"cannot merge: {needed} is missing")
@@ -112,3 +135,15 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def _copy_full_checkpoint(base_dir: Path, trained_dir: Path, out_dir: Path) -> Path:
+    """A fully fine-tuned checkpoint as the merged one, with the base tokenizer and chat template."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    AutoModelForCausalLM.from_pretrained(trained_dir).save_pretrained(out_dir, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
+    for extra in base_dir.glob("*.jinja"):
+        (out_dir / extra.name).write_text(extra.read_text())
+    return out_dir

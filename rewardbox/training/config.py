@@ -2,31 +2,72 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LORA_LEARNING_RATE = 1e-4
+"""Default AdamW learning rate with LoRA: QLoRA (Dettmers et al. 2023, arXiv 2305.14314) trains
+adapters at 2e-4 (models up to 13B) and 1e-4 (33B and up); "LoRA Without Regret" (Schulman and
+Thinking Machines Lab, 2025) measures LoRA's best learning rate at about 10x full fine-tuning's,
+independent of rank. With Adam an adapter moves about one learning rate per step, so the reference
+run's full fine-tune 1e-6 leaves a LoRA adapter (B = 0 at start) near zero after 50 steps."""
+
+FULL_LEARNING_RATE = 1e-6
+"""Default learning rate for a full fine-tune: the reference run's (AdamW, weight decay 0)."""
+
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear layer of a Llama block, the MLP projections included: QLoRA (arXiv 2305.14314) found
+all-linear adapters needed to match full fine-tuning, and "LoRA Without Regret" (2025) that
+attention-only LoRA underperforms even at matched parameter count."""
 
 
 class GRPOConfig(BaseModel):
     """Local GRPO settings.
 
-    Reference run (docs/method.md, "GRPO", after thinkingbox-training): B = 18 tasks per
-    step, G = 8 rollouts per task, 50 steps, AdamW lr 1e-6, weight decay 0, no KL,
-    token-mean loss aggregation (DAPO, arXiv 2503.14476), clip 0.2. The embedded
-    demo trains LoRA adapters (Hu et al., arXiv 2106.09685) on a 135M model, so
-    its learning rate is larger.
+    Reference run (docs/method.md, "GRPO", after thinkingbox-training): B = 18 tasks per step, G = 8
+    rollouts per task, 50 steps, a full fine-tune with AdamW lr 1e-6, weight decay
+    0, no KL, token-mean loss aggregation (DAPO, arXiv 2503.14476), clip 0.2. The
+    default here trains LoRA adapters (Hu et al., arXiv 2106.09685), whose
+    learning rate, rank and target modules follow the sources quoted on
+    ``LORA_LEARNING_RATE`` and ``LORA_TARGET_MODULES``.
 
     Attributes:
         group_size: G, rollouts per task (= TRL ``num_generations`` = verl ``rollout.n``).
         tasks_per_step: B, groups per optimisation step.
         steps: optimisation steps.
-        learning_rate, weight_decay: AdamW.
-        clip_eps: PPO clip range of the surrogate (one update per batch keeps the ratio at 1).
+        finetune: ``"lora"`` (adapters; the base stays frozen) or ``"full"`` (every weight).
+        learning_rate: AdamW; None picks ``LORA_LEARNING_RATE`` or ``FULL_LEARNING_RATE``.
+        weight_decay: AdamW.
+        clip_eps: PPO clip range of the surrogate.
+        ppo_epochs: optimiser steps per sampled batch (TRL ``num_iterations``, verl
+            ``ppo_epochs``); the sampler's own log-probs are the "old" ones, so the
+            clipped ratio bounds how far later epochs move.
         advantage_estimator, loss_aggregation: names registered in
             ``rewardbox.training.advantages`` / ``rewardbox.training.losses``.
         max_refill_rounds: extra rounds of fresh groups drawn per step to replace
-            zero-variance or system-error groups (DAPO dynamic sampling).
+            zero-variance (or, with ``system_error_refill="replace"``, failed) groups
+            (DAPO dynamic sampling).
+        system_error_refill: ``"rerun"`` re-runs only a group's system-error rollouts
+            (same task, fresh trials, at most ``max_system_error_reruns`` rounds) and
+            masks those still failing (advantages over the clean ones); ``"replace"``
+            drops the whole group and draws a new task, as the reference run does.
+            Default ``"rerun"``: on a CPU every rollout is expensive, and a system
+            error is an infrastructure fault independent of the policy's tokens, so
+            the clean rollouts are a fair sample of the policy on that task.
+        max_system_error_reruns: rounds of re-runs per group (``"rerun"`` only).
+        mask_truncated: drop from the loss every rollout with a completion cut by
+            the token budget (``finish_reason == "length"``); its reward measures the
+            budget, not the policy (DAPO overlong filtering, arXiv 2503.14476). Its
+            reward still counts in the group's advantage statistics.
+        task_sampling: ``"posterior_variance"`` draws tasks by the variance of a
+            running Jeffreys posterior fed by the GRPO groups and drops tasks that
+            become too_easy (``curriculum.PosteriorTaskSampler``); ``"uniform"``
+            shuffles the pool in passes.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter.
         micro_batch_sequences: sequences per forward/backward pass (memory).
         max_grad_norm: gradient clipping.
+        temperature: rollout sampling temperature; the trainer scores at the same one.
         seed: task sampling and torch seed.
     """
 
@@ -35,16 +76,22 @@ class GRPOConfig(BaseModel):
     group_size: int = Field(8, ge=2)
     tasks_per_step: int = Field(18, ge=1)
     steps: int = Field(50, ge=0)
-    learning_rate: float = Field(1e-6, gt=0)
+    finetune: Literal["lora", "full"] = "lora"
+    learning_rate: float | None = Field(None, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    clip_eps: float = Field(0.2, gt=0)
+    clip_eps: float = Field(0.2, gt=0, lt=1)
+    ppo_epochs: int = Field(1, ge=1)
     advantage_estimator: str = "grpo"
     loss_aggregation: str = "token-mean"
     max_refill_rounds: int = Field(2, ge=0)
-    lora_r: int = Field(8, ge=1)
-    lora_alpha: int = Field(16, ge=1)
+    system_error_refill: Literal["rerun", "replace"] = "rerun"
+    max_system_error_reruns: int = Field(2, ge=0)
+    mask_truncated: bool = True
+    task_sampling: Literal["posterior_variance", "uniform"] = "posterior_variance"
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
     lora_dropout: float = Field(0.0, ge=0, lt=1)
-    lora_target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    lora_target_modules: list[str] = list(LORA_TARGET_MODULES)
     micro_batch_sequences: int = Field(4, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
@@ -61,4 +108,6 @@ class GRPOConfig(BaseModel):
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise ValueError(f"loss_aggregation {self.loss_aggregation!r} unknown; "
                              f"use one of {sorted(LOSS_AGGREGATIONS)}")
+        if self.learning_rate is None:
+            self.learning_rate = LORA_LEARNING_RATE if self.finetune == "lora" else FULL_LEARNING_RATE
         return self

@@ -2,7 +2,10 @@
 
 A group whose rewards are all equal teaches nothing and is replaced by a fresh
 group (DAPO dynamic sampling, arXiv 2503.14476). A group hit by a system error
-(after the attempt's own retries) is refilled from a fresh task, never scored.
+(after the attempt's own retries) either has only its failed rollouts re-run
+and, if they still fail, masked (``"rerun"``, the default of
+``GRPOConfig.system_error_refill``) or is replaced by a fresh task
+(``"replace"``, as the reference run does). A system error is never scored.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from dataclasses import dataclass, field
 
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.tasks.schema import Task
-from rewardbox.training.advantages import ADVANTAGE_ESTIMATORS, is_zero_variance
+from rewardbox.training.advantages import group_advantages_masked, is_zero_variance
 
 AttemptFn = Callable[[Task, int], Awaitable[EpisodeResult]]
+ObserveFn = Callable[[Task, list[EpisodeResult]], None]
 
 
 @dataclass
@@ -40,6 +44,8 @@ class GroupStats:
     zero_variance: int = 0
     system_error: int = 0
     episodes: int = 0
+    reruns: int = 0
+    masked_system_errors: int = 0
     rewards: list[float] = field(default_factory=list)
 
     @property
@@ -81,6 +87,58 @@ def classify_group(rollouts: Sequence[EpisodeResult]) -> str:
     return "ok"
 
 
+def classify_masked(rollouts: Sequence[EpisodeResult]) -> str:
+    """Like :func:`classify_group` over the clean rollouts only: ``"zero_variance"``
+    when fewer than two are clean or their rewards are all equal, else ``"ok"``."""
+    rewards = [float(r.reward) for r in rollouts if r.system_error is None]
+    return "zero_variance" if len(rewards) < 2 or is_zero_variance(rewards) else "ok"
+
+
+async def rerun_system_errors(
+    task: Task, rollouts: list[EpisodeResult], attempt_fn: AttemptFn, rounds: int, stats: "GroupStats"
+) -> list[EpisodeResult]:
+    """Re-run only the system-error rollouts of one group, same task and trial, up to ``rounds`` times.
+
+    A trial keeps its key (task uid, trial) and so its sampling seeds; a system
+    error is an infrastructure fault, so re-running the same trial is a fresh
+    try of the same sample. Returns the group with each re-run result in its slot.
+    """
+    rollouts = list(rollouts)
+    for _ in range(rounds):
+        failed = [i for i, r in enumerate(rollouts) if r.system_error is not None]
+        if not failed:
+            break
+        stats.reruns += len(failed)
+        stats.episodes += len(failed)
+        again = await asyncio.gather(*(attempt_fn(task, rollouts[i].trial) for i in failed))
+        for i, result in zip(failed, again):
+            rollouts[i] = result
+    return rollouts
+
+
+async def _settle(
+    task: Task, rollouts: list[EpisodeResult], attempt_fn: AttemptFn, refill: str, reruns: int,
+    estimator: str, stats: "GroupStats", observe: ObserveFn | None = None,
+) -> Group | None:
+    """One drawn group -> an accepted ``Group`` with advantages, or None (counted in ``stats``)."""
+    if refill == "rerun" and any(r.system_error is not None for r in rollouts):
+        rollouts = await rerun_system_errors(task, rollouts, attempt_fn, reruns, stats)
+    if observe is not None:
+        observe(task, rollouts)
+    stats.rewards += [float(r.reward) for r in rollouts if r.system_error is None]
+    valid = [r.system_error is None for r in rollouts]
+    stats.masked_system_errors += valid.count(False) if refill == "rerun" else 0
+    kind = classify_group(rollouts) if refill == "replace" else classify_masked(rollouts)
+    if kind == "system_error":
+        stats.system_error += 1
+        return None
+    if kind == "zero_variance":
+        stats.zero_variance += 1
+        return None
+    rewards = [r.reward if ok else None for r, ok in zip(rollouts, valid)]
+    return Group(task, list(rollouts), group_advantages_masked(rewards, valid, estimator))
+
+
 async def collect_groups(
     tasks: Iterator[Task],
     attempt_fn: AttemptFn,
@@ -90,20 +148,33 @@ async def collect_groups(
     max_refill_rounds: int,
     estimator: str = "grpo",
     trial_offset: int = 0,
+    system_error_refill: str = "replace",
+    max_system_error_reruns: int = 0,
+    observe: ObserveFn | None = None,
 ) -> tuple[list[Group], GroupStats]:
     """Draw groups until ``groups_wanted`` have reward variance, or refills run out.
 
     Each round draws as many fresh tasks as groups are still missing and runs
     their ``group_size`` rollouts concurrently. Trials are numbered from
-    ``trial_offset`` so seeds differ between steps.
+    ``trial_offset`` so seeds differ between steps. A group with system errors
+    is either replaced by a fresh task (``system_error_refill="replace"``) or
+    has only its failed rollouts re-run (``"rerun"``, at most
+    ``max_system_error_reruns`` rounds), those still failing masked: advantage 0
+    and statistics over the clean rollouts (``group_advantages_masked``).
+    ``observe(task, rollouts)`` sees every drawn group, kept or not (the
+    curriculum's running posterior, ``curriculum.PosteriorTaskSampler``).
 
     Returns:
         (accepted groups with advantages, sampling stats). Fewer groups than
-        wanted when every refill round produced zero-variance groups.
+        wanted when every refill round produced unusable groups.
+
+    Raises:
+        ValueError: an unknown ``system_error_refill``.
     """
+    if system_error_refill not in ("rerun", "replace"):
+        raise ValueError(f"system_error_refill must be 'rerun' or 'replace', got {system_error_refill!r}")
     accepted: list[Group] = []
     stats = GroupStats()
-    advantage_fn = ADVANTAGE_ESTIMATORS[estimator]
     for _ in range(max_refill_rounds + 1):
         missing = groups_wanted - len(accepted)
         if missing <= 0:
@@ -111,16 +182,12 @@ async def collect_groups(
         drawn = [next(tasks) for _ in range(missing)]
         runs = [[attempt_fn(task, trial_offset + i) for i in range(group_size)] for task in drawn]
         results = await asyncio.gather(*(asyncio.gather(*group) for group in runs))
-        for task, rollouts in zip(drawn, results):
-            stats.drawn += 1
-            stats.episodes += len(rollouts)
-            stats.rewards += [float(r.reward) for r in rollouts if r.system_error is None]
-            kind = classify_group(rollouts)
-            if kind == "ok":
-                rewards = [float(r.reward) for r in rollouts]
-                accepted.append(Group(task, list(rollouts), list(advantage_fn(rewards))))
-            elif kind == "zero_variance":
-                stats.zero_variance += 1
-            else:
-                stats.system_error += 1
+        stats.drawn += len(drawn)
+        stats.episodes += sum(len(r) for r in results)
+        settled = await asyncio.gather(*(
+            _settle(task, list(rollouts), attempt_fn, system_error_refill, max_system_error_reruns, estimator, stats,
+                    observe)
+            for task, rollouts in zip(drawn, results)
+        ))
+        accepted += [g for g in settled if g is not None]
     return accepted, stats

@@ -16,13 +16,15 @@ from functools import partial
 from pathlib import Path
 
 from rewardbox.config.profile import Profile
-from rewardbox.episode.attempt import run_attempt
+from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.services import episode_runner
+from rewardbox.evaluation.services import check_policy_budget, episode_runner
 from rewardbox.policy.chat_template import render_prompt
+from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
-from rewardbox.training.checkpoint import attach_lora, save_adapter
+from rewardbox.training.checkpoint import save_trained, trainable
+from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import task_stream
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
@@ -51,20 +53,30 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
 
 
 def step_note(metrics: StepMetrics) -> str:
-    """One GRPO step's line: reward, zero-variance share, loss, samples, tokens, seconds."""
+    """One GRPO step's line: reward, zero-variance share, loss, sampler-trainer gap, truncation, bands, seconds."""
     reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
     return (f"step {metrics.step}: mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
             f"zero_variance={metrics.zero_variance_frac:.2f} "
-            f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} samples={metrics.samples} "
-            f"tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
+            f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
+            f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
+            f"truncated={metrics.truncated_completions}/{metrics.completions} bands=[{metrics.band_histogram}] "
+            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
+
+
+def _tasks(pool: Sequence[Task], profile: Profile):
+    """The task stream ``grpo.task_sampling`` asks for (bands cut where task selection cuts them)."""
+    cfg = profile.grpo
+    if cfg.task_sampling == "uniform":
+        return task_stream(pool, cfg.seed)
+    return PosteriorTaskSampler(pool, cfg.seed, boundaries=profile.selection.boundaries)
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
     from transformers import AutoModelForCausalLM
 
     emit(log, "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
-    model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
-    save_adapter(model, out_dir, [])
+    model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+    save_trained(model, out_dir, [], cfg)
     return Path(out_dir), TrainingSummary()
 
 
@@ -85,7 +97,8 @@ def train_local_grpo(
         profile: ``grpo`` sets the method, ``policy``/``episode`` the rollouts.
 
     Returns:
-        (adapter directory, per-step metrics).
+        (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the
+        directory holds the whole fine-tuned checkpoint instead of an adapter.
 
     An empty pool (every candidate outside the kept bands) is not an error: the
     adapter is saved untrained (LoRA's B matrices are zero, so the merged model
@@ -99,16 +112,20 @@ def train_local_grpo(
     episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
     profile = profile.model_copy(update={"episode": episode})
     on_policy = profile.policy.kind == "local"
+    guide_index = None
     if on_policy:
         policy = build_policy(profile.policy, checkpoint_dir=base_dir)
-        policy.model = attach_lora(policy.model, cfg)
+        check_policy_budget(policy, profile, pool)
+        policy.model = trainable(policy.model, cfg)
         model, pad_id, tokenize = policy.model, policy.pad_token_id, None
+        if policy.guided_tool_calls:
+            guide_index = VocabularyIndex(policy.tokenizer, int(model.config.vocab_size))
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         policy = build_policy(profile.policy)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        model = attach_lora(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
@@ -117,15 +134,19 @@ def train_local_grpo(
             policy.weights_changed()  # the cached prefix KV was computed with the old weights
         progress.update(note=step_note(metrics))  # one line per step as it ends
 
+    # the rollouts of a step (B x G, plus refills) wait for a free slot: at most episode.concurrency
+    # sandboxes are open at once, whatever B x G is
+    executor = LocalExecutor(profile.episode.concurrency)
+
     async def main() -> TrainingSummary:
         try:
-            async with episode_runner(profile, policy) as runner:
-                return await train_grpo(model, pad_id, task_stream(pool, cfg.seed), partial(run_attempt, runner),
-                                        cfg, on_step=after_step, tokenize=tokenize)
+            async with executor.session(partial(episode_runner, profile), policy) as session:
+                return await train_grpo(model, pad_id, _tasks(pool, profile), session.run_one,
+                                        cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index)
         finally:
             await policy.aclose()
             progress.close()
 
     summary = asyncio.run(main())
-    save_adapter(model, out_dir, [m.as_dict() for m in summary.steps])
+    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
     return Path(out_dir), summary

@@ -10,13 +10,17 @@ pure math in ``advantages``/``losses``.
 
 One step: draw B groups of G rollouts (``groups.collect_groups``), turn every
 agent completion into a sample (its prompt ids, its completion ids, the
-rollout's advantage), and minimise the token-mean clipped surrogate over the
-policy's own tokens only: tool results and user messages are inside the prompt
-ids and never scored.
+sampler's per-token log-probs, the guide's masks, the rollout's advantage), and
+minimise the clipped surrogate over the policy's own tokens only (tool results
+and user messages are inside the prompt ids and never scored), ``ppo_epochs``
+times. Tokens are scored under the sampling distribution
+(``logprobs.completion_logprobs``), so the first epoch's ratio is 1 up to
+float error, reported as ``logprob_gap_max``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,19 +29,32 @@ from typing import Any
 import torch
 
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.training.config import GRPOConfig
-from rewardbox.training.groups import AttemptFn, Group, collect_groups
-from rewardbox.training.losses import policy_loss
+from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
+from rewardbox.training.config import GRPOConfig
+from rewardbox.training.curriculum import format_histogram
+from rewardbox.training.groups import AttemptFn, Group, collect_groups
+from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
+from rewardbox.training.losses import policy_loss
+from rewardbox.training.memory import PeakMemory
+
+__all__ = ["Sample", "StepMetrics", "TrainingSummary", "completion_logprobs", "group_samples",
+           "optimise_step", "train_grpo"]
 
 
 @dataclass
-class Sample:
-    """One policy completion to score: ids are exact, ``advantage`` is its rollout's."""
+class OptimiseStats:
+    """One optimiser step: loss and surrogate statistics over its policy tokens.
 
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    advantage: float
+    ``logprob_gap_max``: max over scored tokens of |sampler log-prob - trainer
+    log-prob| before the update (None when no sample carried sampler log-probs).
+    """
+
+    loss: float
+    logprob_gap_max: float | None = None
+    clip_frac: float = 0.0
+    ratio_mean: float = 1.0
+    approx_kl: float = 0.0
 
 
 @dataclass
@@ -55,6 +72,17 @@ class StepMetrics:
     loss: float | None
     seconds: float
     scored_rollouts: int = 0
+    reruns: int = 0
+    masked_system_errors: int = 0
+    truncated_completions: int = 0
+    completions: int = 0
+    truncated_rollouts: int = 0
+    logprob_gap_max: float | None = None
+    clip_frac: float | None = None
+    ratio_mean: float | None = None
+    approx_kl: float | None = None
+    peak_memory_bytes: int = 0
+    band_histogram: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -68,85 +96,133 @@ class TrainingSummary:
 TokenizeTurn = Callable[[EpisodeResult, int], tuple[list[int], list[int]]]
 
 
-def group_samples(groups: Sequence[Group], tokenize: TokenizeTurn | None = None) -> list[Sample]:
+def is_truncated(rollout: EpisodeResult) -> bool:
+    """True when any agent completion of the rollout hit the token budget (``finish_reason == "length"``)."""
+    return any(t.finish_reason == "length" for t in rollout.agent_turns)
+
+
+def group_samples(
+    groups: Sequence[Group],
+    tokenize: TokenizeTurn | None = None,
+    *,
+    mask_truncated: bool = False,
+    guide_index: VocabularyIndex | None = None,
+) -> list[Sample]:
     """Every agent completion of every rollout, paired with its rollout's advantage.
 
-    Completions from local policies carry exact token ids. Completions without
-    ids (scripted or endpoint rollouts) are rendered by ``tokenize(rollout,
-    turn_index)`` when given (off-policy use, e.g. CI with scripted rollouts),
-    else skipped. Rollouts with advantage 0 give no gradient and are skipped.
+    Completions from local policies carry exact token ids and the sampler's
+    log-probs. Completions without ids (scripted or endpoint rollouts) are
+    rendered by ``tokenize(rollout, turn_index)`` when given (off-policy use, e.g.
+    CI with scripted rollouts), else skipped. Rollouts with advantage 0 give no
+    gradient and are skipped; with ``mask_truncated`` so are rollouts with a
+    length-truncated completion (DAPO overlong filtering). With ``guide_index``
+    each sample carries the tool-call guide's masks for its rollout's tools.
     """
     samples = []
     for group in groups:
         for rollout, advantage in zip(group.rollouts, group.advantages):
-            if advantage == 0.0:
-                continue  # contributes no gradient under the surrogate
+            if advantage == 0.0 or (mask_truncated and is_truncated(rollout)):
+                continue
+            signatures = tool_signatures(rollout.tools or []) if guide_index is not None else {}
             for index, turn in enumerate(rollout.agent_turns):
                 ids = (turn.prompt_token_ids, turn.completion_token_ids)
+                old = turn.completion_logprobs
                 if (ids[0] is None or ids[1] is None) and tokenize is not None:
-                    ids = tokenize(rollout, index)
-                if ids[0] is None or ids[1] is None:
+                    ids, old = tokenize(rollout, index), None
+                if ids[0] is None or ids[1] is None or not ids[1]:
                     continue
-                if ids[1]:
-                    samples.append(Sample(list(ids[0]), list(ids[1]), float(advantage)))
+                masks = guide_masks(guide_index, signatures, ids[1]) if signatures else []
+                samples.append(Sample(list(ids[0]), list(ids[1]), float(advantage),
+                                      None if old is None else list(old), masks))
     return samples
 
 
-def completion_logprobs(model: torch.nn.Module, batch: Sequence[Sample], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs of each completion token given its prompt.
+def _old_logprobs(batch: Sequence[Sample], current: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``[B, T]`` sampler log-probs where known, else the current ones (detached); and whether any was known.
 
-    Returns:
-        (logprobs ``[B, T]`` float32, mask ``[B, T]`` float32) where ``T`` is the
-        longest completion; mask is 1 on completion tokens, 0 on padding.
+    A sample without sampler log-probs gets the current policy's, stored on it,
+    so later epochs compare against the policy that started the step.
     """
-    seqs = [s.prompt_ids + s.completion_ids for s in batch]
-    width = max(len(x) for x in seqs)
-    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        attention[i, : len(seq)] = 1
-    logits = model(input_ids=input_ids, attention_mask=attention).logits.float()
-    t_max = max(len(s.completion_ids) for s in batch)
-    out = torch.zeros((len(batch), t_max))
-    mask = torch.zeros((len(batch), t_max))
-    for i, s in enumerate(batch):
-        start, n = len(s.prompt_ids), len(s.completion_ids)
-        step_logits = logits[i, start - 1 : start - 1 + n]
-        targets = torch.tensor(s.completion_ids)
-        out[i, :n] = torch.log_softmax(step_logits, dim=-1).gather(1, targets[:, None]).squeeze(1)
-        mask[i, :n] = 1.0
-    return out, mask
+    old = current.detach().clone()
+    known = False
+    for i, sample in enumerate(batch):
+        if sample.old_logprobs is None:
+            sample.old_logprobs = old[i, : len(sample.completion_ids)].tolist()
+        else:
+            known = True
+            old[i, : len(sample.completion_ids)] = torch.tensor(sample.old_logprobs, dtype=old.dtype)
+    return old, known
 
 
-def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfig, pad_id: int) -> float:
-    """One optimiser step over all samples; token-mean over the step's policy tokens.
+def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfig, pad_id: int) -> OptimiseStats:
+    """One optimiser step over all samples with the chosen aggregation over the whole step.
 
     Each micro-batch's loss is weighted by its share of the step's policy
-    tokens (token-mean, DAPO) or sequences (sequence means), so the result equals
-    the chosen aggregation over the whole step.
-    With a single update per batch the old policy equals the current one
-    (ratio 1), as in on-policy GRPO; the clip stays for multi-epoch use.
+    tokens (token-mean, DAPO) or sequences (sequence means). Tokens are scored
+    at ``config.temperature`` under the guide's masks; the PPO ratio is taken
+    against the sampler's log-probs (``Sample.old_logprobs``).
+
+    Returns:
+        ``OptimiseStats``: loss, ``logprob_gap_max`` (sampler vs trainer, before
+        this update), token-weighted clip fraction, mean ratio and k1 KL.
     """
     total_tokens = sum(len(s.completion_ids) for s in samples)
+    samples = sorted(samples, key=lambda s: s.prompt_ids)  # neighbours share prompt prefixes (computed once)
     model.train()
     optimizer.zero_grad(set_to_none=True)
-    total = 0.0
+    totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
+    gap: float | None = None
     for start in range(0, len(samples), config.micro_batch_sequences):
         batch = samples[start : start + config.micro_batch_sequences]
-        logprobs, mask = completion_logprobs(model, batch, pad_id)
-        advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32)
-        loss, _ = policy_loss(logprobs, logprobs.detach(), advantages, mask, clip_eps=config.clip_eps,
-                              aggregation=config.loss_aggregation)
-        # token-mean: weight by the micro-batch's share of tokens; sequence means: of sequences
-        weight = (mask.sum().item() / total_tokens if config.loss_aggregation == "token-mean"
-                  else len(batch) / len(samples))
+        logprobs, mask = completion_logprobs(model, batch, pad_id, config.temperature)
+        old, known = _old_logprobs(batch, logprobs)
+        if known:
+            diff = ((logprobs.detach() - old).abs() * mask).max().item()
+            gap = diff if gap is None else max(gap, diff)
+        advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
+        loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
+                                  aggregation=config.loss_aggregation)
+        share = mask.sum().item() / total_tokens
+        weight = share if config.loss_aggregation == "token-mean" else len(batch) / len(samples)
         (loss * weight).backward()
-        total += loss.item() * weight
+        totals["loss"] += loss.item() * weight
+        for key in ("clip_frac", "ratio_mean", "approx_kl"):
+            totals[key] += stats[key] * share
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
     optimizer.step()
     model.eval()
-    return total
+    return OptimiseStats(logprob_gap_max=gap, **totals)
+
+
+def _optimise_epochs(model, optimizer, samples, config: GRPOConfig, pad_id: int) -> OptimiseStats | None:
+    """``config.ppo_epochs`` optimiser steps on the same samples; the gap comes from the first."""
+    if not samples:
+        return None
+    first = last = optimise_step(model, optimizer, samples, config, pad_id)
+    for _ in range(config.ppo_epochs - 1):
+        last = optimise_step(model, optimizer, samples, config, pad_id)
+    last.logprob_gap_max = first.logprob_gap_max
+    return last
+
+
+def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None, peak: int, t0: float):
+    rollouts = [r for g in groups for r in g.rollouts]
+    turns = [t for r in rollouts for t in r.agent_turns]
+    return StepMetrics(
+        step=step, mean_reward=stats.mean_reward,
+        zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
+        groups=len(groups), episodes=stats.episodes, samples=len(samples),
+        policy_tokens=sum(len(s.completion_ids) for s in samples),
+        loss=None if result is None else result.loss, seconds=time.perf_counter() - t0,
+        reruns=stats.reruns, masked_system_errors=stats.masked_system_errors,
+        truncated_completions=sum(t.finish_reason == "length" for t in turns), completions=len(turns),
+        truncated_rollouts=sum(is_truncated(r) for r in rollouts),
+        logprob_gap_max=None if result is None else result.logprob_gap_max,
+        clip_frac=None if result is None else result.clip_frac,
+        ratio_mean=None if result is None else result.ratio_mean,
+        approx_kl=None if result is None else result.approx_kl,
+        peak_memory_bytes=peak, scored_rollouts=stats.scored_rollouts,
+    )
 
 
 async def train_grpo(
@@ -158,42 +234,48 @@ async def train_grpo(
     *,
     on_step: Callable[[StepMetrics], None] | None = None,
     tokenize: TokenizeTurn | None = None,
+    guide_index: VocabularyIndex | None = None,
 ) -> TrainingSummary:
     """Run ``config.steps`` GRPO steps on ``model`` in place.
 
     Args:
-        model: a torch causal LM whose trainable parameters are updated (LoRA-wrapped).
+        model: a torch causal LM whose trainable parameters are updated (LoRA-wrapped or full).
         pad_id: padding token id.
-        tasks: endless task stream (``groups.task_stream``).
+        tasks: endless task stream (``groups.task_stream``, or a
+            ``curriculum.PosteriorTaskSampler``, which then sees every group and
+            whose band histogram each step records).
         attempt_fn: runs one rollout with the CURRENT ``model`` (same object).
         config: GRPO settings.
         on_step: called with each step's metrics.
         tokenize: renders completions that carry no token ids (see ``group_samples``).
+        guide_index: the policy's vocabulary index when it samples with the
+            tool-call guide (scoring then applies the same masks); None otherwise.
 
     Returns:
-        The per-step metrics. A step whose groups all lacked variance records
-        ``loss=None`` and makes no update.
+        The per-step metrics. A step without a usable group records ``loss=None``
+        and makes no update.
     """
     torch.manual_seed(config.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    device = next(model.parameters()).device
     summary = TrainingSummary()
     for step in range(config.steps):
         t0 = time.perf_counter()
         groups, stats = await collect_groups(
             tasks, attempt_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
             max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
-            trial_offset=step * config.group_size,
+            trial_offset=step * config.group_size, system_error_refill=config.system_error_refill,
+            max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
         )
-        samples = group_samples(groups, tokenize)
-        loss = optimise_step(model, optimizer, samples, config, pad_id) if samples else None
-        metrics = StepMetrics(
-            step=step, mean_reward=stats.mean_reward,
-            zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
-            groups=len(groups), episodes=stats.episodes, samples=len(samples),
-            policy_tokens=sum(len(s.completion_ids) for s in samples), loss=loss,
-            seconds=time.perf_counter() - t0, scored_rollouts=stats.scored_rollouts,
-        )
+        samples = group_samples(groups, tokenize, mask_truncated=config.mask_truncated, guide_index=guide_index)
+        with PeakMemory(device=device) as peak:
+            result = _optimise_epochs(model, optimizer, samples, config, pad_id)
+        metrics = _step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0)
+        if hasattr(tasks, "band_histogram"):
+            metrics.band_histogram = format_histogram(tasks.band_histogram())
+        if result is not None and not math.isfinite(result.loss):
+            raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")
         summary.steps.append(metrics)
         if on_step is not None:
             on_step(metrics)

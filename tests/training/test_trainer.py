@@ -102,9 +102,9 @@ def test_optimise_step_changes_only_trainable_parameters():
     model = attach_lora(tiny_model(), config)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2, 3], [6, 7], -1.0)]
-    loss = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
-                         samples, config, pad_id=0)
-    assert math.isfinite(loss)
+    stats = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
+                          samples, config, pad_id=0)
+    assert math.isfinite(stats.loss) and stats.logprob_gap_max is None  # no sampler log-probs given
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n for n in changed)
 
@@ -139,3 +139,119 @@ def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
     original = AutoModelForCausalLM.from_pretrained(base)
     assert all(torch.equal(a, b) for a, b in zip(merged.state_dict().values(), original.state_dict().values()))
+
+
+def test_rerun_refill_reruns_only_failed_rollouts_and_masks_the_rest():
+    calls: list[tuple[str, int]] = []
+
+    async def attempt(t, trial):
+        calls.append((t.uid, trial))
+        tries = calls.count((t.uid, trial))
+        if trial == 1 and tries == 1:
+            return result(t.uid, trial, None, "sandbox: died once")  # recovers when re-run
+        if trial == 2:
+            return result(t.uid, trial, None, "sandbox: always dies")
+        return result(t.uid, trial, float(trial % 2))
+
+    groups, stats = asyncio.run(collect_groups(iter([task("a")]), attempt, group_size=4, groups_wanted=1,
+                                               max_refill_rounds=0, system_error_refill="rerun",
+                                               max_system_error_reruns=2))
+    assert len(groups) == 1 and stats.system_error == 0
+    assert sorted(calls) == [("a", 0), ("a", 1), ("a", 1), ("a", 2), ("a", 2), ("a", 2), ("a", 3)]
+    assert (stats.reruns, stats.masked_system_errors, stats.episodes) == (3, 1, 7)
+    adv = groups[0].advantages
+    # clean rewards [0, 1, -, 1]: grpo advantages over the three clean ones, 0 for the masked one
+    assert adv[2] == 0.0 and adv[0] == pytest.approx(-(2 / 3) / (1 / 3) ** 0.5, rel=1e-6)  # mean 2/3, sample std sqrt(1/3)
+    assert adv[1] == adv[3] and sum(adv) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_replace_refill_still_drops_the_group():
+    async def attempt(t, trial):
+        return result(t.uid, trial, None, "x: y") if trial == 0 else result(t.uid, trial, float(trial % 2))
+
+    groups, stats = asyncio.run(collect_groups(iter([task("a")]), attempt, group_size=3, groups_wanted=1,
+                                               max_refill_rounds=0, system_error_refill="replace"))
+    assert groups == [] and stats.system_error == 1
+
+
+def test_mask_truncated_drops_rollouts_cut_by_the_budget():
+    from rewardbox.training.groups import Group
+
+    cut = result("a", 1, 0.0)
+    cut.agent_turns[0].finish_reason = "length"
+    g = Group(task("a"), [result("a", 0, 1.0), cut], [1.0, -1.0])
+    assert len(group_samples([g])) == 2
+    assert [s.advantage for s in group_samples([g], mask_truncated=True)] == [1.0]
+
+
+def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
+    """Sampler log-probs equal to the model's give gap ~0 and ratio 1; shifted ones show the gap and clip."""
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2, micro_batch_sequences=2,
+                        temperature=0.7)
+    model = attach_lora(tiny_model(), config)
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
+    with torch.no_grad():
+        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=0.7)
+    for i, s in enumerate(samples):
+        s.old_logprobs = exact[i, : len(s.completion_ids)].tolist()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    stats = optimise_step(model, optimizer, samples, config, pad_id=0)
+    assert stats.logprob_gap_max < 1e-5 and stats.ratio_mean == pytest.approx(1.0, abs=1e-5)
+    assert stats.clip_frac == 0.0
+    for s in samples:
+        s.old_logprobs = [x - 0.5 for x in s.old_logprobs]  # the sampler thought them less likely
+    shifted = optimise_step(model, optimizer, samples, config, pad_id=0)
+    assert shifted.logprob_gap_max > 0.4 and shifted.clip_frac > 0.0
+
+
+def test_ppo_epochs_reuse_the_batch_against_the_step_start_policy():
+    from rewardbox.training.checkpoint import attach_lora
+    from rewardbox.training.trainer import _optimise_epochs
+
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=5e-2, micro_batch_sequences=2,
+                        ppo_epochs=3)
+    model = attach_lora(tiny_model(), config)
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]  # no sampler log-probs
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    stats = _optimise_epochs(model, optimizer, samples, config, pad_id=0)
+    assert all(s.old_logprobs is not None for s in samples)  # frozen at the first epoch
+    assert stats.ratio_mean != pytest.approx(1.0, abs=1e-6)  # later epochs moved away from them
+    assert stats.logprob_gap_max is None
+
+
+def test_lora_defaults_cover_mlp_and_full_finetune_is_kept():
+    lora = GRPOConfig()
+    assert lora.learning_rate == 1e-4 and {"gate_proj", "up_proj", "down_proj"} <= set(lora.lora_target_modules)
+    full = GRPOConfig(finetune="full")
+    assert full.learning_rate == 1e-6
+    from rewardbox.training.checkpoint import trainable
+
+    model = trainable(tiny_model(), full)
+    assert all(p.requires_grad for p in model.parameters()) and not hasattr(model, "peft_config")
+
+
+def test_shared_prompt_prefix_once_gives_the_same_logprobs_and_gradients():
+    """Rows sharing a prompt prefix: computing it once (KV repeated) equals a full forward of every row."""
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(lora_r=4, lora_alpha=8)
+    model = attach_lora(tiny_model(), config)
+    shared = [(i * 7) % 29 + 1 for i in range(20)]
+    batch = [Sample(shared + [3, 4], [5, 6, 7], 1.0), Sample(shared + [9], [10, 11], -1.0),
+             Sample(shared + [12, 13, 14], [15], 0.5)]
+
+    def run(min_shared):
+        model.zero_grad(set_to_none=True)
+        logprobs, mask = completion_logprobs(model, batch, pad_id=0, temperature=0.8,
+                                             min_shared_prefix_tokens=min_shared)
+        (logprobs * mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logprobs.detach(), grads
+
+    once, grads_once = run(min_shared=8)
+    full, grads_full = run(min_shared=10_000)
+    assert torch.allclose(once, full, atol=1e-5)
+    assert grads_once.keys() == grads_full.keys() and grads_once
+    assert all(torch.allclose(grads_once[n], grads_full[n], atol=1e-5) for n in grads_full)

@@ -1,0 +1,85 @@
+"""Token budgets that fit the tasks, and how often completions hit them.
+
+A tool call cut by ``max_new_tokens`` is dropped by the interpreter and the
+episode usually ends as ``agent_error`` with reward 0: the budget, not the
+policy, decides the reward. ``required_new_tokens`` measures the longest
+golden call of a set of tasks exactly as the local policy must write it
+(``<tool_call>{json}</tool_call><|im_end|>`` rendered by our chat template,
+counted with the policy's tokenizer); ``check_token_budget`` fails when a
+profile's budget is below that plus a margin. ``rewardbox.metrics.truncation``
+counts completions cut by the budget in a campaign's rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rewardbox.policy.chat_template import render_prompt
+from rewardbox.tasks.schema import Task
+
+DEFAULT_MARGIN_TOKENS = 8
+"""Slack over the longest golden call: a short preamble or a differently spelled value."""
+
+_ASSISTANT_OPEN = "<|im_start|>assistant\n"
+
+
+class TokenBudgetError(ValueError):
+    """The profile's ``episode.max_new_tokens`` cannot hold a golden call (a configuration error)."""
+
+
+@dataclass(frozen=True)
+class GoldenCallLength:
+    """The longest golden call of a set of tasks: its length in tokens, and where it comes from."""
+
+    tokens: int
+    uid: str
+    tool: str
+
+
+def golden_call_text(tool: str, arguments: dict[str, Any]) -> str:
+    """One golden call as the policy writes it: the chat template's assistant turn, end token included."""
+    message = {"role": "assistant", "content": "",
+               "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": tool, "arguments": arguments}}]}
+    rendered = render_prompt([{"role": "user", "content": "."}, message], None, add_generation_prompt=False)
+    return rendered[rendered.rindex(_ASSISTANT_OPEN) + len(_ASSISTANT_OPEN):].rstrip("\n")
+
+
+def required_new_tokens(tasks: Iterable[Task], tokenizer: Any) -> GoldenCallLength | None:
+    """The longest golden call over ``tasks``, in tokens of ``tokenizer`` (None: no task has one).
+
+    Args:
+        tasks: tasks whose ``golden_interactions()`` are the reference calls.
+        tokenizer: the policy's tokenizer (called with ``add_special_tokens=False``).
+    """
+    longest: GoldenCallLength | None = None
+    for task in tasks:
+        for _server, tool, params in task.golden_interactions():
+            n = len(tokenizer(golden_call_text(tool, params), add_special_tokens=False).input_ids)
+            if longest is None or n > longest.tokens:
+                longest = GoldenCallLength(n, task.uid, tool)
+    return longest
+
+
+def check_token_budget(
+    max_new_tokens: int, tasks: Sequence[Task], tokenizer: Any, margin_tokens: int = DEFAULT_MARGIN_TOKENS
+) -> GoldenCallLength | None:
+    """Raise when ``max_new_tokens`` is below the longest golden call plus ``margin_tokens``.
+
+    Returns:
+        The longest golden call (None when no task has golden calls).
+
+    Raises:
+        TokenBudgetError: the budget is too small; the message names the task,
+            the tool and the budget to set.
+    """
+    longest = required_new_tokens(tasks, tokenizer)
+    if longest is not None and max_new_tokens < longest.tokens + margin_tokens:
+        raise TokenBudgetError(
+            f"episode.max_new_tokens = {max_new_tokens} cannot hold the golden call of {longest.tool!r} in task "
+            f"{longest.uid!r} ({longest.tokens} tokens under the chat template); set it to at least "
+            f"{longest.tokens + margin_tokens} (call + {margin_tokens} tokens margin), or a correct call is cut "
+            "and scored as a policy failure"
+        )
+    return longest

@@ -1,0 +1,182 @@
+"""Log-probabilities of sampled completions under the distribution that sampled them.
+
+The local policy samples from ``softmax(guide_mask(logits / T))``: the
+temperature ``T`` divides the logits, then the tool-call guide
+(``rewardbox.policy.guided``) sets to ``-inf`` every token that cannot continue
+a real tool name or parameter key. The trainer scores exactly that
+distribution (on-policy scoring, as verl and TRL divide by the sampling
+temperature before the log-softmax): logits / T, then the guide's mask for the
+same decoded prefix (recomputed by the guide's own code, which is a pure
+function of the prefix), then log-softmax. The sampler's own log-probs
+(recorded per token by ``rewardbox.policy.sampling``) are the PPO "old"
+log-probs, so ``max |sampler - trainer|`` measures how far the two drift.
+
+Logits are computed only at completion positions: the decoder's hidden
+states ``[B, W, H]`` are gathered at the ``T`` positions that predict a
+completion token before the ``lm_head``, as TRL's ``logits_to_keep`` does, so
+the vocabulary projection costs ``B x T x V`` instead of ``B x W x V``. A
+prompt prefix every row of a micro-batch shares (the system prompt, tool list
+and worked example: about 900 of 1,100 tokens in the embedded domains; a
+whole first-turn prompt within a group) runs once, its key/value cache
+repeated for the rows, as generation's prefix cache does; the trainer sorts
+samples by prompt so micro-batches share as much as possible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex
+from rewardbox.policy.prefix_cache import common_prefix_len
+
+MIN_SHARED_PREFIX_TOKENS = 64
+"""A prompt prefix shared by a whole micro-batch is computed once when at least this long."""
+
+
+@dataclass
+class Sample:
+    """One policy completion to score.
+
+    Attributes:
+        prompt_ids, completion_ids: the exact token ids.
+        advantage: its rollout's advantage.
+        old_logprobs: per completion token, the sampler's log-prob (None: unknown,
+            e.g. re-tokenised off-policy rollouts; the trainer then uses the
+            current policy's, detached, from the first epoch).
+        guide_masks: ``(t, allowed [V] bool)`` for each completion position ``t``
+            whose sampling the tool-call guide restricted.
+    """
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    advantage: float
+    old_logprobs: list[float] | None = None
+    guide_masks: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+
+
+def guide_masks(
+    index: VocabularyIndex, signatures: dict[str, tuple[str, ...]], completion_ids: Sequence[int]
+) -> list[tuple[int, torch.Tensor]]:
+    """The guide's allow-masks along a completion, from ``ToolCallGuide`` itself.
+
+    Args:
+        index: the vocabulary index (the policy's ``VocabularyIndex``).
+        signatures: tool name -> parameter names of the turn's tools; empty = unguided.
+        completion_ids: the completion's token ids ``[T]``.
+
+    Returns:
+        ``[(t, allowed)]``: position ``t`` (0-based, the token it predicts) and a
+        bool mask ``[V]`` (``V = index.vocab_size``) of the tokens the guide allowed
+        there; positions the guide left alone are omitted.
+    """
+    if not signatures or len(completion_ids) < 2:
+        return []
+    guide = ToolCallGuide(index, [signatures], prompt_len=0)
+    ids = torch.tensor([list(completion_ids)], dtype=torch.long)
+    probe = torch.zeros((1, index.vocab_size))
+    out = []
+    for t in range(1, len(completion_ids)):
+        masked = guide(ids[:, :t], probe)
+        if masked is not probe:
+            out.append((t, torch.isfinite(masked[0])))
+    return out
+
+
+def _right_padded(batch: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    seqs = [s.prompt_ids + s.completion_ids for s in batch]
+    width = max(len(x) for x in seqs)
+    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, seq in enumerate(seqs):
+        input_ids[i, : len(seq)] = torch.tensor(seq)
+        attention[i, : len(seq)] = 1
+    return input_ids.to(device), attention.to(device)
+
+
+def _allowed(batch: Sequence[Sample], t_max: int, vocab: int, device) -> torch.Tensor | None:
+    if not any(s.guide_masks for s in batch):
+        return None
+    allowed = torch.ones((len(batch), t_max, vocab), dtype=torch.bool, device=device)
+    for i, sample in enumerate(batch):
+        for t, keep in sample.guide_masks:
+            width = min(vocab, keep.shape[0])
+            allowed[i, t, :width] = keep[:width].to(device)
+            allowed[i, t, width:] = False
+    return allowed
+
+
+def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shared: int) -> tuple[torch.Tensor, int]:
+    """Decoder hidden states ``[B, W - n, H]`` of each row after the prompt prefix all rows share, and ``n``.
+
+    The shared prefix (``n`` tokens, 0 when shorter than ``min_shared``) runs once
+    at batch 1 and its key/value cache is repeated for the rows; gradients flow
+    back through it once. The prefix's states do not depend on what follows
+    (causal attention), so the result equals a full forward of every row.
+    """
+    decoder = model.get_decoder()
+    n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
+    if n < min_shared:
+        input_ids, attention = _right_padded(batch, pad_id, device)
+        return decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state, 0
+    prefix = torch.tensor([batch[0].prompt_ids[:n]], dtype=torch.long, device=device)
+    cache = decoder(input_ids=prefix, use_cache=True).past_key_values
+    cache.batch_repeat_interleave(len(batch))
+    rest = [Sample(s.prompt_ids[n:], s.completion_ids, s.advantage) for s in batch]
+    suffix_ids, suffix_mask = _right_padded(rest, pad_id, device)
+    attention = torch.cat([torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1)
+    positions = torch.arange(n, n + suffix_ids.shape[1], device=device).expand(len(batch), -1)
+    hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
+                     cache=cache, use_cache=True).last_hidden_state
+    return hidden, n
+
+
+def completion_logprobs(
+    model: torch.nn.Module, batch: Sequence[Sample], pad_id: int, temperature: float = 1.0,
+    min_shared_prefix_tokens: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs of each completion token under ``guide(logits / temperature)``.
+
+    Args:
+        model: a causal LM with ``get_decoder()`` and ``get_output_embeddings()``
+            (transformers models, peft-wrapped or not).
+        batch: samples; each needs >= 1 prompt token and >= 1 completion token.
+        pad_id: padding token id (right padding; padded positions are never scored).
+        temperature: the sampling temperature, > 0.
+        min_shared_prefix_tokens: a prompt prefix shared by every row of at least
+            this many tokens is computed once (see ``_hidden_states``); None reads
+            ``MIN_SHARED_PREFIX_TOKENS``.
+
+    Returns:
+        ``(logprobs [B, T] float32, mask [B, T] float32)``, ``T`` the longest
+        completion; mask is 1 on completion tokens, 0 on padding (logprob 0 there).
+
+    Raises:
+        ValueError: a non-positive temperature or an empty prompt/completion.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 to score samples, got {temperature}")
+    if any(not s.prompt_ids or not s.completion_ids for s in batch):
+        raise ValueError("every sample needs at least one prompt token and one completion token")
+    device = next(model.parameters()).device
+    min_shared = MIN_SHARED_PREFIX_TOKENS if min_shared_prefix_tokens is None else min_shared_prefix_tokens
+    hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared)
+    t_max = max(len(s.completion_ids) for s in batch)
+    positions = torch.zeros((len(batch), t_max), dtype=torch.long)
+    targets = torch.zeros((len(batch), t_max), dtype=torch.long)
+    mask = torch.zeros((len(batch), t_max))
+    for i, s in enumerate(batch):
+        start, n = len(s.prompt_ids), len(s.completion_ids)
+        positions[i, :n] = torch.arange(start - 1 - shared, start - 1 - shared + n)
+        targets[i, :n] = torch.tensor(s.completion_ids)
+        mask[i, :n] = 1.0
+    positions, targets, mask = positions.to(device), targets.to(device), mask.to(device)
+    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
+    logits = model.get_output_embeddings()(picked).float() / temperature  # [B, T, V]
+    allowed = _allowed(batch, t_max, logits.shape[-1], device)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return torch.where(mask > 0, logprobs, torch.zeros_like(logprobs)), mask

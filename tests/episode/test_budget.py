@@ -1,0 +1,70 @@
+"""Token budgets sized from the golden calls; truncation counted per campaign."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from rewardbox.episode.budget import (
+    TokenBudgetError,
+    check_token_budget,
+    golden_call_text,
+    required_new_tokens,
+)
+from rewardbox.metrics.truncation import truncation_summary
+from rewardbox.tasks.schema import Task
+
+
+class _CharTokenizer:
+    """One token per character (so expected lengths are easy to count by hand)."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return type("Encoded", (), {"input_ids": list(range(len(text)))})()
+
+
+def _task(uid: str, calls: list[tuple[str, dict]]) -> Task:
+    world = {"srv": {"golden_test_case": {"tool_interactions": [{"tool": t, "parameters": p} for t, p in calls]}}}
+    return Task(uid=uid, dataset="d", scenario="s", agent="a", query=uid, user_context="", init={},
+                world_state=world, tools=(), system_instructions="", bot_instructions="", test_code="",
+                test_name="t", test_file="f.py")
+
+
+def test_golden_call_text_is_the_templates_assistant_turn():
+    text = golden_call_text("cancel_order", {"order_id": "#W1", "reason": "no"})
+    assert text == '<tool_call>{"name": "cancel_order", "arguments": {"order_id": "#W1", "reason": "no"}}</tool_call><|im_end|>'
+
+
+def test_required_tokens_is_the_longest_call_and_the_check_names_it():
+    tasks = [_task("short", [("get", {"id": 1})]), _task("long", [("get", {"id": 1}), ("update", {"id": 1, "x": "abc"})])]
+    longest = required_new_tokens(tasks, _CharTokenizer())
+    expected = len(golden_call_text("update", {"id": 1, "x": "abc"}))
+    assert (longest.tokens, longest.uid, longest.tool) == (expected, "long", "update")
+    assert check_token_budget(expected + 8, tasks, _CharTokenizer()) == longest
+    with pytest.raises(TokenBudgetError, match=rf"'update' in task 'long'.*at least {expected + 8}"):
+        check_token_budget(expected + 7, tasks, _CharTokenizer())
+    assert required_new_tokens([_task("none", [])], _CharTokenizer()) is None
+
+
+def test_truncation_summary_counts_cut_completions():
+    rows = pl.DataFrame({"turns": [2, 3, 1, 4], "truncated_turns": [1, 0, 1, None]})
+    assert truncation_summary(rows) == {"truncated_completions": 2, "completions": 6,
+                                        "truncated_completion_frac": round(2 / 6, 4), "truncated_attempts": 2}
+    assert truncation_summary(pl.DataFrame({"turns": [1]}))["completions"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["demo", "full"])
+def test_local_profiles_budget_holds_every_golden_call(name):
+    """The shipped local-model profiles fit their tasks' golden calls (tokenizer read from the GGUF)."""
+    from transformers import AutoTokenizer
+
+    from rewardbox.config.profile import load_profile
+    from rewardbox.policy.checkpoint import gguf_path
+    from rewardbox.tasks.sources import load_benchmark, load_candidates
+
+    profile = load_profile(name)
+    source = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
+    longest = check_token_budget(profile.episode.max_new_tokens, tasks, tokenizer)
+    assert longest is not None and longest.tokens > 40  # 40, the old demo budget, cut real calls
