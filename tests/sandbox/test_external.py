@@ -281,7 +281,8 @@ def test_cancelled_start_leaves_no_process():
     async def episode():
         sandbox = ExternalSandbox(config)
         with pytest.raises(TimeoutError):
-            await asyncio.wait_for(sandbox.start({"a": {}, "b": {"init_reply": {}}}, None), timeout=0.6)
+            # b's init answers after 30 s: the cancel always lands mid-start, however fast the spawn is
+            await asyncio.wait_for(sandbox.start({"a": {}, "b": {"init_delay_s": 30}}, None), timeout=0.6)
         await sandbox.close()
         return sandbox
 

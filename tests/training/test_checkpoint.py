@@ -65,7 +65,7 @@ def test_issue12_item3_all_system_error_step_writes_null_mean_reward(tmp_path):
     from rewardbox.training.groups import task_stream
     from rewardbox.training.trainer import train_grpo
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, max_refill_rounds=0)
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, max_refill_rounds=0, system_error_refill="replace")
     model = attach_lora(tiny_model(), config)
 
     async def broken(t, trial):
