@@ -34,7 +34,7 @@ from rewardbox.selection import task_difficulty, training_pool
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 
 SERVER_MODULE = "rewardbox.domains.retail.server"
-# Scripted-mix picks (golden on seeds 0..3): explicit_01 2/4, lookup_02 4/4, explicit_03 0/4.
+# Scripted-mix picks (golden on seeds 0..3): explicit_01 1/4, lookup_02 3/4, explicit_03 2/4.
 CANDIDATES = ["retail_cancel.py:test_retail_cancel_explicit_01", "retail_cancel.py:test_retail_cancel_lookup_02",
               "retail_cancel.py:test_retail_cancel_explicit_03"]
 BENCHMARK = ["retail_cancel.py:test_retail_cancel_explicit_02", "retail_address.py:test_retail_address_change_01"]
@@ -123,8 +123,8 @@ def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
 
         difficulty = task_difficulty(probe_rows, profile.selection)
         bands = dict(zip(difficulty["uid"], difficulty["band"]))
-        assert bands == {CANDIDATES[0]: "medium", CANDIDATES[1]: "too_easy", CANDIDATES[2]: "too_hard"}
-        assert training_pool(difficulty, profile.selection)["uid"].to_list() == [CANDIDATES[0]]
+        assert bands == {CANDIDATES[0]: "hard", CANDIDATES[1]: "easy", CANDIDATES[2]: "medium"}
+        assert training_pool(difficulty, profile.selection)["uid"].to_list() == sorted(CANDIDATES)
 
         trials = profile.evaluation.trials
         base_rows, base_results = run_trials(benchmark.tasks, trials, build_policy(profile.policy), profile)
@@ -132,7 +132,7 @@ def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
     for rows in (base_rows, tuned_rows):
         assert coverage_problems(rows, [(u, t) for u in BENCHMARK for t in range(trials)]) == []
         assert rows["system_error"].null_count() == rows.height
-    assert tuned_rows["passed"].all() and base_rows["passed"].to_list() == [True, True, False, True]
+    assert tuned_rows["passed"].all() and base_rows["passed"].to_list() == [True, False, False, True]
 
     tables = reliability_tables(base_rows, tuned_rows, trials, profile.report.price_table, k_values=profile.report.k_values)
     assert set(tables) == {"overall", "per_domain", "per_task"}
