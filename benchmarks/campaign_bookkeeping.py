@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.rows import row
 from rewardbox.config.profile import load_profile
 from rewardbox.evaluation.services import run_trials_async
 from rewardbox.policy.scripted import GoldenReplayPolicy
@@ -52,22 +53,26 @@ def campaign_setup(episodes: int, concurrency: int):
     return profile, tasks, keys
 
 
-def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False) -> dict:
+def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False) -> list[dict]:
     """Episodes per second, total seconds and memory growth per episode, with the machine load.
 
     ``keep_results=True`` also keeps every full episode result, as the code
     before issue #13 always did (and as a campaign that exports them still does).
     """
     profile, tasks, keys = campaign_setup(episodes, concurrency)
-    samples: list[tuple[int, int]] = []
+    samples: list[tuple[int, int]] = []  # (episodes done, RSS KiB), every 10 episodes
 
-    def log(_: str) -> None:
-        samples.append((len(samples) * 10 + 10, rss_kib()))  # run_trials logs every 10 attempts
+    done = [0]
+
+    def on_result(_result) -> None:
+        done[0] += 1
+        if done[0] % 10 == 0:
+            samples.append((done[0], rss_kib()))
 
     start_kib = rss_kib()
     cpu0 = _cpu_s()
     t0 = time.perf_counter()
-    rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), profile, keys=keys, log=log,
+    rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), profile, keys=keys, on_result=on_result,
                                                   **({} if keep_results else {"keep_results": False})))
     total_s = time.perf_counter() - t0
     cpu_s = _cpu_s() - cpu0  # this process and its finished children (the grading workers): load-independent
@@ -84,7 +89,11 @@ def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False
           f"(issue: +{ISSUE_KIB_PER_EPISODE}); RSS {start_kib / 1024:.0f} -> {result['rss_end_kib'] / 1024:.0f} MiB; "
           f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; CPU {cpu_s:.1f} s (this process "
           f"and the grading workers); load {result['loadavg']}")
-    return result
+    return [row(f"campaign bookkeeping, {rows.height:,} golden episodes", result["episodes_per_s"], "episodes/s",
+                ISSUE_EPISODES_PER_S, "before, issue #13 (idle)", goal=f"{episodes:,} in < {GOAL_S} s: {total_s:.0f} s",
+                detail=result),
+            row("campaign memory growth per episode", slope, "KiB", ISSUE_KIB_PER_EPISODE, "before, issue #13",
+                detail={"rss_start_kib": start_kib, "rss_end_kib": result["rss_end_kib"]})]
 
 
 def write_rows(path: str, trials: int = 3) -> None:

@@ -64,13 +64,9 @@ def _batch(sequences: int, prompt_tokens: int, completion_tokens: int, vocab: in
 
 def _full_vocab_logprobs(model, batch, pad_id: int, temperature: float = 1.0):
     """The trainer's scoring before this change: logits at every position (the anchor)."""
-    seqs = [s.prompt_ids + s.completion_ids for s in batch]
-    width = max(len(x) for x in seqs)
-    input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, seq in enumerate(seqs):
-        input_ids[i, : len(seq)] = torch.tensor(seq)
-        attention[i, : len(seq)] = 1
+    from rewardbox.training.logprobs import right_padded
+
+    input_ids, attention = right_padded(batch, pad_id, "cpu")
     logits = model(input_ids=input_ids, attention_mask=attention).logits.float() / temperature
     t_max = max(len(s.completion_ids) for s in batch)
     out, mask = torch.zeros((len(batch), t_max)), torch.zeros((len(batch), t_max))

@@ -15,6 +15,7 @@ import statistics
 import time
 
 from benchmarks.sandbox_overhead import CALLS, SERVER
+from benchmarks.rows import row
 from rewardbox.domains.database import EpisodeDatabase
 from rewardbox.domains.retail.domain import DOMAIN
 from rewardbox.sandbox.inprocess import InProcessSandbox
@@ -55,7 +56,7 @@ def anchor_ms(repeats: int = 50) -> float:
     return statistics.median(times)
 
 
-def run(episodes: int = 200) -> dict:
+def run(episodes: int = 200) -> list[dict]:
     """Median per phase over ``episodes`` episodes (one warm-up first), the anchor, ratios and load."""
 
     async def all_episodes() -> list[dict[str, float]]:
@@ -73,4 +74,6 @@ def run(episodes: int = 200) -> dict:
           f"teardown {medians['teardown_ms']:.1f}); goal < {GOAL_MS} ms; issue {ISSUE_IDLE_MS} ms idle (ratio "
           f"{result['ratio_vs_issue_idle']:.2f}); anchor clone + dump {anchor:.2f} ms (ratio "
           f"{result['ratio_total_vs_anchor']:.1f}); load {result['loadavg']}")
-    return result
+    return [row(f"in-process episode (create, init, 10 calls, effects, teardown), median of {episodes}",
+                medians["total_ms"], "ms", anchor, "clone + canonical dump of the database, this run",
+                goal=f"< {GOAL_MS} ms (issue: {ISSUE_IDLE_MS} ms idle before)", detail=result)]

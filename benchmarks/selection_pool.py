@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from benchmarks.rows import row
 from rewardbox.selection import BANDS, DEFAULT_BOUNDARIES, task_difficulty, training_pool
 
 ANCHOR_LOOP_S = 5.3
@@ -46,7 +47,7 @@ def anchor_bands(k: list[int], n: list[int], min_clean: int = 4) -> list[str | N
     return out
 
 
-def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> dict:
+def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> list[dict]:
     """Median of 3 end-to-end runs; the anchor loop timed on a sample and scaled; bands compared for all tasks.
 
     The band check runs the anchor's per-task computation once per distinct
@@ -76,4 +77,6 @@ def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> d
           f"issue: {ANCHOR_LOOP_S} s); ratio {result['ratio_product_vs_anchor']:.3f}; same bands as the anchor "
           f"{same:,}/{tasks:,}; pool {pool.height:,}; load {result['loadavg']}")
     assert same == tasks, f"bands differ from the anchor for {tasks - same} tasks"
-    return result
+    return [row(f"selection: {rows.height:,} probe rows -> bands -> pool", product_s, "s", anchor_s,
+                "per-task loop with scipy.stats.beta, this run", ok=product_s < GOAL_S,
+                goal=f"< {GOAL_S} s; same bands {same:,}/{tasks:,}", detail=result)]

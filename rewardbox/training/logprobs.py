@@ -85,7 +85,13 @@ def guide_masks(
     return out
 
 
-def _right_padded(batch: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def right_padded(batch: Sequence[Sample], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Prompt + completion of each sample, right-padded with ``pad_id``.
+
+    Returns:
+        ``(input_ids, attention_mask)``, both ``[B, T_max]`` long tensors on ``device``
+        (``T_max`` = the longest prompt + completion; mask 1 on real tokens).
+    """
     seqs = [s.prompt_ids + s.completion_ids for s in batch]
     width = max(len(x) for x in seqs)
     input_ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -119,13 +125,13 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
     decoder = model.get_decoder()
     n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
     if n < min_shared:
-        input_ids, attention = _right_padded(batch, pad_id, device)
+        input_ids, attention = right_padded(batch, pad_id, device)
         return decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state, 0
     prefix = torch.tensor([batch[0].prompt_ids[:n]], dtype=torch.long, device=device)
     cache = decoder(input_ids=prefix, use_cache=True).past_key_values
     cache.batch_repeat_interleave(len(batch))
     rest = [Sample(s.prompt_ids[n:], s.completion_ids, s.advantage) for s in batch]
-    suffix_ids, suffix_mask = _right_padded(rest, pad_id, device)
+    suffix_ids, suffix_mask = right_padded(rest, pad_id, device)
     attention = torch.cat([torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1)
     positions = torch.arange(n, n + suffix_ids.shape[1], device=device).expand(len(batch), -1)
     hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
