@@ -73,7 +73,10 @@ def _server_pids() -> set[int]:
     pids = set()
     for child in psutil.Process().children(recursive=True):
         try:
-            if SERVER_MODULE in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+            argv = child.cmdline()  # a server is ``python -m <module>``; not the grading pool's forkserver,
+            # whose argv lists the modules it preloads (the server module among them)
+            is_server = any(a == "-m" and b == SERVER_MODULE for a, b in zip(argv, argv[1:]))
+            if is_server and child.status() != psutil.STATUS_ZOMBIE:
                 pids.add(child.pid)
         except psutil.NoSuchProcess:
             continue
