@@ -67,6 +67,8 @@ def as_rows(name: str, result: Any) -> list[dict[str, Any]]:
 def _fmt(value: Any, unit: str = "") -> str:
     if value is None:
         return "-"
+    if not isinstance(value, (int, float)):  # a row may carry a label instead of a number
+        return f"{value} {unit}".strip()
     text = f"{value:.3g}" if abs(value) < 100 else f"{value:,.0f}"
     return f"{text} {unit}".strip()
 

@@ -41,10 +41,14 @@ class PerRowSampler(LogitsProcessor):
         self.logprobs: list[list[float]] = [[] for _ in seeds]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        logp = torch.log_softmax(scores.float(), dim=-1)
-        out = torch.full_like(scores, float("-inf"))
-        for row, generator in enumerate(self.generators):
-            token = int(torch.multinomial(logp[row].exp(), 1, generator=generator))
-            self.logprobs[row].append(float(logp[row, token]))
-            out[row, token] = 0.0
-        return out
+        logp = torch.log_softmax(scores.float(), dim=-1)  # [B, V], one batched op
+        probs = logp.exp()
+        top_p, top_token = probs.max(dim=-1)
+        # a row whose processed distribution is one-hot (greedy) needs no draw; the others draw
+        # with their own generator, so a row's tokens never depend on the rest of the batch
+        tokens = [top_token[row : row + 1] if top_p[row] >= 1.0 else torch.multinomial(probs[row], 1, generator=gen)
+                  for row, gen in enumerate(self.generators)]
+        chosen = torch.stack(tokens)  # [B, 1]
+        for row, value in enumerate(logp.gather(1, chosen).squeeze(1).tolist()):
+            self.logprobs[row].append(value)
+        return torch.full_like(scores, float("-inf")).scatter_(1, chosen, 0.0)
