@@ -162,7 +162,7 @@ async def run_trials_async(
         emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} attempts already in {journal.directory}")
     owned = executor is None
     executor = executor or build_executor(profile.executor, profile.episode.concurrency)
-    runner_factory = partial(episode_runner, profile, grader=grader) if grader is not None else partial(episode_runner, profile)
+    runner_factory = partial(episode_runner, profile, grader=grader)
     domain = {t.uid: t.domain for t in tasks}
     try:
         with Progress(len(keys), label, log) as progress:
