@@ -10,7 +10,7 @@ from assets.metadata import md_image, md_table, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
-from rewardbox.evaluation.services import run_trials
+from rewardbox.evaluation.services import check_policy_budget, episode_runner, run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
 from rewardbox.tasks.schema import Task
@@ -32,7 +32,8 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
     out = rewardbox.path("checkpoints", "grpo_adapter")
     shutil.rmtree(out, ignore_errors=True)
-    adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, log=context.log.info)
+    adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, episode_runner=episode_runner,
+                                        check_policy_budget=check_policy_budget, log=context.log.info)
     steps = pl.DataFrame([m.as_dict() for m in summary.steps]) if summary.steps else pl.DataFrame()
     if not training_pool:
         context.log.warning("training pool is empty: no GRPO step was taken; the tuned model equals the base")

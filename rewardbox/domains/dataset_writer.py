@@ -8,7 +8,7 @@ the task specs and writes, under ``out``:
 * ``agent/agent.yaml`` and ``scenario/<domain>.yaml`` (world_state, tools, policy);
 * ``test_case/<domain>_*.py`` (docs/thinkingbox.md, "Test files": module ``"!"``
   defaults, one ``"!"`` YAML docstring per test function); the checks are
-  imported from ``rewardbox.grading.checks``, not written into the file;
+  imported from ``rewardbox.grading.reward`` (the reward rule), not written into the file;
 * ``testlists/``: for a training domain ``benchmark.yaml`` (about one task in
   four of every family, at least one, and every task of a held-out family:
   ``Family.held_out``, tag ``held_out_template``) and ``candidates.yaml`` (the
@@ -93,7 +93,7 @@ tags: [{scenario}]
 
 from thinkingbox.common import Judge, TestContext
 
-from rewardbox.grading.checks import validate_database, validate_response
+from rewardbox.grading.reward import validate_database, validate_response
 
 SRV = "{server}"
 '''

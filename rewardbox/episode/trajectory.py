@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardbox.grading.outcome import TestOutcome  # its home is grading; kept here for older imports
+
 # Termination reasons (docs/thinkingbox.md, "Episode loop"), plus "system_error".
 FINISH_REASONS = (
     "done",            # agent ended its message with <DONE>
@@ -37,29 +39,6 @@ class AgentTurn:
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
     events: tuple[str, ...] = ()
-
-
-@dataclass
-class TestOutcome:
-    __test__ = False  # not a pytest class
-
-    """The graded result of one episode (docs/thinkingbox.md, "Test code").
-
-    ``result`` True means passed; ``reward`` in [0, 1]; ``is_system_error``
-    marks a grader fault (never a reward of 0 for the policy).
-    """
-
-    result: bool
-    reward: float
-    is_system_error: bool = False
-    permanent: bool = False  # a system error that a retry cannot fix (see rewardbox.errors)
-    system_error_kind: str | None = None
-    message: str = ""
-    tb: str = ""
-    lineno: int | None = None
-    line_content: str = ""
-    prints: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

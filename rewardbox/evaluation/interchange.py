@@ -33,7 +33,7 @@ import polars as pl
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.campaign import ROW_SCHEMA
-from rewardbox.evaluation.tb_messages import tb_messages, tb_tool_calls
+from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 
 TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",

@@ -1,11 +1,8 @@
-"""The checks that embedded tasks' test files call: the database hash and what the agent told the user.
+"""The text rule of the reward: whether the agent's reply *states* a value.
 
-A generated test file does ``from rewardbox.grading.checks import validate_database,
-validate_response`` and calls them; the rule lives here, once, so that a fix
-reaches every dataset without regenerating it.
-
-Response rule (``validate_response``): every expected answer must be *stated*
-in the agent's last reply and no wrong candidate may be stated.
+``rewardbox.grading.reward.validate_response`` (what generated test files and
+YAML ``response_contains`` tests call) applies it: every expected answer must be
+*stated* in the agent's last reply and no wrong candidate may be stated.
 
 * A number is matched as a number on word boundaries: ``171`` states
   ``171.00`` (and ``$171.00``, ``171.00.``), ``1171.00`` or ``171.5`` do not;
@@ -27,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -137,37 +134,11 @@ def check_candidates(expect: Sequence[Answer], reject: Sequence[str]) -> None:
         raise ValueError(f"wrong candidates {clash!r} equal an expected answer of {list(expect)!r}")
 
 
-def validate_database(x: Any, server: str) -> None:
-    """The terminal state must equal the golden state (hash); else fail with the first differences.
+def __getattr__(name: str) -> Any:
+    """``validate_database`` and ``validate_response`` moved to ``rewardbox.grading.reward``;
+    test files generated before the move still import them from here."""
+    if name in ("validate_database", "validate_response"):
+        from rewardbox.grading import reward
 
-    Args:
-        x: the test context (``x.effects[server]`` is the server's ``geteffects`` payload).
-        server: the server name, e.g. ``"rewardbox_retail"``.
-
-    Raises:
-        AssertionError: the hashes differ (a policy failure: reward 0).
-        RuntimeError: the golden state cannot be built (an invalid task: a system error, never a 0).
-    """
-    effects: Mapping[str, Any] = x.effects[server]
-    if effects.get("golden_error"):
-        raise RuntimeError("invalid task, the golden state cannot be built: " + effects["golden_error"])
-    lines = [f"{d['path']}: {d['type']} result={d.get('result')!r} golden={d.get('golden')!r}"
-             for d in effects["diff"][:20]]
-    assert effects["result_db_hash"] == effects["golden_db_hash"], (
-        "terminal state differs from the golden state: " + "; ".join(lines))
-
-
-def validate_response(x: Any, expect: Sequence[Answer], reject: Sequence[str] = ()) -> None:
-    """The agent's last reply states every expected answer and no wrong candidate (``response_problems``).
-
-    Args:
-        x: the test context (``x.response`` is the agent's last reply).
-        expect: answers to state; a tuple holds alternatives.
-        reject: wrong candidates that must not be stated.
-
-    Raises:
-        AssertionError: the reply misses an answer or states a wrong candidate (a policy failure).
-    """
-    reply = x.response or ""
-    problems = response_problems(reply, expect, reject)
-    assert not problems, f"reply {'; '.join(problems)}: {reply!r}"
+        return getattr(reward, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

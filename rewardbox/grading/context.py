@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewardbox.grading.judge import Judge, JudgeException
+from rewardbox.grading.tb_messages import tb_messages
 
 NIL_SESSION_ID = "00000000-0000-0000-0000-000000000000"
 
@@ -124,8 +125,6 @@ def parse_messages(messages: list[dict[str, Any]]) -> list[Message]:
     split as the DecodeResult export splits it (think Text, text Text,
     ParallelToolCall; ToolResponse); any other entry is a Text.
     """
-    from rewardbox.evaluation.tb_messages import tb_messages  # no heavy imports
-
     out: list[Message] = []
     for data in messages:
         if "T" in data:

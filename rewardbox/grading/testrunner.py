@@ -47,17 +47,23 @@ import subprocess
 import sys
 import threading
 import traceback
-from typing import Any
+from typing import Any, Protocol
 
 from rewardbox import strict_json
-from rewardbox.episode.trajectory import TestOutcome
 from rewardbox.errors import InfrastructureError
 from rewardbox.grading.context import TestContext, install_thinkingbox_shim
 from rewardbox.grading.judge import Judge, JudgeConfig
-from rewardbox.tasks.pyfile import TEST_FN_BINDING
-from rewardbox.tasks.schema import Task
+from rewardbox.grading.outcome import TEST_FN_BINDING, TestOutcome
 
 WORKER_START_TIMEOUT_S = 120.0
+
+
+class GradedTask(Protocol):
+    """What grading reads of a task (``rewardbox.tasks.schema.Task`` has it): its test code and fixtures."""
+
+    uid: str
+    test_code: str
+    fixtures: dict[str, dict[str, Any]]
 
 
 PERMANENT_EXCEPTIONS = (ImportError, SyntaxError)
@@ -323,11 +329,11 @@ class TestRunner:
         self._closed = False
         self.workers_started = 0
 
-    def run_sync(self, task: Task, context: dict[str, Any] | TestContext) -> TestOutcome:
+    def run_sync(self, task: GradedTask, context: dict[str, Any] | TestContext) -> TestOutcome:
         """Grade one episode of ``task`` (blocking). Never raises for test faults."""
         return self.run_code_sync(task.test_code, context, fixtures=task.fixtures, uid=task.uid)
 
-    async def run(self, task: Task, context: dict[str, Any] | TestContext) -> TestOutcome:
+    async def run(self, task: GradedTask, context: dict[str, Any] | TestContext) -> TestOutcome:
         """Grade one episode of ``task`` without blocking the event loop."""
         import asyncio  # parent-only; keeps worker start-up light
 

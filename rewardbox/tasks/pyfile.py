@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from rewardbox.errors import TaskFormatError
+from rewardbox.grading.outcome import TEST_FN_BINDING  # the grader owns the name; the loaders write it
 from rewardbox.tasks.load_errors import syntax_error, yaml_error
 
 # Keys a test's YAML block may hold (docs/thinkingbox.md, "Test files").
@@ -33,8 +34,6 @@ CONFIG_FIELDS = (
     "tags",
 )
 
-# The name the test code binds to the test function (docs/thinkingbox.md, "Test files", "Test code").
-TEST_FN_BINDING = "__tb_test_fn"
 
 
 @dataclass

@@ -12,15 +12,19 @@ Two shapes are accepted; a file uses one or both.
    order, and defaults to ``[database]``:
 
    - ``database``: on every server in ``x.effects``, ``result_db_hash ==
-     golden_db_hash`` (the benchmark's ``validate_database``); the failure
-     message lists ``diff``. ``{database: [server, ...]}`` names the servers.
+     golden_db_hash``; the failure message lists ``diff``; a ``golden_error``
+     is an invalid task (a permanent system error, never a 0).
+     ``{database: [server, ...]}`` names the servers.
    - ``rubrics_yesno``: ``judge.text_yesno(x.response, q)`` for each ``q`` in
      ``effects[server]["rubrics_yesno"]`` of the servers that have it;
      ``{rubrics_yesno: [question, ...]}`` gives the questions inline.
-   - ``{response_contains: text}``: ``text`` is a substring of ``x.response``.
+   - ``{response_contains: text}``: the last reply *states* ``text`` by the one
+     text rule of the reward (case-insensitive, word boundaries, numbers as
+     numbers, negated mentions do not count).
 
-   The generated test code is plain ThinkingBox Python (it imports
-   ``thinkingbox.common``), so it runs in the same worker as Python tests.
+   Each check is a call into ``rewardbox.grading.reward``, the rule that
+   generated Python test files call too; the code imports
+   ``thinkingbox.common``, so it runs in the same worker as Python tests.
    Missing effects keys raise ``KeyError``: a system error, never a pass.
 """
 
@@ -32,7 +36,6 @@ from typing import Any
 
 import yaml
 
-from rewardbox import strict_json
 from rewardbox.errors import TaskFormatError
 from rewardbox.tasks.load_errors import yaml_error
 from rewardbox.tasks.pyfile import CONFIG_FIELDS, TEST_FN_BINDING, RawTestCase, merge_config
@@ -45,36 +48,9 @@ _CHECKS_SOURCE = '''\
 
 from thinkingbox.common import Judge, TestContext
 
-
-def _servers(x, servers):
-    if servers is not None:
-        return servers
-    if not x.effects:
-        raise KeyError("no effects: the episode returned no server effects")
-    return list(x.effects)
-
-
-def _validate_database(x, servers=None):
-    for srv in _servers(x, servers):
-        eff = x.effects[srv]
-        if eff["result_db_hash"] != eff["golden_db_hash"]:
-            diff = "\\n".join(strict_json.dumps(d, sort_keys=True, default=str) for d in eff.get("diff") or [])
-            raise AssertionError(f"{srv}: terminal state differs from the golden state\\n{diff}")
-
-
-def _validate_rubrics_yesno(x, judge, questions=None):
-    if questions is None:
-        found = [s for s in _servers(x, None) if "rubrics_yesno" in x.effects[s]]
-        if not found:
-            raise KeyError("rubrics_yesno: no server effects hold rubrics_yesno")
-        questions = [q for s in found for q in x.effects[s]["rubrics_yesno"] or []]
-    for q in questions:
-        assert judge.text_yesno(x.response, q), f"rubric not met: {q}"
-
-
-def _validate_response_contains(x, text):
-    assert text in x.response, f"response does not contain {text!r}"
+from rewardbox.grading.reward import validate_database, validate_response, validate_rubrics_yesno
 '''
+"""The head of a declarative test's code: the checks come from the reward module, never a copy."""
 
 
 def parse_yaml_test_file(path: Path, text: str | None = None) -> tuple[list[RawTestCase], list[TaskFormatError]]:
@@ -183,21 +159,21 @@ def _declarative_entry(node: yaml.Node, defaults: dict[str, Any], path: Path) ->
 def _check_call(item: Any, path: Path, line: int) -> str:
     """One ``validate`` item as a Python call line (arguments via ``repr``)."""
     if item == "database":
-        return "_validate_database(x)"
+        return "validate_database(x)"
     if item == "rubrics_yesno":
-        return "_validate_rubrics_yesno(x, judge)"
+        return "validate_rubrics_yesno(x, judge)"
     if isinstance(item, dict) and len(item) == 1:
         (kind, arg), = item.items()
         if kind == "database" and _is_str_list(arg):
-            return f"_validate_database(x, {list(arg)!r})"
+            return f"validate_database(x, {list(arg)!r})"
         if kind == "rubrics_yesno" and _is_str_list(arg):
-            return f"_validate_rubrics_yesno(x, judge, {list(arg)!r})"
-        if kind == "response_contains" and isinstance(arg, str):
-            return f"_validate_response_contains(x, {arg!r})"
+            return f"validate_rubrics_yesno(x, judge, {list(arg)!r})"
+        if kind == "response_contains" and isinstance(arg, str) and arg.strip():
+            return f"validate_response(x, expect=[{arg!r}])"
     raise TaskFormatError(
         str(path),
         f"unknown validate item {item!r}; use database, rubrics_yesno, {{database: [servers]}}, "
-        "{rubrics_yesno: [questions]} or {response_contains: text}",
+        "{rubrics_yesno: [questions]} or {response_contains: text} (non-empty text)",
         line=line,
         field="validate",
     )

@@ -11,15 +11,16 @@ distillation-like use).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.services import check_policy_budget, episode_runner
+from rewardbox.policy.base import Policy
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
@@ -28,7 +29,16 @@ from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import task_stream
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
+if TYPE_CHECKING:  # the profile composes training's config, so training reads it without importing it
+    from rewardbox.config.profile import Profile
+
 END_OF_TURN = "<|im_end|>"
+
+EpisodeRunnerFactory = Callable[["Profile", Policy], AbstractAsyncContextManager[Any]]
+"""``(profile, policy) -> async context of an EpisodeRunner``: the composition root's ``episode_runner``."""
+
+BudgetCheck = Callable[[Policy, "Profile", Sequence[Task]], None]
+"""``(policy, profile, tasks) -> None``, raising when the token budget is below a golden call."""
 
 
 def chat_tokenizer(tokenizer) -> TokenizeTurn:
@@ -86,6 +96,8 @@ def train_local_grpo(
     out_dir: Path,
     profile: Profile,
     *,
+    episode_runner: EpisodeRunnerFactory,
+    check_policy_budget: BudgetCheck,
     log: ProgressSink | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """Train a LoRA adapter on ``pool`` with GRPO.
@@ -95,6 +107,9 @@ def train_local_grpo(
         base_dir: HF checkpoint directory of the base policy.
         out_dir: where the adapter and ``training_metrics.json`` go.
         profile: ``grpo`` sets the method, ``policy``/``episode`` the rollouts.
+        episode_runner: builds the rollouts' episode runner from the profile (the
+            composition root's ``episode_runner``; training does not wire sandboxes).
+        check_policy_budget: the composition root's token-budget check of a local policy.
 
     Returns:
         (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the

@@ -169,11 +169,12 @@ def test_yaml_declarative_and_upstream_entries(loaded):
     cancel = uids["fake_shop_declarative.yaml:cancel_order"]
     assert cancel.query == "Cancel ORD-4 please." and cancel.user_context == "Name Bo Lin."
     assert cancel.world_state["fake_shop"]["data_patch"] == {"orders": [{"id": "ORD-4", "status": "placed"}]}
-    assert "_validate_database(x)" in cancel.test_code
+    assert "    validate_database(x)\n" in cancel.test_code
     confirm = uids["fake_shop_declarative.yaml:cancel_and_confirm"]
     assert confirm.tags == ("shop", "yaml", "confirm")
-    assert "_validate_database(x, ['fake_shop'])" in confirm.test_code
-    assert "_validate_response_contains(x, 'ORD-5')" in confirm.test_code
+    assert "validate_database(x, ['fake_shop'])" in confirm.test_code
+    assert "validate_response(x, expect=['ORD-5'])" in confirm.test_code
+    assert "from rewardbox.grading.reward import" in confirm.test_code  # the rule is called, not copied
     inline = uids["fake_shop_declarative.yaml:inline_code"]
     assert inline.test_code.rstrip().endswith("__tb_test_fn = inline_code")
     compile(confirm.test_code, "<confirm>", "exec")

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from rewardbox.grading.tb_common.chat_types import ToolDef
-from rewardbox.tasks.pyfile import TEST_FN_BINDING
+from rewardbox.grading.outcome import TEST_FN_BINDING
 
 TEST_CASE_FN_NAME = TEST_FN_BINDING
 

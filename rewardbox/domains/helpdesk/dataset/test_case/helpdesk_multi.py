@@ -7,7 +7,7 @@ tags: [helpdesk]
 
 from thinkingbox.common import Judge, TestContext
 
-from rewardbox.grading.checks import validate_database, validate_response
+from rewardbox.grading.reward import validate_database, validate_response
 
 SRV = "rewardbox_helpdesk"
 

@@ -7,7 +7,7 @@ tags: [retail]
 
 from thinkingbox.common import Judge, TestContext
 
-from rewardbox.grading.checks import validate_database, validate_response
+from rewardbox.grading.reward import validate_database, validate_response
 
 SRV = "rewardbox_retail"
 
