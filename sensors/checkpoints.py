@@ -190,6 +190,29 @@ def _tick_result(
     )
 
 
+def _checkpoint_tick(
+    context: SensorEvaluationContext,
+    partitions_def: DynamicPartitionsDefinition,
+    watch_dir_fn: Callable[[], Path],
+    task_set_version_fn: Callable[[], str],
+    validate_fn: Callable[[Path], None],
+    run_tags_fn: Callable[[], Mapping[str, str]] | None,
+) -> SensorResult | SkipReason:
+    """One tick of the checkpoint sensor (see :func:`build_checkpoint_sensor`)."""
+    watch_dir = Path(watch_dir_fn())
+    if not watch_dir.is_dir():
+        return SkipReason(f"checkpoint watch directory {watch_dir} does not exist yet")
+    handled = decode_cursor(context.cursor)
+    try:
+        version = task_set_version_fn()
+    except (TaskSetLoadError, TaskFormatError) as exc:
+        context.log.error(f"benchmark task set does not load; no evaluation launched: {exc}")
+        return SkipReason(f"benchmark task set does not load, no run launched: {str(exc)[:1500]}")
+    plan = plan_checkpoint_tick(find_checkpoint_dirs(watch_dir), handled, version, validate_fn)
+    tags = dict(run_tags_fn()) if run_tags_fn and plan.requested else {}
+    return _tick_result(context, plan, handled, partitions_def, version, tags)
+
+
 def build_checkpoint_sensor(
     *,
     partitions_def: DynamicPartitionsDefinition,
@@ -239,17 +262,6 @@ def build_checkpoint_sensor(
         description="Requests an evaluation run per new checkpoint and benchmark task-set version.",
     )
     def _checkpoint_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        watch_dir = Path(watch_dir_fn())
-        if not watch_dir.is_dir():
-            return SkipReason(f"checkpoint watch directory {watch_dir} does not exist yet")
-        handled = decode_cursor(context.cursor)
-        try:
-            version = task_set_version_fn()
-        except (TaskSetLoadError, TaskFormatError) as exc:
-            context.log.error(f"benchmark task set does not load; no evaluation launched: {exc}")
-            return SkipReason(f"benchmark task set does not load, no run launched: {str(exc)[:1500]}")
-        plan = plan_checkpoint_tick(find_checkpoint_dirs(watch_dir), handled, version, validate_fn)
-        tags = dict(run_tags_fn()) if run_tags_fn and plan.requested else {}
-        return _tick_result(context, plan, handled, partitions_def, version, tags)
+        return _checkpoint_tick(context, partitions_def, watch_dir_fn, task_set_version_fn, validate_fn, run_tags_fn)
 
     return _checkpoint_sensor

@@ -65,6 +65,30 @@ def task_source_run_key(fingerprint: str, previous: str | None) -> str:
     return f"{fingerprint}@after:{previous or 'none'}"
 
 
+def _task_source_tick(
+    context: SensorEvaluationContext,
+    source_fingerprint_fn: Callable[[], str],
+    task_set_check_fn: Callable[[], object] | None,
+    run_tags_fn: Callable[[], Mapping[str, str]] | None,
+) -> RunRequest | SkipReason:
+    """One tick of the task-source sensor (see :func:`build_task_source_sensor`)."""
+    fingerprint = source_fingerprint_fn()
+    previous = context.cursor or None
+    if fingerprint == previous:
+        return SkipReason(f"candidate task source unchanged ({fingerprint[:12]})")
+    if task_set_check_fn is not None:
+        try:
+            task_set_check_fn()
+        except (TaskSetLoadError, TaskFormatError) as exc:
+            context.log.error(f"candidate task set does not load; no re-screen launched: {exc}")
+            return SkipReason(f"candidate task set does not load, no run launched: {str(exc)[:1500]}")
+    context.update_cursor(fingerprint)
+    return RunRequest(
+        run_key=task_source_run_key(fingerprint, previous),
+        tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SOURCE_FINGERPRINT: fingerprint},
+    )
+
+
 def build_task_source_sensor(
     *,
     source_fingerprint_fn: Callable[[], str],
@@ -110,21 +134,7 @@ def build_task_source_sensor(
         minimum_interval_seconds=minimum_interval_seconds,
         description="Requests a re-screen run when the candidate task source changes.",
     )
-    def _task_source_sensor(context: SensorEvaluationContext):
-        fingerprint = source_fingerprint_fn()
-        previous = context.cursor or None
-        if fingerprint == previous:
-            return SkipReason(f"candidate task source unchanged ({fingerprint[:12]})")
-        if task_set_check_fn is not None:
-            try:
-                task_set_check_fn()
-            except (TaskSetLoadError, TaskFormatError) as exc:
-                context.log.error(f"candidate task set does not load; no re-screen launched: {exc}")
-                return SkipReason(f"candidate task set does not load, no run launched: {str(exc)[:1500]}")
-        context.update_cursor(fingerprint)
-        return RunRequest(
-            run_key=task_source_run_key(fingerprint, previous),
-            tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SOURCE_FINGERPRINT: fingerprint},
-        )
+    def _task_source_sensor(context: SensorEvaluationContext) -> RunRequest | SkipReason:
+        return _task_source_tick(context, source_fingerprint_fn, task_set_check_fn, run_tags_fn)
 
     return _task_source_sensor

@@ -33,7 +33,7 @@ import polars as pl
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.campaign import ROW_SCHEMA
-from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
+from rewardbox.grading.tb_messages import count_agent_turns, tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 
 TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",
@@ -352,7 +352,7 @@ def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]
     return {
         "uid": uid, "domain": str(domain), "trial": trial, "reward": reward, "passed": passed,
         "system_error": system_error, "finish_reason": str(finish),
-        "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
+        "turns": len(usage) if usage else count_agent_turns(obj.get("messages") or []),
         **tokens, "seconds": float(seconds or 0.0),
         "attempts": int(metadata.get("rewardbox_attempts") or 1),
         "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
@@ -395,16 +395,3 @@ def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
     if not 0.0 <= reward <= 1.0:
         raise InterchangeError(path, lineno, f"reward {reward} is outside [0, 1]", "test_result.reward")
     return reward, passed, None
-
-
-def _count_turns(messages: list[Any]) -> int:
-    """Agent turns when ``usage`` is absent: one per ParallelToolCall and per visible assistant Text
-    (docs/thinkingbox.md, "Episode loop")."""
-    count = 0
-    for m in messages:
-        if not isinstance(m, dict):
-            continue
-        tag = (m.get("metadata") or {}).get("tag", "text")
-        if m.get("T") == "ParallelToolCall" or (m.get("T") == "Text" and m.get("role") == "assistant" and tag == "text"):
-            count += 1
-    return count

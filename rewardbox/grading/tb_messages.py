@@ -118,3 +118,16 @@ def tb_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                                       "id": call["id"], "metadata": {}}
             pairs.append({"tool_call": call, "tool_response": response})
     return pairs
+
+
+def count_agent_turns(messages: list[Any]) -> int:
+    """Agent turns of ThinkingBox messages: one per ParallelToolCall and per visible assistant Text
+    (docs/thinkingbox.md, "Episode loop"); what a ``tb infer`` row without ``usage`` counts as turns."""
+    count = 0
+    for m in messages:
+        if not isinstance(m, dict):
+            continue
+        tag = (m.get("metadata") or {}).get("tag", "text")
+        if m.get("T") == "ParallelToolCall" or (m.get("T") == "Text" and m.get("role") == "assistant" and tag == "text"):
+            count += 1
+    return count

@@ -107,9 +107,7 @@ def train_local_grpo(
         base_dir: HF checkpoint directory of the base policy.
         out_dir: where the adapter and ``training_metrics.json`` go.
         profile: ``grpo`` sets the method, ``policy``/``episode`` the rollouts.
-        episode_runner: builds the rollouts' episode runner from the profile (the
-            composition root's ``episode_runner``; training does not wire sandboxes).
-        check_policy_budget: the composition root's token-budget check of a local policy.
+        episode_runner, check_policy_budget: the composition root's runner factory and token-budget check.
 
     Returns:
         (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the
