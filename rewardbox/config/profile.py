@@ -211,6 +211,12 @@ class Profile(_Strict):
 def load_profile(name_or_path: str | os.PathLike) -> Profile:
     """Load and validate a profile by name (``demo``, ``test``) or YAML path.
 
+    Args:
+        name_or_path: a profile name under ``rewardbox/config/profiles/`` (no suffix) or a YAML file.
+
+    Returns:
+        The validated ``Profile``; ``REWARDBOX_DATA_DIR``, when set, replaces ``data_dir``.
+
     Raises:
         FileNotFoundError: no such profile.
         ValueError: the YAML is invalid; the message names the file and field.

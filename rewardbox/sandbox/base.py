@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class ToolSpec:
-    """A tool as the agent sees it: name, description, cleaned JSON schema."""
+    """A tool as the agent sees it: name, description, cleaned JSON schema.
+
+    Attributes:
+        name: the tool name the agent calls (unique across a sandbox's servers).
+        description: the text the model reads (a domain tool's docstring).
+        input_schema: JSON Schema of the arguments, ``$ref`` resolved and ``$defs``/``title``
+            dropped as the Session Proxy cleans them (docs/thinkingbox.md, "Servers").
+        is_end_turn: calling it ends the agent's turn (an ``is_end_turn`` builtin tool).
+    """
 
     name: str
     description: str

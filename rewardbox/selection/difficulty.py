@@ -37,15 +37,19 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
     """Per-task policy-relative difficulty from probe rows.
 
     Args:
-        probe_rows: one row per (uid, trial) probe attempt of the base policy.
+        probe_rows: one row per (uid, trial) probe attempt of the base policy, ``[attempts]``
+            rows with ``uid``, ``trial``, ``system_error`` (string or bool) and ``passed``
+            (or ``reward``, success when ``>= 1``); optional ``domain``
+            (``rewardbox.metrics.rows``). System errors are dropped from n and c, never failures.
         config: selection settings; defaults to ``SelectionConfig()``.
 
     Returns:
-        One row per uid, sorted by uid, with ``DIFFICULTY_COLUMNS``: ``n`` clean
+        ``[tasks]`` rows: one per uid, sorted by uid, with ``DIFFICULTY_COLUMNS``: ``n`` clean
         trials, ``k`` clean successes, ``system_errors``, ``posterior_mean``
         = (k + 1/2) / (n + 1), ``band`` (null when ``n < config.min_clean_trials``),
         and ``mass_<band>`` for the five bands (Jeffreys posterior Beta(k + 1/2,
         n - k + 1/2), always filled; with n = 0 they are the prior's masses).
+        Source: docs/method.md, "Difficulty bands" (Jeffreys posterior, band of largest mass).
 
     Raises:
         ValueError: missing columns, duplicated (uid, trial) keys, or a clean
@@ -88,11 +92,12 @@ def training_pool(difficulty_df: pl.DataFrame, config: SelectionConfig | None = 
     Tasks without a band (too few clean trials) never enter the pool.
 
     Args:
-        difficulty_df: output of :func:`task_difficulty`.
-        config: selection settings; defaults to ``SelectionConfig()``.
+        difficulty_df: output of :func:`task_difficulty`, ``[tasks]`` rows.
+        config: selection settings; defaults to ``SelectionConfig()`` (kept bands hard,
+            medium, easy: the tasks whose GRPO groups can have non-zero reward variance).
 
     Returns:
-        The kept rows, same columns, sorted by uid.
+        The kept rows ``[kept tasks]``, same columns, sorted by uid; empty when no band is kept.
 
     Raises:
         ValueError: ``difficulty_df`` has no ``band`` or ``uid`` column.

@@ -111,6 +111,10 @@ def exclude_overlap(candidates: Iterable[Task], benchmark: Iterable[Task | str])
 
     Returns:
         ``(kept, excluded)``, each in input order. An empty benchmark keeps all.
+        Identity is ``Task.content_hash()`` (docs/thinkingbox.md, "Task identity").
+
+    Never raises for overlap (an overlap is a result, not an error); the caller's
+    blocking check (``check_disjoint``) fails a pool that still overlaps.
     """
     uids, hashes = _benchmark_keys(benchmark)
     kept: list[Task] = []

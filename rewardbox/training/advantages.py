@@ -83,6 +83,10 @@ def is_zero_variance(rewards: Sequence[float], tol: float = ZERO_VARIANCE_TOL) -
 def group_advantages(rewards: Sequence[float], eps: float = DEFAULT_EPS) -> list[float]:
     """GRPO advantages of one group: ``(r_i - mean) / (std + eps)``, sample std (ddof=1).
 
+    Source: Shao et al. 2024 (DeepSeekMath, arXiv 2402.03300), outcome supervision;
+    the std is the sample std, as ``torch.std`` and verl's ``compute_grpo_outcome_advantage``.
+    Example: ``group_advantages([1.0, 0.0]) == [0.7071..., -0.7071...]`` (eps aside).
+
     Args:
         rewards: the group's rewards ``[G]`` (all attempts clean), any float dtype;
             computed in float64.
