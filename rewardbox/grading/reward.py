@@ -18,18 +18,18 @@ passes; a check that fails raises ``AssertionError`` (a policy failure, reward 0
   written forms, negated mentions ("not shipped") state nothing.
 * **Rubrics** (``validate_rubrics_yesno``): the judge answers yes to every question.
 
-This module needs only the standard library (and ``rewardbox.grading.checks`` and
-``rewardbox.errors``, which do too), so a test file that imports it runs in any
+This module needs only the standard library (and ``rewardbox.grading.checks``,
+``rewardbox.errors`` and ``rewardbox.strict_json``, which do too), so a test file that imports it runs in any
 Python that can import the ``rewardbox`` package, including the upstream
 harness's test worker (docs/thinkingbox.md, "Running our domains under tb infer").
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rewardbox import strict_json
 from rewardbox.errors import GraderError
 from rewardbox.grading.checks import Answer, response_problems
 
@@ -55,7 +55,7 @@ def _servers(effects: Mapping[str, Any], servers: str | Sequence[str] | None) ->
 
 
 def _diff_line(d: Mapping[str, Any]) -> str:
-    golden, result = json.dumps(d.get("golden"), default=str), json.dumps(d.get("result"), default=str)
+    golden, result = (strict_json.dumps(d.get(k), default=str) for k in ("golden", "result"))
     return f"{d.get('path')}: {d.get('type')} result={result} golden={golden}"
 
 
