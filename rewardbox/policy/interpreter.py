@@ -84,10 +84,8 @@ def interpret(
         failures, shown to the model as tool output), ``events`` flags such as
         ``"truncated_call"`` or ``"truncated_reasoning"``.
         Degenerate inputs (empty text, only reasoning) give empty content and no calls.
-
-    Never raises for what the model wrote: a malformed call is a policy failure,
-    returned in ``errors``, never an exception (and never a system error).
-    Source: the one interpreter shared by every policy (docs/method.md, "Parser parity").
+        Never raises for what the model wrote: a malformed call is a policy failure in ``errors``.
+        Source: the one interpreter of every policy (docs/method.md, "Parser parity").
     """
     raw_text = raw_text if isinstance(raw_text, str) else ""
     reasoning, visible, reasoning_closed = split_reasoning(raw_text, reasoning_open=reasoning_open)
