@@ -144,4 +144,9 @@ def test_profile_reference_section_is_off_by_default_and_validated(tmp_path):
     with pytest.raises(ValueError, match="reference.*min_successes"):
         load_profile(path)
     path.write_text(text + "reference:\n  policy: {kind: endpoint, base_url: 'http://127.0.0.1:9/v1', model: m}\n")
-    assert load_profile(path).reference.rule == "counts"
+    profile = load_profile(path)
+    assert profile.reference.rule == "counts"
+    from rewardbox.config.provenance import run_tags
+
+    assert run_tags(profile)["rewardbox/reference_endpoint"] == "127.0.0.1:9"  # the run queue's per-host limit
+    assert "rewardbox/reference_endpoint" not in run_tags(profile, samples_policy=False)
