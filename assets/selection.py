@@ -1,6 +1,7 @@
 """Probes, reference screening, offline policy-relative difficulty, and the training pool."""
 
 import hashlib
+from urllib.parse import urlsplit
 
 import dagster as dg
 import polars as pl
@@ -69,6 +70,14 @@ def _reference_hash(profile, section: str = "episode") -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _reference_source(config) -> str:
+    """The imported file, or the endpoint's model and ``host:port`` (never credentials a URL may carry)."""
+    if config.import_results:
+        return f"tb infer run {config.import_results}"
+    url = urlsplit(config.policy.base_url)
+    return f"{config.policy.model} at {url.hostname}:{url.port or ''}".rstrip(":")
+
+
 def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                     tasks: list[Task]) -> tuple[pl.DataFrame, int]:
     """The reference's attempt rows (imported, or probed live with refills) and the refilled system errors."""
@@ -106,7 +115,7 @@ def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: Reward
     verdicts = reference_verdicts(rows, config)
     counts = verdict_counts(verdicts)
     context.add_output_metadata({
-        "status": f"probed ({config.rule} rule)", "source": config.import_results or config.policy.base_url,
+        "status": f"probed ({config.rule} rule)", "source": _reference_source(config),
         "tasks_probed": verdicts.height, "attempts": rows.height, **counts,
         "system_errors": remaining_system_errors(rows), "system_errors_refilled": refilled,
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),

@@ -8,8 +8,6 @@ with its own profile, reading the upstream assets from storage.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,74 +17,11 @@ import pytest
 import yaml
 
 from rewardbox.config.profile import PROFILE_DIR
-from rewardbox.policy.base import ChatRequest
-from rewardbox.policy.scripted import NULL_ANSWER, GoldenReplayPolicy
 from rewardbox.selection import training_pool as select_pool
+from tests.fixtures.fake_reference import FakeReference
 
 UPSTREAM = ("candidate_tasks", "screened_candidates", "base_checkpoint", "probe_results", "task_difficulty")
 GATED = ("reference_probe_results", "training_pool")
-
-
-class FakeReference:
-    """An OpenAI-compatible chat server that plays the golden calls of ``solvable`` tasks and gives up on others.
-
-    The task is recognised by the episode's first user message (its query). The first request of
-    every task in ``flaky`` is answered 503: with no client or episode retries, that trial ends in a
-    system error, which the reference probe must re-run.
-    """
-
-    def __init__(self, tasks: list[Any], solvable: set[str], flaky: set[str]):
-        self.by_query = {t.query.strip(): t for t in tasks}
-        self.solvable, self.flaky, self.failed_once = solvable, flaky, set()
-        self.requests: list[str] = []
-        self.lock = threading.Lock()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
-                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
-                status, reply = fake.answer(body)
-                payload = json.dumps(reply).encode()
-                self.send_response(status)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        query = next(m["content"] for m in body["messages"] if m["role"] == "user").strip()
-        task = self.by_query[query]
-        with self.lock:
-            self.requests.append(task.uid)
-            if task.uid in self.flaky and task.uid not in self.failed_once:
-                self.failed_once.add(task.uid)
-                return 503, {"error": {"message": "overloaded"}}
-        message: dict[str, Any] = {"role": "assistant", "content": NULL_ANSWER}
-        if task.uid in self.solvable:
-            golden = task.golden_interactions()
-            done = sum(1 for m in body["messages"] if m["role"] == "tool")
-            if done < len(golden):
-                _server, tool, arguments = golden[done]
-                message = {"role": "assistant", "content": None, "tool_calls": [{
-                    "id": f"call_{done}", "type": "function",
-                    "function": {"name": tool, "arguments": json.dumps(arguments)}}]}
-            else:
-                request = ChatRequest(messages=body["messages"], tools=[], task=task)
-                message["content"] = GoldenReplayPolicy().next_text(request)
-        return 200, {"id": "chatcmpl-ref", "object": "chat.completion", "created": 0, "model": "reference",
-                     "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _write_profile(root: Path, name: str, reference: dict | None) -> Path:
@@ -184,7 +119,7 @@ def test_fake_endpoint_reference_gates_the_pool(graph):
     assert (meta["tasks_probed"], meta["passed"], meta["failed"], meta["incomplete"]) == (
         len(uids), len(solvable), len(uids) - len(solvable), 0)
     assert meta["system_errors_refilled"] == 2 and meta["system_errors"] == 0
-    assert meta["status"] == "probed (counts rule)"
+    assert meta["status"] == "probed (counts rule)" and meta["source"] == f"reference at {fake.base_url[7:-3]}"
     histogram = " ".join(meta["successes_histogram"].split())  # n, k, tasks, passed
     assert f"| 2 | 2 | {len(solvable)} | {len(solvable)} |" in histogram
 
