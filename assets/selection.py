@@ -117,6 +117,7 @@ def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: Reward
     context.add_output_metadata({
         "status": f"probed ({config.rule} rule)", "source": _reference_source(config),
         "tasks_probed": verdicts.height, "attempts": rows.height, **counts,
+        "tasks_not_probed": len({t.uid for t in screened_candidates} - set(verdicts["uid"])),
         "system_errors": remaining_system_errors(rows), "system_errors_refilled": refilled,
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "successes_histogram": md_table(successes_histogram(verdicts)), "verdicts": md_table(verdicts),
@@ -163,6 +164,7 @@ def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
         "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
     })
-    config_hash = profile.section_hash("selection") if profile.reference is None else _reference_hash(profile, "selection")
+    config_hash = (profile.section_hash("selection") if profile.reference is None
+                   else _reference_hash(profile, "selection"))
     record_versions(context, tasks_version(pool), config_hash)
     return pool

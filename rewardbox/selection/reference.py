@@ -130,9 +130,8 @@ def gate_pool(pool_rows: pl.DataFrame, verdicts: pl.DataFrame) -> tuple[pl.DataF
 
 def successes_histogram(verdicts: pl.DataFrame) -> pl.DataFrame:
     """Tasks per (clean runs n, successes k), with the verdicts in each cell: ``n``, ``k``, ``tasks``, ``passed``."""
-    return (verdicts.group_by("n", "k")
-            .agg(pl.len().cast(pl.Int64).alias("tasks"), (pl.col("verdict") == "passed").sum().cast(pl.Int64).alias("passed"))
-            .sort("n", "k"))
+    passed = (pl.col("verdict") == "passed").sum().cast(pl.Int64).alias("passed")
+    return verdicts.group_by("n", "k").agg(pl.len().cast(pl.Int64).alias("tasks"), passed).sort("n", "k")
 
 
 def verdict_counts(verdicts: pl.DataFrame) -> dict[str, int]:

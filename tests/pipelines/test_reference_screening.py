@@ -158,7 +158,7 @@ def test_imported_tb_infer_run_gates_the_pool_with_the_posterior_rule(graph):
     meta = graph.metadata(result, "reference_probe_results")
     assert meta["passed"] == len(passing) and meta["incomplete"] == 1 and meta["system_errors"] == sum(
         marks.count("E") for marks in patterns.values())
-    assert meta["status"] == "probed (posterior rule)"
+    assert meta["status"] == "probed (posterior rule)" and meta["tasks_not_probed"] == 0
     assert set(graph.load("reference_probe_results")["uid"].to_list()) == set(uids)
     assert {t.uid for t in graph.load("training_pool")} == kept_by_bands & passing
     assert graph.metadata(result, "training_pool")["reference_removed"] == len(kept_by_bands - passing)
