@@ -1,5 +1,7 @@
-"""Probes, offline policy-relative difficulty, and the training pool."""
+"""Probes, reference screening, offline policy-relative difficulty, and the training pool."""
 
+import hashlib
+from urllib.parse import urlsplit
 
 import dagster as dg
 import polars as pl
@@ -11,17 +13,21 @@ from resources.rewardbox import RewardboxResource
 from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.journal import campaign_journal
+from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
 from rewardbox.evaluation.services import run_trials
 from rewardbox.metrics.truncation import truncation_summary
+from rewardbox.policy.factory import build_policy
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
 from rewardbox.selection import teachable
 from rewardbox.selection import training_pool as select_pool
-from rewardbox.tasks.schema import Task
+from rewardbox.selection.reference import gate_pool, reference_verdicts, successes_histogram, verdict_counts
+from rewardbox.tasks.schema import Task, canonical_json
 
 GROUP = "selection"
 PROBE_CODE = code_version(__name__, *EPISODE_ENGINE)
 SELECT_CODE = code_version(__name__, "rewardbox.selection")
+REFERENCE_SKIPPED = "skipped: no reference configured"
 PARQUET = "parquet_io_manager"
 
 
@@ -57,6 +63,70 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     return rows
 
 
+def _reference_hash(profile, section: str = "episode") -> str:
+    """Short SHA-256 of the ``reference`` section (null when absent) and one other section of the profile."""
+    reference = profile.reference.model_dump(mode="json") if profile.reference is not None else None
+    payload = canonical_json({"reference": reference, section: getattr(profile, section).model_dump(mode="json")})
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _reference_source(config) -> str:
+    """The imported file, or the endpoint's model and ``host:port`` (never credentials a URL may carry)."""
+    if config.import_results:
+        return f"tb infer run {config.import_results}"
+    url = urlsplit(config.policy.base_url)
+    return f"{config.policy.model} at {url.hostname}:{url.port or ''}".rstrip(":")
+
+
+def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
+                    tasks: list[Task]) -> tuple[pl.DataFrame, int]:
+    """The reference's attempt rows (imported, or probed live with refills) and the refilled system errors."""
+    profile = rewardbox.load()
+    config = profile.reference
+    if config.import_results:
+        rows, left_out = import_infer_report(config.import_results, tasks)
+        context.log.info(f"reference results imported from {config.import_results}: {rows.height} attempts")
+        for line in left_out:
+            context.log.warning(f"reference import left out {line}")
+        return rows, 0
+    identity = [_reference_hash(profile), profile.section_hash("sandbox", "user", "grading"), tasks_hash(tasks)]
+    journal = campaign_journal(rewardbox.path("campaigns", "reference_probe_results").parent,
+                               "reference_probe_results", identity, ROW_SCHEMA)
+    run = probe_reference(tasks, config, build_policy(config.policy), profile, journal=journal, log=context.log,
+                          executor=ray_cluster.executor(profile, context))
+    journal.discard()
+    return run.rows, run.refilled_system_errors
+
+
+@dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
+def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+                            ray_cluster: RayClusterResource, screened_candidates: list[Task]) -> pl.DataFrame:
+    """The reference policy's attempts at every candidate (probe-row schema), the pool's first gate:
+    ``reference.min_clean_runs`` trials with system errors re-run, or an imported ``tb infer`` run.
+    Without a ``reference`` section: no rows, and metadata saying it was skipped."""
+    profile = rewardbox.load()
+    config = profile.reference
+    if config is None:
+        rows = pl.DataFrame(schema=ROW_SCHEMA)
+        context.add_output_metadata({"status": REFERENCE_SKIPPED, "config_hash": _reference_hash(profile)})
+        record_versions(context, frame_version(rows))
+        return rows
+    rows, refilled = _reference_rows(context, rewardbox, ray_cluster, screened_candidates)
+    verdicts = reference_verdicts(rows, config)
+    counts = verdict_counts(verdicts)
+    context.add_output_metadata({
+        "status": f"probed ({config.rule} rule)", "source": _reference_source(config),
+        "tasks_probed": verdicts.height, "attempts": rows.height, **counts,
+        "tasks_not_probed": len({t.uid for t in screened_candidates} - set(verdicts["uid"])),
+        "system_errors": remaining_system_errors(rows), "system_errors_refilled": refilled,
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
+        "successes_histogram": md_table(successes_histogram(verdicts)), "verdicts": md_table(verdicts),
+        "config_hash": _reference_hash(profile), "input_hash": tasks_hash(screened_candidates),
+    })
+    record_versions(context, frame_version(rows))
+    return rows
+
+
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=SELECT_CODE)
 def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                     probe_results: pl.DataFrame) -> pl.DataFrame:
@@ -76,17 +146,25 @@ def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 
 
 @dg.asset(group_name=GROUP, code_version=SELECT_CODE)
-def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
-                  task_difficulty: pl.DataFrame, screened_candidates: list[Task]) -> list[Task]:
-    """The candidates in the kept bands: tasks the current policy can still learn from."""
+def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, task_difficulty: pl.DataFrame,
+                  reference_probe_results: pl.DataFrame, screened_candidates: list[Task]) -> list[Task]:
+    """The candidates in the kept bands that the reference solved (when a reference is configured):
+    tasks the current policy can still learn from and that are known to be solvable."""
     profile = rewardbox.load()
     pool_rows = select_pool(task_difficulty, profile.selection)
+    gate: dict = {"reference_gate": "off"}
+    if profile.reference is not None:
+        pool_rows, removed = gate_pool(pool_rows, reference_verdicts(reference_probe_results, profile.reference))
+        gate = {"reference_gate": f"{profile.reference.rule} rule", "reference_removed": removed.height,
+                "reference_removed_tasks": md_table(removed)}
     uids = set(pool_rows["uid"].to_list())
     pool, teach_nothing = teachable([t for t in screened_candidates if t.uid in uids and t.split == "candidate"])
     context.add_output_metadata({
-        "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
+        "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)), **gate,
         "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
         "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
     })
-    record_versions(context, tasks_version(pool), profile.section_hash("selection"))
+    config_hash = (profile.section_hash("selection") if profile.reference is None
+                   else _reference_hash(profile, "selection"))
+    record_versions(context, tasks_version(pool), config_hash)
     return pool

@@ -19,6 +19,7 @@ from rewardbox.episode.config import EpisodeConfig, ExecutorConfig
 from rewardbox.metrics.cost import PriceTable
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.selection import SelectionConfig
+from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
 
@@ -181,7 +182,11 @@ class ReportConfig(_Strict):
 
 
 class Profile(_Strict):
-    """Everything a run needs. ``data_dir`` holds every artifact (``make clean`` removes it)."""
+    """Everything a run needs. ``data_dir`` holds every artifact (``make clean`` removes it).
+
+    ``reference`` (absent by default: the gate is off) screens candidates with a reference
+    policy before they may enter the training pool (``rewardbox.selection.reference_config``).
+    """
 
     name: str
     data_dir: str = "data"
@@ -194,6 +199,7 @@ class Profile(_Strict):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    reference: ReferenceConfig | None = None
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)

@@ -38,7 +38,7 @@ TAG_GIT_COMMIT = "rewardbox/git_commit"
 TAG_GPU_CLUSTER = "rewardbox/gpu_cluster"
 #: ``host:port`` of the OpenAI-compatible endpoint each role calls, one tag per role (rate limits).
 TAG_ENDPOINTS = {"policy": "rewardbox/policy_endpoint", "user": "rewardbox/user_endpoint",
-                 "judge": "rewardbox/judge_endpoint"}
+                 "judge": "rewardbox/judge_endpoint", "reference": "rewardbox/reference_endpoint"}
 
 #: The packages whose code makes up the project (the run tag's code version).
 PROJECT_PACKAGES = ("rewardbox", "assets", "resources", "sensors", "pipelines")
@@ -138,10 +138,12 @@ def benchmark_version(profile: Profile) -> str:
 
 
 def endpoints(profile: Profile) -> dict[str, str]:
-    """``host:port`` of each OpenAI-compatible endpoint the profile calls, by role (policy, user, judge)."""
+    """``host:port`` of each OpenAI-compatible endpoint the profile calls, by role (policy, user, judge,
+    reference: the screening policy of ``profile.reference``)."""
+    reference = profile.reference.policy if profile.reference is not None else None
     urls = {"policy": profile.policy.base_url if profile.policy.kind == "endpoint" else None,
             "user": profile.user.base_url if profile.user.kind == "endpoint" else None,
-            "judge": profile.grading.judge_base_url}
+            "judge": profile.grading.judge_base_url, "reference": reference.base_url if reference else None}
     return {role: urlsplit(url).netloc for role, url in urls.items() if url and urlsplit(url).netloc}
 
 
@@ -173,5 +175,6 @@ def run_tags(profile: Profile, *, task_set_version: str | None = None, samples_p
     hosts = endpoints(profile)
     if not samples_policy:
         hosts.pop("policy", None)
+        hosts.pop("reference", None)
     tags |= {TAG_ENDPOINTS[role]: host for role, host in hosts.items()}
     return tags

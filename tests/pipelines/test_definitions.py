@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ASSETS = {
     "candidate_tasks", "benchmark_tasks", "screened_candidates", "base_checkpoint", "probe_results",
-    "task_difficulty", "training_pool", "grpo_checkpoint", "merged_checkpoint", "base_evaluation_results",
-    "evaluation_results", "reliability_report", "checkpoint_evaluation_results",
+    "reference_probe_results", "task_difficulty", "training_pool", "grpo_checkpoint", "merged_checkpoint",
+    "base_evaluation_results", "evaluation_results", "reliability_report", "checkpoint_evaluation_results",
 }
 CHECKS = {
     ("benchmark_tasks", "benchmark_disjoint_from_candidates", True),
@@ -48,6 +48,8 @@ def test_lineage_matches_the_design():
 
     assert parents("screened_candidates") == {"candidate_tasks"}
     assert parents("probe_results") == {"screened_candidates", "base_checkpoint"}
+    assert parents("reference_probe_results") == {"screened_candidates"}
+    assert parents("training_pool") == {"task_difficulty", "reference_probe_results", "screened_candidates"}
     assert parents("grpo_checkpoint") == {"training_pool", "base_checkpoint"}
     assert parents("evaluation_results") == {"benchmark_tasks", "merged_checkpoint"}
     assert parents("reliability_report") == {"base_evaluation_results", "evaluation_results"}

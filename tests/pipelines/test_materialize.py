@@ -37,8 +37,8 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {
         "candidate_tasks", "benchmark_tasks", "screened_candidates", "base_checkpoint", "probe_results",
-        "task_difficulty", "training_pool", "grpo_checkpoint", "merged_checkpoint", "base_evaluation_results",
-        "evaluation_results", "reliability_report",
+        "reference_probe_results", "task_difficulty", "training_pool", "grpo_checkpoint", "merged_checkpoint",
+        "base_evaluation_results", "evaluation_results", "reliability_report",
     }
     for event in result.get_asset_materialization_events():  # audit: config and content of every asset
         metadata, tags = event.materialization.metadata, event.materialization.tags
