@@ -36,8 +36,10 @@ from openai.types.chat import ChatCompletionMessage
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import Interpretation
+from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.endpoint import combine
 from rewardbox.policy.interpreter import interpret, split_reasoning
+from rewardbox.policy.serving_config import HERMES_PARSER, ServingConfig
 from rewardbox.sandbox.base import ToolSpec
 
 CORPUS_FILE = "parity_corpus.json"
@@ -270,3 +272,15 @@ def _canonical(arguments: Any) -> str:
 
 def _show(value: Reading) -> dict[str, Any]:
     return {"calls": [f"{name}({arguments})" for name, arguments in value[0]], "malformed": value[1]}
+
+
+def served_paths(serving: ServingConfig, policy: PolicyConfig) -> dict[str, bool]:
+    """``check_parity``'s options for a profile: the hermes path where a server parses the calls.
+
+    The hermes path is compared when vLLM serves the checkpoint with the hermes parser, or when the policy is an
+    endpoint (any OpenAI-compatible server; vLLM with hermes is the usual one). A local-only profile compares
+    the training path with the text endpoint path and with what the run executed.
+    """
+    served = serving.kind == "vllm" and serving.parser == HERMES_PARSER
+    return {"hermes": served or policy.kind == "endpoint",
+            "reasoning_parser": served and serving.reasoning_parser is not None}
