@@ -63,7 +63,8 @@ class VllmServerResource(dg.ConfigurableResource):
             try:
                 yield server.policy_config(profile.policy)
             finally:
-                self._servers.remove(server)
+                if server in self._servers:  # teardown may have stopped it already
+                    self._servers.remove(server)
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         """Stop every server a block left running (the block's own exit normally has)."""

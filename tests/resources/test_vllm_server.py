@@ -14,7 +14,7 @@ from rewardbox.config.profile import PROFILE_DIR, load_profile
 from rewardbox.policy import build_policy
 from rewardbox.policy.base import ChatRequest
 from rewardbox.sandbox.base import ToolSpec
-from tests.policy.test_vllm_server import _alive, fake_vllm  # noqa: F401 - the fixture
+from tests.policy.test_vllm_server import _alive, _gone, fake_vllm  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,7 +82,7 @@ def test_served_checkpoint_gets_a_working_endpoint_policy_and_is_stopped_after(f
         completion = asyncio.run(one_turn())
     calls = completion.interpretation.tool_calls
     assert [(c.name, c.arguments) for c in calls] == [("get_order", {"order_id": "ORD-9"})]
-    assert not _alive(state["pid"]) and not _alive(state["child_pid"])
+    assert _gone(state["pid"], state["child_pid"])
     assert (tmp_path / "served" / "serving" / "vllm-merged.log").exists()
 
 
@@ -95,4 +95,4 @@ def test_resource_teardown_stops_a_server_whose_block_never_ended(fake_vllm, tmp
         block.__enter__()  # an interrupted step: the block's own exit never runs
         state = json.loads(fake_vllm.read_text())
         assert _alive(state["pid"])
-    assert not _alive(state["pid"]) and not _alive(state["child_pid"])
+    assert _gone(state["pid"], state["child_pid"])
