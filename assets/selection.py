@@ -42,6 +42,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
         for line in left_out:
             context.log.warning(f"probe import left out {line}")
+        ParityRecorder().write(rewardbox.path("parity", "probe_results.json"))  # no raw text imported: corpus only
     else:
         identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint,
                     *([profile.section_hash("serving")] if profile.serving.kind != "none" else [])]

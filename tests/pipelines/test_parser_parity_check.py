@@ -12,10 +12,11 @@ import yaml
 from rewardbox.config.profile import PROFILE_DIR
 from tests.policy.test_vllm_server import _gone, fake_vllm  # noqa: F401 - the fixture
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)  # whole materialisations on a shared, loaded machine
 
 
-def _materialize(tmp_path, profile="test", wanted=("probe_results", "task_difficulty")):
+def _materialize(tmp_path, profile="test",
+                 wanted=("candidate_tasks", "benchmark_tasks", "screened_candidates", "probe_results", "task_difficulty")):
     from assets import evaluation, selection, tasks
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
@@ -27,7 +28,7 @@ def _materialize(tmp_path, profile="test", wanted=("probe_results", "task_diffic
         (tmp_path / "base").mkdir(parents=True, exist_ok=True)
         return str(tmp_path / "base")
 
-    wanted = {"candidate_tasks", "benchmark_tasks", "screened_candidates", *wanted}
+    wanted = set(wanted)
     modules = [tasks, selection, evaluation]
     assets = [a for a in dg.load_assets_from_modules(modules) if {k.to_user_string() for k in a.keys} <= wanted]
     checks = [c for c in dg.load_asset_checks_from_modules(modules)
@@ -79,7 +80,7 @@ def test_a_served_evaluation_runs_on_vllm_and_its_parity_includes_the_hermes_pat
     data["serving"] = {"kind": "vllm", "require_gpu": False, "startup_timeout_s": 60, "health_poll_s": 0.2}
     data["evaluation"] = {"trials": 1}
     (tmp_path / "served.yaml").write_text(yaml.safe_dump(data))
-    result = _materialize(tmp_path, str(tmp_path / "served.yaml"), wanted=("base_evaluation_results",))
+    result = _materialize(tmp_path, str(tmp_path / "served.yaml"), wanted=("benchmark_tasks", "base_evaluation_results"))
     assert result.success
     (event,) = [e for e in result.get_asset_materialization_events()
                 if e.asset_key.to_user_string() == "base_evaluation_results"]
