@@ -202,7 +202,8 @@ def check_parity(records: Iterable[RecordedCompletion], *, hermes: bool = True,
 def shipped_corpus() -> list[RecordedCompletion]:
     """The corpus shipped with the package (``policy/parity_corpus.json``): edge cases of the call format."""
     text = resources.files("rewardbox.policy").joinpath(CORPUS_FILE).read_text(encoding="utf-8")
-    return [RecordedCompletion.from_json(entry) for entry in json.loads(text)["completions"]]
+    data = json.loads(text)
+    return [RecordedCompletion.from_json({"tools": data["tools"], **entry}) for entry in data["completions"]]
 
 
 def recorded_turns(result: EpisodeResult, limit: int | None = None) -> list[RecordedCompletion]:
