@@ -4,11 +4,12 @@
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_table, tasks_hash
+from assets.metadata import md_table, parser_parity_result, tasks_hash
 from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
+from resources.vllm_server import VllmServerResource
 from rewardbox.evaluation.campaign import (
     ROW_SCHEMA,
     campaign_keys,
@@ -21,6 +22,8 @@ from rewardbox.evaluation.interchange import decode_result_json, write_decode_li
 from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
 from rewardbox.metrics.truncation import truncation_summary
+from rewardbox.policy import build_policy
+from rewardbox.policy.parity import ParityRecorder
 from rewardbox.tasks.schema import Task
 
 GROUP = "evaluation"
@@ -33,31 +36,43 @@ def _decode_column(result, task: Task) -> dict[str, str]:
     return {"decode_result": decode_result_json(result, task)}
 
 
-def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
-             checkpoint: str) -> pl.DataFrame:
+def parity_path(rewardbox: RewardboxResource, name: str):
+    """Where a campaign's recorded raw completions go for the parser-parity check."""
+    return rewardbox.path("parity", f"{name}.json")
+
+
+def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, vllm_server: VllmServerResource,
+             tasks: list[Task], checkpoint: str) -> pl.DataFrame:
     """Every benchmark task x k trials; one repair pass re-runs system-error keys.
 
     Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
-    Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
+    Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it), and a sample
+    of raw completions for the parser-parity check. With ``serving.kind: vllm`` the checkpoint is served by vLLM
+    for the campaign (``vllm_server``) and the episodes use an endpoint policy at it.
     """
     profile = rewardbox.load()
     k = profile.evaluation.trials
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
     config_hash = profile.section_hash("evaluation", "policy", "episode")
-    journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
-                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
+    served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
+    journal = campaign_journal(rewardbox.path("campaigns", name).parent, name,
+                               [config_hash, tasks_hash(tasks), checkpoint, *served], {**ROW_SCHEMA, "decode_result": pl.Utf8})
     executor = ray_cluster.executor(profile, context)
+    recorder = ParityRecorder()
+    with vllm_server.policy_config(profile, checkpoint, context.log) as policy_config:
 
-    def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
-        return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
-                          journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
+        def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
+            return run_trials(tasks, k, build_policy(policy_config, checkpoint_dir=checkpoint or None), profile,
+                              journal=journal, journal_extra=_decode_column, keep_results=False, executor=executor,
+                              on_result=recorder.record, **kwargs)[0]
 
-    rows = run(log=context.log, label=context.asset_key.to_user_string())
-    redo = repair_keys(rows, campaign_keys(tasks, k))
-    if redo:
-        context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
+        rows = run(log=context.log, label=context.asset_key.to_user_string())
+        redo = repair_keys(rows, campaign_keys(tasks, k))
+        if redo:
+            context.log.info(f"repair run: {len(redo)} missing or system-error keys")
+            rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
+    recorder.write(parity_path(rewardbox, name))
     decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
     rows = rows.drop("decode_result")
     journal.discard()
@@ -66,7 +81,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
-        "config_hash": config_hash, "input_hash": tasks_hash(tasks),
+        "config_hash": config_hash, "input_hash": tasks_hash(tasks), "policy_kind": policy_config.kind,
     })
     record_versions(context, frame_version(rows))
     return rows
@@ -74,25 +89,25 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                            benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
+                            vllm_server: VllmServerResource, benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, base_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                       benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
+                       vllm_server: VllmServerResource, benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
-    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, merged_checkpoint)
+    return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, merged_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions, code_version=CODE)
 def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                                  benchmark_tasks: list[Task]) -> pl.DataFrame:
+                                  vllm_server: VllmServerResource, benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
     checkpoint = rewardbox.path("checkpoints", "incoming", context.partition_key)
-    return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, str(checkpoint))
+    return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, str(checkpoint))
 
 
 def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
@@ -113,3 +128,15 @@ def evaluation_coverage(rewardbox: RewardboxResource, evaluation_results: pl.Dat
                         benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
     """Blocking: every (uid, trial) key exactly once, none unexpected."""
     return _coverage_check(evaluation_results, benchmark_tasks, rewardbox)
+
+
+@dg.asset_check(asset=base_evaluation_results, blocking=True)
+def base_evaluation_parser_parity(rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+    """Blocking: the campaign's raw completions (and the shipped corpus) read alike on training and evaluation paths."""
+    return parser_parity_result(rewardbox.load(), parity_path(rewardbox, "base_evaluation_results"))
+
+
+@dg.asset_check(asset=evaluation_results, blocking=True)
+def evaluation_parser_parity(rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+    """Blocking: the campaign's raw completions (and the shipped corpus) read alike on training and evaluation paths."""
+    return parser_parity_result(rewardbox.load(), parity_path(rewardbox, "evaluation_results"))

@@ -5,11 +5,14 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable
+from pathlib import Path
 
 import dagster as dg
 import polars as pl
 from tabulate import tabulate
 
+from rewardbox.config.profile import Profile
+from rewardbox.policy.parity import check_parity, load_recorded, served_paths, shipped_corpus
 from rewardbox.tasks.schema import Task
 
 
@@ -56,3 +59,18 @@ def per_domain(tasks: Iterable[Task]) -> dict[str, int]:
     for task in tasks:
         counts[task.domain] = counts.get(task.domain, 0) + 1
     return dict(sorted(counts.items()))
+
+
+def parser_parity_result(profile: Profile, recorded_path: Path) -> dg.AssetCheckResult:
+    """The parser-parity gate: the shipped corpus and the run's recorded completions read alike on every path.
+
+    Fails (blocking) when any path (local training reading, endpoint text, vLLM hermes, replay, what the run
+    executed) reads different tool names or arguments than the training path (``rewardbox.policy.parity``).
+    """
+    corpus, recorded = shipped_corpus(), load_recorded(recorded_path)
+    report = check_parity(corpus + recorded, **served_paths(profile.serving, profile.policy))
+    return dg.AssetCheckResult(passed=report.passed, metadata={
+        "completions": report.checked, "corpus": len(corpus), "recorded": len(recorded),
+        "paths": dg.MetadataValue.json(list(report.paths)), "mismatches": len(report.mismatches),
+        "examples": dg.MetadataValue.json(report.mismatches[:10]), "recorded_file": dg.MetadataValue.path(str(recorded_path)),
+    })

@@ -6,17 +6,19 @@ from urllib.parse import urlsplit
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_image, md_table, tasks_hash
+from assets.metadata import md_image, md_table, parser_parity_result, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
+from resources.vllm_server import VllmServerResource
 from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
 from rewardbox.evaluation.services import run_trials
 from rewardbox.metrics.truncation import truncation_summary
-from rewardbox.policy.factory import build_policy
+from rewardbox.policy import build_policy
+from rewardbox.policy.parity import ParityRecorder
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
 from rewardbox.selection import teachable
@@ -33,24 +35,32 @@ PARQUET = "parquet_io_manager"
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                  screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
+                  vllm_server: VllmServerResource, screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
     """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
     turns, tokens (input, output), seconds. n trials per candidate with the base policy, or the
-    rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set."""
+    rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set. With ``serving.kind: vllm``
+    the base checkpoint is served by vLLM for the probes; a sample of raw completions is kept for the
+    parser-parity check."""
     profile = rewardbox.load()
     if profile.probe.import_results:
         rows, left_out = import_infer_report(profile.probe.import_results, screened_candidates)
         context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
         for line in left_out:
             context.log.warning(f"probe import left out {line}")
+        ParityRecorder().write(rewardbox.path("parity", "probe_results.json"))  # no raw text imported: corpus only
     else:
-        policy = rewardbox.policy(base_checkpoint or None)
-        identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint]
+        identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint,
+                    *([profile.section_hash("serving")] if profile.serving.kind != "none" else [])]
         journal = campaign_journal(rewardbox.path("campaigns", "probe_results").parent, "probe_results", identity,
                                    ROW_SCHEMA)  # a killed probe run resumes where it stopped
-        rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log, label="probe_results",
-                             journal=journal, keep_results=False,  # rows only: memory stays flat over the probe
-                             executor=ray_cluster.executor(profile, context))
+        recorder = ParityRecorder()
+        with vllm_server.policy_config(profile, base_checkpoint, context.log) as policy_config:
+            policy = build_policy(policy_config, checkpoint_dir=base_checkpoint or None)
+            rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log,
+                                 label="probe_results", journal=journal, on_result=recorder.record,
+                                 keep_results=False,  # rows only: memory stays flat over the probe
+                                 executor=ray_cluster.executor(profile, context))
+        recorder.write(rewardbox.path("parity", "probe_results.json"))
         journal.discard()
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
@@ -125,6 +135,13 @@ def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: Reward
     })
     record_versions(context, frame_version(rows))
     return rows
+
+
+@dg.asset_check(asset=probe_results, blocking=True)
+def probe_parser_parity(rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+    """Blocking: the probes' raw completions (and the shipped corpus) read alike on the training path and the
+    evaluation paths, so the difficulty they measure is the one training acts on."""
+    return parser_parity_result(rewardbox.load(), rewardbox.path("parity", "probe_results.json"))
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=SELECT_CODE)

@@ -18,6 +18,7 @@ from pipelines.partitions import checkpoint_partitions
 from resources.io import ParquetIOManager
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
+from resources.vllm_server import VllmServerResource
 from rewardbox.config.profile import load_profile
 from rewardbox.config.provenance import benchmark_version, run_tags
 from rewardbox.tasks.sources import load_candidates, resolve_dataset
@@ -92,6 +93,8 @@ defs = dg.Definitions(
         "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
         # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster
         "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS")),
+        # serving.kind: vllm in the profile serves each evaluated checkpoint with vllm serve (skipped on CPU)
+        "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(_ARTIFACTS / "objects")),
     },

@@ -3,5 +3,6 @@
 from resources.io import ParquetIOManager
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
+from resources.vllm_server import VllmServerResource
 
-__all__ = ["ParquetIOManager", "RayClusterResource", "RewardboxResource"]
+__all__ = ["ParquetIOManager", "RayClusterResource", "RewardboxResource", "VllmServerResource"]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rewardbox.episode.config import EpisodeConfig, ExecutorConfig
 from rewardbox.metrics.cost import PriceTable
 from rewardbox.policy.config import PolicyConfig
+from rewardbox.policy.serving_config import ServingConfig
 from rewardbox.selection import SelectionConfig
 from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.schema import canonical_json
@@ -193,6 +194,7 @@ class Profile(_Strict):
     tasks: TaskSourcesConfig
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     policy: PolicyConfig
+    serving: ServingConfig = Field(default_factory=ServingConfig)
     user: UserSimulatorConfig = Field(default_factory=UserSimulatorConfig)
     grading: GradingConfig = Field(default_factory=GradingConfig)
     episode: EpisodeConfig = Field(default_factory=EpisodeConfig)

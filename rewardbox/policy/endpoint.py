@@ -254,7 +254,7 @@ def combine(
         rendered.append(_render_structured(name, arguments))
         if finish_reason == "length":
             continue
-        typed = type_tool_call(name, arguments, tools, call.id)
+        typed = type_tool_call(name, _model_value(arguments), tools, call.id)
         (calls if isinstance(typed, ToolCall) else errors).append(typed)
         order.append(call.id)
     if structured and finish_reason == "length" and EVENT_TRUNCATED_CALL not in events:
@@ -269,14 +269,24 @@ def combine(
     return interpretation, raw_text
 
 
+def _model_value(arguments: Any) -> Any:
+    """The ``arguments`` value the model wrote: a structured call carries it JSON-encoded once by the server.
+
+    A server's tool parser (vLLM's hermes) encodes whatever the model wrote after ``"arguments":``, so a model
+    that wrote the arguments as a JSON string arrives encoded twice; decoding once here gives ``type_tool_call``
+    the same value ``interpret`` gives it from the text (parser parity). Text that is not JSON is kept as it
+    is (``type_tool_call`` reports it as invalid JSON, as for a text call).
+    """
+    if not isinstance(arguments, str) or not arguments.strip():
+        return arguments
+    try:
+        return strict_json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
 def _render_structured(name: str, arguments: Any) -> str:
-    value = arguments
-    if isinstance(arguments, str):
-        try:
-            decoded = strict_json.loads(arguments)
-            value = decoded if isinstance(decoded, dict) else arguments
-        except ValueError:
-            value = arguments
+    value = _model_value(arguments)
     return f"{CALL_OPEN}{strict_json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
 
 

@@ -20,6 +20,9 @@ CHECKS = {
     ("merged_checkpoint", "merged_checkpoint_runs", True),
     ("base_evaluation_results", "base_evaluation_coverage", True),
     ("evaluation_results", "evaluation_coverage", True),
+    ("probe_results", "probe_parser_parity", True),
+    ("base_evaluation_results", "base_evaluation_parser_parity", True),
+    ("evaluation_results", "evaluation_parser_parity", True),
     ("reliability_report", "tuned_not_worse_than_base", False),
 }
 

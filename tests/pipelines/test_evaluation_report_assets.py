@@ -12,6 +12,7 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     from assets import evaluation, report, tasks
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     @dg.asset(name="base_checkpoint")
@@ -32,6 +33,7 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     resources = {
         "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
         "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }

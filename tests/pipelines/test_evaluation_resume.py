@@ -21,6 +21,7 @@ def test_a_killed_evaluation_resumes_and_its_exports_stay_whole(tmp_path, fake_o
     from assets.tasks import benchmark_tasks
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -28,6 +29,7 @@ def test_a_killed_evaluation_resumes_and_its_exports_stay_whole(tmp_path, fake_o
     profile_path, data = _profile(tmp_path, fake_openai.base_url), tmp_path / "data"
     resources = {"rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(data)),
                  "ray_cluster": RayClusterResource(),
+                 "vllm_server": VllmServerResource(),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(data / "assets")),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(data / "objects"))}
     assets = [benchmark_tasks, no_checkpoint, base_evaluation_results]

@@ -19,6 +19,7 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
     from assets import evaluation, model, report, selection, tasks, training
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     shutil.copytree(smollm2_checkpoint, tmp_path / "test" / "checkpoints" / "base")  # reuse the conversion
@@ -28,6 +29,7 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
     resources = {
         "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
         "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }
@@ -45,7 +47,7 @@ def test_main_job_materialises_every_asset_and_passes_its_checks(tmp_path, smoll
         assert {"config_hash", "content_hash"} <= set(metadata), event.asset_key
         assert tags["dagster/data_version"] == metadata["content_hash"].value and tags["dagster/code_version"]
     evaluations = result.get_asset_check_evaluations()
-    assert len(evaluations) == 6 and all(e.passed for e in evaluations if e.check_name != "tuned_not_worse_than_base")
+    assert len(evaluations) == 9 and all(e.passed for e in evaluations if e.check_name != "tuned_not_worse_than_base")
 
     probes = pl.read_parquet(tmp_path / "assets" / "probe_results.parquet")
     assert {"uid", "trial", "reward", "passed", "system_error", "finish_reason", "turns", "input_tokens",

@@ -77,12 +77,14 @@ def _small_job_defs(tmp_path: Path) -> dg.Definitions:
     from pipelines.jobs import build_jobs
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     profile = load_profile("test")
     jobs = build_jobs(lambda samples_policy, trains: run_tags(profile, samples_policy=samples_policy, trains=trains))
     resources = {"rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
                  "ray_cluster": RayClusterResource(),
+                 "vllm_server": VllmServerResource(),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets"))}
     return dg.Definitions(assets=all_assets, jobs=[jobs["rescreen_job"]], resources=resources)

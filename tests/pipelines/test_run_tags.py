@@ -102,12 +102,14 @@ def test_a_run_is_retagged_with_the_profile_it_actually_ran_with(tmp_path):
     from pipelines.jobs import build_jobs
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     startup = load_profile("demo")  # the profile the code location was loaded with
     jobs = build_jobs(lambda samples_policy, trains: run_tags(startup, samples_policy=samples_policy, trains=trains))
     resources = {"rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
                  "ray_cluster": RayClusterResource(),
+                 "vllm_server": VllmServerResource(),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets"))}
     defs = dg.Definitions(assets=all_assets, jobs=[jobs["rescreen_job"]], resources=resources)

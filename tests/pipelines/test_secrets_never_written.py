@@ -60,6 +60,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     from assets.tasks import benchmark_tasks
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     monkeypatch.setenv(KEY_ENV, KEY)
@@ -68,6 +69,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     home.mkdir()
     resources = {"rewardbox": RewardboxResource(profile=str(_profile(tmp_path, fake_openai.base_url)), data_dir=str(data)),
                  "ray_cluster": RayClusterResource(),
+                 "vllm_server": VllmServerResource(),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(data / "assets")),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(data / "objects"))}
     (data / "secret_scan" / "checkpoints").mkdir(parents=True)

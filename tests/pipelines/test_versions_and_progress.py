@@ -25,10 +25,12 @@ SCREENED = dg.AssetKey("screened_candidates")
 
 def _resources(tmp_path: Path, profile: str = "test") -> dict:
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     return {"rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
             "ray_cluster": RayClusterResource(),
+            "vllm_server": VllmServerResource(),
             "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
 
 

@@ -48,12 +48,14 @@ def test_ray_profile_screens_on_ray_and_the_resource_shuts_ray_down(tmp_path):
     from assets import evaluation, model, report, selection, tasks, training
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     modules = [tasks, model, selection, training, evaluation, report]
     resources = {
         "rewardbox": RewardboxResource(profile=str(_ray_profile(tmp_path)), data_dir=str(tmp_path)),
         "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }

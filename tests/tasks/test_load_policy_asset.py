@@ -15,6 +15,7 @@ from rewardbox.tasks.sources import resolve_dataset
 def test_failed_load_keeps_the_last_good_materialization(tmp_path):
     from assets.tasks import candidate_tasks
     from resources.ray_cluster import RayClusterResource
+    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
 
     hotel = tmp_path / "hotel"
@@ -27,6 +28,7 @@ def test_failed_load_keeps_the_last_good_materialization(tmp_path):
     profile_path.write_text(yaml.safe_dump(profile))
     resources = {"rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(tmp_path / "data")),
                  "ray_cluster": RayClusterResource(),
+                 "vllm_server": VllmServerResource(),
                  "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
     stored = tmp_path / "objects" / "candidate_tasks"
     (tmp_path / "home").mkdir()
