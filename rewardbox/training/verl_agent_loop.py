@@ -184,7 +184,11 @@ if AgentLoopBase is not None:
             self.turns = TurnTokens(self.tokenizer)
 
         async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
-            """Play the row's task; ``AgentLoopOutput`` with our reward, or :class:`EpisodeSystemError`."""
+            """Play the row's task; ``AgentLoopOutput`` with our reward, or :class:`EpisodeSystemError`.
+
+            ``session_id`` (verl V1: the rollout's index in its group) is the episode's trial; a
+            prompt longer than ``rollout.prompt_length`` raises ``PromptTooLongError`` (never cut).
+            """
             task = task_from_extra_info(kwargs["extra_info"])
             trial = int(kwargs.get("session_id", 0))
             services = self.services
@@ -197,7 +201,8 @@ if AgentLoopBase is not None:
             generate = server_generate(self.server_manager, uuid4().hex, sampling_params)
             trajectory = await play_with_retries(new_episode, generate, self.turns,
                                                  int(self.rollout_config.response_length),
-                                                 services.config.max_system_error_retries)
+                                                 services.config.max_system_error_retries,
+                                                 int(self.rollout_config.prompt_length))
             result = trajectory.result
             if trajectory.system_error:
                 raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,

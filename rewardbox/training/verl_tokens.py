@@ -98,7 +98,13 @@ class TokenTrajectory:
         return None if self.result is None else self.result.system_error
 
     def extend(self, token_ids: list[int], mask: int, logprobs: list[float] | None = None) -> None:
-        """Append tokens with one mask value; ``logprobs`` (sampled tokens) or 0.0 each."""
+        """Append tokens with one mask value; ``logprobs`` (sampled tokens) or 0.0 each.
+
+        Raises:
+            ValueError: ``logprobs`` and ``token_ids`` differ in length (the server broke its contract).
+        """
+        if mask and logprobs is not None and len(logprobs) != len(token_ids):
+            raise ValueError(f"the server returned {len(logprobs)} log-probs for {len(token_ids)} tokens")
         self.response_ids.extend(token_ids)
         self.response_mask.extend([mask] * len(token_ids))
         if self.response_logprobs is not None:
@@ -157,13 +163,21 @@ class TurnTokens:
         stopped = bool(ids) and ids[-1] in self.end_of_turn_ids
         finish = "length" if not stopped and len(ids) >= budget else "stop"
         raw = self.tokenizer.decode(ids, skip_special_tokens=True)
-        reading = interpret(raw, request.tools, finish_reason=finish, reasoning_open=prompt_opens_reasoning(prompt_text))
+        reading = interpret(raw, request.tools, finish_reason=finish,
+                            reasoning_open=prompt_opens_reasoning(prompt_text))
         return Completion(raw_text=raw, interpretation=reading, finish_reason=finish, output_tokens=len(ids),
                           completion_token_ids=list(ids), completion_logprobs=sampled.logprobs)
 
 
+class PromptTooLongError(ValueError):
+    """The opening prompt (system prompt, tools, query) exceeds the trainer's prompt length: a config error.
+
+    Never truncated: a cut prompt would train on a conversation the model never saw.
+    """
+
+
 async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: TurnTokens,
-                       max_response_tokens: int) -> TokenTrajectory:
+                       max_response_tokens: int, max_prompt_tokens: int | None = None) -> TokenTrajectory:
     """Play ``episode`` to its end with ``generate`` as the policy; always closes the episode.
 
     Args:
@@ -171,11 +185,14 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
         generate: samples one agent turn (verl: the LLM server manager).
         turns: the tokenizer's template pieces.
         max_response_tokens: the trainer's response length (verl ``rollout.response_length``).
+        max_prompt_tokens: the trainer's prompt length (verl ``rollout.prompt_length``), or None.
 
     Returns:
         The token trajectory; ``result.system_error`` set when the runner hit a system error.
 
     Raises:
+        PromptTooLongError: the opening prompt does not fit ``max_prompt_tokens`` (raise verl's
+            ``data.max_prompt_length``); nothing was sampled.
         Whatever ``generate`` raises (the generation server failed: the caller's infrastructure fault).
     """
     try:
@@ -183,6 +200,9 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
         if isinstance(pause, Finished):  # the sandbox did not start: a system error, nothing sampled
             return TokenTrajectory(prompt_ids=[], response_logprobs=None, result=pause.result)
         prompt_text, prompt_ids = turns.opening(pause.request)
+        if max_prompt_tokens is not None and len(prompt_ids) > max_prompt_tokens:
+            raise PromptTooLongError(f"the opening prompt of {episode.task.uid} is {len(prompt_ids)} tokens, more "
+                                     f"than the prompt length {max_prompt_tokens}; raise data.max_prompt_length")
         trajectory = TokenTrajectory(prompt_ids=prompt_ids)
         while isinstance(pause, AwaitingAction):
             pause, prompt_text = await _one_turn(episode, pause, prompt_text, generate, turns, trajectory,
@@ -218,7 +238,8 @@ async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text
 
 
 async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate: Generate, turns: TurnTokens,
-                            max_response_tokens: int, max_system_error_retries: int) -> TokenTrajectory:
+                            max_response_tokens: int, max_system_error_retries: int,
+                            max_prompt_tokens: int | None = None) -> TokenTrajectory:
     """:func:`play_episode`, played again from scratch after a transient system error.
 
     A permanent system error (``system_error_permanent``) is returned at once, as ``run_attempt`` does.
@@ -227,7 +248,7 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
     for attempt in range(1, max_system_error_retries + 2):
-        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens)
+        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens)
         trajectory.attempts = attempt
         result = trajectory.result
         if result is None or result.system_error is None or result.system_error_permanent:

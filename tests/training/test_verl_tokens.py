@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from rewardbox.episode.stepwise import StepwiseEpisode
-from rewardbox.training.verl_tokens import Sampled, TurnTokens, play_episode, play_with_retries
+from rewardbox.training.verl_tokens import PromptTooLongError, Sampled, TurnTokens, play_episode, play_with_retries
 from tests.fixtures.verl_fakes import (GOLDEN_TURNS, SANDBOXES, CharTokenizer, OrderSandbox, ScriptedServer,
-                                       ScriptedUser,                                        StatusGrader, episode_config, order_task)
+                                       ScriptedUser, StatusGrader, episode_config, order_task)
 
 TOKENIZER = CharTokenizer()
 
@@ -103,3 +103,22 @@ def test_missing_logprobs_drop_the_logprob_list_rather_than_invent_values():
 
     traj = asyncio.run(play_episode(_episode(), generate, TurnTokens(TOKENIZER), 4096))
     assert traj.response_logprobs is None and traj.reward == 1.0
+
+
+def test_a_prompt_longer_than_the_trainer_allows_is_refused_never_cut_and_the_sandbox_closed():
+    SANDBOXES.clear()
+    server = ScriptedServer(TOKENIZER)
+    with pytest.raises(PromptTooLongError, match="raise data.max_prompt_length"):
+        asyncio.run(play_episode(_episode(), _generate(server), TurnTokens(TOKENIZER), 4096, max_prompt_tokens=50))
+    assert server.calls == [] and SANDBOXES[0].closed
+
+
+def test_a_server_that_returns_too_few_logprobs_is_an_error_not_a_silent_shift():
+    server = ScriptedServer(TOKENIZER)
+
+    async def generate(context_ids, max_new_tokens):
+        ids, logprobs = server.sample(context_ids, max_new_tokens)
+        return Sampled(ids, logprobs[:-1])
+
+    with pytest.raises(ValueError, match="log-probs for"):
+        asyncio.run(play_episode(_episode(), generate, TurnTokens(TOKENIZER), 4096))
