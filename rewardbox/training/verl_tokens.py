@@ -28,9 +28,9 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-from rewardbox.episode.stepwise import AwaitingAction, Finished, StepwiseEpisode
+from rewardbox.episode.stepwise import AwaitingAction, Finished, Pause, StepwiseEpisode
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
@@ -214,7 +214,7 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
 
 
 async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text: str, generate: Generate,
-                    turns: TurnTokens, trajectory: TokenTrajectory, max_response_tokens: int) -> tuple[Any, str]:
+                    turns: TurnTokens, trajectory: TokenTrajectory, max_response_tokens: int) -> tuple[Pause, str]:
     """Sample one agent turn, hand it to the runner, append the tokens up to the next generation prompt."""
     room = max_response_tokens - len(trajectory.response_ids)
     if room <= 0:
