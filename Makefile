@@ -46,13 +46,16 @@ test-fast: setup
 dev: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster dev -w workspace.yaml
 
-# verl in its own environment (its pins clash with ours): the verl dry run's schema check
-# (tests/training/test_verl_config.py uses it when present; REWARDBOX_VERL_PYTHON points elsewhere).
+# verl in its own environment (its pins clash with ours): the verl dry run's schema check and the agent
+# loop's tests (tests/training/test_verl_config.py, test_verl_agent_loop.py use it when present;
+# REWARDBOX_VERL_PYTHON points elsewhere).
 VERL_VENV ?= .venv-verl
 $(VERL_VENV)/.installed:
 	$(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/python -m pip install -q torch==2.13.0
 	$(VERL_VENV)/bin/python -m pip install -q verl==0.9.1
+	# verl's agent loop imports these at import time; its wheel does not declare them (CPU install)
+	$(VERL_VENV)/bin/python -m pip install -q cachetools uvicorn fastapi
 	touch $@
 
 verl-env: $(VERL_VENV)/.installed

@@ -9,6 +9,7 @@ system-error marking, sandbox teardown) is the runner's own code, unchanged.
 
     start() -> AwaitingAction | Finished
     act(completion) -> AwaitingAction | Finished      (repeat until Finished)
+    out_of_context(reason) -> Finished                (the caller's context is full: graded as it stands)
     close()                                           (any time; tears down)
 
 Used by the environment server (``rewardbox.envserver``) so that an external
@@ -25,6 +26,7 @@ from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import EpisodeRunner, Grader
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.user_simulator import UserSimulator
+from rewardbox.errors import ContextLengthError
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
 from rewardbox.policy.interpreter import interpret, type_tool_call
 from rewardbox.sandbox.base import SandboxFactory
@@ -59,11 +61,14 @@ class _ChannelPolicy:
 
     def __init__(self) -> None:
         self.requests: asyncio.Queue[ChatRequest] = asyncio.Queue(maxsize=1)
-        self.completions: asyncio.Queue[Completion] = asyncio.Queue(maxsize=1)
+        self.completions: asyncio.Queue[Completion | ContextLengthError] = asyncio.Queue(maxsize=1)
 
     async def complete(self, request: ChatRequest) -> Completion:
         await self.requests.put(request)
-        return await self.completions.get()
+        answer = await self.completions.get()
+        if isinstance(answer, ContextLengthError):
+            raise answer
+        return answer
 
     async def aclose(self) -> None:
         return None
@@ -120,10 +125,27 @@ class StepwiseEpisode:
             EpisodeClosedError: the episode is not waiting for an action
                 (not started, finished or closed): a caller error, not a system error.
         """
-        if not isinstance(self._pause, AwaitingAction) or self._run is None or self._run.done():
-            raise EpisodeClosedError("the episode is not waiting for an action (finished or not started); reset it")
+        self._check_waiting()
         self._channel.completions.put_nowait(completion)
         return await self._next_pause()
+
+    async def out_of_context(self, reason: str) -> Pause:
+        """End the episode because the caller's context is full, instead of giving a completion.
+
+        The runner treats it as a policy that raised ``ContextLengthError``: the episode
+        ends with ``finish_reason == "context_limit"`` and is graded on the state it reached
+        (a policy limit, never a system error).
+
+        Raises:
+            EpisodeClosedError: the episode is not waiting for an action.
+        """
+        self._check_waiting()
+        self._channel.completions.put_nowait(ContextLengthError(reason))
+        return await self._next_pause()
+
+    def _check_waiting(self) -> None:
+        if not isinstance(self._pause, AwaitingAction) or self._run is None or self._run.done():
+            raise EpisodeClosedError("the episode is not waiting for an action (finished or not started); reset it")
 
     async def close(self) -> None:
         """Stop the episode if it is still running; the runner tears the sandbox down. Idempotent."""

@@ -1,0 +1,211 @@
+"""verl's agent loop for rewardbox episodes: our sandbox, tools, user, parser and grader inside verl's rollout.
+
+verl (0.9.x) runs one ``AgentLoopBase.run(sampling_params, **row)`` per rollout; ``row``
+is a dataset row written by ``rewardbox.training.verl_rows.pool_to_verl_rows``. The
+:class:`RewardboxAgentLoop` registered here as ``rewardbox_agent`` rebuilds the task from
+``extra_info.task_json`` and plays it with ``rewardbox.training.verl_tokens`` against
+verl's LLM server manager (``server_manager.generate(request_id, prompt_ids=...,
+sampling_params=...)``, token ids and log-probs back). It returns verl's
+``AgentLoopOutput``:
+
+- ``prompt_ids`` / ``response_ids`` / ``response_mask`` (1 on policy tokens, 0 on tool, user
+  and template tokens) / ``response_logprobs`` (the server's sampled log-probs);
+- ``reward_score``: our grader's reward on the terminal state (verl's reward manager is not
+  called when it is set); ``extra_fields.reward_extra_info``: ``passed``, ``attempts``;
+- ``num_turns``: user, assistant and tool messages; ``metrics``: generation and tool seconds.
+
+**System errors.** After ``episode.max_system_error_retries`` fresh episodes (sampled
+again), a rollout that still ends in a system error raises :class:`EpisodeSystemError`
+instead of returning a reward. verl's V1 rollout (``trainer.use_v1``, the default) then
+marks the prompt's group ``failure`` and stores no trajectory for that rollout: it never
+enters the advantage or the loss. A group left with no trajectory is evicted and refilled
+from the dataset with ``trainer.v1.sampler.sync_refill_failed_groups=true``, which
+:func:`build_agent_loop_config` sets. A reward of 0 is never written for it.
+
+verl is imported only when present: this module imports in our own environment, where
+:func:`build_agent_loop_config` and the services are used; the class exists (and is
+registered) only where verl is importable (``make verl-env``, or the cluster's image).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import uuid4
+
+import yaml
+
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.runner import Grader
+from rewardbox.episode.stepwise import StepwiseEpisode
+from rewardbox.episode.user_simulator import UserSimulator
+from rewardbox.sandbox.base import SandboxFactory
+from rewardbox.training.verl_rows import AGENT_NAME, task_from_extra_info
+from rewardbox.training.verl_tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
+
+DEFAULT_SERVICES = "rewardbox.training.verl_agent_loop:services_from_profile"
+AGENT_LOOP_FILE = "rewardbox_agent_loops.yaml"
+
+try:  # verl's own environment only
+    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+except ImportError:  # our default environment: no verl, no class
+    AgentLoopBase = None
+
+
+class EpisodeSystemError(RuntimeError):
+    """A rollout ended in a system error on every try: verl must drop it (never score it).
+
+    Attributes:
+        uid: the task; kind: ``system_error_kind`` (``sandbox_crash``, ...); attempts: episodes played.
+    """
+
+    def __init__(self, uid: str, kind: str, message: str, attempts: int) -> None:
+        self.uid, self.kind, self.attempts = uid, kind, attempts
+        super().__init__(f"rewardbox system error on {uid} after {attempts} attempt(s): {message}")
+
+
+@dataclass
+class LoopServices:
+    """What every rollout of one verl worker process shares.
+
+    Attributes:
+        sandbox_factory: one fresh sandbox per episode.
+        user_simulator: the scripted (or endpoint) user, or None.
+        grader: the task's test runner (``rewardbox.grading.testrunner.TestRunner``).
+        config: episode limits; ``max_system_error_retries`` bounds the re-plays.
+    """
+
+    sandbox_factory: SandboxFactory
+    user_simulator: UserSimulator | None
+    grader: Grader
+    config: EpisodeConfig
+
+
+def services_from_profile() -> LoopServices:
+    """The services of the profile named by ``REWARDBOX_PROFILE`` (default ``demo``), as evaluation builds them."""
+    from rewardbox.config.profile import load_profile
+    from rewardbox.evaluation.services import build_sandbox, build_user_simulator
+    from rewardbox.grading.testrunner import TestRunner
+
+    profile = load_profile(os.environ.get("REWARDBOX_PROFILE", "demo"))
+    grader = TestRunner(max_workers=profile.grading.workers, timeout_s=profile.grading.timeout_s,
+                        judge_config=profile.grading.judge_config())
+    return LoopServices(build_sandbox(profile), build_user_simulator(profile), grader, profile.episode)
+
+
+@functools.cache
+def resolve_services(path: str) -> LoopServices:
+    """Call the zero-argument factory at ``"module:function"`` once per process (verl builds a loop per rollout).
+
+    Raises:
+        ValueError: ``path`` is not ``module:function`` or names nothing callable (a config error).
+    """
+    module_name, _, attr = path.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr, None) if attr else None
+    if not callable(factory):
+        raise ValueError(f"services_factory {path!r} must name a function as 'module:function'")
+    return factory()
+
+
+def build_agent_loop_config(out_dir: str | Path, services_factory: str = DEFAULT_SERVICES) -> dict[str, Any]:
+    """Write verl's agent-loop file for ``rewardbox_agent`` and return the overrides that use it.
+
+    Merge the result into ``verl_config.verl_overrides(...)`` before ``launch_command``.
+
+    Args:
+        out_dir: where ``rewardbox_agent_loops.yaml`` is written (must be readable by verl's workers).
+        services_factory: ``"module:function"`` building each worker's :class:`LoopServices`.
+
+    Returns:
+        ``{dotted key: value}``: the agent-loop file and default loop, sampler log-probs kept,
+        failed groups refilled (see the module docstring on system errors).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / AGENT_LOOP_FILE
+    entry = {"name": AGENT_NAME, "_target_": f"{__name__}.RewardboxAgentLoop", "services_factory": services_factory}
+    path.write_text(yaml.safe_dump([entry], sort_keys=False))
+    agent = "actor_rollout_ref.rollout.agent"
+    return {
+        f"{agent}.agent_loop_config_path": str(path.resolve()),
+        f"{agent}.default_agent_loop": AGENT_NAME,
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "trainer.v1.sampler.sync_refill_failed_groups": True,
+    }
+
+
+def server_generate(server_manager: Any, request_id: str, sampling_params: dict[str, Any]):
+    """A ``verl_tokens.Generate`` over verl's server manager (sticky ``request_id``, per-turn ``max_tokens``)."""
+
+    async def generate(context_ids: list[int], max_new_tokens: int) -> Sampled:
+        params = {**sampling_params, "max_tokens": max_new_tokens}
+        out = await server_manager.generate(request_id=request_id, prompt_ids=context_ids, sampling_params=params)
+        return Sampled(list(out.token_ids), None if out.log_probs is None else list(out.log_probs))
+
+    return generate
+
+
+def output_fields(trajectory: TokenTrajectory) -> dict[str, Any]:
+    """verl ``AgentLoopOutput`` fields of a scored trajectory (the caller raises for a system error)."""
+    result = trajectory.result
+    return {
+        "prompt_ids": trajectory.prompt_ids,
+        "response_ids": trajectory.response_ids,
+        "response_mask": trajectory.response_mask,
+        "response_logprobs": trajectory.response_logprobs,
+        "reward_score": trajectory.reward,
+        "num_turns": sum(1 for m in result.messages if m.get("role") != "system"),
+        "extra_fields": {
+            "turn_scores": [], "tool_rewards": [],
+            "reward_extra_info": {"passed": float(bool(result.passed)), "attempts": trajectory.attempts},
+            "rewardbox_finish_reason": result.finish_reason,
+        },
+    }
+
+
+if AgentLoopBase is not None:
+
+    @register(AGENT_NAME)
+    class RewardboxAgentLoop(AgentLoopBase):
+        """One rewardbox episode per ``run``; see the module docstring.
+
+        Args:
+            services_factory: ``"module:function"`` returning :class:`LoopServices` (cached per process).
+            *args, **kwargs: verl's ``AgentLoopBase`` arguments (config, server manager, tokenizer, ...).
+        """
+
+        def __init__(self, *args: Any, services_factory: str = DEFAULT_SERVICES, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.services = resolve_services(services_factory)
+            self.turns = TurnTokens(self.tokenizer)
+
+        async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+            """Play the row's task; ``AgentLoopOutput`` with our reward, or :class:`EpisodeSystemError`.
+
+            ``session_id`` (verl V1: the rollout's index in its group) is the episode's trial; a
+            prompt longer than ``rollout.prompt_length`` raises ``PromptTooLongError`` (never cut).
+            """
+            task = task_from_extra_info(kwargs["extra_info"])
+            trial = int(kwargs.get("session_id", 0))
+            services = self.services
+
+            def new_episode() -> StepwiseEpisode:
+                return StepwiseEpisode(task, trial, sandbox_factory=services.sandbox_factory,
+                                       user_simulator=services.user_simulator, grader=services.grader,
+                                       config=services.config)
+
+            generate = server_generate(self.server_manager, uuid4().hex, sampling_params)
+            trajectory = await play_with_retries(new_episode, generate, self.turns,
+                                                 int(self.rollout_config.response_length),
+                                                 services.config.max_system_error_retries,
+                                                 int(self.rollout_config.prompt_length))
+            result = trajectory.result
+            if trajectory.system_error:
+                raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,
+                                         trajectory.attempts)
+            metrics = AgentLoopMetrics(generate_sequences=trajectory.generate_s, tool_calls=result.time_tool_s)
+            return AgentLoopOutput(metrics=metrics, **output_fields(trajectory))
