@@ -91,7 +91,7 @@ def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: 
                                   benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
-    checkpoint = rewardbox.path("checkpoints", "incoming", context.partition_key)
+    checkpoint = rewardbox.incoming_checkpoint(context.partition_key)
     return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, str(checkpoint))
 
 

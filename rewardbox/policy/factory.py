@@ -8,12 +8,14 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.config import PolicyConfig
 
 
-def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> Policy:
+def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None, api_key: str | None = None) -> Policy:
     """Build the policy a config describes.
 
     Args:
         config: a ``PolicyConfig`` or a dict of its fields (validated here).
         checkpoint_dir: for ``local``, the checkpoint to load (overrides the config's).
+        api_key: for ``endpoint``, the key itself (a secret: never part of the config); None
+            reads the config's ``api_key_env`` from the environment.
 
     Returns:
         ``LocalPolicy``, ``EndpointPolicy``, ``GoldenReplayPolicy``, ``NullPolicy`` or ``ScriptedMixPolicy``.
@@ -33,7 +35,8 @@ def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> 
         raise ValueError("policy kind 'local' needs checkpoint_dir: the directory written by the "
                          "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
                          "or a merged checkpoint")
-    return _policy_class(cfg.kind)(**cfg.constructor_kwargs())
+    secret = {"api_key": api_key} if api_key and cfg.kind == "endpoint" else {}
+    return _policy_class(cfg.kind)(**cfg.constructor_kwargs(), **secret)
 
 
 def _policy_class(kind: str) -> type[Policy]:
