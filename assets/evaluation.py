@@ -9,17 +9,11 @@ from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.campaign import (
-    ROW_SCHEMA,
-    campaign_keys,
-    coverage_problems,
-    merge_repair,
-    repair_keys,
-    system_error_counts,
-)
+from rewardbox.evaluation.campaign import ROW_SCHEMA, campaign_keys, coverage_problems, system_error_counts
 from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
 from rewardbox.evaluation.journal import campaign_journal
-from rewardbox.evaluation.services import run_trials
+from rewardbox.evaluation.repair import run_with_repair
+from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.tasks.schema import Task
 
@@ -35,7 +29,7 @@ def _decode_column(result, task: Task) -> dict[str, str]:
 
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
              checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x k trials; one repair pass re-runs system-error keys.
+    """Every benchmark task x k trials; one repair pass re-runs system-error keys (``run_with_repair``).
 
     Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
@@ -47,26 +41,21 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
                                {**ROW_SCHEMA, "decode_result": pl.Utf8})
-    executor = ray_cluster.executor(profile, context)
-
-    def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
-        return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
-                          journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
-
-    rows = run(log=context.log, label=context.asset_key.to_user_string())
-    redo = repair_keys(rows, campaign_keys(tasks, k))
-    if redo:
-        context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
+    rows, repaired = run_with_repair(tasks, k, lambda: rewardbox.policy(checkpoint), profile, log=context.log,
+                                     label=context.asset_key.to_user_string(), journal=journal,
+                                     journal_extra=_decode_column, keep_results=False,
+                                     executor=ray_cluster.executor(profile, context))
     decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
     rows = rows.drop("decode_result")
     journal.discard()
+    by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_attempts", "system_errors")
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
-        "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
-        "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
-        "config_hash": config_hash, "input_hash": tasks_hash(tasks),
+        "pass_at_1": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
+        "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": repaired,
+        **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
+        "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
     record_versions(context, frame_version(rows))
     return rows

@@ -12,6 +12,7 @@ from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.services import run_trials
+from rewardbox.metrics.campaign import summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.report import band_histogram_png
 from rewardbox.selection import task_difficulty as compute_difficulty
@@ -49,7 +50,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
-        "pass_rate": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "pass_rate": summarise_campaign(rows, [1])["pass_at_1"] or 0.0, "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })

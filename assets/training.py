@@ -13,6 +13,7 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.evaluation.services import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
+from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
 from rewardbox.training.local import train_local_grpo
@@ -27,7 +28,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
                     training_pool: list[Task], base_checkpoint: str) -> str:
     """LoRA adapter trained with local GRPO on the training pool (never on benchmark tasks)."""
     profile = rewardbox.load()
-    leaked = [t.uid for t in training_pool if t.split != "candidate"]
+    leaked = check_disjoint(training_pool)
     if leaked:
         raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
     out = rewardbox.path("checkpoints", "grpo_adapter")
