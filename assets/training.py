@@ -65,10 +65,16 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
 @dg.asset_check(asset=merged_checkpoint, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True)
 def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
                            benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
-    """Blocking: the merged checkpoint loads with transformers and runs one full episode."""
+    """Blocking: the merged checkpoint loads with transformers and runs one full episode.
+
+    A checkpoint that does not load fails the check with transformers' error in its metadata.
+    """
     profile = rewardbox.load()
     local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
-    policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
+    try:
+        policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
+    except (OSError, ValueError) as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"load_error": f"{type(exc).__name__}: {exc}"})
     n_params = sum(p.numel() for p in policy.model.parameters())
     # the local model runs in this process whatever executor.kind says (it is not shipped to Ray workers)
     rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile, executor=LocalExecutor(1))
