@@ -10,19 +10,12 @@ from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
-from rewardbox.evaluation.campaign import (
-    ROW_SCHEMA,
-    campaign_keys,
-    coverage_problems,
-    merge_repair,
-    repair_keys,
-    system_error_counts,
-)
+from rewardbox.evaluation.campaign import ROW_SCHEMA, campaign_keys, coverage_problems, system_error_counts
 from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
 from rewardbox.evaluation.journal import campaign_journal
-from rewardbox.evaluation.services import run_trials
+from rewardbox.evaluation.repair import run_with_repair
+from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
-from rewardbox.policy import build_policy
 from rewardbox.policy.parity import ParityRecorder
 from rewardbox.tasks.schema import Task
 
@@ -43,7 +36,7 @@ def parity_path(rewardbox: RewardboxResource, name: str):
 
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, vllm_server: VllmServerResource,
              tasks: list[Task], checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x k trials; one repair pass re-runs system-error keys.
+    """Every benchmark task x k trials; one repair pass re-runs system-error keys (``run_with_repair``).
 
     Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
@@ -57,31 +50,27 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name,
-                               [config_hash, tasks_hash(tasks), checkpoint, *served], {**ROW_SCHEMA, "decode_result": pl.Utf8})
-    executor = ray_cluster.executor(profile, context)
+                               [config_hash, tasks_hash(tasks), checkpoint, *served],
+                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
     recorder = ParityRecorder()
     with vllm_server.policy_config(profile, checkpoint, context.log) as policy_config:
-
-        def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
-            return run_trials(tasks, k, build_policy(policy_config, checkpoint_dir=checkpoint or None), profile,
-                              journal=journal, journal_extra=_decode_column, keep_results=False, executor=executor,
-                              on_result=recorder.record, **kwargs)[0]
-
-        rows = run(log=context.log, label=context.asset_key.to_user_string())
-        redo = repair_keys(rows, campaign_keys(tasks, k))
-        if redo:
-            context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-            rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
+        rows, repaired = run_with_repair(tasks, k, lambda: rewardbox.policy(checkpoint, policy_config), profile,
+                                         log=context.log, label=context.asset_key.to_user_string(), journal=journal,
+                                         journal_extra=_decode_column, keep_results=False,
+                                         executor=ray_cluster.executor(profile, context), on_result=recorder.record)
     recorder.write(parity_path(rewardbox, name))
     decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
     rows = rows.drop("decode_result")
     journal.discard()
+    by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_attempts", "system_errors")
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
-        "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
-        "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
-        "config_hash": config_hash, "input_hash": tasks_hash(tasks), "policy_kind": policy_config.kind,
+        "pass_at_1": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
+        "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": repaired,
+        **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
+        "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": tasks_hash(tasks),
+        "policy_kind": policy_config.kind,
     })
     record_versions(context, frame_version(rows))
     return rows
@@ -106,7 +95,7 @@ def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: 
                                   vllm_server: VllmServerResource, benchmark_tasks: list[Task]) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
-    checkpoint = rewardbox.path("checkpoints", "incoming", context.partition_key)
+    checkpoint = rewardbox.incoming_checkpoint(context.partition_key)
     return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, str(checkpoint))
 
 

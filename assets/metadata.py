@@ -9,20 +9,16 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
-from tabulate import tabulate
-
 from rewardbox.config.profile import Profile
 from rewardbox.policy.parity import check_parity, load_recorded, served_paths, shipped_corpus
+from rewardbox.report.tables import markdown_preview
 from rewardbox.tasks.schema import Task
 
 
 def md_table(df: pl.DataFrame, max_rows: int = 30) -> dg.MetadataValue:
-    """A markdown table of the first ``max_rows`` rows (floats to 3 decimals)."""
-    shown = df.head(max_rows)
-    text = tabulate(shown.rows(), headers=shown.columns, tablefmt="github", floatfmt=".3f")
-    if df.height > max_rows:
-        text += f"\n\n… {df.height - max_rows} more rows"
-    return dg.MetadataValue.md(text)
+    """A markdown table of the first ``max_rows`` rows (floats to 3 decimals), as metadata
+    (``rewardbox.report.tables.markdown_preview``: the report's one table renderer)."""
+    return dg.MetadataValue.md(markdown_preview(df, max_rows))
 
 
 def md_image(png: bytes, alt: str) -> dg.MetadataValue:

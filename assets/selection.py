@@ -16,6 +16,7 @@ from rewardbox.evaluation.interchange import import_infer_report
 from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
 from rewardbox.evaluation.services import run_trials
+from rewardbox.metrics.campaign import summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy import build_policy
 from rewardbox.policy.parity import ParityRecorder
@@ -55,7 +56,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
                                    ROW_SCHEMA)  # a killed probe run resumes where it stopped
         recorder = ParityRecorder()
         with vllm_server.policy_config(profile, base_checkpoint, context.log) as policy_config:
-            policy = build_policy(policy_config, checkpoint_dir=base_checkpoint or None)
+            policy = rewardbox.policy(base_checkpoint, policy_config)
             rows, _ = run_trials(screened_candidates, profile.probe.trials, policy, profile, log=context.log,
                                  label="probe_results", journal=journal, on_result=recorder.record,
                                  keep_results=False,  # rows only: memory stays flat over the probe
@@ -65,7 +66,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     summary = rows.group_by("finish_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
-        "pass_rate": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "pass_rate": summarise_campaign(rows, [1])["pass_at_1"] or 0.0, "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })

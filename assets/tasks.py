@@ -107,7 +107,7 @@ def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], rewardbox: R
     ``--select benchmark_tasks`` runs alone, without ``candidate_tasks`` materialised.
     """
     tasks = rewardbox.load().tasks
-    problems = check_disjoint(load_candidates(tasks).tasks, benchmark_tasks + load_held_out(tasks).tasks)
+    problems = check_disjoint(load_candidates(tasks).tasks, [*benchmark_tasks, *load_held_out(tasks).tasks])
     return dg.AssetCheckResult(passed=not problems, metadata={"overlaps": len(problems),
                                                               "examples": dg.MetadataValue.json(problems[:20])})
 
@@ -115,7 +115,6 @@ def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], rewardbox: R
 @dg.asset_check(asset=screened_candidates, blocking=True)
 def screened_candidates_valid(screened_candidates: list[Task]) -> dg.AssetCheckResult:
     """Blocking: at least one valid candidate remains, and none is a benchmark task."""
-    leaked = [t.uid for t in screened_candidates if t.split != "candidate"]
-    passed = bool(screened_candidates) and not leaked
-    return dg.AssetCheckResult(passed=passed, metadata={"tasks": len(screened_candidates),
-                                                        "non_candidates": dg.MetadataValue.json(leaked)})
+    leaked = check_disjoint(screened_candidates)
+    return dg.AssetCheckResult(passed=bool(screened_candidates) and not leaked, metadata={
+        "tasks": len(screened_candidates), "non_candidates": dg.MetadataValue.json(leaked)})

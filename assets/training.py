@@ -13,6 +13,7 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.evaluation.services import check_policy_budget, episode_runner, run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
+from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
 from rewardbox.training.local import train_local_grpo
@@ -27,7 +28,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
                     training_pool: list[Task], base_checkpoint: str) -> str:
     """LoRA adapter trained with local GRPO on the training pool (never on benchmark tasks)."""
     profile = rewardbox.load()
-    leaked = [t.uid for t in training_pool if t.split != "candidate"]
+    leaked = check_disjoint(training_pool)
     if leaked:
         raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
     out = rewardbox.path("checkpoints", "grpo_adapter")
@@ -65,10 +66,16 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
 @dg.asset_check(asset=merged_checkpoint, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True)
 def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
                            benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
-    """Blocking: the merged checkpoint loads with transformers and runs one full episode."""
+    """Blocking: the merged checkpoint loads with transformers and runs one full episode.
+
+    A checkpoint that does not load fails the check with transformers' error in its metadata.
+    """
     profile = rewardbox.load()
     local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
-    policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
+    try:
+        policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
+    except (OSError, ValueError) as exc:
+        return dg.AssetCheckResult(passed=False, metadata={"load_error": f"{type(exc).__name__}: {exc}"})
     n_params = sum(p.numel() for p in policy.model.parameters())
     # the local model runs in this process whatever executor.kind says (it is not shipped to Ray workers)
     rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile, executor=LocalExecutor(1))

@@ -1,14 +1,14 @@
 """The one ``Definitions`` object (``defs``): assets, checks, jobs, sensors, resources.
 
-The profile is picked in one place: the ``REWARDBOX_PROFILE`` environment
-variable (default ``demo``); ``REWARDBOX_DATA_DIR`` moves every artifact.
+The profile is picked in one place: ``REWARDBOX_PROFILE`` (default ``demo``), read with
+``REWARDBOX_DATA_DIR`` (moves every artifact) by ``rewardbox.config.profile``. Paths come from
+the resource (``RewardboxResource.artifacts_dir``), the same one the assets use; secrets are
+``dg.EnvVar`` values of the resource, never config values that get logged.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
 
 import dagster as dg
 
@@ -19,22 +19,25 @@ from resources.io import ParquetIOManager
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
-from rewardbox.config.profile import load_profile
+from rewardbox.config.profile import data_dir_from_env, load_profile, profile_name_from_env
 from rewardbox.config.provenance import benchmark_version, run_tags
+from rewardbox.policy.checkpoint import validate_checkpoint_dir
 from rewardbox.tasks.sources import load_candidates, resolve_dataset
 from sensors.checkpoints import build_checkpoint_sensor
 from sensors.schedules import build_reprobe_schedule
-from sensors.task_source import build_task_source_sensor, fingerprint_task_source
-
-PROFILE = os.environ.get("REWARDBOX_PROFILE", "demo")
+from sensors.task_source import build_task_source_sensor, fingerprint_task_sources
 
 
-def _profile():
-    return load_profile(PROFILE)
+def _secrets(policy_key_env: str) -> dict[str, dg.EnvVar]:
+    """The resource's secret fields as ``dg.EnvVar``: the policy's key when its variable is set
+    (an unset one keeps today's placeholder key, e.g. a local server without auth)."""
+    return {"policy_api_key": dg.EnvVar(policy_key_env)} if policy_key_env in os.environ else {}
 
 
-def _incoming_dir() -> Path:
-    return _ARTIFACTS / "checkpoints" / "incoming"
+_STARTUP_PROFILE = load_profile(profile_name_from_env(), data_dir=data_dir_from_env())  # read once at start-up
+REWARDBOX = RewardboxResource(profile=profile_name_from_env(), data_dir=data_dir_from_env(),
+                              **_secrets(_STARTUP_PROFILE.policy.api_key_env))
+_ARTIFACTS = REWARDBOX.artifacts_dir()
 
 
 def _benchmark_version() -> str:
@@ -42,31 +45,19 @@ def _benchmark_version() -> str:
 
     Raises TaskSetLoadError when the benchmark does not load (the sensor then launches nothing).
     """
-    return benchmark_version(_profile())
+    return benchmark_version(REWARDBOX.load())
 
 
 def _tick_tags(job_name: str):
     """The run tags a sensor or schedule puts on a run of ``job_name``, computed at tick time."""
     samples_policy, trains = JOB_WORKLOADS[job_name]
-    return lambda: run_tags(_profile(), task_set_version=_benchmark_version(), samples_policy=samples_policy,
+    return lambda: run_tags(REWARDBOX.load(), task_set_version=_benchmark_version(), samples_policy=samples_policy,
                             trains=trains)
 
 
-def _validate_checkpoint(path: Path) -> None:
-    from transformers import AutoConfig
-
-    AutoConfig.from_pretrained(path)  # raises for a malformed checkpoint directory
-    if not any(path.glob("*.safetensors")):
-        raise ValueError(f"{path} has no *.safetensors weights")
-
-
 def _candidate_fingerprint() -> str:
-    parts = [fingerprint_task_source(resolve_dataset(s.dataset)) for s in _profile().tasks.candidates]
-    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
+    return fingerprint_task_sources([resolve_dataset(s.dataset) for s in REWARDBOX.load().tasks.candidates])
 
-
-_STARTUP_PROFILE = _profile()  # read once at start-up
-_ARTIFACTS = _STARTUP_PROFILE.data_path / _STARTUP_PROFILE.name
 
 # Jobs carry the start-up profile's tags (visible while queued, for the run queue's limits); the
 # resource refreshes them and adds the task-set version when a run starts (resources/rewardbox.py).
@@ -81,16 +72,16 @@ defs = dg.Definitions(
     asset_checks=all_checks,
     jobs=list(JOBS.values()),
     sensors=[
-        build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=_incoming_dir,
-                                task_set_version_fn=_benchmark_version, validate_fn=_validate_checkpoint,
+        build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=REWARDBOX.incoming_checkpoint,
+                                task_set_version_fn=_benchmark_version, validate_fn=validate_checkpoint_dir,
                                 job=JOBS["checkpoint_evaluation_job"], run_tags_fn=_tick_tags("checkpoint_evaluation_job")),
         build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint, job=JOBS["rescreen_job"],
-                                 task_set_check_fn=lambda: load_candidates(_profile().tasks),
+                                 task_set_check_fn=lambda: load_candidates(REWARDBOX.load().tasks),
                                  run_tags_fn=_tick_tags("rescreen_job")),
     ],
     schedules=[build_reprobe_schedule(JOBS["reprobe_job"], run_tags_fn=_tick_tags("reprobe_job"))],
     resources={
-        "rewardbox": RewardboxResource(profile=PROFILE, data_dir=os.environ.get("REWARDBOX_DATA_DIR")),
+        "rewardbox": REWARDBOX,
         # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster
         "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS")),
         # serving.kind: vllm in the profile serves each evaluated checkpoint with vllm serve (skipped on CPU)

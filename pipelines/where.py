@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
-from rewardbox.config.profile import load_profile
+from rewardbox.config.profile import profile_from_env
 
 
 def main() -> None:
-    profile = load_profile(os.environ.get("REWARDBOX_PROFILE", "demo"))
-    report = profile.data_path / profile.name / "report" / "reliability_report.md"
+    report = profile_from_env().artifacts_path / "report" / "reliability_report.md"
     if report.exists():
         print(f"\nReport: {report}\nPlots:  {report.parent}/*.png\nUI:     make dev  (then open http://127.0.0.1:3000)")
     else:

@@ -1,4 +1,4 @@
-"""The one resource that picks the profile (embedded defaults or real endpoints)."""
+"""The one resource that picks the profile (embedded defaults or real endpoints) and its paths."""
 
 from __future__ import annotations
 
@@ -18,8 +18,11 @@ from rewardbox.config.provenance import (
     run_tags,
 )
 from rewardbox.policy.base import Policy
+from rewardbox.policy.config import PolicyConfig
 
 PROVENANCE_TAGS = (TAG_PROFILE, TAG_CONFIG_HASH, TAG_CODE_VERSION, TAG_GIT_COMMIT)
+INCOMING_CHECKPOINTS = ("checkpoints", "incoming")
+"""Where checkpoints to evaluate are dropped, under ``<data_dir>/<profile>/`` (one partition each)."""
 
 
 _BENCHMARK_VERSIONS: dict[str, str] = {}  # config hash -> version, once per process
@@ -36,16 +39,24 @@ def _benchmark_version_or_error(profile: Profile) -> str:
 
 
 class RewardboxResource(dg.ConfigurableResource):
-    """Profile selection and artifact paths.
+    """Profile selection, artifact paths and the endpoint secrets.
+
+    The profile file is read once per process while it is unchanged
+    (``rewardbox.config.profile.load_profile`` caches it by path and modification time).
 
     Attributes:
-        profile: a profile name (``demo``, ``test``) or a YAML path. Set from the
-            ``REWARDBOX_PROFILE`` environment variable in ``pipelines.definitions``.
-        data_dir: overrides the profile's ``data_dir`` (tests use ``tmp_path``).
+        profile: a profile name (``demo``, ``test``) or a YAML path. ``pipelines.definitions``
+            sets it from ``REWARDBOX_PROFILE``.
+        data_dir: overrides the profile's ``data_dir`` (tests use ``tmp_path``; ``pipelines.definitions``
+            sets it from ``REWARDBOX_DATA_DIR``).
+        policy_api_key: the endpoint policy's API key, given as ``dg.EnvVar(<policy.api_key_env>)``
+            so that Dagster shows the variable's name and never its value; None reads
+            ``policy.api_key_env`` from the environment when the client is made.
     """
 
     profile: str = "demo"
     data_dir: str | None = None
+    policy_api_key: str | None = None
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Tag the run with the profile, config hash, code version and task-set version it runs with.
@@ -68,20 +79,30 @@ class RewardboxResource(dg.ConfigurableResource):
             instance.add_run_tags(run.run_id, changed)
 
     def load(self) -> Profile:
-        profile = load_profile(self.profile)
-        if self.data_dir:
-            profile = profile.model_copy(update={"data_dir": self.data_dir})
-        return profile
+        """The profile (a fresh copy; the file is parsed once while it is unchanged).
+
+        Raises:
+            FileNotFoundError, ValueError: as ``load_profile``.
+        """
+        return load_profile(self.profile, data_dir=self.data_dir)
+
+    def artifacts_dir(self) -> Path:
+        """``<data_dir>/<profile name>/``: every artifact of the profile lives under it."""
+        return self.load().artifacts_path
 
     def path(self, *parts: str) -> Path:
         """A path under ``<data_dir>/<profile name>/``; parents are created."""
-        profile = self.load()
-        out = profile.data_path / profile.name / Path(*parts)
+        out = self.artifacts_dir() / Path(*parts)
         out.parent.mkdir(parents=True, exist_ok=True)
         return out
 
-    def policy(self, checkpoint_dir: Path | None) -> Policy:
-        """The policy the profile names, loaded from ``checkpoint_dir`` when local."""
+    def incoming_checkpoint(self, name: str = "") -> Path:
+        """The drop directory of checkpoints to evaluate, or the checkpoint ``name`` in it."""
+        return self.path(*INCOMING_CHECKPOINTS, name) if name else self.artifacts_dir().joinpath(*INCOMING_CHECKPOINTS)
+
+    def policy(self, checkpoint_dir: Path | str | None, config: PolicyConfig | None = None) -> Policy:
+        """The policy ``config`` names (default: the profile's), loaded from ``checkpoint_dir`` when local."""
         from rewardbox.policy import build_policy
 
-        return build_policy(self.load().policy, checkpoint_dir=checkpoint_dir)
+        return build_policy(config or self.load().policy, checkpoint_dir=checkpoint_dir or None,
+                            api_key=self.policy_api_key)

@@ -20,7 +20,7 @@ A changed source that no longer loads under the candidate load policy (``task_se
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from dagster import RunRequest, SensorDefinition, SensorEvaluationContext, SkipReason, sensor
@@ -58,6 +58,17 @@ def fingerprint_task_source(root: Path, suffixes: tuple[str, ...] = DEFAULT_SUFF
         digest.update(rel.encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def fingerprint_task_sources(roots: Sequence[Path], suffixes: tuple[str, ...] = DEFAULT_SUFFIXES) -> str:
+    """One fingerprint of several task-source directories: 16 hex characters over each one's
+    :func:`fingerprint_task_source`, in the given order.
+
+    Raises:
+        FileNotFoundError: a root does not exist.
+    """
+    parts = [fingerprint_task_source(Path(root), suffixes) for root in roots]
+    return hashlib.sha256("".join(parts).encode()).hexdigest()[:16]
 
 
 def task_source_run_key(fingerprint: str, previous: str | None) -> str:

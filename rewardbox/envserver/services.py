@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from rewardbox.config.profile import Profile, TaskSource
+from rewardbox.tasks.config import TaskSource
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import Grader
 from rewardbox.episode.stepwise import StepwiseEpisode
@@ -21,6 +22,9 @@ from rewardbox.grading.testrunner import TestRunner
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_sources
+
+if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
 
 
 class UnknownTaskError(LookupError):

@@ -1,11 +1,14 @@
-"""Episode limits and generation settings (one config object for this concern)."""
+"""Episode config: limits and sampling of one episode, where episodes run, and the simulated user.
+
+Composed by the profile under ``episode:``, ``executor:`` and ``user:`` (``rewardbox.config.profile.Profile``).
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class EpisodeConfig(BaseModel):
@@ -19,7 +22,9 @@ class EpisodeConfig(BaseModel):
         max_agent_steps_per_user_turn: agent completions between two user messages
             (docs/method.md, "Episode": ``max_agent_turns`` per user message); stops tool loops.
         max_new_tokens: generation budget per completion, tokens.
-        temperature: sampling temperature for the policy (0 = greedy).
+        temperature: the policy's sampling temperature in probe, screening and evaluation
+            episodes (0 = greedy). GRPO rollouts sample at ``grpo.temperature`` instead
+            (the trainer scores at that one); nothing else overrides either.
         seed: base sampling seed; trial ``t`` sends ``seed + t`` as the request's
             episode seed, and agent turn j of trial t of task u draws its tokens with
             ``episode.seeds.turn_seed(seed, u, t, j)`` (local policy). None = unseeded.
@@ -67,3 +72,30 @@ class ExecutorConfig(BaseModel):
     workers: int = Field(2, ge=1)
     worker_num_cpus: float = Field(1.0, ge=0.0)
     runtime_env: dict[str, Any] = Field(default_factory=dict)
+
+
+class UserSimulatorConfig(BaseModel):
+    """The simulated user: ``scripted`` answers from the task's user_context; ``endpoint`` uses an LLM.
+
+    Attributes:
+        kind: ``scripted`` or ``endpoint``.
+        base_url, model: endpoint only (both required); an OpenAI-compatible server.
+        api_key_env: endpoint only; the environment variable holding the key (never the key itself).
+        temperature: the user simulator's sampling temperature (ThinkingBox example config: 0.3);
+            the policy's own temperature is ``episode.temperature``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["scripted", "endpoint"] = "scripted"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.3
+
+    @field_validator("model")
+    @classmethod
+    def _needs_model(cls, v, info):
+        if info.data.get("kind") == "endpoint" and not (v and info.data.get("base_url")):
+            raise ValueError("user.kind=endpoint needs user.base_url and user.model")
+        return v

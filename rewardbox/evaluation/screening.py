@@ -30,16 +30,19 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.evaluation.services import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
+
+if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
 
 WRITE_TAG, NO_WRITE_TAG = "expects_write", "no_write"
 """Task tags that state whether the golden actions must change the state."""

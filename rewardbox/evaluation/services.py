@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
-from rewardbox.config.profile import Profile, TaskSource
+from rewardbox.tasks.config import TaskSource
 from rewardbox.episode.budget import check_token_budget
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
@@ -30,6 +31,9 @@ from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import resolve_dataset
+
+if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
 
 
 def build_user_simulator(profile: Profile) -> UserSimulator:

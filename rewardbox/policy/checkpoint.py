@@ -71,6 +71,22 @@ def read_marker(checkpoint_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def validate_checkpoint_dir(path: Path) -> None:
+    """Check that ``path`` is a Hugging Face checkpoint directory transformers can configure.
+
+    Cheap (reads ``config.json`` only; the weights are not loaded): the new-checkpoint sensor
+    runs it on every candidate directory before launching an evaluation of it.
+
+    Raises:
+        OSError, ValueError: no readable config (transformers' own error), or no ``*.safetensors`` weights.
+    """
+    from transformers import AutoConfig
+
+    AutoConfig.from_pretrained(path)  # raises for a malformed checkpoint directory
+    if not any(Path(path).glob("*.safetensors")):
+        raise ValueError(f"{path} has no *.safetensors weights")
+
+
 def convert_gguf_to_safetensors(out_dir: Path) -> Path:
     """Write the embedded SmolLM2-135M-Instruct as a Hugging Face checkpoint directory.
 

@@ -9,6 +9,23 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 POLICY_KINDS = ("local", "endpoint", "golden", "null", "scripted_mix")
 
+KIND_FIELDS: dict[str, tuple[str, ...]] = {
+    "local": ("checkpoint_dir", "adapter_dir", "max_batch_size", "batch_wait_ms", "device", "dtype", "seed",
+              "num_threads", "name", "guided_tool_calls"),
+    "endpoint": ("base_url", "model", "api_key_env", "timeout_s", "max_retries", "max_timeout_retries",
+                 "max_rate_limit_retries", "reasoning_field", "reasoning_open", "extra_body", "name"),
+    "scripted_mix": ("golden_frac",),
+    "golden": (),
+    "null": (),
+}
+"""The fields each kind's policy class takes, by the constructor's own argument names."""
+
+REMOVED_KEYS = {
+    "temperature": "episode.temperature (probes, screening, evaluation) or grpo.temperature (GRPO rollouts)",
+    "max_new_tokens": "episode.max_new_tokens",
+}
+"""Keys this model no longer has -> the profile key that replaced each."""
+
 
 class PolicyConfig(BaseModel):
     """One policy's settings. Unknown keys are rejected (a typo never passes silently).
@@ -42,8 +59,12 @@ class PolicyConfig(BaseModel):
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
         golden_frac: scripted_mix only; share of episodes that replay the golden
             actions (the rest do nothing), for tests and CI without a model.
-        temperature, max_new_tokens: when set, override every request's values
-            (local and endpoint); None keeps each request's own.
+
+    Sampling is not a policy setting: each request carries its temperature and token budget,
+    set by purpose (``episode.temperature``/``episode.max_new_tokens`` for probes, screening
+    and evaluation, ``grpo.temperature`` for GRPO rollouts). The keys ``temperature`` and
+    ``max_new_tokens`` are refused here with the key to set instead (they used to override
+    every request silently).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
@@ -69,9 +90,20 @@ class PolicyConfig(BaseModel):
     reasoning_field: str = "reasoning_content"
     reasoning_open: bool = False
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    temperature: float | None = Field(None, ge=0)
-    max_new_tokens: int | None = Field(None, ge=1)
     golden_frac: float = Field(0.5, ge=0.0, le=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_removed_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            removed = [key for key in REMOVED_KEYS if key in data]
+            if removed:
+                raise ValueError("; ".join(f"policy.{key} was removed: set {REMOVED_KEYS[key]}" for key in removed))
+        return data
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of this kind's policy class (``KIND_FIELDS``), values as validated."""
+        return {field: getattr(self, field) for field in KIND_FIELDS[self.kind]}
 
     @model_validator(mode="after")
     def _check_kind_fields(self) -> "PolicyConfig":

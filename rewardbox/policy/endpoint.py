@@ -84,6 +84,7 @@ class EndpointPolicy:
         model: str,
         *,
         api_key_env: str = "OPENAI_API_KEY",
+        api_key: str | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
         timeout_s: float = 600.0,
@@ -103,6 +104,9 @@ class EndpointPolicy:
             model: the served model name.
             api_key_env: environment variable holding the key (read now; the key
                 is never stored in config). Unset means the placeholder ``"EMPTY"``.
+            api_key: the key itself (the Dagster resource passes its ``dg.EnvVar`` value);
+                it wins over ``api_key_env`` and is never pickled (a Ray worker's copy reads
+                ``api_key_env`` from its own environment).
             temperature, max_tokens: when set, override every request's values.
             timeout_s: per-attempt timeout, seconds.
             max_retries: retries on 5xx; max_timeout_retries: on timeouts and
@@ -125,11 +129,11 @@ class EndpointPolicy:
         self.extra_body = dict(extra_body or {})
         self.backoff_max_s = backoff_max_s
         self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
-        self._api_key_env, self._timeout_s = api_key_env, timeout_s
+        self._api_key_env, self._api_key, self._timeout_s = api_key_env, api_key, timeout_s
         self._client = self._make_client()
 
     def _make_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=os.environ.get(self._api_key_env) or "EMPTY",
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key or os.environ.get(self._api_key_env) or "EMPTY",
                                   timeout=self._timeout_s, max_retries=0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -137,6 +141,7 @@ class EndpointPolicy:
         reading ``api_key_env`` from its own environment (Ray's ``runtime_env.env_vars``)."""
         state = dict(self.__dict__)
         state.pop("_client")
+        state["_api_key"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

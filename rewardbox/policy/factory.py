@@ -8,65 +8,47 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.config import PolicyConfig
 
 
-def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None) -> Policy:
+def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None, api_key: str | None = None) -> Policy:
     """Build the policy a config describes.
 
     Args:
         config: a ``PolicyConfig`` or a dict of its fields (validated here).
         checkpoint_dir: for ``local``, the checkpoint to load (overrides the config's).
+        api_key: for ``endpoint``, the key itself (a secret: never part of the config); None
+            reads the config's ``api_key_env`` from the environment.
 
     Returns:
-        ``LocalPolicy``, ``EndpointPolicy``, ``GoldenReplayPolicy`` or ``NullPolicy``.
+        ``LocalPolicy``, ``EndpointPolicy``, ``GoldenReplayPolicy``, ``NullPolicy`` or ``ScriptedMixPolicy``.
         The caller owns it and must ``await policy.aclose()``.
+
+    The config's fields map onto the kind's constructor by name (``PolicyConfig.KIND_FIELDS``).
 
     Raises:
         pydantic.ValidationError: a bad config; the message names the field and the fix.
+        ValueError: kind ``local`` without a checkpoint directory.
         FileNotFoundError: a local checkpoint directory that does not exist.
     """
     cfg = config if isinstance(config, PolicyConfig) else PolicyConfig.model_validate(config)
     if checkpoint_dir:
         cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
-    if cfg.kind == "local":
-        if cfg.checkpoint_dir is None:
-            raise ValueError("policy kind 'local' needs checkpoint_dir: the directory written by the "
-                             "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
-                             "or a merged checkpoint")
+    if cfg.kind == "local" and cfg.checkpoint_dir is None:
+        raise ValueError("policy kind 'local' needs checkpoint_dir: the directory written by the "
+                         "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
+                         "or a merged checkpoint")
+    secret = {"api_key": api_key} if api_key and cfg.kind == "endpoint" else {}
+    return _policy_class(cfg.kind)(**cfg.constructor_kwargs(), **secret)
+
+
+def _policy_class(kind: str) -> type[Policy]:
+    """The class of a policy kind, imported on demand (``local`` pulls in torch)."""
+    if kind == "local":
         from rewardbox.policy.local import LocalPolicy
 
-        return LocalPolicy(
-            cfg.checkpoint_dir,
-            adapter_dir=cfg.adapter_dir,
-            max_batch_size=cfg.max_batch_size,
-            batch_wait_ms=cfg.batch_wait_ms,
-            device=cfg.device,
-            dtype=cfg.dtype,
-            seed=cfg.seed,
-            num_threads=cfg.num_threads,
-            temperature=cfg.temperature,
-            max_new_tokens=cfg.max_new_tokens,
-            name=cfg.name,
-            guided_tool_calls=cfg.guided_tool_calls,
-        )
-    if cfg.kind == "endpoint":
+        return LocalPolicy
+    if kind == "endpoint":
         from rewardbox.policy.endpoint import EndpointPolicy
 
-        return EndpointPolicy(
-            cfg.base_url,
-            cfg.model,
-            api_key_env=cfg.api_key_env,
-            temperature=cfg.temperature,
-            max_tokens=cfg.max_new_tokens,
-            timeout_s=cfg.timeout_s,
-            max_retries=cfg.max_retries,
-            max_timeout_retries=cfg.max_timeout_retries,
-            max_rate_limit_retries=cfg.max_rate_limit_retries,
-            reasoning_field=cfg.reasoning_field,
-            reasoning_open=cfg.reasoning_open,
-            extra_body=cfg.extra_body,
-            name=cfg.name,
-        )
+        return EndpointPolicy
     from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy, ScriptedMixPolicy
 
-    if cfg.kind == "scripted_mix":
-        return ScriptedMixPolicy(cfg.golden_frac)
-    return GoldenReplayPolicy() if cfg.kind == "golden" else NullPolicy()
+    return {"golden": GoldenReplayPolicy, "null": NullPolicy, "scripted_mix": ScriptedMixPolicy}[kind]

@@ -12,6 +12,7 @@ from rewardbox.report.tables import (
     band_table,
     compute_reliability,
     format_reliability_tables,
+    markdown_preview,
     markdown_table,
     reliability_tables,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "band_table",
     "compute_reliability",
     "format_reliability_tables",
+    "markdown_preview",
     "markdown_table",
     "reliability_figure",
     "reliability_png",

@@ -29,20 +29,32 @@ from rewardbox.selection.difficulty import band_counts
 NA = "n/a"
 
 
-def markdown_table(df: pl.DataFrame) -> str:
+def markdown_table(df: pl.DataFrame, float_format: str | None = None) -> str:
     """Render a DataFrame as a GitHub markdown table: every row and column, cells unabridged.
 
-    Cells print with ``str()`` (None as empty); ``|`` inside a cell is escaped.
-    (polars' own MARKDOWN formatting wraps or truncates wide cells and caps the
-    table width at 65535 characters, so it is not used for report tables.)
+    Cells print with ``str()`` (None as empty), floats with ``float_format`` when given
+    (e.g. ``".3f"``); ``|`` inside a cell is escaped. (polars' own MARKDOWN formatting
+    wraps or truncates wide cells and caps the table width at 65535 characters, so it is
+    not used for report tables.)
     """
 
     def cell(value: Any) -> str:
+        if float_format and isinstance(value, float):
+            return format(value, float_format)
         return "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(cell(c) for c in df.columns) + " |", "|" + "---|" * df.width]
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
     return "\n".join(lines)
+
+
+def markdown_preview(df: pl.DataFrame, max_rows: int = 30) -> str:
+    """The first ``max_rows`` rows as a markdown table (floats to 3 decimals), then a line
+    saying how many rows were left out: asset metadata, where a table must stay readable."""
+    text = markdown_table(df.head(max_rows), float_format=".3f")
+    if df.height > max_rows:
+        text += f"\n\n… {df.height - max_rows} more rows"
+    return text
 
 
 def fmt_pct(value: float | None) -> str:

@@ -124,17 +124,28 @@ def exclude_overlap(candidates: Iterable[Task], benchmark: Iterable[Task | str])
     return kept, excluded
 
 
-def check_disjoint(candidates: Iterable[Task], benchmark: Iterable[Task | str]) -> list[str]:
-    """Every overlap between candidates and benchmark, one line each.
+def check_disjoint(candidates: Iterable[Task], benchmark: Iterable[Task | str] = ()) -> list[str]:
+    """Every task of a training set that must not train, one line each: the one leak check.
+
+    A task leaks when its ``split`` is not ``"candidate"`` (a benchmark task that reached a
+    training set), or when it shares a uid or a task identity (content hash) with a
+    ``benchmark`` task. The blocking benchmark-overlap check, the screened-candidates check
+    and the GRPO stage's guard all call it.
+
+    Args:
+        candidates: a training set (candidates, screened candidates, a training pool).
+        benchmark: held-out tasks, or bare uids (uid clashes only); empty checks splits only.
 
     Returns:
-        Problems (uid clash or content-hash clash, naming both tasks); an
-        empty list means disjoint. Used by the blocking benchmark-overlap check.
+        Problems (a wrong split, or a uid or content-hash clash naming both tasks), in
+        input order; an empty list means no leak.
     """
     uids, hashes = _benchmark_keys(benchmark)
     problems = []
     for task in candidates:
         reason = overlap_reason(task, uids, hashes)
-        if reason:
+        if task.split != "candidate":
+            problems.append(f"{task.uid}: split is {task.split!r}, not 'candidate'")
+        elif reason:
             problems.append(reason)
     return problems

@@ -90,6 +90,39 @@ def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, T
     return Path(out_dir), TrainingSummary()
 
 
+def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_policy_budget: BudgetCheck):
+    """The rollout policy and the model being trained: (policy, model, pad_id, tokenize, guide_index).
+
+    On-policy (``policy.kind == "local"``) they are one model and ``tokenize`` is None (the
+    sampler's exact token ids are trained); otherwise the base checkpoint is trained on the
+    re-tokenised completions of the profile's policy.
+    """
+    from rewardbox.policy import build_policy
+
+    cfg = profile.grpo
+    if profile.policy.kind != "local":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(base_dir)
+        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+        pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        return build_policy(profile.policy), model, pad_id, chat_tokenizer(tokenizer), None
+    policy = build_policy(profile.policy, checkpoint_dir=base_dir)
+    check_policy_budget(policy, profile, pool)
+    policy.model = trainable(policy.model, cfg)
+    guide_index = None
+    if policy.guided_tool_calls:
+        guide_index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
+    return policy, policy.model, policy.pad_token_id, None, guide_index
+
+
+def rollout_profile(profile: Profile) -> Profile:
+    """The profile GRPO rollouts run with: episodes sample at ``grpo.temperature``, the temperature
+    the trainer scores at (``episode.temperature`` is for probes, screening and evaluation)."""
+    episode = profile.episode.model_copy(update={"temperature": profile.grpo.temperature})
+    return profile.model_copy(update={"episode": episode})
+
+
 def train_local_grpo(
     pool: Sequence[Task],
     base_dir: Path,
@@ -106,7 +139,8 @@ def train_local_grpo(
         pool: training tasks (never benchmark tasks; the assets enforce it).
         base_dir: HF checkpoint directory of the base policy.
         out_dir: where the adapter and ``training_metrics.json`` go.
-        profile: ``grpo`` sets the method, ``policy``/``episode`` the rollouts.
+        profile: ``grpo`` sets the method and the rollout temperature, ``policy``/``episode``
+            the rollouts (:func:`rollout_profile`).
         episode_runner, check_policy_budget: the composition root's runner factory and token-budget check.
 
     Returns:
@@ -117,34 +151,16 @@ def train_local_grpo(
     adapter is saved untrained (LoRA's B matrices are zero, so the merged model
     equals the base) with zero steps, and the caller reports it.
     """
-    from rewardbox.policy import build_policy
-
     cfg = profile.grpo
     if not pool:
         return _untrained_adapter(base_dir, out_dir, cfg, log)
-    episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
-    profile = profile.model_copy(update={"episode": episode})
-    on_policy = profile.policy.kind == "local"
-    guide_index = None
-    if on_policy:
-        policy = build_policy(profile.policy, checkpoint_dir=base_dir)
-        check_policy_budget(policy, profile, pool)
-        policy.model = trainable(policy.model, cfg)
-        model, pad_id, tokenize = policy.model, policy.pad_token_id, None
-        if policy.guided_tool_calls:
-            guide_index = VocabularyIndex(policy.tokenizer, int(model.config.vocab_size))
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        policy = build_policy(profile.policy)
-        tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
-        pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
+    profile = rollout_profile(profile)
+    policy, model, pad_id, tokenize, guide_index = _trainee(profile, base_dir, pool, check_policy_budget)
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
-        if on_policy:
-            policy.weights_changed()  # the cached prefix KV was computed with the old weights
+        if tokenize is None:
+            policy.weights_changed()  # on-policy: the cached prefix KV was computed with the old weights
         progress.update(note=step_note(metrics))  # one line per step as it ends
 
     # the rollouts of a step (B x G, plus refills) wait for a free slot: at most episode.concurrency

@@ -74,3 +74,13 @@ def test_dependency_rule():
     assert not _imports("rewardbox") & {"dagster", "assets", "resources", "sensors", "pipelines"}
     for package in ("assets", "resources", "sensors", "rewardbox"):
         assert "pipelines" not in _imports(package), package
+
+
+def test_the_policy_key_is_a_dagster_envvar_only_when_its_variable_is_set(monkeypatch):
+    from pipelines.definitions import _secrets
+
+    monkeypatch.setenv("REWARDBOX_TEST_POLICY_KEY", "sk-x")
+    monkeypatch.delenv("REWARDBOX_TEST_NO_KEY", raising=False)
+    secret = _secrets("REWARDBOX_TEST_POLICY_KEY")["policy_api_key"]
+    assert isinstance(secret, dg.EnvVar) and secret == "REWARDBOX_TEST_POLICY_KEY"  # the name, never the value
+    assert _secrets("REWARDBOX_TEST_NO_KEY") == {}

@@ -21,13 +21,15 @@ from tests.fixtures.fake_openai import chat_response
 
 KEY_ENV = "REWARDBOX_TEST_SECRET_KEY"
 KEY = "sk-rewardbox-FAKE-9f3c2a71d4e84b0c"
+UNSET_ENV = "REWARDBOX_TEST_UNSET_KEY"
 
 
 def _profile(tmp_path: Path, base_url: str) -> Path:
     profile = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
     profile["tasks"]["benchmark"] = [{"dataset": "embedded:retail", "test_list": "testlists/benchmark.yaml", "limit": 1},
                                      {"dataset": "embedded:helpdesk", "test_list": "testlists/benchmark.yaml", "limit": 1}]
-    profile["policy"] = {"kind": "endpoint", "base_url": base_url, "model": "agent", "api_key_env": KEY_ENV,
+    # the policy's key comes through the resource's dg.EnvVar; its api_key_env names an unset variable
+    profile["policy"] = {"kind": "endpoint", "base_url": base_url, "model": "agent", "api_key_env": UNSET_ENV,
                          "max_retries": 0}
     profile["user"] = {"kind": "endpoint", "base_url": base_url, "model": "user", "api_key_env": KEY_ENV}
     profile["grading"] = {"workers": 1, "judge_base_url": base_url, "judge_api_key_env": KEY_ENV}
@@ -64,10 +66,12 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     from resources.rewardbox import RewardboxResource
 
     monkeypatch.setenv(KEY_ENV, KEY)
+    monkeypatch.delenv(UNSET_ENV, raising=False)
     fake_openai.default = (200, chat_response("Could you confirm the order id?"), {})
     data, home = tmp_path / "data", tmp_path / "dagster_home"
     home.mkdir()
-    resources = {"rewardbox": RewardboxResource(profile=str(_profile(tmp_path, fake_openai.base_url)), data_dir=str(data)),
+    resources = {"rewardbox": RewardboxResource(profile=str(_profile(tmp_path, fake_openai.base_url)), data_dir=str(data),
+                                                policy_api_key=dg.EnvVar(KEY_ENV)),
                  "ray_cluster": RayClusterResource(),
                  "vllm_server": VllmServerResource(),
                  "parquet_io_manager": ParquetIOManager(base_dir=str(data / "assets")),
@@ -82,6 +86,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
         dagster_text = "\n".join([repr(r.event_log_entry) for r in records] + [repr(run.tags), repr(run.run_config)])
 
     assert fake_openai.requests and all(r["authorization"] == f"Bearer {KEY}" for r in fake_openai.requests)
+    assert any(r["body"].get("model") == "agent" for r in fake_openai.requests)  # the policy's key came via EnvVar
     rows = pl.read_parquet(data / "assets" / "base_evaluation_results.parquet")
     assert rows.height == 2 * 2 and rows["system_error"].null_count() == rows.height  # every attempt was scored
     captured = capfd.readouterr()

@@ -62,14 +62,19 @@ def test_null_policy_does_nothing(retail_tools):
 def test_factory_builds_each_kind_and_config_errors_say_how_to_fix():
     assert isinstance(build_policy({"kind": "golden"}), GoldenReplayPolicy)
     assert isinstance(build_policy(PolicyConfig(kind="null")), NullPolicy)
-    endpoint = build_policy({"kind": "endpoint", "base_url": "http://127.0.0.1:1/v1", "model": "m", "temperature": 0})
-    assert isinstance(endpoint, EndpointPolicy) and endpoint.temperature == 0
+    endpoint = build_policy({"kind": "endpoint", "base_url": "http://127.0.0.1:1/v1", "model": "m", "timeout_s": 5})
+    assert isinstance(endpoint, EndpointPolicy) and endpoint.temperature is None  # each request's own temperature
+    assert endpoint._timeout_s == 5 and endpoint.model == "m"
     asyncio.run(endpoint.aclose())
     with pytest.raises(ValueError, match="needs checkpoint_dir"):
         build_policy({"kind": "local"})
     cases = [({"kind": "endpoint", "model": "m"}, "needs base_url"),
              ({"kind": "endpoint", "base_url": "localhost:8000", "model": "m"}, "must start with http"),
              ({"kind": "null", "tempreature": 1.0}, "tempreature"),
+             ({"kind": "endpoint", "base_url": "http://h/v1", "model": "m", "temperature": 0},
+              r"policy.temperature was removed: set episode.temperature .* or grpo.temperature"),
+             ({"kind": "local", "checkpoint_dir": "x", "max_new_tokens": 8},
+              "policy.max_new_tokens was removed: set episode.max_new_tokens"),
              ({"kind": "local", "checkpoint_dir": "x", "max_batch_size": 0}, "max_batch_size")]
     for config, fragment in cases:
         with pytest.raises(ValidationError, match=fragment):

@@ -11,6 +11,7 @@ from rewardbox.report import (
     band_histogram_png,
     band_table,
     compute_reliability,
+    markdown_preview,
     markdown_table,
     reliability_png,
     reliability_tables,
@@ -152,3 +153,10 @@ def test_k_axis_has_integer_ticks_only():
     for ax in fig.axes:
         ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
         assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_markdown_preview_rounds_floats_and_says_what_it_left_out():
+    frame = pl.DataFrame({"uid": [f"t{i}" for i in range(5)], "pass_at_1": [0.12345, None, 1.0, 0.5, 0.25]})
+    text = markdown_preview(frame, max_rows=3)
+    assert text.splitlines()[:5] == ["| uid | pass_at_1 |", "|---|---|", "| t0 | 0.123 |", "| t1 |  |", "| t2 | 1.000 |"]
+    assert text.endswith("… 2 more rows") and markdown_preview(frame).count("\n") == 6  # all rows: no note

@@ -131,3 +131,10 @@ def test_identity_covers_user_context_and_golden_actions(tasks):
     world[server]["golden_test_case"] = {"tool_interactions": [{"tool": "refund_order", "parameters": {"order_id": "X"}}]}
     other_golden = replace(original, uid="g.py:t", world_state=world)
     assert check_disjoint([other_user, other_golden], [original]) == []
+
+
+def test_the_leak_check_flags_a_benchmark_split_in_a_training_set(tasks):
+    held_out = replace(tasks[0], split="benchmark")
+    problems = check_disjoint([tasks[1], held_out])  # no benchmark given: splits only
+    assert problems == [f"{held_out.uid}: split is 'benchmark', not 'candidate'"]
+    assert check_disjoint(tasks[1:]) == []
