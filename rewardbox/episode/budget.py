@@ -83,3 +83,60 @@ def check_token_budget(
             "and scored as a policy failure"
         )
     return longest
+
+
+class TurnBudgetError(ValueError):
+    """The profile's episode limits cannot hold a golden trajectory (a configuration error)."""
+
+
+@dataclass(frozen=True)
+class GoldenTurnCount:
+    """The deepest golden trajectory of a set of tasks: agent completions it needs, and its task."""
+
+    completions: int
+    uid: str
+
+
+def required_agent_turns(tasks: Iterable[Task]) -> GoldenTurnCount | None:
+    """The most agent completions a golden trajectory of ``tasks`` needs (None: no task has golden calls).
+
+    A golden trajectory written one call per completion, then the answer to the user, needs
+    ``len(golden calls) + 1`` completions, all between the query and the user's first reply.
+    """
+    deepest: GoldenTurnCount | None = None
+    for task in tasks:
+        needed = len(task.golden_interactions()) + 1
+        if needed > 1 and (deepest is None or needed > deepest.completions):
+            deepest = GoldenTurnCount(needed, task.uid)
+    return deepest
+
+
+def check_turn_budget(max_agent_turns: int, max_agent_steps_per_user_turn: int,
+                      tasks: Sequence[Task]) -> GoldenTurnCount | None:
+    """Raise when the episode's agent limits are below the deepest golden trajectory of ``tasks``.
+
+    The token budget's twin (issue #15): a limit below the golden depth ends every correct
+    episode of that task as ``agent_limit`` with reward 0, so the probe and the evaluation
+    measure the limit, not the policy.
+
+    Args:
+        max_agent_turns, max_agent_steps_per_user_turn: ``EpisodeConfig``'s limits.
+        tasks: the campaign's tasks.
+
+    Returns:
+        The deepest golden trajectory (None when no task has golden calls).
+
+    Raises:
+        TurnBudgetError: a limit is too small; the message names the task, the limit and the value to set.
+    """
+    deepest = required_agent_turns(tasks)
+    if deepest is None:
+        return None
+    for name, limit in (("max_agent_turns", max_agent_turns),
+                        ("max_agent_steps_per_user_turn", max_agent_steps_per_user_turn)):
+        if limit < deepest.completions:
+            raise TurnBudgetError(
+                f"episode.{name} = {limit} cannot hold the golden trajectory of task {deepest.uid!r} "
+                f"({deepest.completions - 1} calls and the answer: {deepest.completions} agent completions); "
+                f"set it to at least {deepest.completions}, or a correct agent ends at the limit with reward 0")
+    return deepest
