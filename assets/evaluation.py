@@ -1,4 +1,4 @@
-"""Benchmark evaluation: base and tuned policies, tasks x k trials, with coverage gates."""
+"""Benchmark evaluation: base and tuned policies, tasks x n trials, with coverage gates."""
 
 
 import dagster as dg
@@ -9,7 +9,7 @@ from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.campaign import (
+from rewardbox.episode.campaign import (
     ROW_SCHEMA,
     campaign_keys,
     coverage_problems,
@@ -17,9 +17,9 @@ from rewardbox.evaluation.campaign import (
     repair_keys,
     system_error_counts,
 )
+from rewardbox.episode.journal import campaign_journal
+from rewardbox.episode.run import run_trials
 from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
-from rewardbox.evaluation.journal import campaign_journal
-from rewardbox.evaluation.services import run_trials
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.tasks.schema import Task
 
@@ -29,20 +29,20 @@ PARQUET = "parquet_io_manager"
 
 
 def _decode_column(result, task: Task) -> dict[str, str]:
-    """The attempt's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
+    """The trial's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
     return {"decode_result": decode_result_json(result, task)}
 
 
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
              checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x k trials; one repair pass re-runs system-error keys.
+    """Every benchmark task x n trials; one repair pass re-runs system-error keys.
 
-    Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
+    Trials go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
-    Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
+    Also writes the trials as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it).
     """
     profile = rewardbox.load()
-    k = profile.evaluation.trials
+    trials = profile.evaluation.trials
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
@@ -50,11 +50,11 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     executor = ray_cluster.executor(profile, context)
 
     def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
-        return run_trials(tasks, k, rewardbox.policy(checkpoint or None), profile, journal=journal,
+        return run_trials(tasks, trials, rewardbox.policy(checkpoint or None), profile, journal=journal,
                           journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
 
     rows = run(log=context.log, label=context.asset_key.to_user_string())
-    redo = repair_keys(rows, campaign_keys(tasks, k))
+    redo = repair_keys(rows, campaign_keys(tasks, trials))
     if redo:
         context.log.info(f"repair run: {len(redo)} missing or system-error keys")
         rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
@@ -62,7 +62,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     rows = rows.drop("decode_result")
     journal.discard()
     context.add_output_metadata({
-        "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
+        "episodes": rows.height, "tasks": len(tasks), "trials": trials, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
@@ -75,14 +75,14 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                             benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
-    """The base policy on the held-out benchmark: tasks x k trials."""
+    """The base policy on the held-out benchmark: tasks x n trials."""
     return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                        benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
-    """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
+    """The tuned (merged) policy on the held-out benchmark: tasks x n trials."""
     return evaluate(context, rewardbox, ray_cluster, benchmark_tasks, merged_checkpoint)
 
 

@@ -7,7 +7,7 @@ from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.screening import screen_tasks, ungradable
+from rewardbox.selection.screening import screen_tasks, ungradable
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out

@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.rows import row
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.services import run_trials_async
+from rewardbox.episode.run import run_trials_async
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 

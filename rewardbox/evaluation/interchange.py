@@ -1,4 +1,4 @@
-"""ThinkingBox interchange: our attempts as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
+"""ThinkingBox interchange: our trials as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
 
 Export (docs/thinkingbox.md, "DecodeResult rows") writes one ``DecodeResult`` JSON object per
 line, in input order, with every field: ``uid``, ``messages`` (tagged union on
@@ -7,17 +7,20 @@ line, in input order, with every field: ``uid``, ``messages`` (tagged union on
 ``usage`` (one entry per agent completion), ``metadata``, ``is_system_error``,
 ``finish_reason``, so ``tb agg`` / ``tb sbs`` read our campaigns.
 
-Import reads ``tb infer`` output into the attempt-row schema
-(``rewardbox.evaluation.campaign.ROW_SCHEMA``) so existing probe runs feed
+Import reads ``tb infer`` output into the trial-row schema
+(``rewardbox.episode.campaign.ROW_SCHEMA``) so existing probe runs feed
 ``rewardbox.selection.task_difficulty`` without re-running them.
 
 System errors (docs/thinkingbox.md, "System errors in the harness"): a *decode*
 system error is ``is_system_error: true`` with
 ``metadata.error = {type, message, tb}`` and no ``test_result``; a *test* system
 error is ``test_result.is_system_error: true``. Both become a non-null
-``system_error`` string on import (never a reward of 0). Our finish reasons
-outside ThinkingBox's set (``context_limit``, ``system_error``) are written as
-``agent_limit`` / ``done`` and kept verbatim in ``metadata.rewardbox_finish_reason``.
+``system_error`` string on import (never a reward of 0). ThinkingBox names an
+episode's termination reason ``finish_reason``; ours
+(``rewardbox.episode.termination.TerminationReason``) outside its set
+(``context_limit``, ``system_error``) are written as ``agent_limit`` / ``done``
+and kept verbatim in ``metadata.rewardbox_termination_reason`` (files written
+before the rename carry ``metadata.rewardbox_finish_reason``, read as well).
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from typing import Any
 import polars as pl
 
 from rewardbox import strict_json
+from rewardbox.episode.campaign import ROW_SCHEMA
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.campaign import ROW_SCHEMA
 from rewardbox.evaluation.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 
@@ -41,6 +44,8 @@ TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "use
 """``DecodeResult.finish_reason`` values ThinkingBox accepts (``chat_types.FinishReason``)."""
 
 _TO_TB_FINISH = {"context_limit": "agent_limit", "system_error": "done", "": "done"}
+_REASON_KEYS = ("rewardbox_termination_reason", "rewardbox_finish_reason")  # today's key, then the old one
+_TRIES_KEYS = ("rewardbox_tries", "rewardbox_attempts")
 _NULL_SESSION = "00000000-0000-0000-0000-000000000000"
 _GRADER_FALLBACK = "test raised a non-assertion exception"
 
@@ -58,11 +63,11 @@ class InterchangeError(ValueError):
 
 
 def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task], path: str | os.PathLike) -> Path:
-    """Write attempts as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
+    """Write trials as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
 
     Args:
-        results: attempts of a campaign (probe or evaluation), e.g. the second
-            value returned by ``rewardbox.evaluation.services.run_trials``.
+        results: trials of a campaign (probe or evaluation), e.g. the second
+            value returned by ``rewardbox.episode.run.run_trials``.
         tasks: the tasks the results came from (scenario, agent, file, tags, tools).
         path: output file; parent directories are created; written atomically.
 
@@ -119,11 +124,16 @@ def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
         "usage": [_usage(turn) for turn in result.agent_turns],
         "metadata": _metadata(result, task, decode_error),
         "is_system_error": decode_error,
-        "finish_reason": _TO_TB_FINISH.get(result.finish_reason, result.finish_reason),
+        "finish_reason": _TO_TB_FINISH.get(_reason(result), _reason(result)),
     }
     if row["finish_reason"] not in TB_FINISH_REASONS:
         row["finish_reason"] = "done"
     return row
+
+
+def _reason(result: EpisodeResult) -> str:
+    """The episode's termination reason as its string value ("" before the episode ended)."""
+    return "" if result.termination_reason is None else str(result.termination_reason)
 
 
 def _is_test_error(result: EpisodeResult) -> bool:
@@ -159,7 +169,7 @@ def _test_context(result: EpisodeResult, messages: list[dict[str, Any]]) -> dict
         "messages": messages,
         "init_result": {},  # not kept on EpisodeResult
         "session_id": _NULL_SESSION,
-        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": result.finish_reason},
+        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": _reason(result)},
     }
 
 
@@ -222,14 +232,14 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "test_case_name": meta.get("test_case_name", task.test_name),
         "agent": meta.get("agent", task.agent),
         "repetition": result.trial,
-        "execution_time": result.seconds,
+        "execution_time": result.duration_s,
         "time_agent": result.time_agent_s,
         "time_user": result.time_user_s,
         "time_tool": result.time_tool_s,
         "time_test": result.time_test_s,
-        "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
-        "rewardbox_finish_reason": result.finish_reason,
-        "rewardbox_attempts": result.attempts,
+        "time_agent_user_loop": max(0.0, result.duration_s - result.time_test_s),
+        "rewardbox_termination_reason": _reason(result),
+        "rewardbox_tries": result.tries,
         "rewardbox_system_error_kind": result.system_error_kind,
         "rewardbox_retried_system_error_kinds": list(result.retried_system_error_kinds),
         "rewardbox_truncated_turns": result.to_row()["truncated_turns"],
@@ -259,7 +269,7 @@ def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None =
 
 def import_infer_report(path: str | os.PathLike,
                         tasks: Sequence[Task] | None = None) -> tuple[pl.DataFrame, list[str]]:
-    """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as attempt rows (``ROW_SCHEMA``).
+    """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as trial rows (``ROW_SCHEMA``).
 
     Per row: ``trial`` = ``metadata.repetition``; ``reward`` / ``passed`` from
     ``test_result``; ``system_error`` = ``"<error.type>: <error.message>"`` for a
@@ -267,8 +277,10 @@ def import_infer_report(path: str | os.PathLike,
     message is ``test_result.metadata.message`` or the traceback's last line), and
     ``"missing test_result: ..."`` when the test never ran (``tb agg`` counts that
     as a failed decoding too); ``turns`` = number of ``usage`` entries (agent
-    completions); tokens summed over ``usage``; ``seconds`` =
-    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``);
+    completions); tokens summed over ``usage``; ``duration_s`` =
+    ``metadata.execution_time``; ``tries`` = 1 (or ``metadata.rewardbox_tries``, formerly
+    ``rewardbox_attempts``); ``termination_reason`` = ``metadata.rewardbox_termination_reason``
+    (formerly ``rewardbox_finish_reason``), else the line's ``finish_reason``;
     ``truncated_turns`` = ``metadata.rewardbox_truncated_turns`` (null when absent).
 
     Args:
@@ -290,7 +302,7 @@ def import_infer_report(path: str | os.PathLike,
     domains = {t.uid: t.domain for t in tasks} if tasks is not None else None
     rows, seen, left_out = [], {}, {}
     for lineno, obj in _iter_lines(Path(path)):
-        row = _attempt_row(obj, Path(path), lineno)
+        row = _trial_row(obj, Path(path), lineno)
         key = (row["uid"], row["trial"])
         if key in seen:
             raise InterchangeError(path, lineno, f"(uid, repetition) {key} repeats line {seen[key]}", "uid")
@@ -336,25 +348,26 @@ def _field(obj: dict[str, Any], name: str, types: type | tuple[type, ...], path:
     return value
 
 
-def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]:
+def _trial_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]:
     uid = _field(obj, "uid", str, path, lineno)
     metadata = _field(obj, "metadata", dict, path, lineno)
     trial = _field(metadata, "repetition", int, path, lineno, where="metadata.")
     usage = _field(obj, "usage", list, path, lineno, required=False) or []
     tokens = _usage_totals(usage, path, lineno)
     reward, passed, system_error = _outcome(obj, metadata, path, lineno)
-    seconds = _field(metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata.")
+    duration_s = _field(metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata.")
     domain = (metadata.get("rewardbox_domain") or ((obj.get("test_tags") or {}).get("domain"))
               or metadata.get("scenario") or "")
-    finish = metadata.get("rewardbox_finish_reason") or obj.get("finish_reason") or ""
-    if obj.get("is_system_error") and not metadata.get("rewardbox_finish_reason"):
-        finish = "system_error"
+    ours = next((metadata[key] for key in _REASON_KEYS if metadata.get(key)), None)
+    reason = ours or obj.get("finish_reason") or ""
+    if obj.get("is_system_error") and not ours:
+        reason = "system_error"
     return {
         "uid": uid, "domain": str(domain), "trial": trial, "reward": reward, "passed": passed,
-        "system_error": system_error, "finish_reason": str(finish),
+        "system_error": system_error, "termination_reason": str(reason),
         "turns": len(usage) if usage else _count_turns(obj.get("messages") or []),
-        **tokens, "seconds": float(seconds or 0.0),
-        "attempts": int(metadata.get("rewardbox_attempts") or 1),
+        **tokens, "duration_s": float(duration_s or 0.0),
+        "tries": int(next((metadata[key] for key in _TRIES_KEYS if metadata.get(key)), 1)),
         "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
         else ("system_error" if system_error is not None else None),
         "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],

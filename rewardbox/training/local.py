@@ -16,10 +16,10 @@ from functools import partial
 from pathlib import Path
 
 from rewardbox.config.profile import Profile
+from rewardbox.episode.compose import build_policy, check_policy_budget, episode_runner
 from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.services import check_policy_budget, episode_runner
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
@@ -53,14 +53,14 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
 
 
 def step_note(metrics: StepMetrics) -> str:
-    """One GRPO step's line: reward, zero-variance share, loss, sampler-trainer gap, truncation, bands, seconds."""
+    """One GRPO step's line: reward, zero-variance share, loss, sampler-trainer gap, truncation, bands, duration."""
     reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
     return (f"step {metrics.step}: mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
             f"zero_variance={metrics.zero_variance_frac:.2f} "
             f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
             f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
             f"truncated={metrics.truncated_completions}/{metrics.completions} bands=[{metrics.band_histogram}] "
-            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
+            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)")
 
 
 def _tasks(pool: Sequence[Task], profile: Profile):
@@ -104,8 +104,6 @@ def train_local_grpo(
     adapter is saved untrained (LoRA's B matrices are zero, so the merged model
     equals the base) with zero steps, and the caller reports it.
     """
-    from rewardbox.policy import build_policy
-
     cfg = profile.grpo
     if not pool:
         return _untrained_adapter(base_dir, out_dir, cfg, log)
@@ -114,7 +112,7 @@ def train_local_grpo(
     on_policy = profile.policy.kind == "local"
     guide_index = None
     if on_policy:
-        policy = build_policy(profile.policy, checkpoint_dir=base_dir)
+        policy = build_policy(profile, checkpoint_dir=base_dir)
         check_policy_budget(policy, profile, pool)
         policy.model = trainable(policy.model, cfg)
         model, pad_id, tokenize = policy.model, policy.pad_token_id, None
@@ -123,7 +121,7 @@ def train_local_grpo(
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        policy = build_policy(profile.policy)
+        policy = build_policy(profile)
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
