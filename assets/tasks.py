@@ -14,7 +14,7 @@ from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_o
 
 GROUP = "tasks"
 LOAD_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.domains")
-SCREEN_CODE = code_version(__name__, "rewardbox.tasks", *EPISODE_ENGINE)
+SCREEN_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.selection.screening", *EPISODE_ENGINE)
 
 
 def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:

@@ -110,21 +110,7 @@ def train_local_grpo(
     episode = profile.episode.model_copy(update={"temperature": cfg.temperature})
     profile = profile.model_copy(update={"episode": episode})
     on_policy = profile.policy.kind == "local"
-    guide_index = None
-    if on_policy:
-        policy = build_policy(profile, checkpoint_dir=base_dir)
-        check_policy_budget(policy, profile, pool)
-        policy.model = trainable(policy.model, cfg)
-        model, pad_id, tokenize = policy.model, policy.pad_token_id, None
-        if policy.guided_tool_calls:
-            guide_index = VocabularyIndex(policy.tokenizer, int(model.config.vocab_size))
-    else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        policy = build_policy(profile)
-        tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
-        pad_id, tokenize = tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer)
+    policy, model, pad_id, tokenize, guide_index = _policy_and_model(profile, base_dir, pool)
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
@@ -148,3 +134,34 @@ def train_local_grpo(
     summary = asyncio.run(main())
     save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
     return Path(out_dir), summary
+
+
+def _policy_and_model(profile: Profile, base_dir: Path, pool: Sequence[Task]):
+    """The rollout policy and the model GRPO updates, from the composition root.
+
+    On-policy (``policy.kind == "local"``) they are one object: the policy's own
+    model, made trainable, with its pad id, no re-tokeniser, and the guided-call
+    vocabulary index when the policy guides tool calls. Otherwise the policy is
+    whatever the profile names and the model is the base checkpoint, with its
+    chat-template tokeniser (off-policy).
+
+    Returns:
+        ``(policy, model, pad_id, tokenize, guide_index)``.
+
+    Raises:
+        TokenBudgetError: a local policy's budget cannot hold the pool's golden calls.
+    """
+    cfg = profile.grpo
+    if profile.policy.kind == "local":
+        policy = build_policy(profile, checkpoint_dir=base_dir)
+        check_policy_budget(policy, profile, pool)
+        policy.model = trainable(policy.model, cfg)
+        guide_index = (VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
+                       if policy.guided_tool_calls else None)
+        return policy, policy.model, policy.pad_token_id, None, guide_index
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    policy = build_policy(profile)
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+    return policy, model, tokenizer.convert_tokens_to_ids(END_OF_TURN), chat_tokenizer(tokenizer), None
