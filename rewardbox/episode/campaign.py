@@ -30,7 +30,7 @@ ROW_SCHEMA = {
     "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "duration_s": pl.Float64, "tries": pl.Int64,
     "truncated_turns": pl.Int64,
 }
-"""One row per trial (``EpisodeResult.to_row`` plus ``domain``); docs/campaign_rows.md lists the columns."""
+"""One row per trial (``EpisodeResult.to_row`` plus ``domain``); docs/episode_layer.md lists the columns."""
 
 LEGACY_COLUMNS = {"finish_reason": "termination_reason", "seconds": "duration_s", "attempts": "tries"}
 """Column names of rows written before the one-name-per-concept renames -> today's names."""
