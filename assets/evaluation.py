@@ -9,17 +9,10 @@ from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.episode.campaign import (
-    ROW_SCHEMA,
-    campaign_keys,
-    coverage_problems,
-    merge_repair,
-    repair_keys,
-    system_error_counts,
-)
+from rewardbox.episode.campaign import system_error_counts
 from rewardbox.episode.journal import campaign_journal
-from rewardbox.episode.run import run_trials
-from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
+from rewardbox.evaluation.benchmark import EVALUATION_JOURNAL_SCHEMA, check_coverage, run_evaluation
+from rewardbox.evaluation.interchange import write_decode_lines
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.tasks.schema import Task
 
@@ -28,14 +21,9 @@ CODE = code_version(__name__, *EPISODE_ENGINE)
 PARQUET = "parquet_io_manager"
 
 
-def _decode_column(result, task: Task) -> dict[str, str]:
-    """The trial's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
-    return {"decode_result": decode_result_json(result, task)}
-
-
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, tasks: list[Task],
              checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x n trials; one repair pass re-runs system-error keys.
+    """Every benchmark task x n trials, one repair pass (``rewardbox.evaluation.benchmark.run_evaluation``).
 
     Trials go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
@@ -46,26 +34,18 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name, [config_hash, tasks_hash(tasks), checkpoint],
-                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
-    executor = ray_cluster.executor(profile, context)
-
-    def run(**kwargs) -> pl.DataFrame:  # a fresh policy per pass: run_trials closes the one it is given
-        return run_trials(tasks, trials, rewardbox.policy(checkpoint or None), profile, journal=journal,
-                          journal_extra=_decode_column, keep_results=False, executor=executor, **kwargs)[0]
-
-    rows = run(log=context.log, label=context.asset_key.to_user_string())
-    redo = repair_keys(rows, campaign_keys(tasks, trials))
-    if redo:
-        context.log.info(f"repair run: {len(redo)} missing or system-error keys")
-        rows = merge_repair(rows, run(keys=redo, log=context.log, label="repair"))
-    decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
-    rows = rows.drop("decode_result")
+                               EVALUATION_JOURNAL_SCHEMA)
+    run = run_evaluation(tasks, trials, lambda: rewardbox.policy(checkpoint or None), profile, journal,
+                         executor=ray_cluster.executor(profile, context), log=context.log,
+                         label=context.asset_key.to_user_string())
+    rows = run.rows
+    decode_path = write_decode_lines(run.decode_lines, rewardbox.path("evaluation", f"{name}.jsonl"))
     journal.discard()
     context.add_output_metadata({
         "episodes": rows.height, "tasks": len(tasks), "trials": trials, "checkpoint": checkpoint,
         "pass_at_1": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
-        "repaired_keys": len(redo), **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
+        "repaired_keys": run.repaired_keys, **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)), "per_domain": md_table(rows.group_by("domain").agg(pl.col("passed").mean(), pl.len())),
         "config_hash": config_hash, "input_hash": tasks_hash(tasks),
     })
     record_versions(context, frame_version(rows))
@@ -96,7 +76,7 @@ def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: 
 
 
 def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
-    problems = coverage_problems(rows, campaign_keys(tasks, rewardbox.load().evaluation.trials))
+    problems = check_coverage(rows, tasks, rewardbox.load().evaluation.trials)
     return dg.AssetCheckResult(passed=not problems, metadata={"problems": len(problems),
                                                               "examples": dg.MetadataValue.json(problems[:20])})
 
