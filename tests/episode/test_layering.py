@@ -50,3 +50,54 @@ def test_old_name_of_a_trial_run():
     from rewardbox.episode.trial import run_trial
 
     assert run_attempt is run_trial
+
+
+STAGE_PACKAGES = ("rewardbox.selection", "rewardbox.evaluation", "rewardbox.training")
+
+
+def test_screening_and_probing_never_call_up_from_the_episode_layer():
+    """A traced walk of one task (screen: golden + null replay, then one probe trial, then its band):
+    no frame of ``rewardbox.episode`` calls into a stage package (the old wiring called
+    ``evaluation.services.episode_runner`` from ``episode.executor``), and evaluation is never entered."""
+    import sys
+    import threading
+
+    from rewardbox.config.profile import load_profile
+    from rewardbox.domains import registry
+    from rewardbox.episode.executor import LocalExecutor
+    from rewardbox.episode.run import run_trials
+    from rewardbox.policy.scripted import GoldenReplayPolicy
+    from rewardbox.selection import task_difficulty
+    from rewardbox.selection.screening import screen_tasks
+    from rewardbox.tasks.thinkingbox import load_dataset
+
+    tasks = sorted(load_dataset(registry.dataset_dir("retail")).tasks, key=lambda t: t.uid)[:1]
+    profile = load_profile("test")
+    upward, entered = set(), set()
+
+    def module_of(frame) -> str:
+        return frame.f_globals.get("__name__", "")
+
+    def watch(frame, event, _arg):
+        if event != "call" or not module_of(frame).startswith("rewardbox."):
+            return
+        callee = module_of(frame)
+        entered.add(callee)
+        caller = frame.f_back
+        while caller is not None and not module_of(caller).startswith("rewardbox."):
+            caller = caller.f_back
+        if caller is not None and module_of(caller).startswith("rewardbox.episode") and callee.startswith(STAGE_PACKAGES):
+            upward.add((module_of(caller), callee))
+
+    sys.setprofile(watch)
+    threading.setprofile(watch)
+    try:
+        valid, _ = screen_tasks(tasks, profile, LocalExecutor(1))
+        rows, _ = run_trials(valid, 1, GoldenReplayPolicy(), profile, executor=LocalExecutor(1))
+        difficulty = task_difficulty(rows)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert difficulty["n"].to_list() == [1]  # the walk really ran
+    assert upward == set()
+    assert sorted(m for m in entered if m.startswith("rewardbox.evaluation")) == []
