@@ -140,9 +140,9 @@ def coverage_problems(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -
     """Every expected (uid, trial) exactly once and none unexpected; [] means complete."""
     expected = set(expected)
     seen = Counter(zip(rows["uid"].to_list(), rows["trial"].to_list()))
-    problems = [f"missing {k}" for k in sorted(expected - set(seen))]
-    problems += [f"duplicate {k} x{n}" for k, n in sorted(seen.items()) if n > 1]
-    problems += [f"unexpected {k}" for k in sorted(set(seen) - expected)]
+    problems = [f"missing {key}" for key in sorted(expected - set(seen))]
+    problems += [f"duplicate {key} x{count}" for key, count in sorted(seen.items()) if count > 1]
+    problems += [f"unexpected {key}" for key in sorted(set(seen) - expected)]
     return problems
 
 
@@ -150,7 +150,7 @@ def repair_keys(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list
     """Keys to re-run: expected keys that are missing or whose row is a system error."""
     clean = rows.filter(pl.col("system_error").is_null())
     done = set(zip(clean["uid"].to_list(), clean["trial"].to_list()))
-    return [k for k in expected if k not in done]
+    return [key for key in expected if key not in done]
 
 
 def merge_repair(rows: pl.DataFrame, repaired: pl.DataFrame) -> pl.DataFrame:
