@@ -108,7 +108,7 @@ def write_rows(path: str, trials: int = 3) -> None:
     keys = [(t.uid, trial) for t in tasks for trial in range(trials)]
     policy = build_policy(PolicyConfig(kind="scripted_mix", golden_frac=0.5))
     rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, profile, keys=keys))
-    rows.select("uid", "trial", "reward", "passed", "system_error", "finish_reason", "turns").sort("uid", "trial").write_parquet(path)
+    rows.select("uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns").sort("uid", "trial").write_parquet(path)
     print(f"{rows.height} rows -> {path}")
 
 
