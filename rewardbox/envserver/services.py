@@ -17,7 +17,6 @@ from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import Grader
 from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.episode.user_simulator import UserSimulator
-from rewardbox.grading.testrunner import TestRunner
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_sources
