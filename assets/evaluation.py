@@ -1,4 +1,4 @@
-"""Benchmark evaluation: base and tuned policies, tasks x k trials, with coverage gates."""
+"""Benchmark evaluation: base and tuned policies, tasks x n trials, with coverage gates."""
 
 
 import dagster as dg
@@ -10,10 +10,10 @@ from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
-from rewardbox.evaluation.campaign import ROW_SCHEMA, campaign_keys, coverage_problems, system_error_counts
-from rewardbox.evaluation.interchange import decode_result_json, write_decode_lines
-from rewardbox.evaluation.journal import campaign_journal
-from rewardbox.evaluation.repair import run_with_repair
+from rewardbox.episode.campaign import system_error_counts
+from rewardbox.episode.journal import campaign_journal
+from rewardbox.evaluation.benchmark import EVALUATION_JOURNAL_SCHEMA, check_coverage, run_evaluation
+from rewardbox.evaluation.interchange import write_decode_lines
 from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy.parity import ParityRecorder
@@ -24,11 +24,6 @@ CODE = code_version(__name__, *EPISODE_ENGINE)
 PARQUET = "parquet_io_manager"
 
 
-def _decode_column(result, task: Task) -> dict[str, str]:
-    """The attempt's DecodeResult JSON, kept in the journal so the export is whole after a resume."""
-    return {"decode_result": decode_result_json(result, task)}
-
-
 def parity_path(rewardbox: RewardboxResource, name: str):
     """Where a campaign's recorded raw completions go for the parser-parity check."""
     return rewardbox.path("parity", f"{name}.json")
@@ -36,38 +31,36 @@ def parity_path(rewardbox: RewardboxResource, name: str):
 
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, vllm_server: VllmServerResource,
              tasks: list[Task], checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x k trials; one repair pass re-runs system-error keys (``run_with_repair``).
+    """Every benchmark task x n trials, one repair pass (``rewardbox.evaluation.benchmark.run_evaluation``).
 
-    Attempts go to a crash-safe journal first, so a run that is killed resumes where it stopped
+    Trials go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
-    Also writes the attempts as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it), and a sample
+    Also writes the trials as ThinkingBox ``DecodeResult`` JSONL (``tb agg`` / ``tb sbs`` read it), and a sample
     of raw completions for the parser-parity check. With ``serving.kind: vllm`` the checkpoint is served by vLLM
     for the campaign (``vllm_server``) and the episodes use an endpoint policy at it.
     """
     profile = rewardbox.load()
-    k = profile.evaluation.trials
+    trials = profile.evaluation.trials
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name,
-                               [config_hash, tasks_hash(tasks), checkpoint, *served],
-                               {**ROW_SCHEMA, "decode_result": pl.Utf8})
+                               [config_hash, tasks_hash(tasks), checkpoint, *served], EVALUATION_JOURNAL_SCHEMA)
     recorder = ParityRecorder()
     with vllm_server.policy_config(profile, checkpoint, context.log) as policy_config:
-        rows, repaired = run_with_repair(tasks, k, lambda: rewardbox.policy(checkpoint, policy_config), profile,
-                                         log=context.log, label=context.asset_key.to_user_string(), journal=journal,
-                                         journal_extra=_decode_column, keep_results=False,
-                                         executor=ray_cluster.executor(profile, context), on_result=recorder.record)
+        run = run_evaluation(tasks, trials, lambda: rewardbox.policy(checkpoint, policy_config), profile, journal,
+                             executor=ray_cluster.executor(profile, context), log=context.log,
+                             label=context.asset_key.to_user_string(), on_result=recorder.record)
     recorder.write(parity_path(rewardbox, name))
-    decode_path = write_decode_lines(rows["decode_result"].to_list(), rewardbox.path("evaluation", f"{name}.jsonl"))
-    rows = rows.drop("decode_result")
+    rows = run.rows
+    decode_path = write_decode_lines(run.decode_lines, rewardbox.path("evaluation", f"{name}.jsonl"))
     journal.discard()
-    by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_attempts", "system_errors")
+    by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_trials", "system_errors")
     context.add_output_metadata({
-        "attempts": rows.height, "tasks": len(tasks), "trials": k, "checkpoint": checkpoint,
+        "episodes": rows.height, "tasks": len(tasks), "trials": trials, "checkpoint": checkpoint,
         "pass_at_1": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
         "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": repaired,
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": run.repaired_keys,
         **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
         "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": tasks_hash(tasks),
         "policy_kind": policy_config.kind,
@@ -79,14 +72,14 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                             vllm_server: VllmServerResource, benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
-    """The base policy on the held-out benchmark: tasks x k trials."""
+    """The base policy on the held-out benchmark: tasks x n trials."""
     return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
 def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                        vllm_server: VllmServerResource, benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
-    """The tuned (merged) policy on the held-out benchmark: tasks x k trials."""
+    """The tuned (merged) policy on the held-out benchmark: tasks x n trials."""
     return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, merged_checkpoint)
 
 
@@ -100,7 +93,7 @@ def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: 
 
 
 def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
-    problems = coverage_problems(rows, campaign_keys(tasks, rewardbox.load().evaluation.trials))
+    problems = check_coverage(rows, tasks, rewardbox.load().evaluation.trials)
     return dg.AssetCheckResult(passed=not problems, metadata={"problems": len(problems),
                                                               "examples": dg.MetadataValue.json(problems[:20])})
 

@@ -68,7 +68,7 @@ def tuned_not_worse_than_base(base_evaluation_results: pl.DataFrame, evaluation_
     entry = boot["metrics"].get("pass_at_1")
     if entry is None or entry["difference"] is None:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                   metadata={"verdict": "n/a", "reason": "no clean attempt in one of the campaigns"})
+                                   metadata={"verdict": "n/a", "reason": "no clean trial in one of the campaigns"})
     point, low, high = entry["difference"]
     return dg.AssetCheckResult(
         passed=entry["verdict"] != "worse", severity=dg.AssetCheckSeverity.WARN,

@@ -11,11 +11,11 @@ from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
-from rewardbox.evaluation.campaign import ROW_SCHEMA, system_error_counts
+from rewardbox.episode.campaign import ROW_SCHEMA, system_error_counts
+from rewardbox.episode.journal import campaign_journal
+from rewardbox.episode.run import run_trials
 from rewardbox.evaluation.interchange import import_infer_report
-from rewardbox.evaluation.journal import campaign_journal
 from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
-from rewardbox.evaluation.services import run_trials
 from rewardbox.metrics.campaign import summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy import build_policy
@@ -37,15 +37,15 @@ PARQUET = "parquet_io_manager"
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                   vllm_server: VllmServerResource, screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
-    """One row per probe attempt: uid, trial, reward, passed, system_error, finish_reason,
-    turns, tokens (input, output), seconds. n trials per candidate with the base policy, or the
+    """One row per probe trial: uid, trial, reward, passed, system_error, termination_reason,
+    turns, tokens (input, output), duration_s. n trials per candidate with the base policy, or the
     rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set. With ``serving.kind: vllm``
     the base checkpoint is served by vLLM for the probes; a sample of raw completions is kept for the
     parser-parity check."""
     profile = rewardbox.load()
     if profile.probe.import_results:
         rows, left_out = import_infer_report(profile.probe.import_results, screened_candidates)
-        context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} attempts")
+        context.log.info(f"probe results imported from {profile.probe.import_results}: {rows.height} trials")
         for line in left_out:
             context.log.warning(f"probe import left out {line}")
         ParityRecorder().write(rewardbox.path("parity", "probe_results.json"))  # no raw text imported: corpus only
@@ -63,11 +63,13 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
                                  executor=ray_cluster.executor(profile, context))
         recorder.write(rewardbox.path("parity", "probe_results.json"))
         journal.discard()
-    summary = rows.group_by("finish_reason").len().sort("len", descending=True)
+    summary = rows.group_by("termination_reason").len().sort("len", descending=True)
     context.add_output_metadata({
-        "attempts": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
-        "pass_rate": summarise_campaign(rows, [1])["pass_at_1"] or 0.0, "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "finish_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
+        "episodes": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
+        "pass_rate": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
+        "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
+        "termination_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
     })
     record_versions(context, frame_version(rows))

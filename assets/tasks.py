@@ -7,14 +7,14 @@ from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.evaluation.screening import screen_tasks, ungradable
+from rewardbox.selection.screening import screen_tasks, ungradable
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
 
 GROUP = "tasks"
 LOAD_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.domains")
-SCREEN_CODE = code_version(__name__, "rewardbox.tasks", *EPISODE_ENGINE)
+SCREEN_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.selection.screening", *EPISODE_ENGINE)
 
 
 def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:

@@ -10,7 +10,8 @@ from assets.metadata import md_image, md_table, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
-from rewardbox.evaluation.services import check_policy_budget, episode_runner, run_trials
+from rewardbox.episode.compose import check_policy_budget, episode_runner
+from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
 from rewardbox.tasks.exclusion import check_disjoint

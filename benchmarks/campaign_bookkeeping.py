@@ -19,7 +19,7 @@ import numpy as np
 
 from benchmarks.rows import row
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.services import run_trials_async
+from rewardbox.episode.run import run_trials_async
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 
@@ -108,7 +108,7 @@ def write_rows(path: str, trials: int = 3) -> None:
     keys = [(t.uid, trial) for t in tasks for trial in range(trials)]
     policy = build_policy(PolicyConfig(kind="scripted_mix", golden_frac=0.5))
     rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, profile, keys=keys))
-    rows.select("uid", "trial", "reward", "passed", "system_error", "finish_reason", "turns").sort("uid", "trial").write_parquet(path)
+    rows.select("uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns").sort("uid", "trial").write_parquet(path)
     print(f"{rows.height} rows -> {path}")
 
 

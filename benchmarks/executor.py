@@ -27,10 +27,10 @@ from typing import Any
 
 from benchmarks.rows import row
 from rewardbox.config.profile import TaskSourcesConfig, load_profile
+from rewardbox.episode.campaign import campaign_keys, results_frame
+from rewardbox.episode.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import EpisodeExecutor, LocalExecutor
-from rewardbox.evaluation.campaign import campaign_keys, results_frame
-from rewardbox.evaluation.services import episode_runner
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_candidates
 

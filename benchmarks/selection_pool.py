@@ -35,11 +35,11 @@ def probe_rows(tasks: int = 125_000, trials: int = 8, seed: int = 0) -> pl.DataF
     })
 
 
-def anchor_bands(k: list[int], n: list[int], min_clean: int = 4) -> list[str | None]:
+def anchor_bands(c: list[int], n: list[int], min_clean: int = 4) -> list[str | None]:
     """The anchor: one ``scipy.stats.beta`` per task, largest mass, ties to the harder band."""
     out: list[str | None] = []
-    for ki, ni in zip(k, n):
-        cdf = stats.beta(ki + 0.5, ni - ki + 0.5).cdf(DEFAULT_BOUNDARIES)
+    for ci, ni in zip(c, n):
+        cdf = stats.beta(ci + 0.5, ni - ci + 0.5).cdf(DEFAULT_BOUNDARIES)
         edges = [0.0, *cdf, 1.0]
         masses = [max(0.0, edges[i + 1] - edges[i]) for i in range(len(BANDS))]
         top = max(masses)
@@ -51,7 +51,7 @@ def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> l
     """Median of 3 end-to-end runs; the anchor loop timed on a sample and scaled; bands compared for all tasks.
 
     The band check runs the anchor's per-task computation once per distinct
-    (k, n) pair (the same function of (k, n)), so every task is compared.
+    (c, n) pair (the same function of (c, n)), so every task is compared.
     """
     rows = probe_rows(tasks, trials)
     times = []
@@ -61,13 +61,13 @@ def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> l
         pool = training_pool(difficulty)
         times.append(time.perf_counter() - t0)
     product_s = sorted(times)[1]
-    k, n = difficulty["k"].to_list(), difficulty["n"].to_list()
+    c, n = difficulty["c"].to_list(), difficulty["n"].to_list()
     t0 = time.perf_counter()
-    anchor_bands(k[:anchor_sample], n[:anchor_sample])
+    anchor_bands(c[:anchor_sample], n[:anchor_sample])
     anchor_s = (time.perf_counter() - t0) * tasks / min(anchor_sample, tasks)
-    pairs = sorted(set(zip(k, n)))
+    pairs = sorted(set(zip(c, n)))
     by_pair = dict(zip(pairs, anchor_bands([p[0] for p in pairs], [p[1] for p in pairs])))
-    same = sum(by_pair[(ki, ni)] == band for ki, ni, band in zip(k, n, difficulty["band"].to_list()))
+    same = sum(by_pair[(ci, ni)] == band for ci, ni, band in zip(c, n, difficulty["band"].to_list()))
     result = {"rows": rows.height, "tasks": tasks, "product_s": product_s, "anchor_loop_s": anchor_s,
               "anchor_sample_tasks": anchor_sample, "anchor_loop_issue_s": ANCHOR_LOOP_S,
               "ratio_product_vs_anchor": product_s / anchor_s, "same_bands": same, "pool_tasks": pool.height,

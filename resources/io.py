@@ -7,6 +7,8 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
+from rewardbox.episode.campaign import upgrade_rows
+
 
 class ParquetIOManager(dg.ConfigurableIOManager):
     """Stores each asset's DataFrame at ``<base_dir>/<asset key path>.parquet``.
@@ -29,5 +31,6 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "rows": obj.height})
 
     def load_input(self, context: dg.InputContext) -> pl.DataFrame:
+        """The stored frame; trial rows written under old column names are renamed (``upgrade_rows``)."""
         partition = context.asset_partition_key if context.has_asset_partitions else None
-        return pl.read_parquet(self._path(context.asset_key, partition))
+        return upgrade_rows(pl.read_parquet(self._path(context.asset_key, partition)))

@@ -148,7 +148,7 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
             fields = finished_fields(pause)
         new_messages, self._shown = messages[self._shown:], len(messages)
         self._state.status = fields["status"]
-        self._state.finish_reason = fields.get("finish_reason")
+        self._state.termination_reason = fields.get("termination_reason")
         return RewardboxObservation(task_uid=task_uid, query=query, messages=messages,
                                     new_messages=new_messages, **fields)
 
@@ -156,7 +156,8 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
 def finished_fields(pause: Finished) -> dict[str, Any]:
     """Observation fields of an ended episode: graded, or a system error (reward None, never 0)."""
     result = pause.result
-    common = {"done": True, "finish_reason": result.finish_reason}
+    reason = None if result.termination_reason is None else str(result.termination_reason)
+    common = {"done": True, "termination_reason": reason}
     if result.system_error is not None:
         return {**common, "status": "system_error", "reward": None, "system_error": result.system_error}
     outcome = result.test_outcome

@@ -81,7 +81,8 @@ class RewardboxObservation(Observation):
     messages: list[dict[str, Any]] = Field(default_factory=list, description="The visible conversation so far")
     new_messages: list[dict[str, Any]] = Field(
         default_factory=list, description="Messages added by the last action: tool results, the user's reply")
-    finish_reason: str | None = Field(None, description="Why the episode ended (termination reason)")
+    termination_reason: str | None = Field(
+        None, description="Why the episode ended (rewardbox.episode.termination.TerminationReason value)")
     passed: bool | None = Field(None, description="The task's test passed (finished episodes only)")
     system_error: str | None = Field(None, description="'<kind>: <message>' of an infrastructure fault")
     grading_message: str = Field("", description="The test's failure message, if any")
@@ -93,4 +94,4 @@ class RewardboxState(State):
     task_uid: str | None = None
     status: EpisodeStatus | None = None
     trial: int = 0
-    finish_reason: str | None = None
+    termination_reason: str | None = None

@@ -1,7 +1,7 @@
 """What every session of the environment server shares: tasks, sandbox factory, user simulator, grader.
 
 Built once per server from a profile by the project's composition root
-(``rewardbox.evaluation.services``: ``build_sandbox``, ``build_user_simulator``)
+(``rewardbox.episode.compose``: ``build_sandbox``, ``build_user_simulator``, ``build_grader``)
 and the same ``TestRunner`` grading pool that evaluation uses, so a reward
 from the server is the reward evaluation would give the same episode.
 """
@@ -18,7 +18,6 @@ from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import Grader
 from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.episode.user_simulator import UserSimulator
-from rewardbox.grading.testrunner import TestRunner
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_sources
@@ -98,9 +97,8 @@ def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: S
 
 def build_services(profile: Profile, tasks: Sequence[Task]) -> EnvServices:
     """Shared parts from the profile's sandbox, user and grading sections (one composition root)."""
-    from rewardbox.evaluation.services import build_sandbox, build_user_simulator
+    from rewardbox.episode.compose import build_grader, build_sandbox, build_user_simulator
 
-    grader = TestRunner(max_workers=profile.grading.workers, timeout_s=profile.grading.timeout_s,
-                        judge_config=profile.grading.judge_config())
+    grader = build_grader(profile)
     return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=build_sandbox(profile),
                        user_simulator=build_user_simulator(profile), grader=grader, config=profile.episode)

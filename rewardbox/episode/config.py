@@ -28,8 +28,8 @@ class EpisodeConfig(BaseModel):
         seed: base sampling seed; trial ``t`` sends ``seed + t`` as the request's
             episode seed, and agent turn j of trial t of task u draws its tokens with
             ``episode.seeds.turn_seed(seed, u, t, j)`` (local policy). None = unseeded.
-        max_system_error_retries: fresh attempts after a system error before the
-            attempt is recorded as a system error (never as a reward of 0).
+        max_system_error_retries: fresh tries after a system error before the
+            trial is recorded as a system error (never as a reward of 0).
         concurrency: episodes in flight at once (the local policy batches them).
     """
 

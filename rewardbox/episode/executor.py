@@ -16,7 +16,7 @@ count the sandboxes actually open (started and not yet closed) with a
 :class:`SandboxGauge`, and report the peak.
 
 The runner itself is built by a *runner factory*, ``policy -> async context
-manager of EpisodeRunner`` (``functools.partial(evaluation.services.episode_runner,
+manager of EpisodeRunner`` (``functools.partial(rewardbox.episode.compose.episode_runner,
 profile)``), so this module needs no knowledge of profiles, and a Ray worker
 can build its own runner from the same picklable factory.
 """
@@ -30,10 +30,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.trial import run_trial
 from rewardbox.policy.base import Policy
 from rewardbox.sandbox.base import Sandbox, SandboxFactory
 from rewardbox.tasks.schema import Task
@@ -103,7 +103,7 @@ class ExecutorSession(Protocol):
     """One policy's episodes on an executor; open with ``EpisodeExecutor.session``."""
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
-        """One attempt of (task, trial), waiting for a free slot first.
+        """One trial of (task, trial), waiting for a free slot first.
 
         Never raises for policy behaviour or infrastructure faults: those are
         results (``system_error`` set, ``reward`` None), never a reward of 0.
@@ -146,7 +146,7 @@ class _LocalSession:
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
         async with self._slots:
-            return await run_attempt(self._runner, task, trial)
+            return await run_trial(self._runner, task, trial)
 
     async def run(self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None) -> list[EpisodeResult]:
         return await run_pairs(self.run_one, pairs, on_result)

@@ -27,11 +27,12 @@ from typing import Any
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError, RayTaskError
 
-from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import (GaugedSandboxFactory, OnResult, RunnerFactory, SandboxGauge, run_pairs)
 from rewardbox.episode.runner import EpisodeRunner
+from rewardbox.episode.termination import TerminationReason
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.trial import run_trial
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
 
@@ -77,8 +78,8 @@ class _Worker:
         return self._runner
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
-        """``run_attempt`` of (task, trial) on this worker's runner."""
-        return await run_attempt(await self._ensure_runner(), task, trial)
+        """``run_trial`` of (task, trial) on this worker's runner."""
+        return await run_trial(await self._ensure_runner(), task, trial)
 
     async def close(self) -> None:
         """Close the runner (grading pool) and the policy copy."""
@@ -116,7 +117,7 @@ def check_shippable(policy: Policy) -> None:
 
 def worker_lost_result(task: Task, trial: int, exc: BaseException) -> EpisodeResult:
     """The system-error result of a key whose Ray worker died (retried by repair, never scored)."""
-    return EpisodeResult(uid=task.uid, trial=trial, finish_reason="system_error",
+    return EpisodeResult(uid=task.uid, trial=trial, termination_reason=TerminationReason.SYSTEM_ERROR,
                          system_error=f"ray_worker: {type(exc).__name__}: {exc}")
 
 

@@ -10,8 +10,9 @@ tool ends it; turn limits end it. One handler per state, each small:
     OPEN -> AGENT -> (TOOLS -> AGENT)* -> USER -> AGENT ... -> GRADE -> END
 
 Infrastructure faults (``InfrastructureError``) abort the episode with
-``finish_reason == "system_error"``; they are never shown to the policy and
-never scored. ``run_attempt`` retries them with a fresh sandbox.
+``termination_reason == TerminationReason.SYSTEM_ERROR``; they are never shown to
+the policy and never scored. ``rewardbox.episode.trial.run_trial`` retries them
+with a fresh sandbox.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.seeds import turn_seed
+from rewardbox.episode.termination import TerminationReason
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.episode.user_simulator import UserSimulator, split_stop_marker
 from rewardbox.errors import ContextLengthError, GraderError, InfrastructureError
@@ -101,7 +103,7 @@ class EpisodeRunner:
         }
 
     async def run(self, task: Task, trial: int) -> EpisodeResult:
-        """One attempt. Never raises for policy behaviour or infrastructure faults.
+        """One episode. Never raises for policy behaviour or infrastructure faults.
 
         Returns:
             An ``EpisodeResult``; ``system_error`` is set (and ``reward`` None)
@@ -118,7 +120,7 @@ class EpisodeRunner:
             _mark_system_error(run.result, exc)
         finally:
             await run.sandbox.close()
-            run.result.seconds = time.perf_counter() - started
+            run.result.duration_s = time.perf_counter() - started
         return run.result
 
     # -- handlers -----------------------------------------------------------------
@@ -142,7 +144,7 @@ class EpisodeRunner:
         cfg, result = self.config, run.result
         limit = min(run.task.max_agent_turns, cfg.max_agent_turns)
         if result.turns >= limit or run.steps_this_user_turn >= cfg.max_agent_steps_per_user_turn:
-            return _finish(result, "agent_limit")
+            return _finish(result, TerminationReason.AGENT_LIMIT)
         request = ChatRequest(
             messages=[_visible(m) for m in result.messages],
             tools=run.tools,
@@ -156,7 +158,7 @@ class EpisodeRunner:
         try:
             completion = await self.policy.complete(request)
         except ContextLengthError:
-            return _finish(result, "context_limit")
+            return _finish(result, TerminationReason.CONTEXT_LIMIT)
         finally:
             result.time_agent_s += time.perf_counter() - t0
         run.last_completion = completion
@@ -172,13 +174,13 @@ class EpisodeRunner:
         if any(isinstance(c, ToolCall) and c.name in end_turn for c in calls):
             for c in calls:
                 result.messages.append(_tool_message(c, ""))
-            return _finish(result, "end_turn_tool")
+            return _finish(result, TerminationReason.END_TURN_TOOL)
         if calls:
             return State.TOOLS
         if not interp.content.strip():
-            return _finish(result, "agent_error")
+            return _finish(result, TerminationReason.AGENT_ERROR)
         if interp.content.strip().endswith(DONE_MARKER):
-            return _finish(result, "done")
+            return _finish(result, TerminationReason.DONE)
         return State.USER
 
     async def _tools(self, run: EpisodeRun) -> State:
@@ -202,18 +204,18 @@ class EpisodeRunner:
     async def _user(self, run: EpisodeRun) -> State:
         result = run.result
         if run.user_finished:
-            return _finish(result, "user_done")
+            return _finish(result, TerminationReason.USER_DONE)
         if self.user_simulator is None or not run.task.user_context.strip():
-            return _finish(result, "no_user_llm")
+            return _finish(result, TerminationReason.NO_USER_LLM)
         run.user_turns += 1
         if run.user_turns > min(run.task.max_user_turns, self.config.max_user_turns):
-            return _finish(result, "user_limit")
+            return _finish(result, TerminationReason.USER_LIMIT)
         t0 = time.perf_counter()
         reply = await self.user_simulator.reply(run.task, result.messages, run.user_turns)
         result.time_user_s += time.perf_counter() - t0
         text, stopped = split_stop_marker(reply)
         if stopped and not text:
-            return _finish(result, "user_done")
+            return _finish(result, TerminationReason.USER_DONE)
         run.user_finished = stopped
         result.messages.append({"role": "user", "content": text, "is_user_llm": True})
         run.steps_this_user_turn = 0
@@ -239,8 +241,8 @@ class EpisodeRunner:
 # -- small pure helpers --------------------------------------------------------------
 
 
-def _finish(result: EpisodeResult, reason: str) -> State:
-    result.finish_reason = reason
+def _finish(result: EpisodeResult, reason: TerminationReason) -> State:
+    result.termination_reason = reason
     return State.GRADE
 
 
@@ -248,7 +250,7 @@ def _mark_system_error(result: EpisodeResult, exc: InfrastructureError) -> None:
     result.system_error = f"{exc.kind}: {exc}"
     result.system_error_kind = getattr(exc, "error_kind", f"{exc.kind}_error")
     result.system_error_permanent = exc.permanent
-    result.finish_reason = "system_error"
+    result.termination_reason = TerminationReason.SYSTEM_ERROR
     result.reward = None
     result.passed = None
 
@@ -339,7 +341,8 @@ def build_test_context(run: EpisodeRun) -> dict[str, Any]:
         "metadata": {
             "uid": run.task.uid,
             "repetition": run.trial,
-            "finish_reason": result.finish_reason,
+            # the ThinkingBox test context names the termination reason "finish_reason"
+            "finish_reason": None if result.termination_reason is None else str(result.termination_reason),
             **{k: v for k, v in run.task.metadata.items() if isinstance(v, (str, int, float, bool))},
         },
     }

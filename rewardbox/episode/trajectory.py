@@ -6,19 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rewardbox.grading.outcome import TestOutcome  # its home is grading; kept here for older imports
+from rewardbox.episode.termination import TERMINATION_REASONS, TerminationReason
 
-# Termination reasons (docs/thinkingbox.md, "Episode loop"), plus "system_error".
-FINISH_REASONS = (
-    "done",            # agent ended its message with <DONE>
-    "end_turn_tool",   # agent called an is_end_turn builtin tool
-    "user_done",       # the user simulator ended the conversation
-    "user_limit",      # max_user_turns reached
-    "agent_limit",     # max_agent_turns reached
-    "no_user_llm",     # no user simulator / no user_context after the first turn
-    "agent_error",     # the agent produced nothing
-    "context_limit",   # the conversation outgrew the policy's context window
-    "system_error",    # infrastructure fault; the attempt is not scored
-)
+FINISH_REASONS = TERMINATION_REASONS
+"""Kept for users of the old name: the termination reason values (``TerminationReason``)."""
 
 
 @dataclass
@@ -43,21 +34,24 @@ class AgentTurn:
 
 @dataclass
 class EpisodeResult:
-    """One attempt of (policy, task, trial).
+    """One episode of (policy, task, trial), after its system-error retries (``rewardbox.episode.trial``).
 
-    ``system_error`` is None for a scored attempt, else ``"<kind>: <message>"``;
-    such an attempt has ``reward`` None and must be retried or refilled.
+    ``system_error`` is None for a scored episode, else ``"<kind>: <message>"``;
+    such an episode has ``reward`` None and must be retried or refilled.
     ``system_error_kind`` is its kind (``sandbox_timeout``, ``judge_timeout``...,
     see :class:`rewardbox.errors.InfrastructureError`); ``retried_system_error_kinds``
-    lists the kinds of the earlier tries of this attempt that hit a system error
-    and were retried (so a retried fault is counted even when the attempt is scored).
+    lists the kinds of the earlier tries of this trial that hit a system error
+    and were retried (so a retried fault is counted even when the trial is scored).
+    ``termination_reason`` says why the episode ended (None before it ended);
+    ``duration_s`` is its wall-clock time in seconds; ``tries`` counts the runs
+    of this trial (1 + system-error retries).
     """
 
     uid: str
     trial: int
     messages: list[dict[str, Any]] = field(default_factory=list)
     agent_turns: list[AgentTurn] = field(default_factory=list)
-    finish_reason: str = ""
+    termination_reason: TerminationReason | None = None
     reward: float | None = None
     passed: bool | None = None
     system_error: str | None = None
@@ -69,12 +63,17 @@ class EpisodeResult:
     events: list[str] = field(default_factory=list)
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     tools: list[Any] = field(default_factory=list)
-    seconds: float = 0.0
+    duration_s: float = 0.0
     time_agent_s: float = 0.0
     time_user_s: float = 0.0
     time_tool_s: float = 0.0
     time_test_s: float = 0.0
-    attempts: int = 1
+    tries: int = 1
+
+    def __post_init__(self) -> None:
+        """Accept a reason's string value (``"done"``); an unknown one raises ``ValueError``."""
+        if self.termination_reason is not None:
+            self.termination_reason = TerminationReason(self.termination_reason)
 
     @property
     def input_tokens(self) -> int:
@@ -110,12 +109,12 @@ class EpisodeResult:
             "system_error": self.system_error,
             "system_error_kind": self.system_error_kind,
             "retried_system_error_kinds": list(self.retried_system_error_kinds),
-            "finish_reason": self.finish_reason,
+            "termination_reason": None if self.termination_reason is None else str(self.termination_reason),
             "turns": self.turns,
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,
             "output_tokens": self.output_tokens,
             "truncated_turns": sum(t.finish_reason == "length" for t in self.agent_turns),
-            "seconds": self.seconds,
-            "attempts": self.attempts,
+            "duration_s": self.duration_s,
+            "tries": self.tries,
         }

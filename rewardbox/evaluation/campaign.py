@@ -1,136 +1,22 @@
-"""Campaigns: every (uid, trial) key run once, with coverage checks and repair.
+"""Kept for users of the old path: campaigns now live in ``rewardbox.episode.campaign``."""
 
-Probes (n trials of each candidate task) and evaluations (k trials of each
-benchmark task) are both campaigns. Coverage is validated before any metric
-(docs/method.md, "Evaluation"): every expected key present exactly once, none
-unexpected. A repair run executes only missing or system-error keys.
-"""
+from rewardbox.episode.campaign import (
+    LEGACY_COLUMNS,
+    ROW_SCHEMA,
+    AttemptFn,
+    TrialFn,
+    campaign_keys,
+    coverage_problems,
+    merge_repair,
+    repair_keys,
+    result_row,
+    results_frame,
+    rows_frame,
+    run_campaign,
+    system_error_counts,
+    upgrade_rows,
+)
 
-from __future__ import annotations
-
-import asyncio
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any
-
-import polars as pl
-
-from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.tasks.schema import Task
-
-AttemptFn = Callable[[Task, int], Awaitable[EpisodeResult]]
-
-ROW_SCHEMA = {
-    "uid": pl.Utf8, "domain": pl.Utf8, "trial": pl.Int64, "reward": pl.Float64, "passed": pl.Boolean,
-    "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "retried_system_error_kinds": pl.List(pl.Utf8),
-    "finish_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
-    "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "seconds": pl.Float64, "attempts": pl.Int64,
-    "truncated_turns": pl.Int64,
-}
-
-
-def campaign_keys(tasks: Sequence[Task], trials: int) -> list[tuple[str, int]]:
-    """All ``(uid, trial)`` keys of a tasks x trials campaign, trial in ``0..trials-1``."""
-    return [(t.uid, i) for t in tasks for i in range(trials)]
-
-
-async def run_campaign(
-    tasks: Sequence[Task],
-    keys: Iterable[tuple[str, int]],
-    attempt_fn: AttemptFn,
-    *,
-    concurrency: int = 8,
-    on_result: Callable[[EpisodeResult], None] | None = None,
-    collect: Callable[[EpisodeResult], Any] | None = None,
-) -> list[Any]:
-    """Run every key with at most ``concurrency`` episodes in flight.
-
-    ``concurrency`` workers take the next key as they finish one, so a campaign
-    holds only the episodes in flight and what ``collect`` keeps of each
-    finished one: memory stays flat over any number of keys when ``collect``
-    keeps a row rather than the whole result (its messages, effects, states).
-
-    Args:
-        tasks: the tasks the keys refer to (by uid).
-        keys: ``(uid, trial)`` pairs to run.
-        attempt_fn: runs one attempt (e.g. ``partial(run_attempt, runner)``).
-        concurrency: episodes in flight; a batching local policy groups their completions.
-        on_result: called after each attempt (progress logging, a journal).
-        collect: what to keep of each result (default: the ``EpisodeResult`` itself).
-
-    Returns:
-        ``collect(result)`` per key, in key order. System errors are results
-        with ``system_error`` set.
-    """
-    by_uid = {t.uid: t for t in tasks}
-    keys = list(keys)
-    kept: list[Any] = [None] * len(keys)
-    pending = iter(enumerate(keys))  # shared by the workers: each takes the next key
-
-    async def worker() -> None:
-        for index, (uid, trial) in pending:
-            result = await attempt_fn(by_uid[uid], trial)
-            if on_result is not None:
-                on_result(result)
-            kept[index] = result if collect is None else collect(result)
-
-    await asyncio.gather(*(worker() for _ in range(max(1, min(concurrency, len(keys))))))
-    return kept
-
-
-def results_frame(results: Sequence[EpisodeResult], tasks: Sequence[Task]) -> pl.DataFrame:
-    """One row per attempt (schema ``ROW_SCHEMA``), domain taken from the task."""
-    domain = {t.uid: t.domain for t in tasks}
-    return rows_frame([result_row(r, domain) for r in results])
-
-
-def result_row(result: EpisodeResult, domain: Mapping[str, str]) -> dict[str, Any]:
-    """The Parquet row of one attempt: ``EpisodeResult.to_row`` plus the task's domain (uid -> domain map)."""
-    return {**result.to_row(), "domain": domain.get(result.uid, "")}
-
-
-def rows_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
-    """Attempt rows (``result_row`` dicts) as a DataFrame with schema ``ROW_SCHEMA``."""
-    return pl.DataFrame(list(rows), schema=ROW_SCHEMA)
-
-
-def system_error_counts(rows: pl.DataFrame) -> dict[str, int]:
-    """System errors per kind: the kinds of rows still in error plus those of retried tries.
-
-    A retried fault is counted even when its attempt was then scored, so a run's
-    metadata shows every infrastructure fault it met, not only the unrepaired ones.
-
-    Returns:
-        ``{kind: count}`` sorted by kind; ``{}`` when the run met none.
-    """
-    kinds: list[str] = []
-    if "system_error_kind" in rows.columns:
-        final = rows.filter(pl.col("system_error").is_not_null())["system_error_kind"].fill_null("system_error")
-        kinds += final.to_list()
-    if "retried_system_error_kinds" in rows.columns:
-        kinds += rows["retried_system_error_kinds"].explode().drop_nulls().to_list()
-    return dict(sorted(Counter(kinds).items()))
-
-
-def coverage_problems(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list[str]:
-    """Every expected (uid, trial) exactly once and none unexpected; [] means complete."""
-    expected = set(expected)
-    seen = Counter(zip(rows["uid"].to_list(), rows["trial"].to_list()))
-    problems = [f"missing {k}" for k in sorted(expected - set(seen))]
-    problems += [f"duplicate {k} x{n}" for k, n in sorted(seen.items()) if n > 1]
-    problems += [f"unexpected {k}" for k in sorted(set(seen) - expected)]
-    return problems
-
-
-def repair_keys(rows: pl.DataFrame, expected: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Keys to re-run: expected keys that are missing or whose row is a system error."""
-    clean = rows.filter(pl.col("system_error").is_null())
-    done = set(zip(clean["uid"].to_list(), clean["trial"].to_list()))
-    return [k for k in expected if k not in done]
-
-
-def merge_repair(rows: pl.DataFrame, repaired: pl.DataFrame) -> pl.DataFrame:
-    """Replace rows of repaired keys by their new rows (one row per key remains)."""
-    keys = repaired.select("uid", "trial")
-    kept = rows.join(keys, on=["uid", "trial"], how="anti")
-    return pl.concat([kept, repaired]).sort(["uid", "trial"])
+__all__ = ["LEGACY_COLUMNS", "ROW_SCHEMA", "AttemptFn", "TrialFn", "campaign_keys", "coverage_problems", "merge_repair",
+           "repair_keys", "result_row", "results_frame", "rows_frame", "run_campaign", "system_error_counts",
+           "upgrade_rows"]

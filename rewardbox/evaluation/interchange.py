@@ -1,4 +1,4 @@
-"""ThinkingBox interchange: our attempts as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
+"""ThinkingBox interchange: our trials as ``DecodeResult`` JSONL, ``tb infer`` JSONL as our rows.
 
 Export (docs/thinkingbox.md, "DecodeResult rows") writes one ``DecodeResult`` JSON object per
 line, in input order, with every field: ``uid``, ``messages`` (tagged union on
@@ -7,33 +7,35 @@ line, in input order, with every field: ``uid``, ``messages`` (tagged union on
 ``usage`` (one entry per agent completion), ``metadata``, ``is_system_error``,
 ``finish_reason``, so ``tb agg`` / ``tb sbs`` read our campaigns.
 
-Import reads ``tb infer`` output into the attempt-row schema
-(``rewardbox.evaluation.campaign.ROW_SCHEMA``) so existing probe runs feed
+Import reads ``tb infer`` output into the trial-row schema
+(``rewardbox.episode.campaign.ROW_SCHEMA``) so existing probe runs feed
 ``rewardbox.selection.task_difficulty`` without re-running them.
 
 System errors (docs/thinkingbox.md, "System errors in the harness"): a *decode*
 system error is ``is_system_error: true`` with
 ``metadata.error = {type, message, tb}`` and no ``test_result``; a *test* system
 error is ``test_result.is_system_error: true``. Both become a non-null
-``system_error`` string on import (never a reward of 0). Our finish reasons
-outside ThinkingBox's set (``context_limit``, ``system_error``) are written as
-``agent_limit`` / ``done`` and kept verbatim in ``metadata.rewardbox_finish_reason``.
+``system_error`` string on import (never a reward of 0). ThinkingBox names an
+episode's termination reason ``finish_reason``; ours
+(``rewardbox.episode.termination.TerminationReason``) outside its set
+(``context_limit``, ``system_error``) are written as ``agent_limit`` / ``done``
+and kept verbatim in ``metadata.rewardbox_termination_reason`` (files written
+before the rename carry ``metadata.rewardbox_finish_reason``, read as well).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.campaign import ROW_SCHEMA
-from rewardbox.grading.tb_messages import count_agent_turns, tb_messages, tb_tool_calls
+from rewardbox.evaluation.tb_import import InterchangeError, import_infer_report, import_infer_results
+from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 
 TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",
@@ -42,27 +44,17 @@ TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "use
 
 _TO_TB_FINISH = {"context_limit": "agent_limit", "system_error": "done", "": "done"}
 _NULL_SESSION = "00000000-0000-0000-0000-000000000000"
-_GRADER_FALLBACK = "test raised a non-assertion exception"
-
-
-class InterchangeError(ValueError):
-    """A DecodeResult JSONL line is malformed; the message names the file, line and field."""
-
-    def __init__(self, path: str | Path, line: int, message: str, field: str | None = None):
-        detail = f" (field {field!r})" if field else ""
-        super().__init__(f"{path}:{line}{detail}: {message}")
-        self.path, self.line, self.field = str(path), line, field
 
 
 # ----- export ----------------------------------------------------------------------------
 
 
 def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task], path: str | os.PathLike) -> Path:
-    """Write attempts as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
+    """Write trials as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
 
     Args:
-        results: attempts of a campaign (probe or evaluation), e.g. the second
-            value returned by ``rewardbox.evaluation.services.run_trials``.
+        results: trials of a campaign (probe or evaluation), e.g. the second
+            value returned by ``rewardbox.episode.run.run_trials``.
         tasks: the tasks the results came from (scenario, agent, file, tags, tools).
         path: output file; parent directories are created; written atomically.
 
@@ -119,11 +111,16 @@ def decode_result_row(result: EpisodeResult, task: Task) -> dict[str, Any]:
         "usage": [_usage(turn) for turn in result.agent_turns],
         "metadata": _metadata(result, task, decode_error),
         "is_system_error": decode_error,
-        "finish_reason": _TO_TB_FINISH.get(result.finish_reason, result.finish_reason),
+        "finish_reason": _TO_TB_FINISH.get(_reason(result), _reason(result)),
     }
     if row["finish_reason"] not in TB_FINISH_REASONS:
         row["finish_reason"] = "done"
     return row
+
+
+def _reason(result: EpisodeResult) -> str:
+    """The episode's termination reason as its string value ("" before the episode ended)."""
+    return "" if result.termination_reason is None else str(result.termination_reason)
 
 
 def _is_test_error(result: EpisodeResult) -> bool:
@@ -159,7 +156,7 @@ def _test_context(result: EpisodeResult, messages: list[dict[str, Any]]) -> dict
         "messages": messages,
         "init_result": {},  # not kept on EpisodeResult
         "session_id": _NULL_SESSION,
-        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": result.finish_reason},
+        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": _reason(result)},
     }
 
 
@@ -222,14 +219,14 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
         "test_case_name": meta.get("test_case_name", task.test_name),
         "agent": meta.get("agent", task.agent),
         "repetition": result.trial,
-        "execution_time": result.seconds,
+        "execution_time": result.duration_s,
         "time_agent": result.time_agent_s,
         "time_user": result.time_user_s,
         "time_tool": result.time_tool_s,
         "time_test": result.time_test_s,
-        "time_agent_user_loop": max(0.0, result.seconds - result.time_test_s),
-        "rewardbox_finish_reason": result.finish_reason,
-        "rewardbox_attempts": result.attempts,
+        "time_agent_user_loop": max(0.0, result.duration_s - result.time_test_s),
+        "rewardbox_termination_reason": _reason(result),
+        "rewardbox_tries": result.tries,
         "rewardbox_system_error_kind": result.system_error_kind,
         "rewardbox_retried_system_error_kinds": list(result.retried_system_error_kinds),
         "rewardbox_truncated_turns": result.to_row()["truncated_turns"],
@@ -245,153 +242,6 @@ def _jsonable(value: Any) -> Any:
     return json.loads(strict_json.dumps(value, ensure_ascii=False, default=str))
 
 
-# ----- import ----------------------------------------------------------------------------
-
-
-def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None = None) -> pl.DataFrame:
-    """The imported rows of :func:`import_infer_report` (uids outside ``tasks`` are left out).
-
-    Raises:
-        InterchangeError: see :func:`import_infer_report`.
-    """
-    return import_infer_report(path, tasks)[0]
-
-
-def import_infer_report(path: str | os.PathLike,
-                        tasks: Sequence[Task] | None = None) -> tuple[pl.DataFrame, list[str]]:
-    """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as attempt rows (``ROW_SCHEMA``).
-
-    Per row: ``trial`` = ``metadata.repetition``; ``reward`` / ``passed`` from
-    ``test_result``; ``system_error`` = ``"<error.type>: <error.message>"`` for a
-    decode system error, ``"grader: <message>"`` for a test system error (the
-    message is ``test_result.metadata.message`` or the traceback's last line), and
-    ``"missing test_result: ..."`` when the test never ran (``tb agg`` counts that
-    as a failed decoding too); ``turns`` = number of ``usage`` entries (agent
-    completions); tokens summed over ``usage``; ``seconds`` =
-    ``metadata.execution_time``; ``attempts`` = 1 (or ``metadata.rewardbox_attempts``);
-    ``truncated_turns`` = ``metadata.rewardbox_truncated_turns`` (null when absent).
-
-    Args:
-        path: the JSONL file. Blank lines are ignored.
-        tasks: when given, ``domain`` comes from them and only their uids are
-            imported; otherwise ``domain`` is ``metadata.rewardbox_domain``, the
-            ``test_tags.domain`` or ``metadata.scenario``.
-
-    Returns:
-        ``(rows, left_out)``: one row per imported line, file order; and one
-        ``"<uid>: <reason>"`` per uid left out (a uid that is not among
-        ``tasks``, e.g. screened out or not loaded), once per uid with its line count.
-
-    Raises:
-        InterchangeError: a line is not JSON or lacks / mistypes a field
-            (strict: the whole file is rejected, naming file, line and field),
-            or a (uid, repetition) key repeats.
-    """
-    domains = {t.uid: t.domain for t in tasks} if tasks is not None else None
-    rows, seen, left_out = [], {}, {}
-    for lineno, obj in _iter_lines(Path(path)):
-        row = _attempt_row(obj, Path(path), lineno)
-        key = (row["uid"], row["trial"])
-        if key in seen:
-            raise InterchangeError(path, lineno, f"(uid, repetition) {key} repeats line {seen[key]}", "uid")
-        seen[key] = lineno
-        if domains is not None:
-            if row["uid"] not in domains:
-                first, count = left_out.get(row["uid"], (lineno, 0))
-                left_out[row["uid"]] = (first, count + 1)
-                continue
-            row["domain"] = domains[row["uid"]]
-        rows.append(row)
-    reasons = [f"{uid}: not among the given tasks (screened out or not loaded); {count} line(s) from line {first} "
-               "left out" for uid, (first, count) in left_out.items()]
-    return pl.DataFrame(rows, schema=ROW_SCHEMA), reasons
-
-
-def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InterchangeError(path, lineno, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
-            if not isinstance(obj, dict):
-                raise InterchangeError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
-            yield lineno, obj
-
-
-def _field(obj: dict[str, Any], name: str, types: type | tuple[type, ...], path: Path, lineno: int,
-           *, required: bool = True, where: str = "") -> Any:
-    value = obj.get(name)
-    label = f"{where}{name}"
-    if value is None:
-        if required:
-            raise InterchangeError(path, lineno, "missing", label)
-        return None
-    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
-        raise InterchangeError(path, lineno, f"expected {types}, got bool", label)
-    if not isinstance(value, types):
-        raise InterchangeError(path, lineno, f"expected {types}, got {type(value).__name__}", label)
-    return value
-
-
-def _attempt_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]:
-    uid = _field(obj, "uid", str, path, lineno)
-    metadata = _field(obj, "metadata", dict, path, lineno)
-    trial = _field(metadata, "repetition", int, path, lineno, where="metadata.")
-    usage = _field(obj, "usage", list, path, lineno, required=False) or []
-    tokens = _usage_totals(usage, path, lineno)
-    reward, passed, system_error = _outcome(obj, metadata, path, lineno)
-    seconds = _field(metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata.")
-    domain = (metadata.get("rewardbox_domain") or ((obj.get("test_tags") or {}).get("domain"))
-              or metadata.get("scenario") or "")
-    finish = metadata.get("rewardbox_finish_reason") or obj.get("finish_reason") or ""
-    if obj.get("is_system_error") and not metadata.get("rewardbox_finish_reason"):
-        finish = "system_error"
-    return {
-        "uid": uid, "domain": str(domain), "trial": trial, "reward": reward, "passed": passed,
-        "system_error": system_error, "finish_reason": str(finish),
-        "turns": len(usage) if usage else count_agent_turns(obj.get("messages") or []),
-        **tokens, "seconds": float(seconds or 0.0),
-        "attempts": int(metadata.get("rewardbox_attempts") or 1),
-        "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
-        else ("system_error" if system_error is not None else None),
-        "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],
-        "truncated_turns": metadata.get("rewardbox_truncated_turns"),  # None: not recorded (tb infer runs)
-    }
-
-
-def _usage_totals(usage: list[Any], path: Path, lineno: int) -> dict[str, int]:
-    totals = {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0}
-    for i, item in enumerate(usage):
-        where = f"usage[{i}]."
-        if not isinstance(item, dict):
-            raise InterchangeError(path, lineno, f"expected an object, got {type(item).__name__}", f"usage[{i}]")
-        totals["input_tokens"] += _field(item, "input_tokens", int, path, lineno, required=False, where=where) or 0
-        totals["output_tokens"] += _field(item, "output_tokens", int, path, lineno, required=False, where=where) or 0
-        details = item.get("input_tokens_details") or {}
-        totals["cached_input_tokens"] += int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
-    return totals
-
-
-def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
-             lineno: int) -> tuple[float | None, bool | None, str | None]:
-    """(reward, passed, system_error) of one DecodeResult
-    (docs/thinkingbox.md, "System errors in the harness", "Aggregation")."""
-    if obj.get("is_system_error"):
-        error = metadata.get("error") if isinstance(metadata.get("error"), dict) else {}
-        kind = error.get("type") or "decode"
-        return None, None, f"{kind}: {error.get('message') or 'decode system error'}"
-    test = _field(obj, "test_result", dict, path, lineno, required=False)
-    if test is None:
-        return None, None, "missing test_result: the test did not run"
-    if test.get("is_system_error"):
-        meta = test.get("metadata") if isinstance(test.get("metadata"), dict) else {}
-        tb_lines = [line for line in str(test.get("tb") or "").splitlines() if line.strip()]
-        return None, None, f"grader: {meta.get('message') or (tb_lines[-1].strip() if tb_lines else _GRADER_FALLBACK)}"
-    passed = _field(test, "result", bool, path, lineno, where="test_result.")
-    reward = float(_field(test, "reward", (int, float), path, lineno, where="test_result."))
-    if not 0.0 <= reward <= 1.0:
-        raise InterchangeError(path, lineno, f"reward {reward} is outside [0, 1]", "test_result.reward")
-    return reward, passed, None
+__all__ = ["TB_FINISH_REASONS", "InterchangeError", "decode_result_json", "decode_result_row",
+           "export_decode_results", "import_infer_report", "import_infer_results", "tb_test_tags",
+           "write_decode_lines"]

@@ -10,13 +10,14 @@ error after the last round stays a system-error row, and its task may end
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import polars as pl
 
-from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.evaluation.campaign import campaign_keys, merge_repair, repair_keys
@@ -26,6 +27,9 @@ from rewardbox.metrics.rows import system_error_expr
 from rewardbox.policy.base import Policy
 from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.schema import Task
+
+if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from rewardbox.episode.progress import ProgressSink, emit
-from rewardbox.evaluation.campaign import campaign_keys, merge_repair, repair_keys
-from rewardbox.evaluation.services import run_trials
+from rewardbox.episode.campaign import campaign_keys, merge_repair, repair_keys
+from rewardbox.episode.run import run_trials
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
 

@@ -1,7 +1,7 @@
 """Paired task-level bootstrap of pass@1, pass@k and pass^k for two policies and their difference.
 
 Trials cluster by task (a hard task fails most of its trials), so intervals
-that treat pooled attempts as independent, such as Wilson's, are too narrow for
+that treat pooled trials as independent, such as Wilson's, are too narrow for
 a campaign of few tasks times many trials. The bootstrap here resamples
 **tasks** with replacement (Efron & Tibshirani 1993, "An Introduction to the
 Bootstrap", ch. 13, percentile intervals), the same resampled tasks for both
@@ -12,7 +12,7 @@ policies (paired), and recomputes each statistic on every resample:
 * pass@k, pass^k = mean over the resampled tasks of the unbiased per-task
   estimators (``rewardbox.metrics.passk``).
 
-The tasks are the union of both campaigns' tasks with a clean attempt; each
+The tasks are the union of both campaigns' tasks with a clean trial; each
 policy's statistic uses the resampled tasks it has, so its centre is its own
 point estimate, and the difference is tuned minus base on the same resample.
 Resample weights are counts of tasks drawn with replacement by
@@ -152,7 +152,7 @@ def paired_bootstrap(
 
 
 def _tasks(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame) -> pl.DataFrame:
-    """``uid``, ``domain`` of the tasks with a clean attempt in either campaign, sorted by uid."""
+    """``uid``, ``domain`` of the tasks with a clean trial in either campaign, sorted by uid."""
     frames = [df.filter(pl.col("n") > 0).select("uid", (pl.col("domain").cast(pl.Utf8) if "domain" in df.columns
                                                          else pl.lit(None, dtype=pl.Utf8)).alias("domain"))
               for df in (base_counts, tuned_counts)]

@@ -2,8 +2,8 @@
 
 Conventions (docs/method.md, "Metrics"):
 
-* **pass@1** = successes / clean attempts, pooled over all clean attempts,
-  with a Wilson interval. The interval treats attempts as independent, which
+* **pass@1** = successes / clean trials, pooled over all clean trials,
+  with a Wilson interval. The interval treats trials as independent, which
   ignores clustering by task; it is a yardstick, not a test.
 * **pass@k, pass^k** = mean over tasks of the per-task unbiased estimators
   (``rewardbox.metrics.passk``), each task with **its own** clean trial count
@@ -15,7 +15,7 @@ Conventions (docs/method.md, "Metrics"):
 * **observed k/k** = tasks that passed every one of their clean trials
   (``c_i == n_i``), with a Wilson interval on that share of tasks.
 * **system errors** are counted in their own field and never enter n or c.
-  Tasks with no clean attempt at all are counted in ``tasks_without_clean_attempts``
+  Tasks with no clean trial at all are counted in ``tasks_without_clean_trials``
   and left out of every rate.
 """
 
@@ -40,8 +40,8 @@ def summarise_counts(counts: pl.DataFrame, k_values: Sequence[int], confidence: 
     """Summarise per-task counts (the output of ``task_counts``). See module docstring.
 
     Returns:
-        A dict with ``tasks``, ``tasks_without_clean_attempts``, ``attempts``,
-        ``clean_attempts``, ``successes``, ``system_errors``, ``pass_at_1``,
+        A dict with ``tasks``, ``tasks_without_clean_trials``, ``trials``,
+        ``clean_trials``, ``successes``, ``system_errors``, ``pass_at_1``,
         ``pass_at_1_interval`` (low, high), ``pass_at_k`` / ``pass_hat_k`` /
         ``pass_hat_k_plugin`` (dict k -> fraction), ``omitted_k`` (dict k ->
         reason), ``n_clean_min``, ``n_clean_max``, ``clean_counts_equal``,
@@ -55,9 +55,9 @@ def summarise_counts(counts: pl.DataFrame, k_values: Sequence[int], confidence: 
     all_pass = sum(1 for n, c in zip(n_list, c_list) if c == n)
     out: dict[str, Any] = {
         "tasks": tasks,
-        "tasks_without_clean_attempts": counts.height - tasks,
-        "attempts": int(counts["attempts"].sum()) if counts.height else 0,
-        "clean_attempts": clean,
+        "tasks_without_clean_trials": counts.height - tasks,
+        "trials": int(counts["trials"].sum()) if counts.height else 0,
+        "clean_trials": clean,
         "successes": successes,
         "system_errors": int(counts["system_errors"].sum()) if counts.height else 0,
         "pass_at_1": successes / clean if clean else None,
@@ -83,7 +83,7 @@ def _pass_k_means(n_list: list[int], c_list: list[int], k_values: Sequence[int])
         if k < 1:
             raise ValueError(f"k_values must be >= 1, got {k}")
         if not n_list:
-            omitted[k] = "no task has a clean attempt"
+            omitted[k] = "no task has a clean trial"
             continue
         if k > n_min:
             omitted[k] = f"k = {k} exceeds the smallest clean trial count n = {n_min}"
@@ -100,10 +100,10 @@ def _task_means(n_list: list[int], c_list: list[int], k: int) -> tuple[float, fl
 
 
 def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> dict[str, Any]:
-    """Summarise one campaign (one policy, tasks x trials) from its attempt rows.
+    """Summarise one campaign (one policy, tasks x trials) from its trial rows.
 
     Args:
-        rows: attempt rows with ``uid``, ``trial``, ``reward``/``passed``,
+        rows: trial rows with ``uid``, ``trial``, ``reward``/``passed``,
             ``system_error``, optional ``domain`` and token columns
             (``rewardbox.metrics.rows``).
         k_values: the k to report pass@k and pass^k at, each ``>= 1``.
@@ -114,7 +114,7 @@ def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: 
 
     Raises:
         ValueError: missing columns, duplicated (uid, trial) keys, a clean
-            attempt without an outcome, or ``k < 1``.
+            trial without an outcome, or ``k < 1``.
     """
     return summarise_counts(task_counts(rows), k_values, confidence)
 
@@ -122,7 +122,7 @@ def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: 
 def summarise_by_domain(rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> pl.DataFrame:
     """Per-domain table: one row per domain (``"(all)"`` without a domain column).
 
-    Columns: ``domain``, ``tasks``, ``clean_attempts``, ``successes``,
+    Columns: ``domain``, ``tasks``, ``clean_trials``, ``successes``,
     ``system_errors``, ``pass_at_1``, ``pass_at_1_low``, ``pass_at_1_high``,
     ``observed_all_pass_tasks``, and ``pass_at_{k}``, ``pass_hat_{k}`` per k
     (null where the k is omitted in that domain). Sorted by domain.
@@ -136,7 +136,7 @@ def summarise_by_domain(rows: pl.DataFrame, k_values: Sequence[int], confidence:
         summary = summarise_counts(counts.filter(pl.col("domain") == domain), k_values, confidence)
         record = {
             "domain": domain,
-            **{key: summary[key] for key in ("tasks", "clean_attempts", "successes", "system_errors", "pass_at_1")},
+            **{key: summary[key] for key in ("tasks", "clean_trials", "successes", "system_errors", "pass_at_1")},
             "pass_at_1_low": summary["pass_at_1_interval"][0],
             "pass_at_1_high": summary["pass_at_1_interval"][1],
             "observed_all_pass_tasks": summary["observed_all_pass_tasks"],

@@ -8,7 +8,7 @@ Overall: ``P(mean_i p_tuned,i > mean_i p_base,i)`` over the tasks both
 campaigns share and within each domain, by inversion of the characteristic
 function, Monte Carlo with a fixed seed only where that cannot converge
 (:func:`rewardbox.metrics.intervals.prob_better_by_group`). Tasks present in
-only one campaign, or with no clean attempt in either, are left out and
+only one campaign, or with no clean trial in either, are left out and
 counted. This is the same model ``tb sbs`` uses (docs/thinkingbox.md, "Aggregation").
 """
 
@@ -34,7 +34,7 @@ def compare_counts(
         ``prob_tuned_better``; ``overall_prob_tuned_better`` (None when no task
         is shared); ``domain_prob_tuned_better`` (domain -> probability;
         empty without a domain column); ``matched_tasks``; ``unmatched_tasks`` (uids in only one
-        campaign or without clean attempts in one); ``draws`` and ``seed``.
+        campaign or without clean trials in one); ``draws`` and ``seed``.
     """
     joined = _side(base_counts, "base").join(_side(tuned_counts, "tuned"), on="uid", how="inner").sort("uid")
     domains = [
@@ -68,7 +68,7 @@ def compare_counts(
 def compare_campaigns(
     base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, draws: int = DEFAULT_DRAWS, seed: int = 0
 ) -> dict[str, Any]:
-    """Compare two campaigns from their attempt rows; see :func:`compare_counts`.
+    """Compare two campaigns from their trial rows; see :func:`compare_counts`.
 
     Raises:
         ValueError: bad rows (see ``rewardbox.metrics.rows.with_outcome``).

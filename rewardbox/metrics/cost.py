@@ -4,8 +4,8 @@ Token convention (OpenAI usage semantics, docs/thinkingbox.md, "DecodeResult row
 ``cached_input_tokens``; the cached part is billed at the cached rate and the
 rest at the input rate.
 
-Bad provider data (more cached than input tokens) is handled per attempt row,
-the same rule at attempt and campaign level: that row's uncached count is
+Bad provider data (more cached than input tokens) is handled per trial row,
+the same rule at trial and campaign level: that row's uncached count is
 clamped at 0 (its cached tokens are still billed at the cached rate) and the
 row is counted in ``cached_above_input_rows``. Costs are computed row by row
 and then summed, so one bad row never nets a negative count against the
@@ -13,15 +13,15 @@ others. Negative counts are refused (``ValueError`` naming the row).
 
 Headline costs (docs/method.md, "Metrics"):
 
-* cost per successful attempt = estimated cost of one attempt at every task /
-  (tasks x pass@1). "One attempt at every task" is the sum over tasks of the
-  task's mean cost per clean attempt, so the ratio is the expected spend per
+* cost per successful trial = estimated cost of one trial at every task /
+  (tasks x pass@1). "One trial at every task" is the sum over tasks of the
+  task's mean cost per clean trial, so the ratio is the expected spend per
   success.
 * cost per dependable task = estimated cost of the whole tasks x k campaign /
   tasks that passed every clean trial (observed k/k).
 
-Only clean attempts are costed: a system error is an infrastructure fault, its
-attempt is refilled, and the refill's tokens are what the campaign costs.
+Only clean trials are costed: a system error is an infrastructure fault, its
+trial is refilled, and the refill's tokens are what the campaign costs.
 When a denominator is 0 (pass@1 = 0, or no task passed k/k) the cost is
 ``None``, meaning "not attainable from this campaign", and reports print n/a.
 A local model priced at 0 gives costs of 0; reports then show tokens too.
@@ -91,7 +91,7 @@ class PriceTable(BaseModel):
 
 @dataclass(frozen=True)
 class UsageCost:
-    """Estimated cost of one attempt's token usage.
+    """Estimated cost of one trial's token usage.
 
     Attributes:
         usd: the cost, USD.
@@ -104,10 +104,10 @@ class UsageCost:
 
 
 def usage_cost(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> UsageCost:
-    """Estimated cost of one attempt's usage (see the module docstring).
+    """Estimated cost of one trial's usage (see the module docstring).
 
     ``max(input - cached, 0) * input_rate + cached * cached_rate + output * output_rate``,
-    rates per 1e6 tokens. Apply it per attempt, never to sums over attempts.
+    rates per 1e6 tokens. Apply it per trial, never to sums over trials.
 
     Raises:
         ValueError: a negative token count (bad input).
@@ -125,8 +125,8 @@ def usage_cost(input_tokens: int, cached_input_tokens: int, output_tokens: int, 
     return UsageCost(usd, cached_input_tokens > input_tokens)
 
 
-def attempt_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
-    """Estimated USD cost of one attempt's usage: ``usage_cost(...).usd`` (cached above input clamped).
+def trial_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
+    """Estimated USD cost of one trial's usage: ``usage_cost(...).usd`` (cached above input clamped).
 
     Raises:
         ValueError: a negative token count.
@@ -134,8 +134,11 @@ def attempt_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens:
     return usage_cost(input_tokens, cached_input_tokens, output_tokens, price).usd
 
 
+attempt_cost_usd = trial_cost_usd  # kept for users of the old name
+
+
 def row_costs(rows: pl.DataFrame, price: ModelPrice) -> pl.DataFrame:
-    """Clean attempt rows with ``cost_usd`` and ``cached_above_input`` columns (rule of ``usage_cost``).
+    """Clean trial rows with ``cost_usd`` and ``cached_above_input`` columns (rule of ``usage_cost``).
 
     Raises:
         ValueError: bad rows (see ``with_outcome``) or a negative token count;
@@ -161,16 +164,16 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
     """Campaign cost and the two headline cost ratios for one policy.
 
     Args:
-        rows: attempt rows (``rewardbox.metrics.rows``) with token columns.
+        rows: trial rows (``rewardbox.metrics.rows``) with token columns.
         price_table: prices; its version is returned with the numbers.
         model: the model name to price.
 
     Returns:
         ``price_table_version``, ``model``, ``campaign_cost_usd`` (all clean
-        attempts), ``one_attempt_every_task_usd``, ``cost_per_successful_attempt_usd``
+        trials), ``one_trial_every_task_usd``, ``cost_per_successful_trial_usd``
         (None when pass@1 = 0), ``cost_per_dependable_task_usd`` (None when no task
         passed all its clean trials), ``dependable_tasks``, ``tasks`` (with at
-        least one clean attempt), ``cached_above_input_rows`` (clean rows whose
+        least one clean trial), ``cached_above_input_rows`` (clean rows whose
         cached count exceeded their input count; clamped, see module docstring).
 
     Raises:
@@ -184,16 +187,16 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
     n_list, c_list = per_task["n"].to_list(), per_task["c"].to_list()
     campaign_usd = float(sum(task_costs))
     one_round_usd = float(sum(cost / n for cost, n in zip(task_costs, n_list)))
-    tasks, attempts, successes = len(n_list), sum(n_list), sum(c_list)
+    tasks, trials, successes = len(n_list), sum(n_list), sum(c_list)
     dependable = sum(1 for n, c in zip(n_list, c_list) if c == n)
-    pass_at_1 = successes / attempts if attempts else 0.0
+    pass_at_1 = successes / trials if trials else 0.0
     return {
         "price_table_version": price_table.version,
         "model": model,
         "tasks": tasks,
         "campaign_cost_usd": campaign_usd,
-        "one_attempt_every_task_usd": one_round_usd,
-        "cost_per_successful_attempt_usd": one_round_usd / (tasks * pass_at_1) if pass_at_1 > 0 else None,
+        "one_trial_every_task_usd": one_round_usd,
+        "cost_per_successful_trial_usd": one_round_usd / (tasks * pass_at_1) if pass_at_1 > 0 else None,
         "dependable_tasks": dependable,
         "cost_per_dependable_task_usd": campaign_usd / dependable if dependable else None,
         "cached_above_input_rows": int(costed["cached_above_input"].sum()),

@@ -14,7 +14,7 @@
   cannot converge: a few wide posteriors). Both use independent Jeffreys posteriors, the same
   convention ``tb sbs`` uses (docs/thinkingbox.md, "Aggregation").
 
-Rates here are over *clean* attempts: system errors are removed before the
+Rates here are over *clean* trials: system errors are removed before the
 counts reach these functions.
 """
 
@@ -51,8 +51,8 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     """Wilson score interval for a binomial rate.
 
     Args:
-        successes: successes among the clean attempts, ``0 <= successes <= n``.
-        n: clean attempts (system errors excluded).
+        successes: successes among the clean trials, ``0 <= successes <= n``.
+        n: clean trials (system errors excluded).
         confidence: two-sided level in (0, 1).
 
     Returns:
@@ -76,8 +76,8 @@ def jeffreys_interval(successes: int, n: int, confidence: float = 0.95) -> tuple
     Cai & DasGupta 2001). ``n = 0`` gives the prior's interval.
 
     Args:
-        successes: successes among the clean attempts.
-        n: clean attempts (system errors excluded).
+        successes: successes among the clean trials.
+        n: clean trials (system errors excluded).
         confidence: two-sided level in (0, 1).
 
     Returns:

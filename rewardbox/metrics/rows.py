@@ -1,14 +1,14 @@
 """Attempt rows -> per-task clean counts (the one place that reads the row schema).
 
-An *attempt row* is one (uid, trial) outcome, as written by
+A *trial row* is one (uid, trial) outcome, as written by
 ``EpisodeResult.to_row``: ``uid``, ``trial``, ``reward``, ``passed``,
 ``system_error``, optional ``domain``, and token counts ``input_tokens``,
 ``cached_input_tokens``, ``output_tokens``.
 
-``system_error`` may be a string column (None / "" for a scored attempt, else
+``system_error`` may be a string column (None / "" for a scored trial, else
 ``"<kind>: <message>"``, the ``EpisodeResult`` convention) or a boolean column.
-A system-error attempt is not a failure: it is dropped from n and c and
-counted in its own column. A clean attempt succeeds when ``passed`` is true;
+A system-error trial is not a failure: it is dropped from n and c and
+counted in its own column. A clean trial succeeds when ``passed`` is true;
 when the ``passed`` column is absent, when ``reward >= 1``.
 """
 
@@ -39,16 +39,16 @@ def system_error_expr(rows: pl.DataFrame) -> pl.Expr:
     return col.is_not_null() & (col.cast(pl.Utf8) != "")
 
 
-def with_outcome(rows: pl.DataFrame, what: str = "attempt rows") -> pl.DataFrame:
+def with_outcome(rows: pl.DataFrame, what: str = "trial rows") -> pl.DataFrame:
     """Add boolean columns ``is_system_error`` and ``success`` (null on system errors).
 
     Args:
-        rows: attempt rows (see module docstring).
+        rows: trial rows (see module docstring).
         what: name of the table, used in error messages (for example a file path).
 
     Raises:
         ValueError: a required column is missing, a (uid, trial) key repeats, or a
-            clean attempt has no outcome (``passed``/``reward`` null); the message
+            clean trial has no outcome (``passed``/``reward`` null); the message
             names the column and the first offending uid and trial.
     """
     _check_columns(rows, what)
@@ -67,28 +67,28 @@ def with_outcome(rows: pl.DataFrame, what: str = "attempt rows") -> pl.DataFrame
         first = bad.row(0, named=True)
         field = "passed" if "passed" in rows.columns else "reward"
         raise ValueError(
-            f"{what}: field {field!r} is null for clean attempt (uid={first['uid']!r}, trial={first['trial']}); "
+            f"{what}: field {field!r} is null for clean trial (uid={first['uid']!r}, trial={first['trial']}); "
             f"{bad.height} row(s) affected. Mark infrastructure faults in 'system_error' instead."
         )
     return out
 
 
-def task_counts(rows: pl.DataFrame, what: str = "attempt rows") -> pl.DataFrame:
+def task_counts(rows: pl.DataFrame, what: str = "trial rows") -> pl.DataFrame:
     """Per-task clean counts, sorted by uid.
 
     Returns:
         One row per uid: ``uid``, ``domain`` (if present; first value), ``n``
-        (clean trials), ``c`` (successes), ``system_errors``, ``attempts``
-        (all rows), and token sums over clean attempts (``input_tokens``,
+        (clean trials), ``c`` (successes), ``system_errors``, ``trials``
+        (all rows), and token sums over clean trials (``input_tokens``,
         ``cached_input_tokens``, ``output_tokens``; 0 when the column is absent).
-        A task whose every attempt was a system error has ``n = 0``.
+        A task whose every trial was a system error has ``n = 0``.
     """
     out = with_outcome(rows, what)
     aggs = [
         (~pl.col("is_system_error")).sum().cast(pl.Int64).alias("n"),
         pl.col("success").fill_null(False).sum().cast(pl.Int64).alias("c"),
         pl.col("is_system_error").sum().cast(pl.Int64).alias("system_errors"),
-        pl.len().cast(pl.Int64).alias("attempts"),
+        pl.len().cast(pl.Int64).alias("trials"),
     ]
     if "domain" in out.columns:
         aggs.append(pl.col("domain").first())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 METHOD_NOTES: tuple[str, ...] = (
-    "pass@1 = successes / clean attempts; system errors are counted apart and never scored.",
+    "pass@1 = successes / clean trials; system errors are counted apart and never scored.",
     "pass@k (at least one of k) and pass^k (all k) are unbiased per-task estimators "
     "1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) (tau-bench, arXiv 2406.12045), averaged over tasks, "
     "each task with its own clean trial count; the plug-in (c/n)^k is biased and labelled so.",

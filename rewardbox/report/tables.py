@@ -99,7 +99,7 @@ def compute_reliability(
     """All numbers behind the reliability report.
 
     Args:
-        base_rows, tuned_rows: attempt rows of the two campaigns (``rewardbox.metrics.rows``).
+        base_rows, tuned_rows: trial rows of the two campaigns (``rewardbox.metrics.rows``).
         k: the headline k (usually the trials per task).
         price_table: prices for ``base_model`` and ``tuned_model``; None skips costs.
         base_model, tuned_model: model names looked up in ``price_table``.
@@ -218,8 +218,8 @@ def _overall_table(rel: dict[str, Any]) -> str:
     boot = rel["bootstrap"]["metrics"]
     level = f"{100 * base['confidence']:.0f}% task-level bootstrap"
     rows: list[tuple[str, str, str, str]] = [
-        ("tasks (with a clean attempt)", str(base["tasks"]), str(tuned["tasks"]), ""),
-        ("clean attempts", str(base["clean_attempts"]), str(tuned["clean_attempts"]), ""),
+        ("tasks (with a clean trial)", str(base["tasks"]), str(tuned["tasks"]), ""),
+        ("clean trials", str(base["clean_trials"]), str(tuned["clean_trials"]), ""),
         _boot_row(f"pass@1 ({level})", boot.get("pass_at_1"), (NA, NA),
                   _fmt_points(base["pass_at_1"], tuned["pass_at_1"])),
     ]
@@ -257,9 +257,9 @@ def _cost_rows(rel: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     version = rel["price_table_version"]
     return [
         (
-            f"cost per successful attempt (USD, prices {version})",
-            fmt_usd(base_cost["cost_per_successful_attempt_usd"]),
-            fmt_usd(tuned_cost["cost_per_successful_attempt_usd"]),
+            f"cost per successful trial (USD, prices {version})",
+            fmt_usd(base_cost["cost_per_successful_trial_usd"]),
+            fmt_usd(tuned_cost["cost_per_successful_trial_usd"]),
             "",
         ),
         (
@@ -304,7 +304,7 @@ def _fmt_change_cells(r: dict[str, Any]) -> str:
 def _task_table(rel: dict[str, Any]) -> str:
     per_task = rel["comparison"]["per_task"]
     if per_task.height == 0:
-        return "(no task has clean attempts in both campaigns)"
+        return "(no task has clean trials in both campaigns)"
     df = per_task.select(
         "uid",
         *(["domain"] if "domain" in per_task.columns else []),
@@ -315,7 +315,7 @@ def _task_table(rel: dict[str, Any]) -> str:
     table = markdown_table(df)
     unmatched = rel["comparison"]["unmatched_tasks"]
     if unmatched:
-        table += f"\n\n{len(unmatched)} task(s) not in both campaigns with clean attempts: {', '.join(unmatched)}"
+        table += f"\n\n{len(unmatched)} task(s) not in both campaigns with clean trials: {', '.join(unmatched)}"
     return table
 
 

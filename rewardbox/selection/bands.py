@@ -18,7 +18,7 @@ too_easy    [0.90, 1]    no
 The task gets the band holding the largest posterior mass. Masses are the
 regularised incomplete beta function ``I_x(a, b)`` (``scipy.special.betainc``,
 the function behind ``scipy.stats.beta.cdf``) at the cut points, evaluated once
-per distinct (k, n) pair and vectorised over tasks (:func:`band_mass_matrix`). **Ties** go to the
+per distinct (c, n) pair and vectorised over tasks (:func:`band_mass_matrix`). **Ties** go to the
 harder band: masses within ``TIE_TOLERANCE`` (absolute, 1e-12, well above the
 ~1e-16 rounding of ``scipy.stats.beta.cdf`` differences and far below any real
 difference between bands) of the maximum count as tied, and the first of them
@@ -56,32 +56,32 @@ def _validate_boundaries(boundaries: Sequence[float]) -> tuple[float, ...]:
     return values
 
 
-def _check_count_arrays(k: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    k_arr, n_arr = np.asarray(k), np.asarray(n)
-    if k_arr.shape != n_arr.shape or k_arr.ndim != 1:
-        raise ValueError(f"k and n must be 1-d arrays of one length, got shapes {k_arr.shape} and {n_arr.shape}")
-    for name, arr in (("k", k_arr), ("n", n_arr)):
+def _check_count_arrays(c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    c_arr, n_arr = np.asarray(c), np.asarray(n)
+    if c_arr.shape != n_arr.shape or c_arr.ndim != 1:
+        raise ValueError(f"c and n must be 1-d arrays of one length, got shapes {c_arr.shape} and {n_arr.shape}")
+    for name, arr in (("c", c_arr), ("n", n_arr)):
         if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
             raise ValueError(f"{name} must hold integer counts, got dtype {arr.dtype}")
-    k_arr, n_arr = k_arr.astype(np.int64), n_arr.astype(np.int64)
-    bad = np.flatnonzero((n_arr < 0) | (k_arr < 0) | (k_arr > n_arr))
+    c_arr, n_arr = c_arr.astype(np.int64), n_arr.astype(np.int64)
+    bad = np.flatnonzero((n_arr < 0) | (c_arr < 0) | (c_arr > n_arr))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"need 0 <= k <= n, got k={k_arr[i]}, n={n_arr[i]} at position {i} ({bad.size} bad)")
-    return k_arr, n_arr
+        raise ValueError(f"need 0 <= c <= n, got c={c_arr[i]}, n={n_arr[i]} at position {i} ({bad.size} bad)")
+    return c_arr, n_arr
 
 
 def band_mass_matrix(
-    k: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int], boundaries: Sequence[float] = DEFAULT_BOUNDARIES
+    c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int], boundaries: Sequence[float] = DEFAULT_BOUNDARIES
 ) -> np.ndarray:
     """Posterior band masses of many tasks at once, shape ``(tasks, len(BANDS))``.
 
-    The Jeffreys posterior ``Beta(k + 1/2, n - k + 1/2)`` is evaluated with
-    ``scipy.special.betainc`` once per distinct (k, n) pair (probes have few:
+    The Jeffreys posterior ``Beta(c + 1/2, n - c + 1/2)`` is evaluated with
+    ``scipy.special.betainc`` once per distinct (c, n) pair (probes have few:
     at most (n + 1)(n + 2)/2 for n <= n_max) and broadcast back to the tasks.
 
     Args:
-        k: clean successes per task, integer array of shape ``(tasks,)``.
+        c: clean successes per task, integer array of shape ``(tasks,)``.
         n: clean probe trials per task (system errors excluded), same shape.
         boundaries: four strictly increasing cut points in (0, 1).
 
@@ -93,8 +93,8 @@ def band_mass_matrix(
             position), mismatched shapes, or bad boundaries.
     """
     cuts = np.asarray(_validate_boundaries(boundaries))
-    k_arr, n_arr = _check_count_arrays(k, n)
-    pairs, inverse = np.unique(np.stack([k_arr, n_arr], axis=1), axis=0, return_inverse=True)
+    c_arr, n_arr = _check_count_arrays(c, n)
+    pairs, inverse = np.unique(np.stack([c_arr, n_arr], axis=1), axis=0, return_inverse=True)
     a = pairs[:, 0] + JEFFREYS_PRIOR
     b = pairs[:, 1] - pairs[:, 0] + JEFFREYS_PRIOR
     cdf = special.betainc(a[:, None], b[:, None], cuts[None, :])
@@ -116,11 +116,11 @@ def band_indices(masses: np.ndarray) -> np.ndarray:
     return np.argmax(masses >= top - TIE_TOLERANCE, axis=1).astype(np.int64)
 
 
-def band_masses(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> dict[str, float]:
-    """Posterior mass of each band under ``Beta(k + 1/2, n - k + 1/2)``.
+def band_masses(c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> dict[str, float]:
+    """Posterior mass of each band under ``Beta(c + 1/2, n - c + 1/2)``.
 
     Args:
-        k: clean successes, ``0 <= k <= n``.
+        c: clean successes, ``0 <= c <= n``.
         n: clean probe trials (system errors excluded), ``n >= 0``; ``n = 0``
             gives the prior's masses.
         boundaries: four strictly increasing cut points in (0, 1).
@@ -131,13 +131,13 @@ def band_masses(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
     Raises:
         ValueError: counts out of range or bad boundaries.
     """
-    if isinstance(k, bool) or isinstance(n, bool) or int(k) != k or int(n) != n:
-        raise ValueError(f"k and n must be integer counts, got k={k!r}, n={n!r}")
-    row = band_mass_matrix([int(k)], [int(n)], boundaries)[0]
+    if isinstance(c, bool) or isinstance(n, bool) or int(c) != c or int(n) != n:
+        raise ValueError(f"c and n must be integer counts, got c={c!r}, n={n!r}")
+    row = band_mass_matrix([int(c)], [int(n)], boundaries)[0]
     return {band: float(value) for band, value in zip(BANDS, row)}
 
 
-def assign_band(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> str:
+def assign_band(c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> str:
     """The band with the largest Jeffreys posterior mass; ties go to the harder band.
 
     The posterior is ``Beta(k + 1/2, n - k + 1/2)`` (Jeffreys prior; docs/method.md,
@@ -147,7 +147,7 @@ def assign_band(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
     ``task_difficulty`` gives such a task no band at all (fewer than ``min_clean_trials``).
 
     Args:
-        k: clean successes of the probe, ``0 <= k <= n``.
+        c: clean successes of the probe, ``0 <= c <= n``.
         n: clean probe trials (system errors never count), ``n >= 0``.
         boundaries: four strictly increasing cut points in (0, 1).
 
@@ -158,7 +158,7 @@ def assign_band(k: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
     Raises:
         ValueError: counts out of range or bad boundaries.
     """
-    masses = np.array([list(band_masses(k, n, boundaries).values())])
+    masses = np.array([list(band_masses(c, n, boundaries).values())])
     return BANDS[int(band_indices(masses)[0])]
 
 

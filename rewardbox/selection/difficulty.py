@@ -1,8 +1,8 @@
 """Probe rows -> per-task difficulty table -> training pool.
 
-Probe rows have the attempt-row schema of ``rewardbox.metrics.rows`` (``uid``,
+Probe rows have the trial-row schema of ``rewardbox.metrics.rows`` (``uid``,
 ``trial``, ``passed`` or ``reward``, ``system_error``, optional ``domain``).
-System-error rows are excluded from n and k and counted separately; they are
+System-error rows are excluded from n and c and counted separately; they are
 infrastructure faults, not evidence that the task is hard.
 """
 
@@ -24,7 +24,7 @@ DIFFICULTY_COLUMNS = (
     "uid",
     "domain",
     "n",
-    "k",
+    "c",
     "system_errors",
     "posterior_mean",
     "band",
@@ -37,7 +37,7 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
     """Per-task policy-relative difficulty from probe rows.
 
     Args:
-        probe_rows: one row per (uid, trial) probe attempt of the base policy, ``[attempts]``
+        probe_rows: one row per (uid, trial) probe trial of the base policy, ``[trials]``
             rows with ``uid``, ``trial``, ``system_error`` (string or bool) and ``passed``
             (or ``reward``, success when ``>= 1``); optional ``domain``
             (``rewardbox.metrics.rows``). System errors are dropped from n and c, never failures.
@@ -45,10 +45,10 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
 
     Returns:
         ``[tasks]`` rows: one per uid, sorted by uid, with ``DIFFICULTY_COLUMNS``: ``n`` clean
-        trials, ``k`` clean successes, ``system_errors``, ``posterior_mean``
-        = (k + 1/2) / (n + 1), ``band`` (null when ``n < config.min_clean_trials``),
-        and ``mass_<band>`` for the five bands (Jeffreys posterior Beta(k + 1/2,
-        n - k + 1/2), always filled; with n = 0 they are the prior's masses).
+        trials, ``c`` clean successes, ``system_errors``, ``posterior_mean``
+        = (c + 1/2) / (n + 1), ``band`` (null when ``n < config.min_clean_trials``),
+        and ``mass_<band>`` for the five bands (Jeffreys posterior Beta(c + 1/2,
+        n - c + 1/2), always filled; with n = 0 they are the prior's masses).
         Source: docs/method.md, "Difficulty bands" (Jeffreys posterior, band of largest mass).
 
     Raises:
@@ -57,8 +57,8 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
     """
     config = config or SelectionConfig()
     counts = task_counts(probe_rows, "probe rows")
-    n, k = counts["n"].to_numpy(), counts["c"].to_numpy()
-    masses = band_mass_matrix(k, n, config.boundaries)
+    n, c = counts["n"].to_numpy(), counts["c"].to_numpy()
+    masses = band_mass_matrix(c, n, config.boundaries)
     bands = np.asarray(BANDS, dtype=object)[band_indices(masses)]
     bands[n < config.min_clean_trials] = None
     with_domain = "domain" in counts.columns
@@ -66,9 +66,9 @@ def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = N
         "uid": counts["uid"],
         **({"domain": counts["domain"]} if with_domain else {}),
         "n": counts["n"],
-        "k": counts["c"],
+        "c": counts["c"],
         "system_errors": counts["system_errors"],
-        "posterior_mean": (k + JEFFREYS_PRIOR) / (n + 2 * JEFFREYS_PRIOR),
+        "posterior_mean": (c + JEFFREYS_PRIOR) / (n + 2 * JEFFREYS_PRIOR),
         "band": pl.Series(bands.tolist(), dtype=pl.Utf8),
         **{f"mass_{name}": masses[:, i] for i, name in enumerate(BANDS)},
     }
@@ -80,7 +80,7 @@ def _difficulty_schema(with_domain: bool) -> dict[str, pl.DataType]:
     if with_domain:
         schema["domain"] = pl.Utf8
     schema.update(
-        n=pl.Int64, k=pl.Int64, system_errors=pl.Int64, posterior_mean=pl.Float64, band=pl.Utf8
+        n=pl.Int64, c=pl.Int64, system_errors=pl.Int64, posterior_mean=pl.Float64, band=pl.Utf8
     )
     schema.update({f"mass_{band}": pl.Float64 for band in BANDS})
     return schema

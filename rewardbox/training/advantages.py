@@ -57,7 +57,7 @@ def _as_rewards(rewards: Sequence[float]) -> np.ndarray:
     values = np.asarray(rewards, dtype=np.float64).reshape(-1)
     if not np.all(np.isfinite(values)):
         raise ValueError(
-            f"rewards must be finite, got {values.tolist()}; pass system-error attempts to "
+            f"rewards must be finite, got {values.tolist()}; pass system-error rollouts to "
             "group_advantages_masked with a validity mask instead"
         )
     return values
@@ -88,7 +88,7 @@ def group_advantages(rewards: Sequence[float], eps: float = DEFAULT_EPS) -> list
     Example: ``group_advantages([1.0, 0.0]) == [0.7071..., -0.7071...]`` (eps aside).
 
     Args:
-        rewards: the group's rewards ``[G]`` (all attempts clean), any float dtype;
+        rewards: the group's rewards ``[G]`` (all rollouts clean), any float dtype;
             computed in float64.
         eps: added to the std; must be ``>= 0``.
 
@@ -153,12 +153,12 @@ def group_advantages_masked(
     estimator: str = "grpo",
     eps: float = DEFAULT_EPS,
 ) -> list[float]:
-    """Advantages of a group that may hold system-error attempts.
+    """Advantages of a group that may hold system-error rollouts.
 
     Args:
         rewards: ``[G]`` rewards; entries where ``valid_mask`` is False may be
             None or NaN (a system error has no reward).
-        valid_mask: ``[G]`` booleans, True for a clean, scored attempt.
+        valid_mask: ``[G]`` booleans, True for a clean, scored rollout.
         estimator: a name in ``ADVANTAGE_ESTIMATORS``.
         eps: passed to the estimator.
 

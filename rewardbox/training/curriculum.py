@@ -1,11 +1,11 @@
 """Task sampling from the GRPO groups themselves: a running Jeffreys posterior per task.
 
 Every group of G rollouts is a probe of the *current* policy on its task. The
-sampler keeps, per task of the pool, the clean successes ``k`` and clean
+sampler keeps, per task of the pool, the clean successes ``c`` and clean
 rollouts ``n`` seen during training (starting from the probe counts when
 given, else from the prior), and draws the next task with probability
 proportional to the variance of its Jeffreys posterior
-``Beta(k + 1/2, n - k + 1/2)`` (the same posterior as task selection,
+``Beta(c + 1/2, n - c + 1/2)`` (the same posterior as task selection,
 ``rewardbox.selection.bands``): tasks whose success rate is most uncertain, or
 closest to one half, are the ones whose groups most often have reward
 variance. A task whose band (highest posterior mass) becomes ``too_easy``
@@ -23,9 +23,9 @@ from rewardbox.selection.bands import BANDS, DEFAULT_BOUNDARIES, JEFFREYS_PRIOR,
 from rewardbox.tasks.schema import Task
 
 
-def posterior_variance(k: int, n: int) -> float:
-    """Variance of ``Beta(k + 1/2, n - k + 1/2)``: ``ab / ((a + b)^2 (a + b + 1))``; 1/8 at ``n = 0``."""
-    a, b = k + JEFFREYS_PRIOR, n - k + JEFFREYS_PRIOR
+def posterior_variance(c: int, n: int) -> float:
+    """Variance of ``Beta(c + 1/2, n - c + 1/2)``: ``ab / ((a + b)^2 (a + b + 1))``; 1/8 at ``n = 0``."""
+    a, b = c + JEFFREYS_PRIOR, n - c + JEFFREYS_PRIOR
     return a * b / ((a + b) ** 2 * (a + b + 1))
 
 
@@ -35,7 +35,7 @@ class PosteriorTaskSampler(Iterator[Task]):
     Args:
         pool: the training tasks (non-empty).
         seed: seed of the draws.
-        prior_counts: optional ``uid -> (k, n)`` to start from (e.g. the probe's).
+        prior_counts: optional ``uid -> (c, n)`` to start from (e.g. the probe's).
         boundaries: band cut points (``SelectionConfig.boundaries``).
         drop_band: the band that removes a task from the pool.
 
@@ -72,8 +72,8 @@ class PosteriorTaskSampler(Iterator[Task]):
         System-error rollouts never count. The last active task is never dropped.
         """
         clean = [r for r in rollouts if r.system_error is None]
-        k, n = self.counts.get(task.uid, (0, 0))
-        self.counts[task.uid] = (k + sum(bool(r.passed) for r in clean), n + len(clean))
+        c, n = self.counts.get(task.uid, (0, 0))
+        self.counts[task.uid] = (c + sum(bool(r.passed) for r in clean), n + len(clean))
         self._drawn_since_observe.discard(task.uid)
         if self.band(task.uid) == self.drop_band and len(self.active()) > 1:
             self.dropped.add(task.uid)

@@ -2,7 +2,7 @@
 
 A group whose rewards are all equal teaches nothing and is replaced by a fresh
 group (DAPO dynamic sampling, arXiv 2503.14476). A group hit by a system error
-(after the attempt's own retries) either has only its failed rollouts re-run
+(after the rollout's own system-error retries) either has only its failed rollouts re-run
 and, if they still fail, masked (``"rerun"``, the default of
 ``GRPOConfig.system_error_refill``) or is replaced by a fresh task
 (``"replace"``, as the reference run does). A system error is never scored.
@@ -19,7 +19,9 @@ from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.tasks.schema import Task
 from rewardbox.training.advantages import group_advantages_masked, is_zero_variance
 
-AttemptFn = Callable[[Task, int], Awaitable[EpisodeResult]]
+RolloutFn = Callable[[Task, int], Awaitable[EpisodeResult]]
+"""Runs one rollout: ``(task, trial) -> EpisodeResult`` (system-error retries included)."""
+AttemptFn = RolloutFn  # kept for users of the old name
 ObserveFn = Callable[[Task, list[EpisodeResult]], None]
 
 
@@ -95,7 +97,7 @@ def classify_masked(rollouts: Sequence[EpisodeResult]) -> str:
 
 
 async def rerun_system_errors(
-    task: Task, rollouts: list[EpisodeResult], attempt_fn: AttemptFn, rounds: int, stats: "GroupStats"
+    task: Task, rollouts: list[EpisodeResult], rollout_fn: RolloutFn, rounds: int, stats: "GroupStats"
 ) -> list[EpisodeResult]:
     """Re-run only the system-error rollouts of one group, same task and trial, up to ``rounds`` times.
 
@@ -110,19 +112,19 @@ async def rerun_system_errors(
             break
         stats.reruns += len(failed)
         stats.episodes += len(failed)
-        again = await asyncio.gather(*(attempt_fn(task, rollouts[i].trial) for i in failed))
+        again = await asyncio.gather(*(rollout_fn(task, rollouts[i].trial) for i in failed))
         for i, result in zip(failed, again):
             rollouts[i] = result
     return rollouts
 
 
 async def _settle(
-    task: Task, rollouts: list[EpisodeResult], attempt_fn: AttemptFn, refill: str, reruns: int,
+    task: Task, rollouts: list[EpisodeResult], rollout_fn: RolloutFn, refill: str, reruns: int,
     estimator: str, stats: "GroupStats", observe: ObserveFn | None = None,
 ) -> Group | None:
     """One drawn group -> an accepted ``Group`` with advantages, or None (counted in ``stats``)."""
     if refill == "rerun" and any(r.system_error is not None for r in rollouts):
-        rollouts = await rerun_system_errors(task, rollouts, attempt_fn, reruns, stats)
+        rollouts = await rerun_system_errors(task, rollouts, rollout_fn, reruns, stats)
     if observe is not None:
         observe(task, rollouts)
     stats.rewards += [float(r.reward) for r in rollouts if r.system_error is None]
@@ -141,7 +143,7 @@ async def _settle(
 
 async def collect_groups(
     tasks: Iterator[Task],
-    attempt_fn: AttemptFn,
+    rollout_fn: RolloutFn,
     *,
     group_size: int,
     groups_wanted: int,
@@ -180,12 +182,12 @@ async def collect_groups(
         if missing <= 0:
             break
         drawn = [next(tasks) for _ in range(missing)]
-        runs = [[attempt_fn(task, trial_offset + i) for i in range(group_size)] for task in drawn]
+        runs = [[rollout_fn(task, trial_offset + i) for i in range(group_size)] for task in drawn]
         results = await asyncio.gather(*(asyncio.gather(*group) for group in runs))
         stats.drawn += len(drawn)
         stats.episodes += sum(len(r) for r in results)
         settled = await asyncio.gather(*(
-            _settle(task, list(rollouts), attempt_fn, system_error_refill, max_system_error_reruns, estimator, stats,
+            _settle(task, list(rollouts), rollout_fn, system_error_refill, max_system_error_reruns, estimator, stats,
                     observe)
             for task, rollouts in zip(drawn, results)
         ))

@@ -70,7 +70,7 @@ def step_note(metrics: StepMetrics) -> str:
             f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
             f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
             f"truncated={metrics.truncated_completions}/{metrics.completions} bands=[{metrics.band_histogram}] "
-            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.seconds:.1f}s)")
+            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)")
 
 
 def _tasks(pool: Sequence[Task], profile: Profile):

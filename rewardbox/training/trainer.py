@@ -33,7 +33,7 @@ from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
-from rewardbox.training.groups import AttemptFn, Group, collect_groups
+from rewardbox.training.groups import Group, RolloutFn, collect_groups
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
@@ -70,7 +70,7 @@ class StepMetrics:
     samples: int
     policy_tokens: int
     loss: float | None
-    seconds: float
+    duration_s: float
     scored_rollouts: int = 0
     reruns: int = 0
     masked_system_errors: int = 0
@@ -213,7 +213,7 @@ def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | Non
         zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
         groups=len(groups), episodes=stats.episodes, samples=len(samples),
         policy_tokens=sum(len(s.completion_ids) for s in samples),
-        loss=None if result is None else result.loss, seconds=time.perf_counter() - t0,
+        loss=None if result is None else result.loss, duration_s=time.perf_counter() - t0,
         reruns=stats.reruns, masked_system_errors=stats.masked_system_errors,
         truncated_completions=sum(t.finish_reason == "length" for t in turns), completions=len(turns),
         truncated_rollouts=sum(is_truncated(r) for r in rollouts),
@@ -229,7 +229,7 @@ async def train_grpo(
     model,
     pad_id: int,
     tasks: Iterator[Task],
-    attempt_fn: AttemptFn,
+    rollout_fn: RolloutFn,
     config: GRPOConfig,
     *,
     on_step: Callable[[StepMetrics], None] | None = None,
@@ -244,7 +244,7 @@ async def train_grpo(
         tasks: endless task stream (``groups.task_stream``, or a
             ``curriculum.PosteriorTaskSampler``, which then sees every group and
             whose band histogram each step records).
-        attempt_fn: runs one rollout with the CURRENT ``model`` (same object).
+        rollout_fn: runs one rollout with the CURRENT ``model`` (same object).
         config: GRPO settings.
         on_step: called with each step's metrics.
         tokenize: renders completions that carry no token ids (see ``group_samples``).
@@ -263,7 +263,7 @@ async def train_grpo(
     for step in range(config.steps):
         t0 = time.perf_counter()
         groups, stats = await collect_groups(
-            tasks, attempt_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
+            tasks, rollout_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
             max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
             trial_offset=step * config.group_size, system_error_refill=config.system_error_refill,
             max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),

@@ -57,7 +57,7 @@ def test_a_golden_episode_gets_reward_1(served):
         assert middle.observation.new_messages[-1]["role"] == "tool" and middle.reward is None
     assert "ADR-2017-W" in steps[-2].observation.new_messages[-1]["content"]
     assert (last.done, last.reward, last.observation.status, last.observation.passed) == (True, 1.0, "finished", True)
-    assert last.observation.finish_reason == "done" and last.observation.system_error is None
+    assert last.observation.termination_reason == "done" and last.observation.system_error is None
     assert state.task_uid == ADDRESS_TASK and state.step_count == len(steps) - 1 and state.status == "finished"
 
 
@@ -130,7 +130,7 @@ def test_a_sandbox_crash_mid_episode_is_a_system_error_not_a_reward_of_0(crashin
 
     last = run(play())
     assert last.done and last.reward is None
-    assert last.observation.status == "system_error" and last.observation.finish_reason == "system_error"
+    assert last.observation.status == "system_error" and last.observation.termination_reason == "system_error"
     assert last.observation.system_error.startswith("sandbox: injected")
     assert not any("injected" in str(m.get("content")) for m in last.observation.messages)  # never shown as text
 

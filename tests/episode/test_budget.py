@@ -48,7 +48,7 @@ def test_required_tokens_is_the_longest_call_and_the_check_names_it():
 def test_truncation_summary_counts_cut_completions():
     rows = pl.DataFrame({"turns": [2, 3, 1, 4], "truncated_turns": [1, 0, 1, None]})
     assert truncation_summary(rows) == {"truncated_completions": 2, "completions": 6,
-                                        "truncated_completion_frac": round(2 / 6, 4), "truncated_attempts": 2}
+                                        "truncated_completion_frac": round(2 / 6, 4), "truncated_trials": 2}
     assert truncation_summary(pl.DataFrame({"turns": [1]}))["completions"] == 0
 
 

@@ -10,10 +10,11 @@ from functools import partial
 import pytest
 
 from rewardbox.config.profile import load_profile
+from rewardbox.episode.campaign import campaign_keys, repair_keys
+from rewardbox.episode.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import LocalExecutor, build_executor
-from rewardbox.evaluation.campaign import campaign_keys, repair_keys
-from rewardbox.evaluation.services import episode_runner, run_trials
+from rewardbox.episode.run import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_candidates
 from rewardbox.training.groups import collect_groups

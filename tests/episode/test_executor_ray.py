@@ -14,17 +14,18 @@ ray = pytest.importorskip("ray")
 
 import tests.fixtures.executor_policies as executor_policies  # noqa: E402
 from rewardbox.config.profile import load_profile  # noqa: E402
+from rewardbox.episode.campaign import campaign_keys, coverage_problems, repair_keys  # noqa: E402
+from rewardbox.episode.compose import episode_runner  # noqa: E402
 from rewardbox.episode.config import ExecutorConfig  # noqa: E402
 from rewardbox.episode.executor import LocalExecutor  # noqa: E402
 from rewardbox.episode.executor_ray import RayExecutor, check_shippable  # noqa: E402
-from rewardbox.evaluation.campaign import campaign_keys, coverage_problems, repair_keys  # noqa: E402
-from rewardbox.evaluation.services import episode_runner, run_trials  # noqa: E402
+from rewardbox.episode.run import run_trials  # noqa: E402
 from rewardbox.policy.scripted import GoldenReplayPolicy  # noqa: E402
 from rewardbox.tasks.sources import load_candidates  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 CONFIG = ExecutorConfig(kind="ray", num_cpus=2, workers=2, worker_num_cpus=0.5)
-KEY = ["uid", "trial", "reward", "passed", "finish_reason"]
+KEY = ["uid", "trial", "reward", "passed", "termination_reason"]
 
 
 @pytest.fixture(scope="module")

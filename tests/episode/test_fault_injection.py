@@ -22,11 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardbox.episode.attempt import run_attempt
-from rewardbox.episode.config import EpisodeConfig
-from rewardbox.episode.runner import EpisodeRunner
-from rewardbox.episode.user_simulator import EndpointUser
-from rewardbox.evaluation.campaign import (
+from rewardbox.episode.campaign import (
     campaign_keys,
     merge_repair,
     repair_keys,
@@ -34,6 +30,10 @@ from rewardbox.evaluation.campaign import (
     run_campaign,
     system_error_counts,
 )
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.runner import EpisodeRunner
+from rewardbox.episode.trial import run_trial
+from rewardbox.episode.user_simulator import EndpointUser
 from rewardbox.grading.judge import JudgeConfig
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Completion
@@ -148,7 +148,7 @@ def run_faults(tmp_path, fake, web_url: str, retries: int):
     config = EpisodeConfig(max_user_turns=2, max_system_error_retries=retries, concurrency=1)
 
     async def main(keys, runner):
-        return await run_campaign(tasks, keys, partial(run_attempt, runner), concurrency=1)
+        return await run_campaign(tasks, keys, partial(run_trial, runner), concurrency=1)
 
     with TestRunner(max_workers=1, timeout_s=20, judge_config=judge) as grader:
         runner = EpisodeRunner(policy, lambda: ExternalSandbox(servers, timeouts=SandboxTimeouts(tool_s=1.0)),
@@ -168,7 +168,7 @@ def test_every_injected_fault_is_a_retried_system_error_counted_by_kind(tmp_path
     for uid, (kind, *_rest) in FAULTS.items():
         row = by_uid[uid]
         assert row["retried_system_error_kinds"] == [kind], uid
-        assert (row["system_error"], row["reward"], row["passed"], row["attempts"]) == (None, 1.0, True, 2), uid
+        assert (row["system_error"], row["reward"], row["passed"], row["tries"]) == (None, 1.0, True, 2), uid
     assert redo == []
     assert system_error_counts(rows) == {kind: 1 for kind, *_ in FAULTS.values()}
     print(f"\nsystem errors by kind: {system_error_counts(rows)}; rewards {rows['reward'].to_list()}")
@@ -179,4 +179,4 @@ def test_without_retries_a_fault_is_an_unscored_row_that_the_refill_pass_repairs
     rows, redo = run_faults(tmp_path, fake_openai, web_server, retries=0)
     assert sorted(uid for uid, _ in redo) == sorted(FAULTS)  # every fault left a system-error row, none a 0
     assert rows["reward"].to_list() == [1.0] * len(FAULTS) and rows["system_error"].null_count() == len(FAULTS)
-    assert rows["attempts"].to_list() == [1] * len(FAULTS)
+    assert rows["tries"].to_list() == [1] * len(FAULTS)

@@ -82,7 +82,7 @@ def test_grpo_step_line_carries_reward_zero_variance_share_and_seconds():
     from rewardbox.training.trainer import StepMetrics
 
     metrics = StepMetrics(step=2, mean_reward=0.375, zero_variance_frac=0.25, system_error_groups=1, groups=4,
-                          episodes=32, samples=40, policy_tokens=900, loss=-0.01, seconds=81.34, scored_rollouts=24)
+                          episodes=32, samples=40, policy_tokens=900, loss=-0.01, duration_s=81.34, scored_rollouts=24)
     assert step_note(metrics) == ("step 2: mean_reward=0.375 (scored rollouts 24) zero_variance=0.25 "
                                   "system_error_groups=1 loss=-0.01 logprob_gap_max=None clip_frac=None "
                                   "truncated=0/0 bands=[] samples=40 tokens=900 (81.3s)")

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.trajectory import TestOutcome
+from rewardbox.episode.trial import run_trial
 from rewardbox.episode.user_simulator import SYSTEM_PROMPT, ScriptedUser, shareable_facts, split_stop_marker
 from rewardbox.errors import SandboxError
 from rewardbox.policy.base import ChatRequest, Completion
@@ -106,7 +106,7 @@ def run(policy, user=None, sandbox_factory=FakeSandbox, config=None, task=None):
 def test_tool_then_done_passes_and_records_usage():
     policy = ScriptPolicy([call("cancel_order", order_id="ORD-8"), "Cancelled ORD-8. <DONE>"])
     result = run(policy)
-    assert (result.finish_reason, result.reward, result.passed) == ("done", 1.0, True)
+    assert (result.termination_reason, result.reward, result.passed) == ("done", 1.0, True)
     assert result.turns == 2 and result.input_tokens == 20 and result.output_tokens == 10
     assert [m["role"] for m in result.messages] == ["system", "system", "user", "assistant", "tool", "assistant"]
     assert result.tool_calls[0]["tool_call"] == {"name": "cancel_order", "arguments": {"order_id": "ORD-8"}}
@@ -134,11 +134,11 @@ def test_sandbox_fault_is_a_system_error_not_a_zero_and_is_retried():
 
     policy = ScriptPolicy([call("cancel_order", order_id="ORD-8")] * 3)
     runner = EpisodeRunner(policy, factory, None, CancelledGrader(), EpisodeConfig(max_system_error_retries=2))
-    result = asyncio.run(run_attempt(runner, make_task(), 0))
+    result = asyncio.run(run_trial(runner, make_task(), 0))
     assert result.system_error.startswith("sandbox:")
     assert result.reward is None and result.passed is None
-    assert result.finish_reason == "system_error"
-    assert result.attempts == 3 and len(calls) == 3
+    assert result.termination_reason == "system_error"
+    assert result.tries == 3 and len(calls) == 3
     # the policy never saw the infrastructure error as text
     assert all("died" not in json.dumps(r.messages) for r in policy.requests)
 
@@ -150,7 +150,7 @@ def test_user_agreeing_with_stop_marker_still_lets_the_agent_act():
     result = run(policy, user=FixedUser(["Yes, please go ahead. <DONE>"]))
     users = [m["content"] for m in result.messages if m["role"] == "user"]
     assert users[-1] == "Yes, please go ahead."           # text before the marker reached the agent
-    assert result.finish_reason == "user_done"
+    assert result.termination_reason == "user_done"
     assert FakeSandbox.instances[-1].orders["ORD-8"] == "cancelled"
     assert result.passed is True
     assert "agreeing to an action is not the action being done" in SYSTEM_PROMPT.lower()
@@ -159,7 +159,7 @@ def test_user_agreeing_with_stop_marker_still_lets_the_agent_act():
 def test_bare_stop_marker_after_completion_ends_at_once():
     policy = ScriptPolicy([call("cancel_order", order_id="ORD-8"), "ORD-8 is cancelled. Anything else?"])
     result = run(policy, user=FixedUser(["<DONE>"]))
-    assert result.finish_reason == "user_done"
+    assert result.termination_reason == "user_done"
     assert result.turns == 2                                  # no extra agent turn
 
 
@@ -167,7 +167,7 @@ def test_own_case_stop_marker_with_trailing_space_and_no_user_context():
     assert split_stop_marker("  Sure, do it <DONE>  ") == ("Sure, do it", True)
     assert split_stop_marker("What is <DONE> in my order?") == ("What is <DONE> in my order?", False)
     result = run(ScriptPolicy(["Which order?"]), user=ScriptedUser(), task=make_task(user_context=""))
-    assert result.finish_reason == "no_user_llm"
+    assert result.termination_reason == "no_user_llm"
 
 
 @pytest.mark.parametrize("limit_field, reason", [("max_agent_turns", "agent_limit"),
@@ -175,13 +175,13 @@ def test_own_case_stop_marker_with_trailing_space_and_no_user_context():
 def test_turn_limits(limit_field, reason):
     policy = ScriptPolicy([call("get_order", order_id="ORD-8")] * 10)
     result = run(policy, config=EpisodeConfig(**{limit_field: 3}))
-    assert result.finish_reason == reason and result.turns == 3
+    assert result.termination_reason == reason and result.turns == 3
 
 
 def test_user_limit_and_scripted_user():
     policy = ScriptPolicy(["Can you confirm?"] * 10)
     result = run(policy, user=ScriptedUser(), config=EpisodeConfig(max_user_turns=1))
-    assert result.finish_reason == "user_limit"
+    assert result.termination_reason == "user_limit"
     users = [m["content"] for m in result.messages if m["role"] == "user"]
     assert users == ["Cancel ORD-8 please.", "My order is ORD-8."]
 
@@ -220,7 +220,7 @@ def test_llm_user_agreeing_with_marker_through_a_real_endpoint(fake_openai):
                            call("cancel_order", order_id="ORD-8"), "Done: ORD-8 is cancelled."])
     result = run(policy, user=user)
     assert [m["content"] for m in result.messages if m["role"] == "user"][-1] == "Yes, please go ahead."
-    assert (result.finish_reason, result.passed) == ("user_done", True)
+    assert (result.termination_reason, result.passed) == ("user_done", True)
     assert FakeSandbox.instances[-1].orders["ORD-8"] == "cancelled"
     prompt = fake_openai.requests[0]["body"]["messages"]
     assert "Agreeing to an action is not the action being done" in prompt[0]["content"]

@@ -71,7 +71,7 @@ def test_a_turn_limit_ends_and_grades_the_episode_without_asking_again():
 
     end = asyncio.run(play())
     assert isinstance(end, Finished)
-    assert (end.result.finish_reason, end.result.reward, end.result.system_error) == ("agent_limit", 1.0, None)
+    assert (end.result.termination_reason, end.result.reward, end.result.system_error) == ("agent_limit", 1.0, None)
     assert sandboxes[0].closed
 
 
@@ -87,7 +87,7 @@ def test_raw_text_goes_through_the_interpreter_and_done_ends_the_episode():
         return await episode.act(completion_from_text("Cancelled. <DONE>", second.request))
 
     end = asyncio.run(play())
-    assert isinstance(end, Finished) and (end.result.finish_reason, end.result.reward) == ("done", 1.0)
+    assert isinstance(end, Finished) and (end.result.termination_reason, end.result.reward) == ("done", 1.0)
 
 
 def test_close_mid_episode_tears_the_sandbox_down_and_refuses_further_actions():

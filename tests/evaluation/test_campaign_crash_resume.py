@@ -21,16 +21,16 @@ import polars as pl
 import pytest
 
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.campaign import ROW_SCHEMA, campaign_keys, coverage_problems
-from rewardbox.evaluation.journal import CampaignJournal
-from rewardbox.evaluation.services import run_trials_async
+from rewardbox.episode.campaign import ROW_SCHEMA, campaign_keys, coverage_problems
+from rewardbox.episode.journal import CampaignJournal
+from rewardbox.episode.run import run_trials_async
 from rewardbox.grading.testrunner import evaluate_test_code
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark
 
 TRIALS = 12
 KILLS = 20
-COMPARED = ["uid", "domain", "trial", "reward", "passed", "system_error", "finish_reason", "turns"]
+COMPARED = ["uid", "domain", "trial", "reward", "passed", "system_error", "termination_reason", "turns"]
 
 
 class InlineGrader:
@@ -51,8 +51,8 @@ def _campaign(journal_dir: str, tasks, profile, started: str) -> None:
 
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([
-    "polars", "mcp.client.session", "mcp.server.mcpserver", "rewardbox.evaluation.services",
-    "rewardbox.grading.testrunner", "rewardbox.policy.scripted", "rewardbox.evaluation.journal",
+    "polars", "mcp.client.session", "mcp.server.mcpserver", "rewardbox.episode.run",
+    "rewardbox.grading.testrunner", "rewardbox.policy.scripted", "rewardbox.episode.journal",
     "rewardbox.sandbox.inprocess", "rewardbox.domains.retail.server", "rewardbox.domains.hotel.server",
     "rewardbox.domains.helpdesk.server",
 ])

@@ -6,8 +6,8 @@ import asyncio
 import gc
 import weakref
 
+from rewardbox.episode.campaign import ROW_SCHEMA, result_row, rows_frame, run_campaign
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.campaign import ROW_SCHEMA, result_row, rows_frame, run_campaign
 from rewardbox.tasks.schema import Task
 
 

@@ -23,14 +23,15 @@ import yaml
 
 from rewardbox.config.profile import Profile
 from rewardbox.domains.registry import dataset_dir
-from rewardbox.evaluation.campaign import coverage_problems, results_frame
+from rewardbox.episode.campaign import coverage_problems, results_frame
+from rewardbox.episode.compose import build_sandbox
+from rewardbox.episode.run import run_trials
 from rewardbox.evaluation.interchange import export_decode_results, import_infer_results
-from rewardbox.evaluation.screening import screen_tasks
-from rewardbox.evaluation.services import build_sandbox, run_trials
 from rewardbox.policy.factory import build_policy
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.report.tables import reliability_tables
 from rewardbox.selection import task_difficulty, training_pool
+from rewardbox.selection.screening import screen_tasks
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 
 SERVER_MODULE = "rewardbox.domains.retail.server"

@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from rewardbox.episode.campaign import ROW_SCHEMA, results_frame
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
-from rewardbox.evaluation.campaign import ROW_SCHEMA, results_frame
 from rewardbox.evaluation.interchange import (
     InterchangeError,
     export_decode_results,
@@ -61,10 +61,10 @@ def _passed(trial: int = 0) -> EpisodeResult:
     ]
     turns = [AgentTurn("t1", "stop", 120, 30, 64), AgentTurn("t2", "stop", 180, 12, 128), AgentTurn("t3", "stop", 200, 5, 190)]
     return EpisodeResult(
-        uid=REFUND, trial=trial, messages=messages, agent_turns=turns, finish_reason="done", reward=1.0, passed=True,
+        uid=REFUND, trial=trial, messages=messages, agent_turns=turns, termination_reason="done", reward=1.0, passed=True,
         test_outcome=TestOutcome(True, 1.0, prints="ok\n"), effects={"fake_shop": {"result_db_hash": "a"}},
         tool_calls=[{"tool_call": {"name": "refund_order", "arguments": {"order_id": "ORD-1"}}, "tool_response": "{}"}],
-        tools=_tools(), seconds=2.5, time_agent_s=1.0, time_user_s=0.2, time_tool_s=0.5, time_test_s=0.4)
+        tools=_tools(), duration_s=2.5, time_agent_s=1.0, time_user_s=0.2, time_tool_s=0.5, time_test_s=0.4)
 
 
 def _failed(trial: int) -> EpisodeResult:
@@ -75,26 +75,26 @@ def _failed(trial: int) -> EpisodeResult:
     outcome = TestOutcome(False, 0.0, message="AssertionError: terminal state differs", tb="Traceback...", lineno=15,
                           line_content="assert ...")
     return EpisodeResult(uid=LOOKUP, trial=trial, messages=messages, agent_turns=[AgentTurn("x", "stop", 50, 9)],
-                         finish_reason="end_turn_tool", reward=0.0, passed=False, test_outcome=outcome, tools=_tools(),
-                         seconds=1.0)
+                         termination_reason="end_turn_tool", reward=0.0, passed=False, test_outcome=outcome, tools=_tools(),
+                         duration_s=1.0)
 
 
 def _decode_error(trial: int) -> EpisodeResult:
-    return EpisodeResult(uid=LOOKUP, trial=trial, finish_reason="system_error",
-                         system_error="sandbox: server 'fake_shop' exited during init", seconds=0.3, attempts=3)
+    return EpisodeResult(uid=LOOKUP, trial=trial, termination_reason="system_error",
+                         system_error="sandbox: server 'fake_shop' exited during init", duration_s=0.3, tries=3)
 
 
 def _test_error(trial: int) -> EpisodeResult:
     outcome = TestOutcome(False, 0.0, is_system_error=True, message="KeyError: 'fake_shop'", tb="Traceback...\nKeyError: 'fake_shop'")
     return EpisodeResult(uid=CANCEL, trial=trial, messages=[{"role": "user", "content": "Cancel ORD-4."},
                                                             {"role": "assistant", "content": "Cancelled. <DONE>"}],
-                         agent_turns=[AgentTurn("y", "stop", 70, 4)], finish_reason="system_error",
-                         system_error="grader: KeyError: 'fake_shop'", test_outcome=outcome, seconds=0.8)
+                         agent_turns=[AgentTurn("y", "stop", 70, 4)], termination_reason="system_error",
+                         system_error="grader: KeyError: 'fake_shop'", test_outcome=outcome, duration_s=0.8)
 
 
 def _context_limit(trial: int) -> EpisodeResult:
     return EpisodeResult(uid=CANCEL, trial=trial, messages=[{"role": "user", "content": "Cancel ORD-4."}],
-                         finish_reason="context_limit", reward=0.0, passed=False, test_outcome=TestOutcome(False, 0.0))
+                         termination_reason="context_limit", reward=0.0, passed=False, test_outcome=TestOutcome(False, 0.0))
 
 
 def _all_results() -> list[EpisodeResult]:
@@ -129,7 +129,7 @@ def test_every_decode_result_field_is_present(tasks, tmp_path):
     assert first["test_context"]["effects"] == {"fake_shop": {"result_db_hash": "a"}}
     assert first["test_context"]["response"] == "Goodbye. <DONE>"
     assert first["raw_messages"][3]["tool_calls"][1]["raw"] == "{not json"
-    assert rows[5]["finish_reason"] == "agent_limit" and rows[5]["metadata"]["rewardbox_finish_reason"] == "context_limit"
+    assert rows[5]["finish_reason"] == "agent_limit" and rows[5]["metadata"]["rewardbox_termination_reason"] == "context_limit"
 
 
 def test_messages_become_the_tagged_union(tasks, tmp_path):
@@ -189,18 +189,18 @@ def test_round_trip_keeps_every_row_field(tasks, tmp_path):
 
 def test_tb_infer_fixture_feeds_task_difficulty(tasks):
     rows = import_infer_results(TB_INFER, tasks)
-    assert rows.height == 12 and rows["attempts"].unique().to_list() == [1]
+    assert rows.height == 12 and rows["tries"].unique().to_list() == [1]
     first = rows.row(0, named=True)
     assert first.items() >= {"uid": REFUND, "trial": 0, "reward": 1.0, "passed": True, "system_error": None, "turns": 2,
-                          "input_tokens": 1910, "cached_input_tokens": 1408, "output_tokens": 65, "seconds": 3.1}.items()
+                          "input_tokens": 1910, "cached_input_tokens": 1408, "output_tokens": 65, "duration_s": 3.1}.items()
     errors = rows.filter(pl.col("system_error").is_not_null())
     assert errors.select("uid", "trial", "system_error").rows() == [
         (LOOKUP, 2, "SessionCreateError: session_create failed: server exited with code 1"),
         (CANCEL, 1, "grader: KeyError: 'fake_shop'")]
     assert errors["reward"].to_list() == [None, None]
-    assert rows.filter(pl.col("uid") == CANCEL)["finish_reason"].to_list() == ["done", "done", "done", "user_limit"]
+    assert rows.filter(pl.col("uid") == CANCEL)["termination_reason"].to_list() == ["done", "done", "done", "user_limit"]
     difficulty = task_difficulty(rows, SelectionConfig(min_clean_trials=3))
-    counts = {r["uid"]: (r["n"], r["k"], r["system_errors"]) for r in difficulty.iter_rows(named=True)}
+    counts = {r["uid"]: (r["n"], r["c"], r["system_errors"]) for r in difficulty.iter_rows(named=True)}
     assert counts == {REFUND: (4, 3, 0), LOOKUP: (3, 0, 1), CANCEL: (3, 1, 1)}
     assert difficulty.filter(pl.col("uid") == LOOKUP)["posterior_mean"].item() == pytest.approx(0.5 / 4)
 
@@ -262,7 +262,7 @@ def _strict_lines(path: Path) -> list[dict]:
 
 def test_issue12_item4_non_finite_values_are_written_as_null(tasks, tmp_path):
     result = _passed()
-    result.seconds = float("inf")
+    result.duration_s = float("inf")
     result.test_outcome = TestOutcome(True, float("nan"), metadata={"mean_logprob": float("nan"),
                                                                     "min_logprob": float("-inf"), "tokens": 7})
     row = _strict_lines(export_decode_results([result, _failed(0)], tasks, tmp_path / "d.jsonl"))[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.screening import SCREEN_SCHEMA, expects_write, screen_verdict, ungradable
+from rewardbox.selection.screening import SCREEN_SCHEMA, expects_write, screen_verdict, ungradable
 
 
 def _result(result_hash: str, golden_hash: str = "g", passed: bool = True, error: str | None = None) -> EpisodeResult:

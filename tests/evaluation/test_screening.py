@@ -9,7 +9,7 @@ import pytest
 
 from rewardbox.config.profile import load_profile
 from rewardbox.domains import registry
-from rewardbox.evaluation.screening import screen_tasks
+from rewardbox.selection.screening import screen_tasks
 from rewardbox.tasks.thinkingbox import load_dataset
 
 ADDRESS = "retail_address.py:test_retail_address_change_01"

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from rewardbox.config.profile import Profile
-from rewardbox.evaluation.screening import screen_tasks, ungradable
-from rewardbox.evaluation.services import run_trials
+from rewardbox.episode.run import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy
+from rewardbox.selection.screening import screen_tasks, ungradable
 from rewardbox.tasks.sources import load_benchmark
 from tests.fixtures.fake_judge import Judge200
 
@@ -80,4 +80,4 @@ def test_ungradable_benchmark_task_is_listed_by_uid_and_cause(tmp_path, judge):
     assert "No module named 'thinkingbox.common.mcp_proxy_client'" in failures[0]
     broken = [t for t in load_benchmark(profile.tasks).tasks if t.uid.startswith("mixed_broken.py")]
     _, results = run_trials(broken, 1, GoldenReplayPolicy(), profile)
-    assert results[0].system_error_permanent and results[0].attempts == 1  # permanent: not retried
+    assert results[0].system_error_permanent and results[0].tries == 1  # permanent: not retried

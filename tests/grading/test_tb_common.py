@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from rewardbox.episode.attempt import run_attempt
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.trial import run_trial
 from rewardbox.grading.context import TestContext, context_payload
 from rewardbox.grading.testrunner import evaluate_test_code
 from tests.fixtures.fake_judge import Judge200
@@ -90,7 +90,7 @@ def test_permanent_vs_transient_test_errors(code, cause):
 
 
 class _CountingRunner:
-    """Stands in for EpisodeRunner in run_attempt: returns a system error, counts the tries."""
+    """Stands in for EpisodeRunner in run_trial: returns a system error, counts the tries."""
 
     def __init__(self, permanent: bool):
         self.permanent, self.calls = permanent, 0
@@ -104,5 +104,5 @@ class _CountingRunner:
 @pytest.mark.parametrize("permanent, calls", [(True, 1), (False, 3)])
 def test_permanent_system_errors_are_not_retried(permanent, calls):
     runner = _CountingRunner(permanent)
-    result = asyncio.run(run_attempt(runner, None, 0))
-    assert runner.calls == calls and result.attempts == calls and result.system_error
+    result = asyncio.run(run_trial(runner, None, 0))
+    assert runner.calls == calls and result.tries == calls and result.system_error

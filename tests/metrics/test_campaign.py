@@ -41,7 +41,7 @@ SPEC = {
 def test_overall_numbers_by_hand():
     summary = summarise_campaign(make_rows(SPEC), k_values=[1, 2, 4])
     assert summary["tasks"] == 4
-    assert summary["clean_attempts"] == 16
+    assert summary["clean_trials"] == 16
     assert summary["successes"] == 10
     assert summary["pass_at_1"] == pytest.approx(10 / 16)
     # pass@2 per task: t1 5/6, t2 1, t3 0, t4 1.
@@ -64,7 +64,7 @@ def test_system_errors_are_not_failures(bool_errors):
     spec = {"a": ("d", [1, None, 1, 1]), "b": ("d", [0, 0, None, None])}
     summary = summarise_campaign(make_rows(spec, bool_errors=bool_errors), k_values=[1, 2, 3])
     assert summary["system_errors"] == 3
-    assert summary["clean_attempts"] == 5
+    assert summary["clean_trials"] == 5
     assert summary["pass_at_1"] == pytest.approx(3 / 5)
     assert summary["observed_all_pass_tasks"] == 1  # 'a' passed 3/3 clean trials
     assert summary["clean_counts_equal"] is False
@@ -81,7 +81,7 @@ def test_task_with_only_system_errors_is_left_out_of_rates():
     spec = {"a": ("d", [1, 0]), "b": ("d", [None, None])}
     summary = summarise_campaign(make_rows(spec), k_values=[1, 2])
     assert summary["tasks"] == 1
-    assert summary["tasks_without_clean_attempts"] == 1
+    assert summary["tasks_without_clean_trials"] == 1
     assert summary["pass_at_k"][2] == pytest.approx(1.0)
 
 
@@ -104,7 +104,7 @@ def test_duplicate_key_and_missing_outcome_are_named():
 def test_task_counts_columns():
     counts = task_counts(make_rows({"b": ("x", [1, None]), "a": ("y", [0, 0])}))
     assert counts["uid"].to_list() == ["a", "b"]
-    assert counts.select("n", "c", "system_errors", "attempts").rows() == [(2, 0, 0, 2), (1, 1, 1, 2)]
+    assert counts.select("n", "c", "system_errors", "trials").rows() == [(2, 0, 0, 2), (1, 1, 1, 2)]
 
 
 def test_per_domain_table():

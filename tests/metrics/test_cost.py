@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from rewardbox.metrics import ModelPrice, PriceTable, attempt_cost_usd, campaign_cost
+from rewardbox.metrics import ModelPrice, PriceTable, attempt_cost_usd, campaign_cost, trial_cost_usd
 from rewardbox.metrics.cost import usage_cost
 
 PRICE = ModelPrice(usd_per_1m_input_tokens=2.0, usd_per_1m_cached_input_tokens=0.5, usd_per_1m_output_tokens=8.0)
@@ -31,11 +31,11 @@ def rows(outcomes: dict[str, list[int | None]]) -> pl.DataFrame:
 
 def test_attempt_cost_by_hand():
     # 500k uncached x $2 + 500k cached x $0.5 + 100k out x $8, per 1M tokens.
-    assert attempt_cost_usd(1_000_000, 500_000, 100_000, PRICE) == pytest.approx(1.0 + 0.25 + 0.8)
+    assert trial_cost_usd(1_000_000, 500_000, 100_000, PRICE) == pytest.approx(1.0 + 0.25 + 0.8)
     # more cached than input (bad provider data): uncached clamped at 0, cached still billed
-    assert attempt_cost_usd(10, 20, 0, PRICE) == pytest.approx(20 * 0.5 / 1e6)
+    assert trial_cost_usd(10, 20, 0, PRICE) == pytest.approx(20 * 0.5 / 1e6)
     with pytest.raises(ValueError, match=">= 0"):
-        attempt_cost_usd(-1, 0, 0, PRICE)
+        trial_cost_usd(-1, 0, 0, PRICE)
 
 
 def test_price_table_lookup_and_validation():
@@ -56,9 +56,9 @@ def test_headline_costs_by_hand():
     cost = campaign_cost(rows({"a": [1, 1], "b": [1, 0], "c": [0, 0, None]}), TABLE, "qwen")
     assert cost["price_table_version"] == "test-2025-01"
     assert cost["campaign_cost_usd"] == pytest.approx(6 * 2.05)
-    assert cost["one_attempt_every_task_usd"] == pytest.approx(3 * 2.05)
+    assert cost["one_trial_every_task_usd"] == pytest.approx(3 * 2.05)
     # pass@1 = 3/6: one round / (3 tasks x 0.5) = 2.05 / 0.5.
-    assert cost["cost_per_successful_attempt_usd"] == pytest.approx(2.05 / 0.5)
+    assert cost["cost_per_successful_trial_usd"] == pytest.approx(2.05 / 0.5)
     # One dependable task (a): the whole campaign / 1.
     assert cost["dependable_tasks"] == 1
     assert cost["cost_per_dependable_task_usd"] == pytest.approx(6 * 2.05)
@@ -67,9 +67,9 @@ def test_headline_costs_by_hand():
 def test_zero_denominators_give_none():
     cost = campaign_cost(rows({"a": [0, 0], "b": [1, 0]}), TABLE, "qwen")
     assert cost["cost_per_dependable_task_usd"] is None
-    assert cost["cost_per_successful_attempt_usd"] is not None
+    assert cost["cost_per_successful_trial_usd"] is not None
     nothing = campaign_cost(rows({"a": [0, 0]}), TABLE, "qwen")
-    assert nothing["cost_per_successful_attempt_usd"] is None
+    assert nothing["cost_per_successful_trial_usd"] is None
 
 
 # --- issue #12 item 8: cached tokens above prompt tokens ---------------------------------------------------
@@ -96,7 +96,7 @@ def test_issue12_item8_given_rows():
     # attempt level: the same rule
     row0 = usage_cost(10_000, 12_000, 500, ISSUE12_PRICE)
     assert row0.usd == pytest.approx(0.0032) and row0.cached_above_input is True
-    assert attempt_cost_usd(10_000, 8_000, 500, ISSUE12_PRICE) == pytest.approx(0.0048)
+    assert trial_cost_usd(10_000, 8_000, 500, ISSUE12_PRICE) == pytest.approx(0.0048)
 
 
 def test_issue12_item8_own_case_bad_rows_inside_one_task_and_system_errors():
@@ -106,7 +106,7 @@ def test_issue12_item8_own_case_bad_rows_inside_one_task_and_system_errors():
     cost = campaign_cost(rows, ISSUE12_TABLE, "m")
     expected = (0 * 1.0 + 15_000 * 0.1 + 500 * 4) / 1e6 + (5_000 * 1.0 + 500 * 4) / 1e6
     assert cost["campaign_cost_usd"] == pytest.approx(expected) and cost["cached_above_input_rows"] == 1
-    assert cost["one_attempt_every_task_usd"] == pytest.approx(expected / 2)
+    assert cost["one_trial_every_task_usd"] == pytest.approx(expected / 2)
     errored = pl.concat([rows, pl.DataFrame({"uid": ["a"], "trial": [9], "passed": [None], "system_error": ["endpoint: 503"],
                                         "input_tokens": [1], "cached_input_tokens": [99], "output_tokens": [500]})],
                         how="vertical_relaxed")
@@ -114,3 +114,7 @@ def test_issue12_item8_own_case_bad_rows_inside_one_task_and_system_errors():
     assert again["campaign_cost_usd"] == pytest.approx(expected) and again["cached_above_input_rows"] == 1
     with pytest.raises(ValueError, match="uid='a', trial=1"):
         campaign_cost(rows.with_columns(pl.Series("output_tokens", [500, -1])), ISSUE12_TABLE, "m")
+
+
+def test_old_name_of_trial_cost_is_the_same_function():
+    assert attempt_cost_usd is trial_cost_usd

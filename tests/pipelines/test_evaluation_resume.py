@@ -9,8 +9,8 @@ import polars as pl
 
 from assets.metadata import tasks_hash
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.campaign import ROW_SCHEMA
-from rewardbox.evaluation.journal import campaign_journal
+from rewardbox.episode.campaign import ROW_SCHEMA
+from rewardbox.episode.journal import campaign_journal
 from rewardbox.tasks.sources import load_benchmark
 from tests.fixtures.fake_openai import chat_response
 from tests.pipelines.test_secrets_never_written import KEY, KEY_ENV, _profile, no_checkpoint

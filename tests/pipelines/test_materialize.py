@@ -57,8 +57,8 @@ def _check_main_graph(result, tmp_path: Path, audited: set[str]) -> None:
     assert len(evaluations) == 9 and all(e.passed for e in evaluations if e.check_name != "tuned_not_worse_than_base")
 
     probes = pl.read_parquet(tmp_path / "assets" / "probe_results.parquet")
-    assert {"uid", "trial", "reward", "passed", "system_error", "finish_reason", "turns", "input_tokens",
-            "output_tokens", "seconds"} <= set(probes.columns)
+    assert {"uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns", "input_tokens",
+            "output_tokens", "duration_s", "tries"} <= set(probes.columns)
     assert probes["uid"].n_unique() == 10 and probes.height == 10 * 4  # candidates x trials
     base = pl.read_parquet(tmp_path / "assets" / "base_evaluation_results.parquet")
     assert base.select("uid", "trial").n_unique() == base.height == 6 * 2

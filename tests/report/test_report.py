@@ -72,8 +72,8 @@ def test_overall_table_numbers():
     assert _row(overall, "system errors")[1:3] == ["0", "0"]
     assert _row(overall, "input tokens")[1:3] == ["12,000", "12,000"]
     # Attempt cost: (800 x 1 + 200 x 0.5 + 100 x 4) / 1e6 = $0.0013.
-    # Per successful attempt: 3 x 0.0013 / (3 x pass@1).
-    assert _row(overall, "cost per successful attempt")[1:3] == ["$0.0026", f"${0.0039 / 2.25:.4f}"]
+    # Per successful trial: 3 x 0.0013 / (3 x pass@1).
+    assert _row(overall, "cost per successful trial")[1:3] == ["$0.0026", f"${0.0039 / 2.25:.4f}"]
     assert _row(overall, "cost per dependable task")[1:3] == ["$0.0156", "$0.0156"]
     assert "prices test-v1" in overall
     p_tuned = float(_row(overall, "P(tuned better)")[2])

@@ -17,27 +17,27 @@ def test_worked_value_n8_k3():
 
 
 def test_worked_values_n4():
-    assert [assign_band(k, 4) for k in range(5)] == ["too_hard", "hard", "medium", "easy", "too_easy"]
+    assert [assign_band(c, 4) for c in range(5)] == ["too_hard", "hard", "medium", "easy", "too_easy"]
 
 
 @pytest.mark.parametrize("n", range(0, 11))
 def test_masses_match_numerical_integration_of_the_beta_pdf(n):
     edges = (0.0, *DEFAULT_BOUNDARIES, 1.0)
-    for k in range(n + 1):
-        a, b = k + 0.5, n - k + 0.5
+    for c in range(n + 1):
+        a, b = c + 0.5, n - c + 0.5
         norm = special.beta(a, b)
 
         def pdf(x, a=a, b=b, norm=norm):
             return x ** (a - 1) * (1 - x) ** (b - 1) / norm
 
         expected = [integrate.quad(pdf, lo, hi, limit=200)[0] for lo, hi in zip(edges, edges[1:])]
-        masses = band_masses(k, n)
+        masses = band_masses(c, n)
         assert list(masses) == list(BANDS)
         assert sum(masses.values()) == pytest.approx(1.0, abs=1e-12)
         for band, value in zip(BANDS, expected):
-            assert masses[band] == pytest.approx(value, abs=1e-7), (n, k, band)
+            assert masses[band] == pytest.approx(value, abs=1e-7), (n, c, band)
         best = max(range(len(BANDS)), key=lambda i: expected[i])
-        assert assign_band(k, n) == BANDS[best], (n, k)
+        assert assign_band(c, n) == BANDS[best], (n, c)
 
 
 def test_ties_go_to_the_harder_band():
@@ -52,10 +52,10 @@ def test_ties_go_to_the_harder_band():
     assert assign_band(0, 0, (0.3, 0.45, 0.55, 0.7)) == "too_hard"
 
 
-@pytest.mark.parametrize("k, n", [(-1, 4), (5, 4), (1, -1), (1.5, 4), ("1", 4)])
-def test_bad_counts_raise(k, n):
+@pytest.mark.parametrize("c, n", [(-1, 4), (5, 4), (1, -1), (1.5, 4), ("1", 4)])
+def test_bad_counts_raise(c, n):
     with pytest.raises(ValueError):
-        band_masses(k, n)
+        band_masses(c, n)
 
 
 @pytest.mark.parametrize(

@@ -41,14 +41,14 @@ def test_difficulty_table():
     assert bands == {
         "always": "too_easy",
         "broken": None,  # 1 clean trial < min_clean_trials = 4
-        "flaky_infra": "hard",  # system errors excluded: n = 4, k = 1
+        "flaky_infra": "hard",  # system errors excluded: n = 4, c = 1
         "half": "medium",
         "mostly": "easy",
         "never": "too_hard",
         "once": "hard",
     }
     flaky = df.filter(pl.col("uid") == "flaky_infra").row(0, named=True)
-    assert (flaky["n"], flaky["k"], flaky["system_errors"]) == (4, 1, 2)
+    assert (flaky["n"], flaky["c"], flaky["system_errors"]) == (4, 1, 2)
     assert flaky["posterior_mean"] == pytest.approx(1.5 / 5)
     assert flaky["domain"] == "retail"
     mass_sum = sum(flaky[f"mass_{b}"] for b in ("too_hard", "hard", "medium", "easy", "too_easy"))

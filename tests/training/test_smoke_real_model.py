@@ -45,7 +45,7 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
     for result in results:
         assert result.system_error is None, result.system_error
         assert result.turns >= 1 and result.reward in (0.0, 1.0)
-        assert result.finish_reason in {"done", "user_limit", "agent_limit", "agent_error", "no_user_llm", "user_done"}
+        assert result.termination_reason in {"done", "user_limit", "agent_limit", "agent_error", "no_user_llm", "user_done"}
         turn = result.agent_turns[0]
         assert turn.prompt_token_ids and turn.completion_token_ids and turn.input_tokens == len(turn.prompt_token_ids)
 

@@ -1,0 +1,140 @@
+"""The composition root: sandbox, user simulator, grader and policy built from the profile.
+
+This is the one place where the embedded defaults and the real external
+components are picked from config. Every stage that runs episodes (screening,
+probes, GRPO rollouts, evaluation, the environment server) asks this module for
+its parts and none rebuilds them; ``rewardbox.episode.run.run_trials`` runs a
+campaign with them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from rewardbox.tasks.config import TaskSource
+from rewardbox.episode.budget import check_token_budget
+from rewardbox.episode.runner import EpisodeRunner
+from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
+from rewardbox.grading.testrunner import TestRunner
+from rewardbox.policy.base import Policy
+from rewardbox.policy.factory import build_policy as build_policy_from_config
+from rewardbox.sandbox.base import SandboxFactory
+from rewardbox.sandbox.factory import build_sandbox_factory
+from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
+from rewardbox.tasks.schema import Task
+from rewardbox.tasks.sources import resolve_dataset
+
+if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
+
+
+def build_user_simulator(profile: Profile) -> UserSimulator:
+    """The user simulator ``profile.user`` names: an endpoint LLM, or the scripted user (embedded)."""
+    cfg = profile.user
+    if cfg.kind == "endpoint":
+        return EndpointUser(cfg.base_url, cfg.model, cfg.api_key_env, cfg.temperature)
+    return ScriptedUser()
+
+
+def build_grader(profile: Profile) -> TestRunner:
+    """The grading worker pool ``profile.grading`` describes; the caller closes it (``close()``)."""
+    cfg = profile.grading
+    return TestRunner(max_workers=cfg.workers, timeout_s=cfg.timeout_s, judge_config=cfg.judge_config())
+
+
+def build_policy(profile: Profile, checkpoint_dir: str | Path | None = None) -> Policy:
+    """The policy ``profile.policy`` names (``rewardbox.policy.factory.build_policy``).
+
+    Args:
+        profile: the run's profile.
+        checkpoint_dir: for a local policy, the checkpoint to load (overrides the profile's).
+
+    Returns:
+        A policy the caller owns and must ``await policy.aclose()``.
+
+    Raises:
+        ValueError, FileNotFoundError: a bad policy config or a missing local checkpoint.
+    """
+    return build_policy_from_config(profile.policy, checkpoint_dir=checkpoint_dir)
+
+
+def _source_servers_path(source: TaskSource) -> Path:
+    """A source's ``servers`` file: absolute, or relative to the working directory, else to the dataset."""
+    path = Path(source.servers).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return resolve_dataset(source.dataset) / source.servers
+
+
+def profile_servers_config(profile: Profile) -> ServersConfig:
+    """The union of ``sandbox.servers_yaml`` and every task source's ``servers`` file.
+
+    Files are read once each (the same path twice counts once). Server names
+    are global across the files (``merge_servers_configs``).
+
+    Raises:
+        ValueError: no servers file is configured at all.
+        ServersConfigError: a file is unreadable or invalid, or one server name
+            has two different definitions (names the files and the field).
+    """
+    sources = [*profile.tasks.candidates, *profile.tasks.benchmark]
+    paths = [Path(profile.sandbox.servers_yaml).expanduser()] if profile.sandbox.servers_yaml else []
+    paths += [_source_servers_path(s) for s in sources if s.servers]
+    paths = list(dict.fromkeys(p.resolve() for p in paths))
+    if not paths:
+        raise ValueError(f"profile {profile.name!r}: sandbox.kind 'external' needs sandbox.servers_yaml "
+                         "or a 'servers' file on at least one task source")
+    return merge_servers_configs([load_servers_config(p) for p in paths])
+
+
+def build_sandbox(profile: Profile) -> SandboxFactory:
+    """A zero-argument factory of fresh sandboxes, as the profile says.
+
+    ``external`` serves the union of the profile's and the task sources'
+    servers files (``profile_servers_config``); ``sandbox.tool_timeout_s`` is
+    the per-tool-call limit. Config errors surface here, before any episode.
+    """
+    cfg = profile.sandbox
+    if cfg.kind == "external":
+        return build_sandbox_factory("external", servers=profile_servers_config(profile),
+                                     timeouts={"tool_s": cfg.tool_timeout_s})
+    if cfg.kind == "proxy":
+        return build_sandbox_factory("proxy", base_url=cfg.proxy_url)
+    return build_sandbox_factory("inprocess")
+
+
+@asynccontextmanager
+async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | None = None) -> AsyncIterator[EpisodeRunner]:
+    """An ``EpisodeRunner`` for ``policy`` with the profile's sandbox, user and grader.
+
+    The grading worker pool is created here unless one is passed, and closed on exit,
+    as is the sandbox factory's warm server pool (when it has one).
+    """
+    own = grader is None
+    if own:
+        grader = build_grader(profile)
+    sandboxes = build_sandbox(profile)
+    try:
+        yield EpisodeRunner(policy, sandboxes, build_user_simulator(profile), grader, profile.episode)
+    finally:
+        if hasattr(sandboxes, "aclose"):
+            await sandboxes.aclose()
+        if own:
+            grader.close()
+
+
+def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
+    """Fail before any episode when a policy with a known tokenizer (local) has a budget below the
+    tasks' longest golden call (``episode.budget.check_token_budget``); endpoints are not checked.
+
+    Raises:
+        TokenBudgetError: the budget cannot hold the longest golden call (a config error).
+    """
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is not None:
+        budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
+        check_token_budget(budget, tasks, tokenizer)

@@ -1,0 +1,138 @@
+"""Run a campaign of episodes from the profile: ``run_trials`` (tasks x trials, or given keys).
+
+Screening, probes, evaluation and the checkpoint gate call this; GRPO rollouts
+use the same composition root (``rewardbox.episode.compose``) and executors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import asyncio
+from collections.abc import Callable, Sequence
+from functools import partial
+
+import polars as pl
+
+from rewardbox.episode.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
+from rewardbox.episode.compose import check_policy_budget, episode_runner
+from rewardbox.episode.executor import EpisodeExecutor, build_executor
+from rewardbox.episode.journal import CampaignJournal
+from rewardbox.episode.progress import Progress, ProgressSink, emit
+from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.grading.testrunner import TestRunner
+from rewardbox.policy.base import Policy
+from rewardbox.tasks.schema import Task
+
+if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
+
+OnResult = Callable[[EpisodeResult], None]
+JournalExtra = Callable[[EpisodeResult, Task], dict]
+
+
+async def run_trials_async(
+    tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
+    *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
+    label: str = "episodes",
+    keep_results: bool = True, on_result: OnResult | None = None,
+    journal: CampaignJournal | None = None, grader: TestRunner | None = None,
+    journal_extra: JournalExtra | None = None,
+    executor: EpisodeExecutor | None = None,
+) -> tuple[pl.DataFrame, list[EpisodeResult]]:
+    """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per trial.
+
+    With a ``journal``, keys that already have a clean row there are not run
+    again (resume after a crash), every finished trial is made durable at
+    once, and the rows returned are the journal's: one per expected key.
+
+    Args:
+        log: where progress lines go (a ``logging.Logger`` such as Dagster's ``context.log``, or a
+            ``str -> None`` callable): episodes done / total, running pass rate, system errors and
+            ETA at a steady cadence (``rewardbox.episode.progress.Progress``).
+        label: names the stage in the progress lines.
+        keep_results: keep every full ``EpisodeResult`` (messages, effects with
+            three database states: hundreds of KiB each); False keeps only the
+            rows, so memory stays flat however many trials run.
+        on_result: called with each finished trial.
+        journal: the campaign's crash-safe journal, or None.
+        grader: replaces the profile's grading worker pool (not closed here;
+            local executor only: a worker pool does not travel to Ray workers).
+        journal_extra: ``(result, task) -> dict`` of extra columns for each
+            journal row (e.g. the trial's DecodeResult JSON, so an export
+            after a resume is complete).
+        executor: where the episodes run; None builds the profile's
+            (``executor.kind``, bounded by ``episode.concurrency``) and closes it after.
+
+    Returns:
+        (rows in ``campaign.ROW_SCHEMA``, the full episode results run by this
+        call, or ``[]`` without ``keep_results``).
+
+    Raises:
+        ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
+        TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
+    """
+    expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
+    check_policy_budget(policy, profile, tasks)
+    keys = journal.todo(expected) if journal is not None else expected
+    if journal is not None and len(keys) < len(expected):
+        emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}")
+    finished = partial(_on_finished, {t.uid: t for t in tasks}, on_result, journal, journal_extra)
+    collected = await _run_keys(tasks, keys, policy, profile, executor, grader,
+                                progress=(label, log), finished=finished, keep_results=keep_results)
+    if journal is not None:
+        journal.flush()
+        return journal.rows(expected), (collected if keep_results else [])
+    if not keep_results:
+        return rows_frame(collected), []
+    return results_frame(collected, tasks), collected
+
+
+async def _run_keys(
+    tasks: Sequence[Task], keys: Sequence[tuple[str, int]], policy: Policy, profile: Profile,
+    executor: EpisodeExecutor | None, grader: TestRunner | None, *, progress: tuple[str, ProgressSink | None],
+    finished: Callable[[Progress, EpisodeResult], None], keep_results: bool,
+) -> list:
+    """Run ``keys`` in one executor session; returns the results, or their rows without ``keep_results``.
+
+    ``progress`` is the (label, sink) of the progress lines; ``executor`` None builds and closes the profile's.
+    """
+    owned = executor is None
+    executor = executor or build_executor(profile.executor, profile.episode.concurrency)
+    domain = {t.uid: t.domain for t in tasks}
+    try:
+        with Progress(len(keys), *progress) as counter:
+            async with executor.session(partial(episode_runner, profile, grader=grader), policy) as session:
+                return await run_campaign(tasks, keys, session.run_one, concurrency=executor.concurrency,
+                                          on_result=partial(finished, counter),
+                                          collect=None if keep_results else partial(result_row, domain=domain))
+    finally:
+        if owned:
+            executor.close()
+
+
+def _on_finished(by_uid: dict[str, Task], on_result: OnResult | None, journal: CampaignJournal | None,
+                 journal_extra: JournalExtra | None, progress: Progress, result: EpisodeResult) -> None:
+    """The per-trial hook: the caller's ``on_result``, the journal row, then the progress line."""
+    if on_result is not None:
+        on_result(result)
+    if journal is not None:
+        extra = journal_extra(result, by_uid[result.uid]) if journal_extra else {}
+        journal.append({**result.to_row(), "domain": by_uid[result.uid].domain, **extra})
+    progress.episode(result)
+
+
+def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile, **kwargs):
+    """Synchronous wrapper of ``run_trials_async`` (closes the policy's resources after).
+
+    Returns:
+        What ``run_trials_async`` returns; raises what it raises.
+    """
+
+    async def main():
+        try:
+            return await run_trials_async(tasks, trials, policy, profile, **kwargs)
+        finally:
+            await policy.aclose()
+
+    return asyncio.run(main())

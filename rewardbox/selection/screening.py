@@ -1,0 +1,171 @@
+"""Task validity screen: golden replay passes, a null run fails where a write is expected.
+
+A task is valid when (docs/method.md, "Task screening"):
+- its golden trajectory uses only the scenario's tools;
+- its golden state can be built (no ``golden_error`` in the effects);
+- replaying the golden trajectory through the real episode loop and grader passes;
+- every golden action is accepted by its tool: a refused one (a tool output
+  ``{"error": ...}``, or a ``golden_error`` in the effects) makes the task
+  invalid with the step and the tool's message, even when the grader stopped on
+  it; it is a fault of the task, not a system error;
+- a task tagged ``expects_write`` has golden actions that write, and one tagged
+  ``no_write`` has none that do;
+- a null run (no tool calls) fails whenever a write is expected.
+
+Whether a write is expected is decided from each server's own report, never by
+re-hashing its state with our hash function (an external server hashes its own
+way): a server expects no write when the null run's ``result_db_hash`` equals
+the ``golden_db_hash`` it reports (the golden state *is* the starting state).
+Tasks that expect no write (read-only and trap tasks) are valid and marked
+``read_only`` (row column and ``Task.metadata["read_only"]``); when their null run
+passes as well, they teach nothing in training (``null_passed``) but still
+measure a policy in evaluation. Invalid tasks are reported by uid with the
+reason and kept out of every downstream asset; a task that could not be graded
+(a system error) has its cause in ``system_error``, so that callers can refuse
+to drop it silently (:func:`ungradable`).
+
+Screening is the first gate of task selection, so it lives here: it runs
+episodes, and ``rewardbox.tasks`` sits below the episode layer (the episode
+layer imports it), so a screen there would make a package cycle.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+
+import polars as pl
+
+from rewardbox.episode.executor import EpisodeExecutor
+from rewardbox.episode.progress import ProgressSink
+from rewardbox.episode.run import run_trials
+from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
+from rewardbox.tasks.schema import Task
+
+if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
+    from rewardbox.config.profile import Profile
+
+WRITE_TAG, NO_WRITE_TAG = "expects_write", "no_write"
+"""Task tags that state whether the golden actions must change the state."""
+
+SCREEN_SCHEMA = {"uid": pl.Utf8, "domain": pl.Utf8, "valid": pl.Boolean, "expects_write": pl.Boolean,
+                 "read_only": pl.Boolean, "golden_passed": pl.Boolean, "null_passed": pl.Boolean,
+                 "system_error": pl.Utf8, "reason": pl.Utf8}
+
+
+def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool:
+    """True when some server's golden state differs from the state a do-nothing run leaves.
+
+    Per server that reports a ``golden_db_hash``: no write is expected when the
+    null run's ``result_db_hash`` (same server, same hash function) equals it.
+    A server whose null run reports no ``result_db_hash`` counts as expecting a write.
+    """
+    for server, effects in golden.effects.items():
+        if not isinstance(effects, dict) or effects.get("golden_db_hash") is None:
+            continue
+        null_effects = null.effects.get(server)
+        if not isinstance(null_effects, dict) or null_effects.get("result_db_hash") != effects["golden_db_hash"]:
+            return True
+    return False
+
+
+def refused_golden_action(golden: EpisodeResult) -> str | None:
+    """The first golden action its tool refused, as ``"step <i> (<tool>): <message>"``; None if none.
+
+    A refusal is a tool output that is a JSON object with an ``error`` (the
+    embedded domains' convention); ``i`` counts the golden replay's tool calls from 0.
+    """
+    for step, record in enumerate(golden.tool_calls):
+        try:
+            payload = json.loads(record.get("tool_response") or "")
+        except (TypeError, ValueError):
+            continue
+        if isinstance(payload, dict) and payload.get("error"):
+            return f"step {step} ({(record.get('tool_call') or {}).get('name')}): {payload['error']}"
+    return None
+
+
+def write_tag_mismatch(task: Task, writes: bool) -> str | None:
+    """Why the task's ``expects_write`` / ``no_write`` tag disagrees with its golden run, or None."""
+    tools = [tool for _, tool, _ in task.golden_interactions()]
+    if WRITE_TAG in task.tags and not writes:
+        return (f"tagged {WRITE_TAG!r} but the golden actions write nothing (golden state equals the initial "
+                f"state; golden actions: {tools})")
+    if NO_WRITE_TAG in task.tags and writes:
+        return f"tagged {NO_WRITE_TAG!r} but the golden actions change the state (golden actions: {tools})"
+    return None
+
+
+def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> dict:
+    """One screening row for a task from its golden-replay and null results."""
+    row = {"uid": task.uid, "domain": task.domain, "valid": False, "expects_write": None, "read_only": None,
+           "golden_passed": golden.passed, "null_passed": null.passed,
+           "system_error": golden.system_error or null.system_error, "reason": ""}
+    unknown = sorted({tool for _, tool, _ in task.golden_interactions()} - set(task.available_tools))
+    golden_errors = [e.get("golden_error") for e in golden.effects.values() if isinstance(e, dict) and e.get("golden_error")]
+    refused = refused_golden_action(golden)
+    if unknown:
+        row["reason"] = f"golden trajectory uses tools outside the scenario: {unknown}"
+    elif refused or golden_errors:
+        row["reason"] = (f"invalid task: a golden action is refused at {refused}" if refused
+                         else f"golden state cannot be built: {golden_errors[0]}")
+    elif golden.system_error or null.system_error:
+        row["reason"] = f"system error while screening: {golden.system_error or null.system_error}"
+    elif not golden.passed:
+        message = golden.test_outcome.message if golden.test_outcome else ""
+        row["reason"] = f"golden replay fails its own test: {message[:300]}"
+    else:
+        row["expects_write"] = expects_write(golden, null)
+        row["read_only"] = not row["expects_write"]
+        mismatch = write_tag_mismatch(task, row["expects_write"])
+        if mismatch:
+            row["reason"] = mismatch
+        elif row["expects_write"] and null.passed:
+            row["reason"] = "null run passes although a write is expected"
+        else:
+            row["valid"] = True
+    return row
+
+
+def screen_tasks(tasks: Sequence[Task], profile: Profile, executor: EpisodeExecutor | None = None, *,
+                 log: ProgressSink | None = None) -> tuple[list[Task], pl.DataFrame]:
+    """Run the golden and null policies once per task through the real loop and grader.
+
+    ``executor`` runs the episodes (None: the profile's, see ``run_trials``);
+    ``log`` receives the progress lines of both passes (see ``run_trials_async``).
+
+    Returns:
+        (valid tasks in input order, one screening row per task).
+    """
+    longest = max((len(t.golden_interactions()) for t in tasks), default=0)
+    episode = profile.episode.model_copy(update={
+        "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
+    profile = profile.model_copy(update={"episode": episode})
+    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor, log=log,
+                           label="screen (golden replay)")
+    _, null = run_trials(tasks, 1, NullPolicy(), profile, executor=executor, log=log, label="screen (null run)")
+    golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
+    rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
+    valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]
+    return valid, pl.DataFrame(list(rows.values()), schema=SCREEN_SCHEMA)
+
+
+def _marked(task: Task, row: dict) -> Task:
+    """``task`` with ``metadata["read_only"]`` set for a task that expects no write."""
+    if not row["read_only"]:
+        return task
+    return replace(task, metadata={**task.metadata, "read_only": True, "null_passes": bool(row["null_passed"])})
+
+
+def ungradable(report: pl.DataFrame) -> list[str]:
+    """``"uid: cause"`` for every screened task that could not be graded (a system error).
+
+    Such a task is neither valid nor invalid: dropping it silently would shrink a
+    benchmark unnoticed, so the benchmark asset fails on any of these.
+    """
+    rows = report.filter(pl.col("system_error").is_not_null()).select("uid", "system_error")
+    return [f"{uid}: {cause}" for uid, cause in rows.iter_rows()]
