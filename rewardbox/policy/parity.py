@@ -29,18 +29,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from openai.types.chat import ChatCompletionMessage
 
 from rewardbox import strict_json
-from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import Interpretation
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.endpoint import combine
 from rewardbox.policy.interpreter import interpret, split_reasoning
 from rewardbox.policy.serving_config import HERMES_PARSER, ServingConfig
 from rewardbox.sandbox.base import ToolSpec
+
+if TYPE_CHECKING:  # the episode layer sits above policy; a runtime import would be a cycle
+    from rewardbox.episode.trajectory import EpisodeResult
 
 CORPUS_FILE = "parity_corpus.json"
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.training.verl_rows import AGENT_NAME, task_from_extra_info
 from rewardbox.training.verl_tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
 
-DEFAULT_SERVICES = "rewardbox.training.verl_agent_loop:services_from_profile"
+DEFAULT_SERVICES = "rewardbox.envserver.services:verl_loop_services"
 AGENT_LOOP_FILE = "rewardbox_agent_loops.yaml"
 
 try:  # verl's own environment only
@@ -83,18 +82,6 @@ class LoopServices:
     user_simulator: UserSimulator | None
     grader: Grader
     config: EpisodeConfig
-
-
-def services_from_profile() -> LoopServices:
-    """The services of the profile named by ``REWARDBOX_PROFILE`` (default ``demo``), as evaluation builds them."""
-    from rewardbox.config.profile import load_profile
-    from rewardbox.evaluation.services import build_sandbox, build_user_simulator
-    from rewardbox.grading.testrunner import TestRunner
-
-    profile = load_profile(os.environ.get("REWARDBOX_PROFILE", "demo"))
-    grader = TestRunner(max_workers=profile.grading.workers, timeout_s=profile.grading.timeout_s,
-                        judge_config=profile.grading.judge_config())
-    return LoopServices(build_sandbox(profile), build_user_simulator(profile), grader, profile.episode)
 
 
 @functools.cache
