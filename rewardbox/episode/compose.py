@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rewardbox.tasks.config import TaskSource
-from rewardbox.episode.budget import check_token_budget
+from rewardbox.episode.budget import check_token_budget, check_turn_budget
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
 from rewardbox.grading.testrunner import TestRunner
@@ -128,13 +128,21 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
 
 
 def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
-    """Fail before any episode when a policy with a known tokenizer (local) has a budget below the
-    tasks' longest golden call (``episode.budget.check_token_budget``); endpoints are not checked.
+    """Fail before any episode when the profile's budgets cannot hold a golden trajectory of ``tasks``.
+
+    Token budget: a policy with a known tokenizer (local) must fit the longest golden call
+    (``episode.budget.check_token_budget``); endpoints are not checked. Turn budget: for a policy
+    that samples from a model (``samples_from_a_model``: local and endpoint), the episode's agent
+    limits must fit the deepest golden trajectory (``episode.budget.check_turn_budget``); scripted
+    policies (golden replay, null) are exempt, screening lifts the limits for them.
 
     Raises:
         TokenBudgetError: the budget cannot hold the longest golden call (a config error).
+        TurnBudgetError: the agent limits cannot hold the deepest golden trajectory (a config error).
     """
     tokenizer = getattr(policy, "tokenizer", None)
     if tokenizer is not None:
         budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
         check_token_budget(budget, tasks, tokenizer)
+    if getattr(policy, "samples_from_a_model", False):
+        check_turn_budget(profile.episode.max_agent_turns, profile.episode.max_agent_steps_per_user_turn, tasks)

@@ -78,6 +78,8 @@ def _retry_after_s(exc: BaseException | None) -> float | None:
 class EndpointPolicy:
     """Chat completions from an OpenAI-compatible server, via the official ``openai`` client."""
 
+    samples_from_a_model = True  # episode limits must fit the golden trajectories (check_policy_budget)
+
     def __init__(
         self,
         base_url: str,

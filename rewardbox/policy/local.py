@@ -93,6 +93,8 @@ class LocalPolicy:
         name: policy name for records (defaults to the checkpoint directory name).
     """
 
+    samples_from_a_model = True  # episode limits must fit the golden trajectories (check_policy_budget)
+
     def __init__(
         self,
         checkpoint_dir: Path | str,

@@ -42,6 +42,7 @@ import polars as pl
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.run import run_trials
+from rewardbox.episode.termination import TerminationReason
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
@@ -115,6 +116,10 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
                          else f"golden state cannot be built: {golden_errors[0]}")
     elif golden.system_error or null.system_error:
         row["reason"] = f"system error while screening: {golden.system_error or null.system_error}"
+    elif not golden.passed and golden.termination_reason == TerminationReason.AGENT_LIMIT:
+        needed = len(task.golden_interactions()) + 1
+        row["reason"] = (f"the task's own agent-turn limit ({task.max_agent_turns}) is below its golden trajectory "
+                         f"({needed - 1} calls and the answer: {needed} agent completions)")
     elif not golden.passed:
         message = golden.test_outcome.message if golden.test_outcome else ""
         row["reason"] = f"golden replay fails its own test: {message[:300]}"
@@ -142,7 +147,10 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile, executor: EpisodeExecu
         (valid tasks in input order, one screening row per task).
     """
     longest = max((len(t.golden_interactions()) for t in tasks), default=0)
+    # the golden replay writes one call per completion, then answers: the profile's agent limits (which
+    # bound the policy under test) must not cut it, or a valid deep task reads as ungradable
     episode = profile.episode.model_copy(update={
+        "max_agent_turns": max(profile.episode.max_agent_turns, longest + 2),
         "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
     profile = profile.model_copy(update={"episode": episode})
     _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor, log=log,

@@ -68,3 +68,49 @@ def test_local_profiles_budget_holds_every_golden_call(name):
     tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
     longest = check_token_budget(profile.episode.max_new_tokens, tasks, tokenizer)
     assert longest is not None and longest.tokens > 40  # 40, the old demo budget, cut real calls
+
+
+def test_turn_budget_names_the_deepest_golden_trajectory_and_the_value_to_set():
+    """The token budget's twin: agent limits below the golden depth score the limit, not the policy."""
+    from rewardbox.episode.budget import TurnBudgetError, check_turn_budget, required_agent_turns
+
+    tasks = [_task("two", [("get", {}), ("set", {})]), _task("five", [("get", {})] * 4 + [("set", {})])]
+    deepest = required_agent_turns(tasks)
+    assert (deepest.completions, deepest.uid) == (6, "five")  # five calls, then the answer
+    assert check_turn_budget(6, 6, tasks) == deepest
+    with pytest.raises(TurnBudgetError, match=r"max_agent_turns = 4 .*'five'.*at least 6"):
+        check_turn_budget(4, 8, tasks)
+    with pytest.raises(TurnBudgetError, match=r"max_agent_steps_per_user_turn = 5 .*at least 6"):
+        check_turn_budget(100, 5, tasks)
+    assert required_agent_turns([_task("none", [])]) is None and check_turn_budget(1, 1, [_task("none", [])]) is None
+
+
+def test_model_policies_are_held_to_the_turn_budget_and_scripted_ones_are_not():
+    from rewardbox.config.profile import load_profile
+    from rewardbox.episode.budget import TurnBudgetError
+    from rewardbox.episode.compose import check_policy_budget
+    from rewardbox.policy.scripted import GoldenReplayPolicy
+
+    profile = load_profile("test")
+    profile.episode.max_agent_turns = 2
+    deep = [_task("deep", [("get", {}), ("get", {}), ("set", {})])]
+
+    class ModelPolicy:
+        samples_from_a_model = True
+
+    with pytest.raises(TurnBudgetError, match="'deep'"):
+        check_policy_budget(ModelPolicy(), profile, deep)
+    check_policy_budget(GoldenReplayPolicy(), profile, deep)  # screening replays goldens with lifted limits
+
+
+@pytest.mark.parametrize("name", ["demo", "full", "test"])
+def test_shipped_profiles_agent_limits_hold_every_golden_trajectory(name):
+    """Every shipped profile lets a one-call-per-turn agent finish each of its tasks' golden trajectories."""
+    from rewardbox.config.profile import load_profile
+    from rewardbox.episode.budget import check_turn_budget
+    from rewardbox.tasks.sources import load_benchmark, load_candidates
+
+    profile = load_profile(name)
+    tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
+    assert check_turn_budget(profile.episode.max_agent_turns, profile.episode.max_agent_steps_per_user_turn,
+                             tasks) is not None

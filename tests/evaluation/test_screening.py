@@ -65,3 +65,23 @@ def test_issue12_item9_refused_golden_action_is_an_invalid_task_not_a_system_err
     assert later["reason"].startswith("invalid task: a golden action is refused at step 1 (update_shipping_address): ")
     assert "ADR-NOPE" in later["reason"]
     assert not any("system error" in r["reason"] for r in rows.values())
+
+
+def test_deep_golden_trajectories_are_screened_whatever_the_profiles_agent_limits():
+    """The full profile's 4 agent turns made screening drop the deep cleanup families as "golden replay fails
+    its own test": the golden replay is lifted past the profile's limits (they bound the policy under test)."""
+    tasks = {t.uid: t for t in load_dataset(registry.dataset_dir("retail")).tasks}
+    deep = [t for t in tasks.values() if len(t.golden_interactions()) >= 5][:2]
+    assert deep, "the embedded retail set has tasks of 5+ golden calls"
+    profile = load_profile("test")
+    profile.episode.max_agent_turns = profile.episode.max_agent_steps_per_user_turn = 3
+    valid, rows = screen_tasks(deep, profile)
+    assert [t.uid for t in valid] == [t.uid for t in deep], rows["reason"].to_list()
+
+
+def test_a_tasks_own_agent_turn_limit_below_its_golden_is_named_as_the_reason(address_task):
+    capped = dataclasses.replace(address_task, uid=f"{address_task.uid}#capped", max_agent_turns=1)
+    valid, rows = _screen([capped])
+    assert valid == []
+    assert rows[capped.uid]["reason"] == ("the task's own agent-turn limit (1) is below its golden trajectory "
+                                          "(2 calls and the answer: 3 agent completions)")
