@@ -68,12 +68,13 @@ class VllmServer:
     metadata: dict[str, object] = field(default_factory=dict)
 
     def policy_config(self, policy: PolicyConfig) -> PolicyConfig:
-        """An ``endpoint`` policy at this server, keeping ``policy``'s generation overrides and name.
+        """An ``endpoint`` policy at this server, keeping ``policy``'s name (sampling is set per purpose by the
+        episode and GRPO configs).
 
         Our template opens no reasoning, so ``reasoning_open`` is False; the endpoint's retry settings are
         the defaults of ``PolicyConfig`` unless ``policy`` is itself an endpoint.
         """
-        keep = {k: getattr(policy, k) for k in ("temperature", "max_new_tokens", "name")}
+        keep = {"name": policy.name}
         if policy.kind == "endpoint":
             keep |= {k: getattr(policy, k) for k in ("timeout_s", "max_retries", "max_timeout_retries",
                                                      "max_rate_limit_retries", "extra_body")}
