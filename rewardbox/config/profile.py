@@ -21,6 +21,7 @@ from rewardbox.policy.config import PolicyConfig
 from rewardbox.selection import SelectionConfig
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.verl_backend_config import VerlBackendConfig
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -195,6 +196,7 @@ class Profile(_Strict):
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
 
