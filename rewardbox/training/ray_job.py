@@ -69,8 +69,10 @@ class JobOutcome:
     elapsed_s: float
 
     def failure_text(self) -> str:
-        """One message for a failed job: status, Ray's message, and the log tail."""
-        return (f"Ray job {self.job_id} ended {self.status}: {self.message or 'no message'}\n"
+        """One message for a failed job: status, Ray's message (its first line: Ray appends its own
+        copy of the log, which the tail below already shows), and the log tail."""
+        reason = (self.message or "no message").split("\n", 1)[0].split(", last available logs", 1)[0]
+        return (f"Ray job {self.job_id} ended {self.status}: {reason}\n"
                 f"--- last lines of the job's log ---\n{self.log_tail}")
 
 
