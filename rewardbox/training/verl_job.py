@@ -53,21 +53,36 @@ PREFLIGHT = (
 
 RowsFn = Callable[[Sequence[Any]], list[dict[str, Any]]]
 """The training pool (a list of ``Task``) as verl dataset rows (``prompt``, ``agent_name``, ``extra_info``, ...)."""
+AgentFn = Callable[[Path], dict[str, Any]]
+"""Writes verl's agent-loop file into a directory; returns the overrides that make verl use it."""
 
 
 def pool_rows(tasks: Sequence[Any]) -> list[dict[str, Any]]:
-    """verl dataset rows for the training pool, by the verl agent loop's ``pool_to_verl_rows``.
+    """verl dataset rows for the training pool (``rewardbox.training.verl_rows.pool_to_verl_rows``).
 
     Raises:
-        RuntimeError: ``rewardbox.training.verl_agent_loop`` (the agent loop and its hydration)
-            is not in this checkout.
+        RuntimeError: the hydration module is not in this checkout.
     """
     try:
-        from rewardbox.training.verl_agent_loop import pool_to_verl_rows
+        from rewardbox.training.verl_rows import pool_to_verl_rows
     except ImportError as exc:
-        raise RuntimeError("grpo.backend: verl needs rewardbox.training.verl_agent_loop.pool_to_verl_rows "
+        raise RuntimeError("grpo.backend: verl needs rewardbox.training.verl_rows.pool_to_verl_rows "
                            f"(the training pool as verl dataset rows): {exc}") from exc
     return pool_to_verl_rows(tasks)
+
+
+def agent_loop_overrides(out_dir: Path) -> dict[str, Any]:
+    """verl's overrides for the rewardbox agent loop (``verl_agent_loop.build_agent_loop_config``).
+
+    Raises:
+        RuntimeError: the agent loop module is not in this checkout.
+    """
+    try:
+        from rewardbox.training.verl_agent_loop import build_agent_loop_config
+    except ImportError as exc:
+        raise RuntimeError("grpo.backend: verl needs rewardbox.training.verl_agent_loop.build_agent_loop_config "
+                           f"(the agent loop verl runs each rollout with): {exc}") from exc
+    return build_agent_loop_config(out_dir)
 
 
 @dataclass
@@ -108,14 +123,16 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
 
 
 def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any], model_path: str,
-                   shared_dir: str | Path, rows_fn: RowsFn | None = None) -> VerlLaunch:
+                   shared_dir: str | Path, rows_fn: RowsFn | None = None,
+                   agent_fn: AgentFn | None = None) -> VerlLaunch:
     """Write the dataset rows and build the launch for ``grpo`` on ``cfg``'s cluster.
 
     Args:
         tasks: the training pool.
         model_path: the base checkpoint (a Hugging Face directory every node can read, or a hub id).
         shared_dir: where rows and checkpoints go (``cfg.shared_dir`` when set, else the data directory).
-        rows_fn: the pool's hydration into verl rows (default: the agent loop's ``pool_to_verl_rows``).
+        rows_fn: the pool's hydration into verl rows (default :func:`pool_rows`).
+        agent_fn: the agent loop's file and overrides (default :func:`agent_loop_overrides`).
 
     Raises:
         ValueError: an empty pool, or settings verl has no equivalent for.
@@ -126,7 +143,7 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     checkpoint_dir = root / "checkpoints" / "verl" / experiment
     launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
                                  "val_files": str(train_path), "checkpoint_dir": str(checkpoint_dir)})
-    extra = {**run_overrides(grpo, cfg), **cfg.extra_overrides}
+    extra = {**(agent_fn or agent_loop_overrides)(root / "verl"), **run_overrides(grpo, cfg), **cfg.extra_overrides}
     overrides = {**verl_overrides(grpo, launch), **extra}
     command = launch_command(overrides, python=cfg.python)
     entrypoint = shlex.join(command)

@@ -2,7 +2,7 @@
 
 Progress lines: verl's console tracker prints one line per training step,
 ``step:N - key:value - key:value ...`` (``verl.utils.logger.aggregate_logger``,
-``concat_dict_to_str``). The trainer runs inside a Ray actor, so in the job's log
+``concat_dict_to_str``, which prints each number with ``pprint.pformat``). The trainer runs inside a Ray actor, so in the job's log
 the line usually carries Ray's prefix, e.g. ``(TaskRunner pid=4242) step:3 - ...``.
 
 Checkpoints: verl's FSDP checkpoint manager writes
@@ -64,9 +64,15 @@ class StepProgress:
                 "throughput_tokens_per_s": self.throughput_tokens_per_s, "step_s": self.step_s}
 
 
+_WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^()]*)\)$")
+
+
 def _number(text: str) -> float | None:
+    """A value as verl prints it (``pprint.pformat``): ``0.25``, ``nan``, or a numpy scalar's
+    repr under numpy 2 (``np.float64(0.25)``), whose number is inside the parentheses."""
+    wrapped = _WRAPPED.match(text)
     try:
-        return float(text)
+        return float(wrapped.group(1) if wrapped else text)
     except ValueError:
         return None
 

@@ -11,13 +11,14 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from rewardbox.training import verl_job  # noqa: E402
-from tests.resources.verl_job_support import grpo_assets, minimal_rows, resources, run_messages, verl_profile  # noqa: E402
+from tests.resources.verl_job_support import grpo_assets, minimal_rows, no_agent_loop, resources, run_messages, verl_profile  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 
 def test_local_head_and_the_jobs_gpu_preflight_fail_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(verl_job, "pool_rows", minimal_rows)
+    monkeypatch.setattr(verl_job, "agent_loop_overrides", no_agent_loop)
     assert not ray.is_initialized()
     profile = verl_profile(tmp_path, mode=None, preflight=True)  # the real entrypoint: preflight && verl
     (tmp_path / "home").mkdir()

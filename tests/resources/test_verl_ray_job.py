@@ -21,7 +21,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from rewardbox.training import verl_job  # noqa: E402
-from tests.resources.verl_job_support import grpo_assets, minimal_rows, resources, run_messages, verl_profile  # noqa: E402
+from tests.resources.verl_job_support import grpo_assets, minimal_rows, no_agent_loop, resources, run_messages, verl_profile  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
@@ -39,6 +39,7 @@ def job_address():
 @pytest.fixture(autouse=True)
 def _rows(monkeypatch):
     monkeypatch.setattr(verl_job, "pool_rows", minimal_rows)
+    monkeypatch.setattr(verl_job, "agent_loop_overrides", no_agent_loop)
 
 
 def _materialize(tmp_path, profile, job_address):
@@ -79,10 +80,10 @@ CANCELLED_RUN = textwrap.dedent("""
     import dagster as dg
     from dagster._utils.interrupts import setup_interrupt_handlers
     from rewardbox.training import verl_job
-    from tests.resources.verl_job_support import grpo_assets, minimal_rows, resources
+    from tests.resources.verl_job_support import grpo_assets, patch_verl_hooks, resources
 
     setup_interrupt_handlers()  # SIGTERM interrupts the step, as in a Dagster run worker being terminated
-    verl_job.pool_rows = minimal_rows
+    patch_verl_hooks(verl_job)
     profile, tmp, address = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
     with dg.instance_for_test(temp_dir=str(tmp / "home")) as instance:
         result = dg.materialize(grpo_assets(profile), resources=resources(profile, tmp, address),

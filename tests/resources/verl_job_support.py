@@ -20,6 +20,16 @@ def minimal_rows(tasks):
              "extra_info": {"uid": t.uid}} for t in tasks]
 
 
+def no_agent_loop(out_dir):
+    """No agent-loop overrides (the fake verl ignores them; the agent loop is tested on its own)."""
+    return {}
+
+
+def patch_verl_hooks(module) -> None:
+    """Point ``verl_job``'s hydration and agent-loop hooks at the minimal test ones."""
+    module.pool_rows, module.agent_loop_overrides = minimal_rows, no_agent_loop
+
+
 def verl_profile(tmp_path, *, mode: str | None, preflight: bool, steps: int = 2) -> Path:
     """The test profile with ``grpo.backend: verl``; ``mode`` runs the fake verl, None the job's real command."""
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())

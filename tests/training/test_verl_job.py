@@ -27,7 +27,13 @@ def _rows(tasks):
 def _launch(tmp_path, **cfg):
     grpo = GRPOConfig(group_size=8, tasks_per_step=18, steps=50, finetune="full", learning_rate=1e-6)
     config = VerlBackendConfig(python="/opt/verl/bin/python", launch={"n_gpus_per_node": 4, "nnodes": 2}, **cfg)
-    return prepare_launch(grpo, config, ["a/1", "b/2"], "/models/base", tmp_path, rows_fn=_rows), config
+    return prepare_launch(grpo, config, ["a/1", "b/2"], "/models/base", tmp_path, rows_fn=_rows,
+                          agent_fn=_agent), config
+
+
+def _agent(out_dir):
+    return {"actor_rollout_ref.rollout.agent.default_agent_loop": "rewardbox_agent",
+            "actor_rollout_ref.rollout.agent.agent_loop_config_path": str(out_dir / "loops.yaml")}
 
 
 def test_launch_writes_rows_and_builds_the_job_entrypoint(tmp_path):
@@ -38,6 +44,7 @@ def test_launch_writes_rows_and_builds_the_job_entrypoint(tmp_path):
     assert "actor_rollout_ref.rollout.n=8" in launch.command and "data.train_batch_size=18" in launch.command
     assert "trainer.save_freq=50" in launch.command and "trainer.logger=[console]" in launch.command
     assert f"trainer.default_local_dir={launch.checkpoint_dir}" in launch.command
+    assert "actor_rollout_ref.rollout.agent.default_agent_loop=rewardbox_agent" in launch.command
     assert launch.checkpoint_dir == tmp_path.resolve() / "checkpoints" / "verl" / "rewardbox-grpo"
     preflight, _, trainer = launch.entrypoint.partition(" && ")
     assert shlex.split(preflight) == ["/opt/verl/bin/python", "-c", PREFLIGHT, "8"]  # 2 nodes x 4 GPUs
@@ -54,7 +61,7 @@ def test_launch_without_preflight_and_with_extra_overrides(tmp_path):
 def test_empty_pool_and_bad_launch_settings_are_clear_errors(tmp_path):
     grpo = GRPOConfig()
     with pytest.raises(ValueError, match="training pool is empty"):
-        prepare_launch(grpo, VerlBackendConfig(), [], "/m", tmp_path, rows_fn=_rows)
+        prepare_launch(grpo, VerlBackendConfig(), [], "/m", tmp_path, rows_fn=_rows, agent_fn=_agent)
     with pytest.raises(ValueError, match="come from the pipeline"):
         VerlBackendConfig(launch={"model_path": "/x"})
     with pytest.raises(ValueError, match="n_gpus_per_nodes"):

@@ -24,6 +24,13 @@ def test_step_line_behind_rays_actor_prefix():
     assert progress.summary().startswith("verl step 3: mean_reward=0.250 zero_variance_frac=0.333")
 
 
+def test_numpy_scalars_as_verl_prints_them_under_numpy_2():
+    progress = parse_progress_line("step:7 - critic/score/mean:np.float64(0.625) - perf/throughput:np.float32(88.5)"
+                                   " - response_length/mean:np.int64(120) - actor/lr:1e-06")
+    assert progress.mean_reward == 0.625 and progress.throughput_tokens_per_s == 88.5
+    assert progress.metrics["response_length/mean"] == 120 and progress.metrics["actor/lr"] == 1e-06
+
+
 def test_plain_verl_line_and_missing_figures():
     progress = parse_progress_line("step:1 - critic/rewards/mean:1.0 - training/global_step:1")
     assert progress.step == 1 and progress.mean_reward == 1.0
