@@ -31,7 +31,8 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
             config was rejected by verl's schema.
     """
     cfg = profile.verl
-    launch = prepare_launch(profile.grpo, cfg, training_pool, base_checkpoint, data_dir)
+    launch = prepare_launch(profile.grpo, cfg, training_pool, base_checkpoint, data_dir,
+                            local_head=ray_cluster.job_address is None)
     metadata: dict = {"backend": "verl", "rows": launch.rows, "train_files": dg.MetadataValue.path(str(launch.train_path)),
                       "command": dg.MetadataValue.md(f"```sh\n{launch.entrypoint}\n```")}
     if cfg.dry_run:
@@ -59,7 +60,7 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
 def _dry_run(context, profile: Profile, launch, out_dir: Path, metadata: dict) -> tuple[str, dict, str]:
     python = verl_python(profile.verl)
     validator = python if Path(python).exists() else None
-    result = dry_run(profile.grpo, launch.config, out_dir, validator, launch.run_overrides, profile.verl.python)
+    result = dry_run(profile.grpo, launch.config, out_dir, validator, launch.run_overrides, launch.command[0])
     if validator is not None and not result.validated:
         raise dg.Failure(description=f"verl rejected the launch config: {result.problem}")
     if validator is None:

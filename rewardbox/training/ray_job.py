@@ -199,12 +199,34 @@ def stop_job(client: JobClient, job_id: str) -> bool:
         return False
 
 
-def submit_job(client: JobClient, entrypoint: str, *, submission_id: str,
-               runtime_env: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> str:
+class _AgentNotReady(ConnectionError):
+    """The job server is up but its node's agent is not yet (a head that just started)."""
+
+
+def submit_job(client: JobClient, entrypoint: str, *, submission_id: str, runtime_env: dict[str, Any] | None = None,
+               metadata: dict[str, str] | None = None, ready_timeout_s: float = 60.0) -> str:
     """Submit ``entrypoint`` (a shell command run on the head node) as a Ray job; returns its id.
 
-    The submission is not retried: a retry after a timeout could start the job twice. A
-    fixed ``submission_id`` makes Ray refuse a duplicate instead.
+    Submission is idempotent by ``submission_id``: it is retried on connection errors, timeouts
+    and Ray's "No available agent to submit job" (a head whose agent is still starting), for at
+    most ``ready_timeout_s``; a retry that finds the job already created (the first attempt got
+    through but its answer was lost) returns the id instead of starting the job twice.
+
+    Raises:
+        RuntimeError: Ray refused the job (bad runtime_env, ...), or the last transient error.
     """
-    return client.submit_job(entrypoint=entrypoint, submission_id=submission_id, runtime_env=runtime_env or None,
-                             metadata=metadata)
+    attempts = [0]
+
+    def attempt() -> str:
+        attempts[0] += 1
+        try:
+            return client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
+                                     runtime_env=runtime_env or None, metadata=metadata)
+        except RuntimeError as exc:
+            if attempts[0] > 1 and "already exists" in str(exc):
+                return submission_id
+            if "No available agent" in str(exc):
+                raise _AgentNotReady(str(exc)) from exc
+            raise
+
+    return retrying(attempt, attempts=None, max_delay_s=ready_timeout_s)

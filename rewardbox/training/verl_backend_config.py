@@ -18,7 +18,10 @@ class VerlBackendConfig(BaseModel):
         dry_run: write the launch command and verl's resolved config into the asset's
             metadata (validated by verl's own schema when verl's environment is here),
             and submit nothing.
-        python: the job's Python on the cluster's head node, with verl installed.
+        python: the job's Python on the cluster's head node, with verl installed. None: ``python3``
+            on a cluster (``job_address`` set); on the local head, verl's environment here when it
+            exists (``merge_python``, ``$REWARDBOX_VERL_PYTHON``, ``.venv-verl``), else this process's
+            Python (it has Ray, so the GPU preflight runs and says what is missing).
         merge_python: verl's Python on this machine, for the model merger; None uses
             ``$REWARDBOX_VERL_PYTHON``, else ``.venv-verl/bin/python`` (``make verl-env``).
         preflight_gpus: start the job with a check that the cluster has
@@ -44,7 +47,7 @@ class VerlBackendConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     dry_run: bool = False
-    python: str = "python3"
+    python: str | None = None
     merge_python: str | None = None
     preflight_gpus: bool = True
     launch: dict[str, Any] = Field(default_factory=dict)

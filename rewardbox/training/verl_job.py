@@ -25,6 +25,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -122,9 +123,19 @@ def write_rows(rows: list[dict[str, Any]], path: Path) -> Path:
     return path
 
 
+def job_python(cfg: VerlBackendConfig, local_head: bool) -> str:
+    """The job's Python: ``cfg.python``, else (see ``VerlBackendConfig.python``) by where the job runs."""
+    if cfg.python:
+        return cfg.python
+    if not local_head:
+        return "python3"
+    here = verl_python(cfg)
+    return here if Path(here).exists() else sys.executable
+
+
 def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any], model_path: str,
                    shared_dir: str | Path, rows_fn: RowsFn | None = None,
-                   agent_fn: AgentFn | None = None) -> VerlLaunch:
+                   agent_fn: AgentFn | None = None, local_head: bool = False) -> VerlLaunch:
     """Write the dataset rows and build the launch for ``grpo`` on ``cfg``'s cluster.
 
     Args:
@@ -133,6 +144,7 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
         shared_dir: where rows and checkpoints go (``cfg.shared_dir`` when set, else the data directory).
         rows_fn: the pool's hydration into verl rows (default :func:`pool_rows`).
         agent_fn: the agent loop's file and overrides (default :func:`agent_loop_overrides`).
+        local_head: the job runs on a local Ray head started here (picks the default Python).
 
     Raises:
         ValueError: an empty pool, or settings verl has no equivalent for.
@@ -145,11 +157,12 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
                                  "val_files": str(train_path), "checkpoint_dir": str(checkpoint_dir)})
     extra = {**(agent_fn or agent_loop_overrides)(root / "verl"), **run_overrides(grpo, cfg), **cfg.extra_overrides}
     overrides = {**verl_overrides(grpo, launch), **extra}
-    command = launch_command(overrides, python=cfg.python)
+    python = job_python(cfg, local_head)
+    command = launch_command(overrides, python=python)
     entrypoint = shlex.join(command)
     if cfg.preflight_gpus:
         gpus = launch.nnodes * launch.n_gpus_per_node
-        entrypoint = f"{shlex.join([cfg.python, '-c', PREFLIGHT, str(gpus)])} && {entrypoint}"
+        entrypoint = f"{shlex.join([python, '-c', PREFLIGHT, str(gpus)])} && {entrypoint}"
     return VerlLaunch(command, overrides, entrypoint, checkpoint_dir, train_path, _parquet_rows(train_path),
                       launch, extra)
 
@@ -219,7 +232,8 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
 
     job_id = submit_job(client, launch.entrypoint, submission_id=f"rewardbox-grpo-{uuid.uuid4().hex[:12]}",
                         runtime_env={**cfg.runtime_env, **(runtime_env or {})} or None,
-                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)})
+                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
+                        ready_timeout_s=cfg.connect_timeout_s)
     log(f"submitted verl GRPO as Ray job {job_id}")
     outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s)
     if outcome.status != "SUCCEEDED":

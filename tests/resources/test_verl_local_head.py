@@ -19,6 +19,8 @@ pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 def test_local_head_and_the_jobs_gpu_preflight_fail_clearly(tmp_path, monkeypatch):
     monkeypatch.setattr(verl_job, "pool_rows", minimal_rows)
     monkeypatch.setattr(verl_job, "agent_loop_overrides", no_agent_loop)
+    monkeypatch.delenv("REWARDBOX_VERL_PYTHON", raising=False)  # verl.python: null picks this Python (it has Ray)
+    monkeypatch.setattr(verl_job, "verl_python", lambda cfg: "/no/verl/environment/python")
     assert not ray.is_initialized()
     profile = verl_profile(tmp_path, mode=None, preflight=True)  # the real entrypoint: preflight && verl
     (tmp_path / "home").mkdir()
@@ -27,7 +29,6 @@ def test_local_head_and_the_jobs_gpu_preflight_fail_clearly(tmp_path, monkeypatc
         result = dg.materialize(grpo_assets(profile), resources=resources(profile, tmp_path, job_address=None),
                                 instance=instance, raise_on_error=False)
         messages = run_messages(instance, result.run_id)
-    (tmp_path.parent / "verl_local_head_messages.txt").write_text(messages)
     assert not result.success
     assert "rewardbox preflight: the Ray cluster has 0 GPUs, verl needs 1" in messages  # streamed from the job
     assert "no GPU: verl needs 1 GPUs" in messages and "exit code 3" in messages        # in the failure

@@ -31,10 +31,11 @@ def patch_verl_hooks(module) -> None:
 
 
 def verl_profile(tmp_path, *, mode: str | None, preflight: bool, steps: int = 2) -> Path:
-    """The test profile with ``grpo.backend: verl``; ``mode`` runs the fake verl, None the job's real command."""
+    """The test profile with ``grpo.backend: verl``; ``mode`` runs the fake verl, None the job's real command
+    with the default Python (``verl.python: null``)."""
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
     data["grpo"] = {**data["grpo"], "backend": "verl", "steps": steps}
-    verl = {"python": sys.executable, "preflight_gpus": preflight, "poll_s": 0.5, "job_timeout_s": 120,
+    verl = {"python": sys.executable if mode else None, "preflight_gpus": preflight, "poll_s": 0.5, "job_timeout_s": 120,
             "launch": {"n_gpus_per_node": 1}}
     if mode is not None:
         verl["runtime_env"] = {"env_vars": {"PYTHONPATH": str(FAKE_VERL), "FAKE_VERL_MODE": mode,

@@ -58,6 +58,19 @@ def test_launch_without_preflight_and_with_extra_overrides(tmp_path):
     assert "trainer.save_freq=5" in launch.command and "trainer.project_name=p" in launch.command
 
 
+def test_the_jobs_default_python_depends_on_where_it_runs(tmp_path, monkeypatch):
+    from rewardbox.training.verl_job import job_python
+
+    monkeypatch.delenv("REWARDBOX_VERL_PYTHON", raising=False)
+    cfg = VerlBackendConfig(merge_python=str(tmp_path / "absent"))
+    assert job_python(cfg, local_head=False) == "python3"           # a cluster's image
+    assert job_python(cfg, local_head=True) == sys.executable       # has Ray: the preflight runs and explains
+    verl_env = tmp_path / "verl-python"
+    verl_env.write_text("")
+    assert job_python(VerlBackendConfig(merge_python=str(verl_env)), local_head=True) == str(verl_env)
+    assert job_python(VerlBackendConfig(python="/opt/p"), local_head=True) == "/opt/p"
+
+
 def test_empty_pool_and_bad_launch_settings_are_clear_errors(tmp_path):
     grpo = GRPOConfig()
     with pytest.raises(ValueError, match="training pool is empty"):
@@ -96,6 +109,32 @@ class FakeJobs:
     def stop_job(self, job_id):
         self.stopped.append(job_id)
         return True
+
+
+def test_submission_waits_for_the_heads_agent_and_never_starts_a_job_twice():
+    from rewardbox.training.ray_job import submit_job
+
+    class Jobs(FakeJobs):
+        def __init__(self, answers):
+            super().__init__([])
+            self.answers = list(answers)
+
+        def submit_job(self, **kwargs):
+            self.submitted.append(kwargs["submission_id"])
+            answer = self.answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    not_ready = RuntimeError("Request failed with status code 500: No available agent to submit job, please try again later.")
+    jobs = Jobs([not_ready, requests.Timeout("read timed out"),  # the second attempt created the job, its answer lost
+                 RuntimeError("Request failed with status code 400: Job with submission_id s-1 already exists.")])
+    assert submit_job(jobs, "echo", submission_id="s-1", ready_timeout_s=30) == "s-1"
+    assert jobs.submitted == ["s-1"] * 3
+    refused = Jobs([RuntimeError("Request failed with status code 400: runtime_env is invalid")])
+    with pytest.raises(RuntimeError, match="runtime_env is invalid"):
+        submit_job(refused, "echo", submission_id="s-2")
+    assert refused.submitted == ["s-2"]  # a refusal is not retried
 
 
 def test_watch_passes_each_line_once_even_when_split_across_polls():
