@@ -90,7 +90,12 @@ def agent_loop_overrides(out_dir: Path) -> dict[str, Any]:
 class VerlLaunch:
     """Everything about one verl run that is known before it starts.
 
+    Each launch has its own directory for rows and checkpoints, named by its Ray submission id:
+    verl resumes from the latest checkpoint in ``trainer.default_local_dir``, so a shared one
+    would make a new run (another pool, other settings) continue, or merely return, an old one.
+
     Attributes:
+        submission_id: the Ray job's id (``rewardbox-grpo-<12 hex>``).
         command: verl's argv (``python -m verl.trainer.main_ppo k=v ...``).
         overrides: verl's overrides, ``{dotted key: value}``.
         entrypoint: the Ray job's shell command (the preflight, then ``command``).
@@ -101,6 +106,7 @@ class VerlLaunch:
         run_overrides: the overrides beyond the GRPO mapping (:func:`run_overrides`, ``extra_overrides``).
     """
 
+    submission_id: str
     command: list[str]
     overrides: dict[str, Any]
     entrypoint: str
@@ -149,22 +155,24 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     Raises:
         ValueError: an empty pool, or settings verl has no equivalent for.
     """
-    root = Path(cfg.shared_dir or shared_dir).resolve()
-    train_path = write_rows((rows_fn or pool_rows)(tasks), root / "verl" / "train.parquet")
+    root, submission_id = Path(cfg.shared_dir or shared_dir).resolve(), f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
+    run_dir = root / "verl" / submission_id
+    train_path = write_rows((rows_fn or pool_rows)(tasks), run_dir / "train.parquet")
     experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
-    checkpoint_dir = root / "checkpoints" / "verl" / experiment
     launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
-                                 "val_files": str(train_path), "checkpoint_dir": str(checkpoint_dir)})
-    extra = {**(agent_fn or agent_loop_overrides)(root / "verl"), **run_overrides(grpo, cfg), **cfg.extra_overrides}
+                                 "val_files": str(train_path),
+                                 "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
+    extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
     overrides = {**verl_overrides(grpo, launch), **extra}
+    checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
     python = job_python(cfg, local_head)
     command = launch_command(overrides, python=python)
     entrypoint = shlex.join(command)
     if cfg.preflight_gpus:
         gpus = launch.nnodes * launch.n_gpus_per_node
         entrypoint = f"{shlex.join([python, '-c', PREFLIGHT, str(gpus)])} && {entrypoint}"
-    return VerlLaunch(command, overrides, entrypoint, checkpoint_dir, train_path, _parquet_rows(train_path),
-                      launch, extra)
+    return VerlLaunch(submission_id, command, overrides, entrypoint, checkpoint_dir, train_path,
+                      _parquet_rows(train_path), launch, extra)
 
 
 def run_overrides(grpo: GRPOConfig, cfg: VerlBackendConfig) -> dict[str, Any]:
@@ -230,7 +238,7 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
             steps.append(progress)
             log(progress.summary())
 
-    job_id = submit_job(client, launch.entrypoint, submission_id=f"rewardbox-grpo-{uuid.uuid4().hex[:12]}",
+    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id,
                         runtime_env={**cfg.runtime_env, **(runtime_env or {})} or None,
                         metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
                         ready_timeout_s=cfg.connect_timeout_s)

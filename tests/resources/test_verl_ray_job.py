@@ -71,7 +71,8 @@ def test_a_successful_job_gives_the_latest_checkpoint_and_step_metadata(tmp_path
     assert metadata["global_step"].value == 3 and metadata["steps"].value == 3
     assert metadata["last_mean_reward"].value == pytest.approx(0.75)
     assert metadata["last_throughput_tokens_per_s"].value == pytest.approx(300.0)
-    assert result.output_for_node("grpo_checkpoint").endswith("checkpoints/verl/rewardbox-grpo/global_step_3/actor")
+    path = result.output_for_node("grpo_checkpoint")
+    assert path.endswith(f"checkpoints/verl/rewardbox-grpo/{metadata['job_id'].value}/global_step_3/actor")
 
 
 CANCELLED_RUN = textwrap.dedent("""

@@ -45,7 +45,10 @@ def test_launch_writes_rows_and_builds_the_job_entrypoint(tmp_path):
     assert "trainer.save_freq=50" in launch.command and "trainer.logger=[console]" in launch.command
     assert f"trainer.default_local_dir={launch.checkpoint_dir}" in launch.command
     assert "actor_rollout_ref.rollout.agent.default_agent_loop=rewardbox_agent" in launch.command
-    assert launch.checkpoint_dir == tmp_path.resolve() / "checkpoints" / "verl" / "rewardbox-grpo"
+    assert launch.checkpoint_dir == tmp_path.resolve() / "checkpoints" / "verl" / "rewardbox-grpo" / launch.submission_id
+    assert launch.train_path == tmp_path.resolve() / "verl" / launch.submission_id / "train.parquet"
+    again, _ = _launch(tmp_path)  # a new launch never resumes from (or returns) an older run's checkpoints
+    assert again.checkpoint_dir != launch.checkpoint_dir and again.submission_id != launch.submission_id
     preflight, _, trainer = launch.entrypoint.partition(" && ")
     assert shlex.split(preflight) == ["/opt/verl/bin/python", "-c", PREFLIGHT, "8"]  # 2 nodes x 4 GPUs
     assert shlex.split(trainer) == launch.command
@@ -56,6 +59,8 @@ def test_launch_without_preflight_and_with_extra_overrides(tmp_path):
                         extra_overrides={"trainer.project_name": "p", "trainer.save_freq": 5})
     assert shlex.split(launch.entrypoint) == launch.command
     assert "trainer.save_freq=5" in launch.command and "trainer.project_name=p" in launch.command
+    moved, _ = _launch(tmp_path, extra_overrides={"trainer.default_local_dir": str(tmp_path / "ckpt")})
+    assert moved.checkpoint_dir == tmp_path / "ckpt"  # discovery looks where verl writes
 
 
 def test_the_jobs_default_python_depends_on_where_it_runs(tmp_path, monkeypatch):
