@@ -13,7 +13,7 @@ ray = pytest.importorskip("ray")
 from rewardbox.training import verl_job  # noqa: E402
 from tests.resources.verl_job_support import grpo_assets, minimal_rows, no_agent_loop, resources, run_messages, verl_profile  # noqa: E402
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(300)  # each test < 20 s on an idle machine (Ray start included)
 
 
 def test_local_head_and_the_jobs_gpu_preflight_fail_clearly(tmp_path, monkeypatch):
