@@ -29,7 +29,10 @@ def _dry_run_profile(tmp_path, verl_python: str) -> Path:
 
 
 def _grpo_metadata(tmp_path, profile):
-    result = dg.materialize(grpo_assets(profile), resources=resources(profile, tmp_path, job_address=None))
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:  # a storage of its own
+        result = dg.materialize(grpo_assets(profile), resources=resources(profile, tmp_path, job_address=None),
+                                instance=instance)
     [event] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("grpo_checkpoint")]
     return result, event.materialization.metadata
 
