@@ -7,7 +7,9 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
+from assets.verl_backend import verl_grpo, verl_merge
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
+from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.compose import check_policy_budget, episode_runner
@@ -21,17 +23,26 @@ from rewardbox.training.local import train_local_grpo
 
 GROUP = "training"
 TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
-MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint")
+MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl_job")
 
 
 @dg.asset(group_name=GROUP, code_version=TRAIN_CODE)
-def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
+def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                     training_pool: list[Task], base_checkpoint: str) -> str:
-    """LoRA adapter trained with local GRPO on the training pool (never on benchmark tasks)."""
+    """GRPO on the training pool (never on benchmark tasks): a LoRA adapter trained locally
+    (``grpo.backend: local``), or verl's latest ``global_step_N/actor`` checkpoint from a Ray job
+    (``grpo.backend: verl``; with ``verl.dry_run``, the launch and verl's resolved config only)."""
     profile = rewardbox.load()
     leaked = check_disjoint(training_pool)
     if leaked:
         raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
+    if profile.grpo.backend == "verl":
+        path, metadata, version = verl_grpo(context, ray_cluster, profile, training_pool, base_checkpoint,
+                                            profile.data_path / profile.name)
+        context.add_output_metadata(metadata | {"pool_tasks": len(training_pool), "input_hash": tasks_hash(training_pool),
+                                                "config_hash": profile.section_hash("grpo", "verl")})
+        record_versions(context, version)
+        return path
     out = rewardbox.path("checkpoints", "grpo_adapter")
     shutil.rmtree(out, ignore_errors=True)
     adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, episode_runner=episode_runner,
@@ -57,7 +68,11 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
     """The adapter merged into the base weights: an HF safetensors directory transformers loads."""
     out = rewardbox.path("checkpoints", "merged")
     shutil.rmtree(out, ignore_errors=True)
-    merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
+    profile = rewardbox.load()
+    if profile.grpo.backend == "verl":
+        merged = verl_merge(profile, base_checkpoint, grpo_checkpoint, out)
+    else:
+        merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
     context.add_output_metadata({"path": dg.MetadataValue.path(str(merged)),
                                  "files": dg.MetadataValue.json(sorted(p.name for p in merged.iterdir()))})
     record_versions(context, files_version(merged), rewardbox.load().section_hash("grpo"))

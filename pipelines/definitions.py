@@ -82,8 +82,10 @@ defs = dg.Definitions(
     schedules=[build_reprobe_schedule(JOBS["reprobe_job"], run_tags_fn=_tick_tags("reprobe_job"))],
     resources={
         "rewardbox": REWARDBOX,
-        # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster
-        "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS")),
+        # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster;
+        # REWARDBOX_RAY_JOB_ADDRESS is its job server (grpo.backend: verl), else a local head is started
+        "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS"),
+                                          job_address=os.environ.get("REWARDBOX_RAY_JOB_ADDRESS")),
         # serving.kind: vllm in the profile serves each evaluated checkpoint with vllm serve (skipped on CPU)
         "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),

@@ -8,6 +8,12 @@ plain ``address`` (any running cluster, not only KubeRay) and connects only
 when the profile asks for ``executor.kind: ray``, so the laptop default never
 starts Ray.
 
+Ray jobs (the verl GRPO backend): :meth:`RayClusterResource.job_client` gives
+Ray's ``JobSubmissionClient`` for ``job_address`` (a cluster's dashboard,
+``http://head:8265``), or, when none is set, for a local Ray head that this
+resource starts in the step process with its dashboard (the job server) on a
+free port, and shuts down at cleanup.
+
 Cancellation: terminating a Dagster run interrupts the step; the executor's
 session cancels its outstanding Ray calls and stops its worker actors, then
 this resource's cleanup disconnects (``ray.shutdown()`` for the embedded one).
@@ -24,6 +30,7 @@ from pydantic import Field, PrivateAttr
 
 from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
+from rewardbox.training.ray_job import JobClient, job_client
 
 
 class RayClusterResource(RayResource):
@@ -35,6 +42,8 @@ class RayClusterResource(RayResource):
             ``ray.init(num_cpus=executor.num_cpus)`` in the step process.
         runtime_env: Ray's ``runtime_env`` for a real cluster (``working_dir``,
             ``pip``, ``env_vars``); merged over the profile's ``executor.runtime_env``.
+        job_address: the job server of a running cluster (its dashboard,
+            ``http://head:8265``) for Ray jobs; None starts a local head (see :meth:`job_client`).
 
     Connecting is deferred to :meth:`executor` whatever ``lifecycle.connect``
     says: only ``executor.kind: ray`` connects.
@@ -42,6 +51,7 @@ class RayClusterResource(RayResource):
 
     address: str | None = None
     runtime_env: dict[str, Any] = Field(default_factory=dict)
+    job_address: str | None = None
 
     _profile: Profile | None = PrivateAttr(default=None)
     _executor: EpisodeExecutor | None = PrivateAttr(default=None)
@@ -119,9 +129,50 @@ class RayClusterResource(RayResource):
             self._executor = build_executor(profile.executor, profile.episode.concurrency)
         return self._executor
 
+    def job_client(self, profile: Profile, context: Any = None) -> JobClient:
+        """Ray's job client for ``job_address``, else for a local head started here (once per step).
+
+        The local head is an embedded ``ray.init`` with ``executor.num_cpus`` CPUs, its
+        GPUs as Ray detects them, and its dashboard on a free port of 127.0.0.1; cleanup
+        shuts it down (and with it any job still on it).
+
+        Raises:
+            ConnectionError: the job server did not answer within ``verl.connect_timeout_s``.
+            RuntimeError: Ray is already connected in this process without a dashboard.
+        """
+        verl = profile.verl
+        address = self.job_address
+        if address is None:
+            address = self._local_job_server(profile, context)
+        if getattr(context, "log", None) is not None:
+            context.log.info(f"Ray job server: {address}")
+        return job_client(address, verl.request_timeout_s, verl.connect_timeout_s)
+
+    def _local_job_server(self, profile: Profile, context: Any) -> str:
+        import ray
+
+        if self._context is None and not ray.is_initialized():
+            self._context = ray.init(num_cpus=profile.executor.num_cpus, include_dashboard=True,
+                                     dashboard_host="127.0.0.1", dashboard_port=_free_port(),
+                                     runtime_env=self.runtime_env or None)
+        url = getattr(self._context, "dashboard_url", None)
+        if not url:
+            raise RuntimeError("Ray is connected in this process without a dashboard, so it takes no jobs: "
+                               "set the ray_cluster resource's job_address (REWARDBOX_RAY_JOB_ADDRESS)")
+        return url if "://" in url else f"http://{url}"
+
     def cleanup(self, context: dg.InitResourceContext, exception: BaseException | None) -> None:
         """Stop the executor's gauge, then disconnect (``ray.shutdown()``) if this resource connected."""
         if self._executor is not None:
             self._executor.close()
             self._executor = None
         super().cleanup(context, exception)
+
+
+def _free_port() -> int:
+    """A TCP port of 127.0.0.1 that nothing listens on now."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

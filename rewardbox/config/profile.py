@@ -33,6 +33,7 @@ from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.config import CandidateLoadPolicy, TaskSource, TaskSourcesConfig
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.verl_backend_config import VerlBackendConfig
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PROFILE_ENV = "REWARDBOX_PROFILE"
@@ -73,6 +74,7 @@ class Profile(BaseModel):
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     reference: ReferenceConfig | None = None
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
 

@@ -33,6 +33,9 @@ class GRPOConfig(BaseModel):
     ``LORA_LEARNING_RATE`` and ``LORA_TARGET_MODULES``.
 
     Attributes:
+        backend: ``"local"`` trains here with the local trainer (``training.local``);
+            ``"verl"`` submits verl's trainer as a Ray job to the cluster resource
+            (``training.verl_job``; its settings are the profile's ``verl`` section).
         group_size: G, rollouts per task (= TRL ``num_generations`` = verl ``rollout.n``).
         tasks_per_step: B, groups per optimisation step.
         steps: optimisation steps.
@@ -73,6 +76,7 @@ class GRPOConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: Literal["local", "verl"] = "local"
     group_size: int = Field(8, ge=2)
     tasks_per_step: int = Field(18, ge=1)
     steps: int = Field(50, ge=0)

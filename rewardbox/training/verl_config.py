@@ -182,19 +182,22 @@ def nested(overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
-            verl_python: str | None = None) -> DryRun:
+            verl_python: str | None = None, extra_overrides: dict[str, Any] | None = None,
+            python: str = "python3") -> DryRun:
     """Write the launch command and config for ``grpo`` into ``out_dir``; validate with verl when possible.
 
     Args:
         verl_python: the Python of verl's own environment; None skips validation (``problem`` says so).
+        extra_overrides: overrides added after (and winning over) the mapped ones, as the job has them.
+        python: the command's interpreter (the job's Python on the cluster).
 
     Returns:
         A :class:`DryRun`. No GPU, no cluster and no verl import in this process.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = verl_overrides(grpo, launch)
-    command = launch_command(overrides)
+    overrides = {**verl_overrides(grpo, launch), **(extra_overrides or {})}
+    command = launch_command(overrides, python)
     (out / "launch.sh").write_text("#!/bin/sh\n" + shlex.join(command) + "\n")
     overrides_path = out / "verl_overrides.yaml"
     overrides_path.write_text(yaml.safe_dump(nested(overrides), sort_keys=False))

@@ -1,0 +1,90 @@
+"""The ``grpo.backend: verl`` branch of the training assets: dry run, Ray job, merge (no assets here)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+
+from assets.metadata import md_image, md_table
+from assets.versions import files_version
+from resources.ray_cluster import RayClusterResource
+from rewardbox.config.profile import Profile
+from rewardbox.report import training_curve_png
+from rewardbox.tasks.schema import Task
+from rewardbox.training.ray_job import JobFailedError
+from rewardbox.training.verl_config import dry_run
+from rewardbox.training.verl_job import merge_verl_checkpoint, prepare_launch, run_verl_training, verl_python
+
+
+def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource, profile: Profile,
+              training_pool: list[Task], base_checkpoint: str, data_dir: Path) -> tuple[str, dict, str]:
+    """Train on verl (or only write its launch, with ``verl.dry_run``): (output path, metadata, data version).
+
+    The data version of a trained checkpoint is its Ray job and global step (hashing a sharded
+    FSDP checkpoint of a large model would read every byte); a dry run's is its files' hash.
+
+    Raises:
+        dg.Failure: the Ray job failed (the message holds its log tail), or the dry run's
+            config was rejected by verl's schema.
+    """
+    cfg = profile.verl
+    launch = prepare_launch(profile.grpo, cfg, training_pool, base_checkpoint, data_dir,
+                            local_head=ray_cluster.job_address is None)
+    metadata: dict = {"backend": "verl", "rows": launch.rows, "train_files": dg.MetadataValue.path(str(launch.train_path)),
+                      "command": dg.MetadataValue.md(f"```sh\n{launch.entrypoint}\n```")}
+    if cfg.dry_run:
+        return _dry_run(context, profile, launch, data_dir / "verl" / "dry_run", metadata)
+    client = ray_cluster.job_client(profile, context)
+    try:
+        result = run_verl_training(client, launch, cfg, context.log.info)
+    except JobFailedError as exc:
+        raise dg.Failure(description=str(exc), metadata={"job_id": exc.outcome.job_id,
+                                                         "status": exc.outcome.status}) from exc
+    rows = [{"step": s.step, **s.headline()} for s in result.steps]
+    metadata |= {"job_id": result.job_id, "global_step": result.checkpoint.step, "steps": len(result.steps),
+                 "trained": True, "elapsed_s": round(result.elapsed_s, 1), "log_lines": result.log_lines,
+                 "path": dg.MetadataValue.path(str(result.checkpoint.actor_dir))}
+    if rows:
+        last = {k: v for k, v in rows[-1].items() if v is not None and k != "step"}
+        metadata |= {"step_metrics": md_table(pl.DataFrame(rows)), **{f"last_{k}": float(v) for k, v in last.items()},
+                     "training_curve": md_image(training_curve_png(
+                         [{"step": r["step"], "mean_reward": r["mean_reward"],
+                           "zero_variance_frac": r["zero_variance_frac"]} for r in rows]), "training")}
+    version = hashlib.sha256(f"{result.job_id}:{result.checkpoint.step}".encode()).hexdigest()[:16]
+    return str(result.checkpoint.actor_dir), metadata, version
+
+
+def _dry_run(context, profile: Profile, launch, out_dir: Path, metadata: dict) -> tuple[str, dict, str]:
+    python = verl_python(profile.verl)
+    validator = python if Path(python).exists() else None
+    result = dry_run(profile.grpo, launch.config, out_dir, validator, launch.run_overrides, launch.command[0])
+    if validator is not None and not result.validated:
+        raise dg.Failure(description=f"verl rejected the launch config: {result.problem}")
+    if validator is None:
+        context.log.warning(f"verl dry run not validated: verl's Python {python} is missing (make verl-env)")
+    metadata |= {"dry_run": True, "trained": False, "validated": result.validated,
+                 "problem": result.problem, "skipped_checks": dg.MetadataValue.json(result.skipped_checks),
+                 "overrides": dg.MetadataValue.md(f"```yaml\n{result.overrides_path.read_text()}```"),
+                 "path": dg.MetadataValue.path(str(out_dir))}
+    if result.resolved_path is not None:
+        metadata["resolved_config"] = dg.MetadataValue.path(str(result.resolved_path))
+    return str(out_dir), metadata, files_version(out_dir)
+
+
+def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: Path) -> Path:
+    """verl's ``actor`` checkpoint merged by verl's model merger into ``out_dir``.
+
+    Raises:
+        dg.Failure: the profile is a dry run (nothing was trained), or the merger failed.
+    """
+    if profile.verl.dry_run:
+        raise dg.Failure(description="verl.dry_run is true: grpo_checkpoint wrote a launch, not a checkpoint; "
+                                     "set verl.dry_run: false to train and merge")
+    try:
+        return merge_verl_checkpoint(actor_dir, base_checkpoint, out_dir, verl_python(profile.verl),
+                                     profile.verl.merge_timeout_s)
+    except (FileNotFoundError, RuntimeError) as exc:
+        raise dg.Failure(description=str(exc)) from exc

@@ -1,0 +1,72 @@
+"""Settings of the verl backend (``grpo.backend: verl``): the profile's ``verl`` section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rewardbox.training.verl_config import VerlLaunchConfig
+
+_FILLED_IN = ("model_path", "train_files", "val_files", "checkpoint_dir")
+
+
+class VerlBackendConfig(BaseModel):
+    """How GRPO runs on verl over a Ray cluster (used when ``grpo.backend`` is ``verl``).
+
+    Attributes:
+        dry_run: write the launch command and verl's resolved config into the asset's
+            metadata (validated by verl's own schema when verl's environment is here),
+            and submit nothing.
+        python: the job's Python on the cluster's head node, with verl installed. None: ``python3``
+            on a cluster (``job_address`` set); on the local head, verl's environment here when it
+            exists (``merge_python``, ``$REWARDBOX_VERL_PYTHON``, ``.venv-verl``), else this process's
+            Python (it has Ray, so the GPU preflight runs and says what is missing).
+        merge_python: verl's Python on this machine, for the model merger; None uses
+            ``$REWARDBOX_VERL_PYTHON``, else ``.venv-verl/bin/python`` (``make verl-env``).
+        preflight_gpus: start the job with a check that the cluster has
+            ``trainer.nnodes x trainer.n_gpus_per_node`` GPUs; it fails in seconds, saying
+            "no GPU", where verl would fail later and less clearly.
+        launch: fields of ``verl_config.VerlLaunchConfig`` other than the model, data and
+            checkpoint paths (``nnodes``, ``n_gpus_per_node``, ``max_prompt_tokens``,
+            ``max_response_tokens``, ``micro_batch_sequences_per_gpu``, ``rollout_engine``,
+            ``experiment_name``).
+        extra_overrides: further verl overrides, ``{dotted key: value}`` (e.g.
+            ``trainer.save_freq``); they win over the mapped ones.
+        save_every_steps: verl's ``trainer.save_freq``; None saves at the last step only.
+        shared_dir: a directory every Ray node and the Dagster process see at the same path
+            (dataset rows, checkpoints); None: the profile's data directory (a local cluster).
+        runtime_env: Ray's runtime_env for the job (``env_vars``, ``working_dir``, ...).
+        request_timeout_s: limit of one HTTP request to the job server, seconds.
+        connect_timeout_s: how long to retry reaching the job server, seconds.
+        job_timeout_s: the job's time limit, seconds; past it the job is stopped.
+        poll_s: seconds between polls of the job's status and log.
+        merge_timeout_s: limit of verl's model merger, seconds.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    dry_run: bool = False
+    python: str | None = None
+    merge_python: str | None = None
+    preflight_gpus: bool = True
+    launch: dict[str, Any] = Field(default_factory=dict)
+    extra_overrides: dict[str, Any] = Field(default_factory=dict)
+    save_every_steps: int | None = Field(None, ge=1)
+    shared_dir: str | None = None
+    runtime_env: dict[str, Any] = Field(default_factory=dict)
+    request_timeout_s: float = Field(30.0, gt=0)
+    connect_timeout_s: float = Field(60.0, gt=0)
+    job_timeout_s: float = Field(48 * 3600.0, gt=0)
+    poll_s: float = Field(2.0, gt=0)
+    merge_timeout_s: float = Field(3600.0, gt=0)
+
+    @field_validator("launch")
+    @classmethod
+    def _launch_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        filled = sorted(set(value) & set(_FILLED_IN))
+        if filled:
+            raise ValueError(f"verl.launch sets {filled}: these come from the pipeline (base checkpoint, "
+                             "training pool, shared_dir); remove them")
+        VerlLaunchConfig(**value, **{name: "x" for name in _FILLED_IN})  # unknown keys and bad values fail here
+        return value
