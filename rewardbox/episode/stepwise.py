@@ -133,7 +133,7 @@ class StepwiseEpisode:
         """End the episode because the caller's context is full, instead of giving a completion.
 
         The runner treats it as a policy that raised ``ContextLengthError``: the episode
-        ends with ``finish_reason == "context_limit"`` and is graded on the state it reached
+        ends with ``termination_reason == "context_limit"`` and is graded on the state it reached
         (a policy limit, never a system error).
 
         Raises:

@@ -11,7 +11,7 @@ sampling_params=...)``, token ids and log-probs back). It returns verl's
 - ``prompt_ids`` / ``response_ids`` / ``response_mask`` (1 on policy tokens, 0 on tool, user
   and template tokens) / ``response_logprobs`` (the server's sampled log-probs);
 - ``reward_score``: our grader's reward on the terminal state (verl's reward manager is not
-  called when it is set); ``extra_fields.reward_extra_info``: ``passed``, ``attempts``;
+  called when it is set); ``extra_fields.reward_extra_info``: ``passed``, ``tries``;
 - ``num_turns``: user, assistant and tool messages; ``metrics``: generation and tool seconds.
 
 **System errors.** After ``episode.max_system_error_retries`` fresh episodes (sampled
@@ -59,12 +59,12 @@ class EpisodeSystemError(RuntimeError):
     """A rollout ended in a system error on every try: verl must drop it (never score it).
 
     Attributes:
-        uid: the task; kind: ``system_error_kind`` (``sandbox_crash``, ...); attempts: episodes played.
+        uid: the task; kind: ``system_error_kind`` (``sandbox_crash``, ...); tries: episodes played.
     """
 
-    def __init__(self, uid: str, kind: str, message: str, attempts: int) -> None:
-        self.uid, self.kind, self.attempts = uid, kind, attempts
-        super().__init__(f"rewardbox system error on {uid} after {attempts} attempt(s): {message}")
+    def __init__(self, uid: str, kind: str, message: str, tries: int) -> None:
+        self.uid, self.kind, self.tries = uid, kind, tries
+        super().__init__(f"rewardbox system error on {uid} after {tries} tries: {message}")
 
 
 @dataclass
@@ -148,8 +148,8 @@ def output_fields(trajectory: TokenTrajectory) -> dict[str, Any]:
         "num_turns": sum(1 for m in result.messages if m.get("role") != "system"),
         "extra_fields": {
             "turn_scores": [], "tool_rewards": [],
-            "reward_extra_info": {"passed": float(bool(result.passed)), "attempts": trajectory.attempts},
-            "rewardbox_finish_reason": result.finish_reason,
+            "reward_extra_info": {"passed": float(bool(result.passed)), "tries": trajectory.tries},
+            "rewardbox_termination_reason": None if result.termination_reason is None else str(result.termination_reason),
         },
     }
 
@@ -193,6 +193,6 @@ if AgentLoopBase is not None:
             result = trajectory.result
             if trajectory.system_error:
                 raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,
-                                         trajectory.attempts)
+                                         trajectory.tries)
             metrics = AgentLoopMetrics(generate_sequences=trajectory.generate_s, tool_calls=result.time_tool_s)
             return AgentLoopOutput(metrics=metrics, **output_fields(trajectory))

@@ -77,7 +77,7 @@ class TokenTrajectory:
         response_ids, response_mask, response_logprobs: shape ``[R]`` each, ``R <= max_response_tokens``;
             ``response_logprobs`` is None when the generator returned none for some turn.
         result: the runner's ``EpisodeResult`` (messages, finish reason, reward, system error).
-        attempts: episodes played (1 + system-error retries).
+        tries: episodes played (1 + system-error retries).
     """
 
     prompt_ids: list[int]
@@ -85,7 +85,7 @@ class TokenTrajectory:
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] | None = field(default_factory=list)
     result: EpisodeResult | None = None
-    attempts: int = 1
+    tries: int = 1
     generate_s: float = 0.0
 
     @property
@@ -242,14 +242,14 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
                             max_prompt_tokens: int | None = None) -> TokenTrajectory:
     """:func:`play_episode`, played again from scratch after a transient system error.
 
-    A permanent system error (``system_error_permanent``) is returned at once, as ``run_attempt`` does.
+    A permanent system error (``system_error_permanent``) is returned at once, as ``rewardbox.episode.trial.run_trial`` does.
 
     Returns:
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
     for attempt in range(1, max_system_error_retries + 2):
         trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens)
-        trajectory.attempts = attempt
+        trajectory.tries = attempt
         result = trajectory.result
         if result is None or result.system_error is None or result.system_error_permanent:
             break

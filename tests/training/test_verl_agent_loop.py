@@ -46,7 +46,7 @@ def test_verl_runs_a_golden_episode_to_reward_1_and_drops_a_sandbox_crash(smollm
     facts = json.loads(proc.stdout.strip().splitlines()[-1])
     # built by verl's registry + hydra from the file build_agent_loop_config wrote; rows through RLHFDataset
     assert facts["loop_class"] == "RewardboxAgentLoop" and facts["rows"] == 1
-    assert facts["reward"] == 1.0 and facts["extra_fields"]["rewardbox_finish_reason"] == "done"
+    assert facts["reward"] == 1.0 and facts["extra_fields"]["rewardbox_termination_reason"] == "done"
     # mask 1 exactly on the two sampled turns, with the server's log-probs; 0 on the tool result
     assert facts["policy_text"] == facts["golden_text"]
     assert facts["masked_text"].startswith("\n<|im_start|>user\n<result>\n") and "cancelled" in facts["masked_text"]
@@ -59,5 +59,5 @@ def test_verl_runs_a_golden_episode_to_reward_1_and_drops_a_sandbox_crash(smollm
     assert batch["rm_score_at_last_token"] == batch["rm_score_total"] == 1.0 and batch["passed_column"] == [1.0]
     # a sandbox crash on every try is raised (verl drops the rollout), never a reward
     crash = facts["crash"]
-    assert isinstance(crash, dict) and crash["kind"] == "sandbox_crash" and crash["attempts"] == 2
+    assert isinstance(crash, dict) and crash["kind"] == "sandbox_crash" and crash["tries"] == 2
     assert crash["sandboxes_closed"] == [True, True]

@@ -57,7 +57,7 @@ def test_golden_text_on_a_real_hotel_task_scores_1_and_doing_nothing_scores_0(se
     tasks = load_served_tasks(load_profile("test"), ["hotel"])
     task = next(t for t in tasks if len(t.golden_interactions()) >= 2 and not t.metadata.get("null_passes"))
     golden = _play(services, task, GoldenReplayPolicy())
-    assert (golden.reward, golden.system_error, golden.result.finish_reason) == (1.0, None, "done")
+    assert (golden.reward, golden.system_error, golden.result.termination_reason) == (1.0, None, "done")
     assert _policy_runs(golden.response_mask) == len(task.golden_interactions()) + 1  # one call per turn, answer
     assert golden.result.tool_calls[0]["tool_call"]["name"] == task.golden_interactions()[0][1]
     null = _play(services, task, NullPolicy())

@@ -40,7 +40,7 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
 def test_a_golden_episode_scores_1_and_masks_exactly_the_sampled_tokens():
     server = ScriptedServer(TOKENIZER)
     traj = asyncio.run(play_episode(_episode(), _generate(server), TurnTokens(TOKENIZER), 4096))
-    assert (traj.reward, traj.system_error, traj.result.finish_reason) == (1.0, None, "done")
+    assert (traj.reward, traj.system_error, traj.result.termination_reason) == (1.0, None, "done")
     runs = _runs(traj.response_mask)
     assert [r[0] for r in runs] == [1, 0, 1]  # agent turn, tool result, agent turn
     for (_, start, end), text in zip([runs[0], runs[2]], GOLDEN_TURNS):
@@ -72,7 +72,7 @@ def test_the_response_budget_ends_the_episode_as_context_limit_and_it_is_still_g
     server = ScriptedServer(TOKENIZER)
     traj = asyncio.run(play_episode(_episode(), _generate(server), TurnTokens(TOKENIZER), 120))
     assert len(traj.response_ids) == len(traj.response_mask) == len(traj.response_logprobs) == 120
-    assert traj.result.finish_reason == "context_limit" and traj.reward == 1.0  # the cancel call ran
+    assert traj.result.termination_reason == "context_limit" and traj.reward == 1.0  # the cancel call ran
     assert len(server.calls) == 1
 
 
@@ -82,7 +82,7 @@ def test_a_sandbox_crash_is_replayed_then_reported_as_a_system_error_never_a_rew
     traj = asyncio.run(play_with_retries(lambda: _episode(crash=True), _generate(server), TurnTokens(TOKENIZER),
                                          4096, max_system_error_retries=2))
     assert traj.system_error and traj.result.system_error_kind == "sandbox_crash"
-    assert traj.reward is None and traj.attempts == 3 and len(SANDBOXES) == 3 and len(server.calls) == 3
+    assert traj.reward is None and traj.tries == 3 and len(SANDBOXES) == 3 and len(server.calls) == 3
     assert all(s.closed for s in SANDBOXES)
 
 
