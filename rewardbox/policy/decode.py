@@ -16,6 +16,10 @@ decodes with this loop instead. Per step it does only:
    KV is dropped (``Cache.batch_select_indices``), so the rest of the batch does
    not keep paying for them.
 
+A batch without padding (equal prompt lengths, or a shared prefix with equal
+suffixes) runs without an attention mask: causal attention alone is exact
+there, and no per-step mask is built.
+
 Positions follow ``generate``'s convention (the attention mask's cumulative
 sum, pads at 0), so the trainer's scoring of the same tokens sees the same
 positions. A row's tokens depend only on its prompt, its seed and its
@@ -77,14 +81,14 @@ def decode_batch(
         Per row, the new token ids in order (length <= its budget). A model fault
         propagates (the caller turns it into a system error).
     """
-    rows = list(range(input_ids.shape[0]))
+    rows, stops = list(range(input_ids.shape[0])), {int(t) for t in stop_token_ids}
     completions: list[list[int]] = [[] for _ in rows]
-    stops = set(int(t) for t in stop_token_ids)
     cache = cache if cache is not None else DynamicCache(config=model.config)
-    cached = cache.get_seq_length()
+    cached = cache.get_seq_length()  # columns the cache already holds (a shared prefix)
     positions = prompt_positions(attention_mask)
-    logits = model(input_ids=input_ids[:, cached:], attention_mask=attention_mask, position_ids=positions[:, cached:],
-                   cache=cache, use_cache=True, logits_to_keep=1).logits
+    if bool(attention_mask.all()):  # no padding: causal attention needs no mask (none is built per step)
+        attention_mask = None
+    logits = _forward(model, input_ids[:, cached:], attention_mask, positions[:, cached:], cache)
     next_position = positions[:, -1:] + 1
     while True:
         scores = logits[:, -1].float()
@@ -101,9 +105,17 @@ def decode_batch(
         if len(keep) < len(rows):
             index = torch.tensor(keep, device=tokens.device)
             cache.batch_select_indices(index)
-            tokens, attention_mask, next_position = tokens[index], attention_mask[index], next_position[index]
+            tokens, next_position = tokens[index], next_position[index]
+            attention_mask = None if attention_mask is None else attention_mask[index]
             rows = [rows[i] for i in keep]
-        attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
-        logits = model(input_ids=tokens[:, None], attention_mask=attention_mask, position_ids=next_position,
-                       cache=cache, use_cache=True, logits_to_keep=1).logits
+        if attention_mask is not None:
+            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
+        logits = _forward(model, tokens[:, None], attention_mask, next_position, cache)
         next_position = next_position + 1
+
+
+def _forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
+             cache: Any) -> torch.Tensor:
+    """Logits of the last position only (``[B, 1, V]``), the cache extended in place."""
+    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                 use_cache=True, logits_to_keep=1).logits
