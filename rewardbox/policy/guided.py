@@ -168,13 +168,32 @@ class ToolCallGuide(LogitsProcessor):
         self.events: list[ConstraintEvent] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """``LogitsProcessor`` form: every row, its completion read from ``input_ids[:, prompt_len:]``."""
         if input_ids.shape[1] <= self.prompt_len:
             return scores
+        completions = [ids.tolist() for ids in input_ids[:, self.prompt_len:]]
+        return self.apply(completions, scores, range(len(completions)))
+
+    def apply(self, completions: Sequence[list[int]], scores: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+        """Mask the rows that are inside a tool name or key string.
+
+        Args:
+            completions: per entry of ``rows``, that row's completion tokens so far.
+            scores: ``[len(rows), V]`` logits of this step (not modified; a masked copy is returned).
+            rows: the batch rows (indexes into ``signatures``; events name them).
+
+        Returns:
+            The scores with disallowed tokens at ``-inf`` on the guided rows.
+
+        Raises:
+            GuidedDecodingError: no vocabulary token can close the string (a system error).
+        """
         out = scores
-        for row, signatures in enumerate(self.signatures):
-            if not signatures:
+        for i, (row, completion) in enumerate(zip(rows, completions)):
+            signatures = self.signatures[row]
+            if not signatures or not completion:
                 continue
-            text = self.index.tokenizer.decode(input_ids[row, self.prompt_len:], skip_special_tokens=False)
+            text = self.index.tokenizer.decode(completion, skip_special_tokens=False)
             if "<tool_call>" not in text:
                 continue
             state = open_string(text, signatures)
@@ -187,8 +206,8 @@ class ToolCallGuide(LogitsProcessor):
             if out is scores:
                 out = scores.clone()
             width = min(out.shape[1], keep.shape[0])
-            out[row, :width] = torch.where(keep[:width].to(out.device), out[row, :width], float("-inf"))
-            out[row, width:] = float("-inf")
+            out[i, :width] = torch.where(keep[:width].to(out.device), out[i, :width], float("-inf"))
+            out[i, width:] = float("-inf")
         return out
 
 

@@ -1,18 +1,17 @@
-"""The local transformers policy: one worker thread, batched ``generate``.
+"""The local transformers policy: one worker thread, batched decoding.
 
 Episodes run concurrently on an asyncio loop and each awaits ``complete``.
 Requests go into a queue as they are (rendering and tokenising happen in the
 worker thread, off the event loop, so a burst of requests lands inside one
 gather window); a single worker thread waits at most ``batch_wait_ms`` for
-company after the first, tokenises the whole burst in one call, and runs ONE
-left-padded ``model.generate`` for up to ``max_batch_size`` waiting requests:
-the oldest, the others sharing its prompt prefix, then any others. Where the
-batch shares a long prefix its cached KV is reused (``prefix_cache``);
-otherwise it is a plain padded batch. Each row keeps its own
-temperature (a per-row logits processor; 0 means greedy) and its own token
-budget (a per-row stopping criterion), so mixed requests share a batch, and
+company after the first, tokenises the whole burst in one call, and decodes ONE
+left-padded batch (``decode.decode_batch``) of up to ``max_batch_size`` waiting
+requests: the oldest, the others sharing its prompt prefix, then any others.
+Where the batch shares a long prefix its cached KV is reused (``prefix_cache``);
+otherwise it is a plain padded batch. Each row keeps its own temperature (0
+means greedy), its own token budget (a row leaves the batch when it stops), and
 its own random generator (``sampling.PerRowSampler``, which also records each
-sampled token's log-probability for the trainer).
+sampled token's log-probability for the trainer), so mixed requests share a batch.
 Completions carry the exact prompt and completion token ids, so the trainer
 scores the policy's own tokens without re-tokenising.
 """
@@ -29,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from rewardbox.errors import ContextLengthError, EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.batching import Pending, choose_batch, fail, settle
 from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
+from rewardbox.policy.decode import decode_batch
 from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
@@ -43,36 +42,6 @@ from rewardbox.policy.sampling import PerRowSampler
 log = logging.getLogger(__name__)
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 _STOP = object()
-
-
-class _PerRowTemperature(LogitsProcessor):
-    """Divide row i's logits by ``temperatures[i]``; a 0 keeps only the argmax (greedy)."""
-
-    def __init__(self, temperatures: list[float]):
-        self.temperatures = temperatures
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        out = scores.clone()
-        for row, temperature in enumerate(self.temperatures):
-            if temperature <= 0:
-                keep = scores[row].argmax()
-                out[row] = float("-inf")
-                out[row, keep] = 0.0
-            elif temperature != 1.0:
-                out[row] = scores[row] / temperature
-        return out
-
-
-class _PerRowBudget(StoppingCriteria):
-    """Stop row i once it has ``budgets[i]`` new tokens (shape: (batch,) bool)."""
-
-    def __init__(self, budgets: list[int], prompt_len: int):
-        self.budgets = budgets
-        self.prompt_len = prompt_len
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        produced = input_ids.shape[1] - self.prompt_len
-        return torch.tensor([produced >= b for b in self.budgets], dtype=torch.bool, device=input_ids.device)
 
 
 def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
@@ -117,7 +86,7 @@ class LocalPolicy:
         Args:
             checkpoint_dir: a Hugging Face directory (the base checkpoint or a merged one).
             adapter_dir: optional PEFT adapter directory, merged into the weights on load.
-            max_batch_size: most requests per ``generate`` call.
+            max_batch_size: most requests decoded as one batch.
             batch_wait_ms: how long the worker waits for more requests after the first, ms
                 (it stops waiting once a full batch is queued).
             device, dtype: where and how the weights live.
@@ -147,19 +116,23 @@ class LocalPolicy:
         self.max_new_tokens = max_new_tokens
         self._rng = random.Random(seed) if seed is not None else None
         self.generation_lock = threading.RLock()
-        self.model, self.tokenizer = _load(self.checkpoint_dir, self.device, _as_dtype(dtype))
-        self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
-        self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
-        self.pad_token_id = self.stop_token_ids[0]
         self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self.guided_tool_calls = guided_tool_calls
         self._vocabulary: VocabularyIndex | None = None
-        if adapter_dir is not None:
-            self.load_adapter(adapter_dir)
+        self._load_weights(_as_dtype(dtype), adapter_dir)
         self._queue: queue.Queue = queue.Queue()
         self._waiting: list[Pending] = []
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
         self._thread.start()
+
+    def _load_weights(self, dtype: torch.dtype, adapter_dir: Path | str | None) -> None:
+        """Load model and tokenizer, read the context window and stop tokens, merge the adapter if any."""
+        self.model, self.tokenizer = _load(self.checkpoint_dir, self.device, dtype)
+        self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
+        self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
+        self.pad_token_id = self.stop_token_ids[0]
+        if adapter_dir is not None:
+            self.load_adapter(adapter_dir)
 
     def load_adapter(self, adapter_dir: Path | str, *, merge: bool = True) -> None:
         """Apply a PEFT (LoRA) adapter to the live model, merged into the weights by default."""
@@ -288,7 +261,7 @@ class LocalPolicy:
             settle(pending, completion, error)
 
     def generate_batch(self, requests: list[ChatRequest], prompt_ids: list[list[int]]) -> list[Completion]:
-        """Run ONE batched ``generate`` for these requests (synchronous; the worker's step).
+        """Decode these requests as ONE batch (synchronous; the worker's step).
 
         Args:
             requests: the requests, in batch order.
@@ -305,49 +278,34 @@ class LocalPolicy:
         """
         budgets = [self._budget(r, len(p)) for r, p in zip(requests, prompt_ids)]
         temperatures = [self.temperature if self.temperature is not None else r.temperature for r in requests]
+        sampler = PerRowSampler(self._row_seeds([r.seed if r.sampling_seed is None else r.sampling_seed
+                                                 for r in requests]), self.device, temperatures)
         with self.generation_lock, torch.inference_mode():
             prepared = self.prefix_cache.prepare(self.model, prompt_ids, self.pad_token_id, self.device)
             if prepared is None:
                 input_ids, attention_mask = self._left_pad(prompt_ids)
-                inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+                cache, cached_tokens = None, 0
             else:
-                inputs, _ = prepared
-                input_ids = inputs["input_ids"]
-            cached_tokens = inputs["cache"].get_seq_length() if "cache" in inputs else 0
-            sampler = PerRowSampler(self._row_seeds([r.seed if r.sampling_seed is None else r.sampling_seed
-                                                     for r in requests]), self.device)
-            guides = self._guides(requests, input_ids.shape[1])
-            output = self.model.generate(
-                **inputs,
-                max_new_tokens=max(budgets),
-                do_sample=True,
-                temperature=1.0,
-                top_k=0,
-                top_p=1.0,
-                logits_processor=LogitsProcessorList(
-                    [*guides, _PerRowTemperature(temperatures), sampler]
-                ),
-                stopping_criteria=StoppingCriteriaList([_PerRowBudget(budgets, input_ids.shape[1])]),
-                eos_token_id=self.stop_token_ids,
-                pad_token_id=self.pad_token_id,
-            )
-        new_tokens = output[:, input_ids.shape[1] :].tolist()
+                input_ids, attention_mask, cache = (prepared[0][k] for k in ("input_ids", "attention_mask", "cache"))
+                cached_tokens = cache.get_seq_length()
+            guides = self._guides(requests)
+            new_tokens = decode_batch(self.model, input_ids, attention_mask, budgets=budgets,
+                                      stop_token_ids=self.stop_token_ids, sampler=sampler, guides=guides,
+                                      cache=cache)
         completions = [
-            self._completion(req, ids, row[:budget], temp, len(requests), cached_tokens, logprobs)
-            for req, ids, row, budget, temp, logprobs in zip(
-                requests, prompt_ids, new_tokens, budgets, temperatures, sampler.logprobs
-            )
+            self._completion(req, ids, row, temp, len(requests), cached_tokens, logprobs)
+            for req, ids, row, temp, logprobs in zip(requests, prompt_ids, new_tokens, temperatures, sampler.logprobs)
         ]
         for event in (e for guide in guides for e in guide.events):
             record_forced_close(completions[event.row], event)
         return completions
 
-    def _guides(self, requests: list[ChatRequest], prompt_len: int) -> list[LogitsProcessor]:
+    def _guides(self, requests: list[ChatRequest]) -> list[ToolCallGuide]:
         if not self.guided_tool_calls or not any(r.tools for r in requests):
             return []
         if self._vocabulary is None:
             self._vocabulary = VocabularyIndex(self.tokenizer, int(self.model.config.vocab_size))
-        return [ToolCallGuide(self._vocabulary, [tool_signatures(r.tools or []) for r in requests], prompt_len)]
+        return [ToolCallGuide(self._vocabulary, [tool_signatures(r.tools or []) for r in requests], prompt_len=0)]
 
     def _budget(self, request: ChatRequest, prompt_len: int) -> int:
         wanted = self.max_new_tokens if self.max_new_tokens is not None else request.max_new_tokens

@@ -1,4 +1,4 @@
-"""LocalPolicy: per-row sampling/budget pieces (fast) and the real embedded model (slow)."""
+"""LocalPolicy: completion assembly (fast) and the real embedded model (slow); decoding: test_decode.py."""
 
 from __future__ import annotations
 
@@ -9,22 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rewardbox.policy.base import ChatRequest  # noqa: E402
-from rewardbox.policy.local import LocalPolicy, _PerRowBudget, _PerRowTemperature  # noqa: E402
-
-
-def test_per_row_temperature_greedy_and_scaled():
-    scores = torch.tensor([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [2.0, 4.0, 6.0]])
-    out = _PerRowTemperature([0.0, 1.0, 2.0])(None, scores)
-    assert out[0].tolist() == [float("-inf"), 0.0, float("-inf")]
-    assert out[1].tolist() == [1.0, 3.0, 2.0]
-    assert out[2].tolist() == [1.0, 2.0, 3.0]
-
-
-def test_per_row_budget_stops_each_row_at_its_own_length():
-    criterion = _PerRowBudget([2, 4], prompt_len=5)
-    assert criterion(torch.zeros((2, 6), dtype=torch.long), None).tolist() == [False, False]
-    assert criterion(torch.zeros((2, 7), dtype=torch.long), None).tolist() == [True, False]
-    assert criterion(torch.zeros((2, 9), dtype=torch.long), None).tolist() == [True, True]
+from rewardbox.policy.local import LocalPolicy  # noqa: E402
 
 
 class _Tok:

@@ -1,0 +1,122 @@
+"""The local policy's decode loop and per-row sampler on a tiny real Llama (no weights download).
+
+The decode loop must give the tokens ``generate`` gives, let finished rows leave
+the batch without changing the others, reuse a prefix cache exactly, and record
+log-probs equal to the trainer's scoring of the same tokens.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rewardbox.policy.decode import decode_batch  # noqa: E402
+from rewardbox.policy.prefix_cache import PrefixCache  # noqa: E402
+from rewardbox.policy.sampling import PerRowSampler  # noqa: E402
+from rewardbox.training.logprobs import Sample, completion_logprobs  # noqa: E402
+
+PAD = 0
+
+
+def tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def left_pad(prompts):
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), PAD)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+PROMPTS = [[5, 9, 13, 2, 7], [3, 4], [11, 12, 13, 14, 15, 16, 17], [8]]
+
+
+def _decode(model, prompts, budgets, stops=(), temperatures=None, seeds=None, cache=None, inputs=None):
+    sampler = PerRowSampler(seeds or list(range(len(prompts))), temperatures=temperatures or [0.0] * len(prompts))
+    ids, mask = inputs if inputs is not None else left_pad(prompts)
+    with torch.inference_mode():
+        rows = decode_batch(model, ids, mask, budgets=budgets, stop_token_ids=stops, sampler=sampler, cache=cache)
+    return rows, sampler
+
+
+def test_greedy_decode_equals_plain_generate():
+    model = tiny_model()
+    ids, mask = left_pad(PROMPTS)
+    with torch.inference_mode():
+        plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False,
+                               pad_token_id=PAD)[:, ids.shape[1]:].tolist()
+    eos = model.generation_config.eos_token_id  # generate stops rows there and pads them after
+    expected = [row[: row.index(eos) + 1] if eos in row else row for row in plain]
+    assert any(len(row) < 10 for row in expected) and any(len(row) == 10 for row in expected)
+    rows, sampler = _decode(model, PROMPTS, budgets=[10, 10, 10, 10], stops=[eos])
+    assert rows == expected
+    assert sampler.logprobs == [[0.0] * len(row) for row in rows]  # greedy: one-hot processed distribution
+
+
+def test_rows_leave_at_their_stop_token_or_budget_and_the_rest_are_unchanged():
+    model = tiny_model()
+    free, _ = _decode(model, PROMPTS, budgets=[12] * 4)
+    first = next(k for k in range(2, 12) if free[0][k] not in free[0][:k])
+    stop = free[0][first]  # row 0 stops at this token; others stop wherever they meet it
+    budgets = [12, 3, 12, 7]
+    rows, sampler = _decode(model, PROMPTS, budgets=budgets, stops=[stop])
+    for row, alone, budget in zip(rows, free, budgets):
+        end = next((i + 1 for i, t in enumerate(alone) if t == stop), len(alone))
+        assert row == alone[: min(end, budget)]
+    assert len(rows[0]) == first + 1 and len(rows[1]) <= 3 and max(map(len, rows)) > first + 1
+    assert [len(lp) for lp in sampler.logprobs] == [len(r) for r in rows]
+
+
+def test_prefix_cache_decode_equals_plain_decode():
+    model = tiny_model()
+    prefix = [int(x) for x in torch.randint(3, 64, (40,))]
+    prompts = [prefix + [7, 8, 9], prefix + [10], prefix + [11, 12, 13, 14]]
+    plain, _ = _decode(model, prompts, budgets=[8, 8, 8])
+    cache = PrefixCache(min_tokens=16)
+    inputs, _ = cache.prepare(model, prompts, PAD, torch.device("cpu"))
+    cached, _ = _decode(model, prompts, budgets=[8, 8, 8], cache=inputs["cache"],
+                        inputs=(inputs["input_ids"], inputs["attention_mask"]))
+    assert cached == plain
+
+
+def test_seeded_rows_do_not_depend_on_the_company_and_logprobs_match_the_trainer():
+    model = tiny_model()
+    alone, alone_sampler = _decode(model, PROMPTS[:1], budgets=[12], temperatures=[0.7], seeds=[42])
+    free, _ = _decode(model, PROMPTS, budgets=[12] * 4, temperatures=[0.7, 1.0, 0.0, 0.7], seeds=[42, 1, 2, 3])
+    stop = free[1][1]  # a stop token that ends some other rows early
+    mixed, sampler = _decode(model, PROMPTS, budgets=[12, 2, 12, 5], stops=[stop] if stop not in alone[0] else [],
+                             temperatures=[0.7, 1.0, 0.0, 0.7], seeds=[42, 1, 2, 3])
+    assert mixed[0] == alone[0] and len(set(alone[0])) > 1
+    assert sampler.logprobs[0] == pytest.approx(alone_sampler.logprobs[0], abs=1e-5)
+    samples = [Sample(PROMPTS[0], mixed[0], 1.0), Sample(PROMPTS[3], mixed[3], 1.0)]
+    with torch.no_grad():
+        scored, mask = completion_logprobs(model, samples, PAD, temperature=0.7)
+    for i, row in enumerate((0, 3)):
+        n = int(mask[i].sum())
+        assert scored[i, :n].tolist() == pytest.approx(sampler.logprobs[row], abs=1e-4)
+
+
+def test_sampler_greedy_scaled_and_one_hot_rows():
+    scores = torch.tensor([[1.0, 3.0, 2.0], [1.0, 3.0, 2.0], [0.0, float("-inf"), float("-inf")]])
+    sampler = PerRowSampler([1, 2, 3], temperatures=[0.0, 2.0, 0.5])
+    state = sampler.generators[2].get_state()
+    chosen = sampler.draw(scores, [0, 1, 2])
+    assert chosen[0] == 1 and chosen[2] == 0
+    assert sampler.logprobs[0] == [0.0] and sampler.logprobs[2] == [0.0]
+    expected = torch.log_softmax(scores[1] / 2.0, -1)[int(chosen[1])].item()
+    assert sampler.logprobs[1] == [pytest.approx(expected, abs=1e-6)]
+    assert torch.equal(sampler.generators[2].get_state(), state)  # a one-hot row draws nothing
+    again = PerRowSampler([1, 2, 3], temperatures=[0.0, 2.0, 0.5])
+    assert again.draw(scores[1:2], [1]).tolist() == [int(chosen[1])]  # row 1 alone: the same draw
+    with pytest.raises(ValueError, match="temperatures"):
+        PerRowSampler([1, 2], temperatures=[1.0])
