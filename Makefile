@@ -34,7 +34,9 @@ demo: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster job execute -m pipelines.definitions -j main_job
 	@REWARDBOX_PROFILE=$(PROFILE) $(PY) -m pipelines.where
 
-test: setup
+# the full suite includes the verl schema check and the verl agent-loop test, so it builds verl's own
+# environment first (minutes once; docs/scale.md)
+test: setup verl-env
 	$(VENV)/bin/pytest -q -ra
 
 test-fast: setup

@@ -20,8 +20,8 @@ class ReferenceConfig(BaseModel):
 
     Attributes:
         policy: an endpoint policy (``kind: endpoint``, ``base_url``, ``model``, ...;
-            the fields of ``PolicyConfig``). Its budget is ``policy.max_new_tokens``
-            when set, else the profile's ``episode.max_new_tokens``.
+            the fields of ``PolicyConfig``). It samples with the profile's ``episode``
+            settings (``max_new_tokens``, ``temperature``), as probes do.
         import_results: a ``tb infer`` JSONL file (ThinkingBox ``DecodeResult`` rows)
             holding the reference's attempts; nothing is run.
         min_clean_runs: clean runs (system errors excluded) the reference gets per
