@@ -158,7 +158,7 @@ def hermes_extract(text: str) -> tuple[str | None, list[tuple[str, str]]]:
         return text, []
     try:
         bodies = [json.loads(a or b) for a, b in _HERMES_CALL.findall(text)]
-        calls = [(body["name"], json.dumps(body["arguments"], ensure_ascii=False)) for body in bodies]
+        calls = [(body["name"], strict_json.dumps(body["arguments"], ensure_ascii=False)) for body in bodies]
     except Exception:  # noqa: BLE001 - vLLM catches every error here the same way
         return text, []
     return text[:text.find("<tool_call>")] or None, calls
@@ -249,7 +249,7 @@ class ParityRecorder:
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"completions": [r.to_json() for r in self.records]}, ensure_ascii=False))
+        path.write_text(strict_json.dumps({"completions": [r.to_json() for r in self.records]}, ensure_ascii=False))
         return path
 
 

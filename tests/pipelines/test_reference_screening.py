@@ -56,10 +56,12 @@ class Graph:
         from resources.io import ParquetIOManager
         from resources.ray_cluster import RayClusterResource
         from resources.rewardbox import RewardboxResource
+        from resources.vllm_server import VllmServerResource
 
         resources = {
             "rewardbox": RewardboxResource(profile=str(profile), data_dir=str(self.root / "data")),
             "ray_cluster": RayClusterResource(),
+            "vllm_server": VllmServerResource(),
             "parquet_io_manager": ParquetIOManager(base_dir=str(self.root / "assets")),
             "io_manager": dg.FilesystemIOManager(base_dir=str(self.root / "objects")),
         }

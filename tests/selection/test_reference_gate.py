@@ -82,7 +82,7 @@ def test_exceedance_matches_scipy_and_the_arcsine_law():
 def test_exceedance_rejects_bad_input():
     with pytest.raises(ValueError, match="strictly inside"):
         exceedance_probability([1], [2], 1.0)
-    with pytest.raises(ValueError, match="0 <= k <= n"):
+    with pytest.raises(ValueError, match="0 <= c <= n"):
         exceedance_probability([3], [2], 0.5)
     assert exceedance_probability([], [], 0.5).shape == (0,)
 
