@@ -9,13 +9,11 @@ campaign with them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rewardbox.tasks.config import TaskSource
 from rewardbox.episode.budget import check_token_budget, check_turn_budget
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
@@ -25,6 +23,7 @@ from rewardbox.policy.factory import build_policy as build_policy_from_config
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
+from rewardbox.tasks.config import TaskSource
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import resolve_dataset
 

@@ -6,11 +6,10 @@ use the same composition root (``rewardbox.episode.compose``) and executors.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncio
 from collections.abc import Callable, Sequence
 from functools import partial
+from typing import TYPE_CHECKING
 
 import polars as pl
 

@@ -10,19 +10,18 @@ error after the last round stays a system-error row, and its task may end
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import polars as pl
 
+from rewardbox.episode.campaign import campaign_keys, merge_repair, repair_keys
 from rewardbox.episode.executor import EpisodeExecutor
+from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.progress import ProgressSink, emit
-from rewardbox.evaluation.campaign import campaign_keys, merge_repair, repair_keys
-from rewardbox.evaluation.journal import CampaignJournal
-from rewardbox.evaluation.services import run_trials_async
+from rewardbox.episode.run import run_trials_async
 from rewardbox.metrics.rows import system_error_expr
 from rewardbox.policy.base import Policy
 from rewardbox.selection.reference_config import ReferenceConfig

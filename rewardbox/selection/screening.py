@@ -31,11 +31,10 @@ layer imports it), so a screen there would make a package cycle.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import json
 from collections.abc import Sequence
 from dataclasses import replace
+import json
+from typing import TYPE_CHECKING
 
 import polars as pl
 
