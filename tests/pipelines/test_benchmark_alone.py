@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import dagster as dg
+
+from tests.fixtures.dagster_resources import test_resources
 import yaml
 
 MIXED = Path(__file__).resolve().parents[1] / "fixtures" / "tb_mixed"
@@ -13,19 +15,9 @@ MIXED = Path(__file__).resolve().parents[1] / "fixtures" / "tb_mixed"
 
 def _materialize(tmp_path, profile: str) -> dg.ExecuteInProcessResult:
     from assets import evaluation, model, report, selection, tasks, training
-    from resources.io import ParquetIOManager
-    from resources.ray_cluster import RayClusterResource
-    from resources.vllm_server import VllmServerResource
-    from resources.rewardbox import RewardboxResource
 
     modules = [tasks, model, selection, training, evaluation, report]
-    resources = {
-        "rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
-        "ray_cluster": RayClusterResource(),
-        "vllm_server": VllmServerResource(),
-        "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
-        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
-    }
+    resources = test_resources(profile, tmp_path)
     return dg.materialize([*dg.load_assets_from_modules(modules), *dg.load_asset_checks_from_modules(modules)],
                           selection="benchmark_tasks", resources=resources, instance=dg.DagsterInstance.ephemeral(),
                           raise_on_error=False)

@@ -6,6 +6,8 @@ import dataclasses
 import json
 
 import dagster as dg
+
+from tests.fixtures.dagster_resources import test_resources
 import pytest
 import yaml
 
@@ -18,10 +20,6 @@ pytestmark = pytest.mark.timeout(900)  # whole materialisations on a shared, loa
 def _materialize(tmp_path, profile="test",
                  wanted=("candidate_tasks", "benchmark_tasks", "screened_candidates", "probe_results", "task_difficulty")):
     from assets import evaluation, selection, tasks
-    from resources.io import ParquetIOManager
-    from resources.ray_cluster import RayClusterResource
-    from resources.rewardbox import RewardboxResource
-    from resources.vllm_server import VllmServerResource
 
     @dg.asset(name="base_checkpoint")
     def stub_checkpoint() -> str:  # the scripted policy never loads it; a fake vllm only needs the directory
@@ -33,13 +31,7 @@ def _materialize(tmp_path, profile="test",
     assets = [a for a in dg.load_assets_from_modules(modules) if {k.to_user_string() for k in a.keys} <= wanted]
     checks = [c for c in dg.load_asset_checks_from_modules(modules)
               if {k.asset_key.to_user_string() for k in c.check_keys} <= wanted]
-    resources = {
-        "rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
-        "ray_cluster": RayClusterResource(),
-        "vllm_server": VllmServerResource(),
-        "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
-        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
-    }
+    resources = test_resources(profile, tmp_path)
     return dg.materialize([*assets, stub_checkpoint, *checks], resources=resources, raise_on_error=False,
                           instance=dg.DagsterInstance.ephemeral())
 
