@@ -33,7 +33,8 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     k = profile.evaluation.trials
     k_values = sorted({v for v in profile.report.k_values if v <= k} | {1, k})
     reliability = compute_reliability(base_evaluation_results, evaluation_results, k, profile.report.price_table,
-                                      k_values=k_values)
+                                      k_values=k_values, confidence=profile.report.confidence,
+                                      splits=profile.report.splits)
     tables = format_reliability_tables(reliability)
     png = reliability_png(reliability["base"], reliability["tuned"])
     out = rewardbox.path("report", "reliability_report.md")
@@ -48,6 +49,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
         "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
         "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),
+        **_split_metadata(tables, reliability["per_split"]),
         "config_hash": profile.section_hash("report", "evaluation"),
     })
     record_versions(context, files_version(out.parent))
@@ -56,15 +58,17 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
 
 @dg.asset_check(asset=reliability_report, additional_ins={"base_evaluation_results": dg.AssetIn(),
                                                           "evaluation_results": dg.AssetIn()})
-def tuned_not_worse_than_base(base_evaluation_results: pl.DataFrame, evaluation_results: pl.DataFrame) -> dg.AssetCheckResult:
+def tuned_not_worse_than_base(rewardbox: RewardboxResource, base_evaluation_results: pl.DataFrame,
+                              evaluation_results: pl.DataFrame) -> dg.AssetCheckResult:
     """WARN when the tuned policy's pass@1 is worse than the base's beyond noise on the held-out tasks.
 
-    The change (tuned - base) gets the report's 95% paired task-level bootstrap
-    interval (``rewardbox.metrics.bootstrap``, stratified by domain, same seed): "within noise" when it covers 0 (passes),
-    "improved" above 0 (passes), "worse" below 0 (fails).
+    The change (tuned - base) gets the report's paired task-level bootstrap interval at
+    ``report.confidence`` (``rewardbox.metrics.bootstrap``, stratified by domain, same seed): "within noise"
+    when it covers 0 (passes), "improved" above 0 (passes), "worse" below 0 (fails).
     """
     boot = paired_bootstrap(task_counts(base_evaluation_results, "base evaluation rows"),
-                            task_counts(evaluation_results, "tuned evaluation rows"), [1], by_domain=True)
+                            task_counts(evaluation_results, "tuned evaluation rows"), [1],
+                            rewardbox.load().report.confidence, by_domain=True)
     entry = boot["metrics"].get("pass_at_1")
     if entry is None or entry["difference"] is None:
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
@@ -76,4 +80,13 @@ def tuned_not_worse_than_base(base_evaluation_results: pl.DataFrame, evaluation_
         metadata={"base_pass_at_1": entry["base"][0], "tuned_pass_at_1": entry["tuned"][0],
                   "pass_at_1_change": point, "pass_at_1_change_low": low, "pass_at_1_change_high": high,
                   "verdict": entry["verdict"], "tasks": boot["tasks"], "resamples": boot["resamples"],
-                  "seed": boot["seed"]})
+                  "seed": boot["seed"], "confidence": boot["confidence"]})
+
+
+def _split_metadata(tables: dict[str, str], per_split: dict) -> dict:
+    """The per-split table and each split's pass@1 verdict, for the asset's metadata (none without splits)."""
+    if "per_split" not in tables:
+        return {}
+    verdicts = {f"pass_at_1_verdict_{split}": entry["metrics"].get("pass_at_1", {}).get("verdict", "n/a")
+                for split, entry in per_split["splits"].items()}
+    return {"per_split": dg.MetadataValue.md(tables["per_split"]), **verdicts}

@@ -5,7 +5,7 @@ Composed by the profile under ``report:`` (``rewardbox.config.profile.Profile``)
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rewardbox.metrics.cost import PriceTable
 
@@ -19,9 +19,23 @@ class ReportConfig(BaseModel):
         k_values: the k of pass@k and pass^k columns (values above ``evaluation.trials``
             are dropped; 1 and ``evaluation.trials`` are always shown).
         price_table: USD per million tokens by model, for the cost columns (default: unpriced, 0).
+        confidence: two-sided level of the report's intervals (paired task-level bootstrap) and of
+            the ``tuned_not_worse_than_base`` check.
+        splits: named groups of domains, e.g. ``{in_distribution: [retail, hotel],
+            out_of_distribution: [helpdesk]}``; each gets its own base-vs-tuned table
+            (``rewardbox.report.splits``). A domain may be in one split only.
     """
 
     model_config = ConfigDict(extra="forbid")
 
     k_values: list[int] = [1, 2, 4, 8, 20]
     price_table: PriceTable = Field(default_factory=lambda: PriceTable(version="unpriced", models={"*": UNPRICED}))
+    confidence: float = Field(0.95, gt=0, lt=1)
+    splits: dict[str, list[str]] = {}
+
+    @model_validator(mode="after")
+    def _one_split_per_domain(self) -> "ReportConfig":
+        from rewardbox.report.splits import domain_to_split
+
+        domain_to_split(self.splits)
+        return self

@@ -29,7 +29,7 @@ def render_report_markdown(
     """Combine tables and image links into one markdown document.
 
     Args:
-        tables: markdown tables keyed ``overall``, ``per_domain``, ``per_task``
+        tables: markdown tables keyed ``overall``, ``per_split``, ``per_domain``, ``per_task``
             (``reliability_tables`` output); any other key becomes its own section.
         images: caption -> link (relative path or URL) of a PNG, shown after the
             overall table as ``![caption](link)``.
@@ -43,12 +43,13 @@ def render_report_markdown(
     parts = [f"# {title}", ""]
     if notes:
         parts += [f"- {note}" for note in notes] + [""]
-    headings = {"overall": "Overall: base vs tuned", "per_domain": "Per domain", "per_task": "Per task"}
+    headings = {"overall": "Overall: base vs tuned", "per_split": "Per split (in distribution, out of distribution)",
+                "per_domain": "Per domain", "per_task": "Per task"}
     if "overall" in tables:
         parts += [f"## {headings['overall']}", "", tables["overall"], ""]
     for caption, link in (images or {}).items():
         parts += [f"![{caption}]({link})", ""]
-    for key in ("per_domain", "per_task"):
+    for key in ("per_split", "per_domain", "per_task"):
         if key in tables:
             parts += [f"## {headings[key]}", "", tables[key], ""]
     for key, table in tables.items():

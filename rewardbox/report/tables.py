@@ -12,7 +12,7 @@ price-table version.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import polars as pl
@@ -24,6 +24,7 @@ from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.intervals import DEFAULT_DRAWS
 from rewardbox.metrics.rows import task_counts
 from rewardbox.metrics.truncation import truncation_summary
+from rewardbox.report.splits import split_bootstrap, split_rows
 from rewardbox.selection.difficulty import band_counts
 
 NA = "n/a"
@@ -95,6 +96,7 @@ def compute_reliability(
     draws: int = DEFAULT_DRAWS,
     seed: int = 0,
     resamples: int = DEFAULT_RESAMPLES,
+    splits: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """All numbers behind the reliability report.
 
@@ -107,16 +109,18 @@ def compute_reliability(
         confidence: level of the bootstrap (and Wilson) intervals.
         draws, seed: Monte Carlo settings of P(tuned better); ``seed`` also seeds the bootstrap.
         resamples: task-level bootstrap resamples.
+        splits: ``{split: [domain, ...]}`` (``report.splits``): adds a paired bootstrap per split
+            (``rewardbox.report.splits``); None or empty adds none.
 
     Returns:
         ``k``, ``k_values``, ``base`` / ``tuned`` (``summarise_counts`` dicts),
         ``base_cost`` / ``tuned_cost`` (``campaign_cost`` dicts or None),
         ``comparison`` (``compare_counts``), ``bootstrap`` (``paired_bootstrap``
         stratified by domain, with per-domain results), ``per_domain`` (DataFrame),
-        ``price_table_version``.
+        ``price_table_version``, ``per_split`` (``split_bootstrap`` output).
 
     Raises:
-        ValueError: bad rows or k. KeyError: a model missing from the price table.
+        ValueError: bad rows, k or splits. KeyError: a model missing from the price table.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -138,6 +142,7 @@ def compute_reliability(
         "price_table_version": price_table.version if price_table else None,
         "base_truncation": truncation_summary(base_rows),
         "tuned_truncation": truncation_summary(tuned_rows),
+        "per_split": split_bootstrap(base_counts, tuned_counts, splits or {}, k_values, confidence, resamples, seed),
     }
 
 
@@ -319,13 +324,23 @@ def _task_table(rel: dict[str, Any]) -> str:
     return table
 
 
+def _split_table(rel: dict[str, Any]) -> str:
+    result = rel["per_split"]
+    rows = split_rows(result, rel["k_values"])
+    table = markdown_table(rows) if rows.height else "(no split has tasks with clean trials)"
+    if result["unassigned_domains"]:
+        table += f"\n\nDomains in no split (left out of this table): {', '.join(result['unassigned_domains'])}"
+    return table
+
+
 def format_reliability_tables(reliability: dict[str, Any]) -> dict[str, str]:
-    """Markdown ``overall``, ``per_domain`` and ``per_task`` tables from :func:`compute_reliability`."""
-    return {
-        "overall": _overall_table(reliability),
-        "per_domain": _domain_table(reliability),
-        "per_task": _task_table(reliability),
-    }
+    """Markdown ``overall``, ``per_domain`` and ``per_task`` tables from :func:`compute_reliability`,
+    and ``per_split`` when ``report.splits`` names splits."""
+    tables = {"overall": _overall_table(reliability)}
+    if reliability.get("per_split", {}).get("splits"):
+        tables["per_split"] = _split_table(reliability)
+    tables |= {"per_domain": _domain_table(reliability), "per_task": _task_table(reliability)}
+    return tables
 
 
 def reliability_tables(

@@ -53,7 +53,7 @@ def test_truncation_summary_counts_cut_completions():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["demo", "full"])
+@pytest.mark.parametrize("name", ["demo", "full", "learn"])
 def test_local_profiles_budget_holds_every_golden_call(name):
     """The shipped local-model profiles fit their tasks' golden calls (tokenizer read from the GGUF)."""
     from transformers import AutoTokenizer
@@ -103,7 +103,7 @@ def test_model_policies_are_held_to_the_turn_budget_and_scripted_ones_are_not():
     check_policy_budget(GoldenReplayPolicy(), profile, deep)  # screening replays goldens with lifted limits
 
 
-@pytest.mark.parametrize("name", ["demo", "full", "test"])
+@pytest.mark.parametrize("name", ["demo", "full", "test", "learn"])
 def test_shipped_profiles_agent_limits_hold_every_golden_trajectory(name):
     """Every shipped profile lets a one-call-per-turn agent finish each of its tasks' golden trajectories."""
     from rewardbox.config.profile import load_profile

@@ -1,0 +1,38 @@
+"""The `learn` profile's split (docs/learning_run.md): what its learning result stands on.
+
+In distribution means held-out *instances* of the trained families, disjoint by uid and content
+hash; out of distribution means a domain never trained on; every benchmark domain is in one split.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rewardbox.config.profile import load_profile
+from rewardbox.tasks.exclusion import check_disjoint
+from rewardbox.tasks.sources import load_benchmark, load_candidates
+
+
+def _family(uid: str) -> str:
+    return re.sub(r"_\d+$", "", uid.split(":")[-1])
+
+
+def test_learn_split_is_held_out_instances_of_trained_families_plus_an_untrained_domain():
+    profile = load_profile("learn")
+    candidates, benchmark = load_candidates(profile.tasks), load_benchmark(profile.tasks)
+    assert not candidates.excluded, "a listed candidate is a benchmark task (uid or content hash)"
+    assert check_disjoint(candidates.tasks, benchmark.tasks) == []
+    assert (len(candidates.tasks), len(benchmark.tasks)) == (58, 46)
+
+    splits = profile.report.splits
+    by_split = {name: [t for t in benchmark.tasks if t.domain in domains] for name, domains in splits.items()}
+    assert sum(len(tasks) for tasks in by_split.values()) == len(benchmark.tasks), "a benchmark domain in no split"
+    trained_domains = {t.domain for t in candidates.tasks}
+    assert set(splits["in_distribution"]) == trained_domains
+    assert not set(splits["out_of_distribution"]) & trained_domains
+
+    trained = {_family(t.uid) for t in candidates.tasks}
+    held_out = {_family(t.uid) for t in by_split["in_distribution"]}
+    assert held_out == trained, "every trained family has held-out instances, and only those"
+    hashes = {t.content_hash() for t in candidates.tasks}
+    assert not any(t.content_hash() in hashes for t in benchmark.tasks)
