@@ -34,7 +34,7 @@ demo: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster job execute -m pipelines.definitions -j main_job
 	@REWARDBOX_PROFILE=$(PROFILE) $(PY) -m pipelines.where
 
-# The measured learning run (docs/learning_run.md): the main job on the `learn` profile, about 80
+# The measured learning run (docs/learning_run.md): the main job on the `learn` profile, 100
 # minutes on 2 cores; its report compares base and tuned per split (in / out of distribution).
 learn:
 	$(MAKE) demo PROFILE=learn
