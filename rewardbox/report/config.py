@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rewardbox.metrics.cost import PriceTable
+from rewardbox.report.splits import domain_to_split
 
 UNPRICED = {"usd_per_1m_input_tokens": 0.0, "usd_per_1m_cached_input_tokens": 0.0, "usd_per_1m_output_tokens": 0.0}
 
@@ -35,7 +36,5 @@ class ReportConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_split_per_domain(self) -> "ReportConfig":
-        from rewardbox.report.splits import domain_to_split
-
         domain_to_split(self.splits)
         return self
