@@ -109,8 +109,7 @@ def compute_reliability(
         confidence: level of the bootstrap (and Wilson) intervals.
         draws, seed: Monte Carlo settings of P(tuned better); ``seed`` also seeds the bootstrap.
         resamples: task-level bootstrap resamples.
-        splits: ``{split: [domain, ...]}`` (``report.splits``): adds a paired bootstrap per split
-            (``rewardbox.report.splits``); None or empty adds none.
+        splits: ``{split: [domain, ...]}`` (``report.splits``): a paired bootstrap per split, or none.
 
     Returns:
         ``k``, ``k_values``, ``base`` / ``tuned`` (``summarise_counts`` dicts),
