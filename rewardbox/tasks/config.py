@@ -15,7 +15,8 @@ class TaskSource(BaseModel):
 
     Attributes:
         dataset: ``embedded:retail`` or a path (relative to the working directory).
-        test_list: optional YAML test list (relative paths resolve against the dataset).
+        test_list: optional YAML test list; a relative path that exists from the working directory
+            is used as is (the `learn` profile's lists), any other resolves against the dataset.
         servers: optional ThinkingBox ``servers.yaml`` for this dataset's tool servers
             (absolute, relative to the working directory, else to the dataset). With
             ``sandbox.kind: external`` every source's file and ``sandbox.servers_yaml``
