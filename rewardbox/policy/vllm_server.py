@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -190,6 +191,14 @@ def stop_process_group(process: subprocess.Popen, timeout_s: float) -> str:
         return "killed"
 
 
+_DEFAULT_SIGTERM_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+                              "signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execvp(sys.argv[1], sys.argv[1:])")
+"""Run before the server's own argv (same pid, then exec): an ignored SIGTERM (``SIG_IGN``) and a blocked
+signal mask survive ``exec``, so a server started from a process that ignores or blocks SIGTERM (some test
+runners, supervisors, threads of other libraries) could only be SIGKILLed; this restores the default first,
+which ``subprocess``'s ``restore_signals`` does not do for SIGTERM."""
+
+
 @contextmanager
 def serve(config: ServingConfig, checkpoint_dir: str | os.PathLike, log_path: str | os.PathLike) -> Iterator[VllmServer]:
     """Run ``vllm serve`` on ``checkpoint_dir`` for the block; stop its process group after, whatever happens.
@@ -210,8 +219,8 @@ def serve(config: ServingConfig, checkpoint_dir: str | os.PathLike, log_path: st
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
-        process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                   start_new_session=True)
+        process = subprocess.Popen([sys.executable, "-c", _DEFAULT_SIGTERM_THEN_EXEC, *command], stdout=log_file,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     server = VllmServer(f"http://{config.host}:{port}/v1", config.served_model_name, command, process, log_path)
     try:
         server.startup_s = wait_for_health(f"http://{config.host}:{port}", config.startup_timeout_s,

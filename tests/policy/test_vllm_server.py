@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import threading
@@ -170,3 +171,16 @@ def test_cpu_machine_or_missing_vllm_is_skipped_with_a_reason(fake_vllm, monkeyp
     assert unavailable_reason(ServingConfig(kind="vllm", require_gpu=False)) is None
     missing = unavailable_reason(ServingConfig(kind="vllm", executable="no-such-vllm-here"))
     assert "no 'no-such-vllm-here' executable on PATH" in missing
+
+
+def test_a_launcher_that_ignores_sigterm_still_stops_the_server_gracefully(fake_vllm, tmp_path):
+    """SIG_IGN is inherited across exec: the launcher restores SIGTERM's default in the server (a runner or
+    library that ignores SIGTERM in the calling process must not turn every teardown into a SIGKILL)."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with serve(_config(shutdown_timeout_s=10), tmp_path, tmp_path / "vllm.log") as server:
+            state = json.loads(fake_vllm.read_text())
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert server.command[0] == "vllm"
+    assert server.metadata["shutdown"] == "terminated" and _gone(state["pid"], state["child_pid"])
