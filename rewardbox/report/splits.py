@@ -20,9 +20,6 @@ import polars as pl
 from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.campaign import NO_DOMAIN
 
-NA = "n/a"
-
-
 def domain_to_split(splits: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """``{domain: split}`` from ``{split: [domain, ...]}``.
 
@@ -95,44 +92,3 @@ def split_bootstrap(
     for split in splits:
         out["splits"][split] = {"tasks": counts[split], "metrics": boot.get("domains", {}).get(split, {})}
     return out
-
-
-def _cell(entry: tuple[float, float, float] | None) -> str:
-    if entry is None:
-        return NA
-    point, low, high = entry
-    return f"{100 * point:.2f}% [{100 * low:.2f}, {100 * high:.2f}]"
-
-
-def _change(entry: dict[str, Any]) -> str:
-    if entry.get("difference") is None:
-        return NA
-    point, low, high = entry["difference"]
-    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}]"
-
-
-def split_rows(result: Mapping[str, Any], k_values: Sequence[int]) -> pl.DataFrame:
-    """One row per (split, metric): base, tuned and change (tuned - base) with intervals, and the verdict.
-
-    Args:
-        result: :func:`split_bootstrap` output.
-        k_values: the k shown for pass@k and pass^k (pass@1 is always shown).
-
-    Returns:
-        Columns ``split``, ``tasks``, ``metric``, ``base (L%)``, ``tuned (L%)``, ``change (L%)``,
-        ``verdict`` (L: the confidence level); empty when no split has a metric.
-    """
-    level = f"{100 * result['confidence']:.0f}%"
-    names = [("pass_at_1", "pass@1")]
-    for k in sorted({int(k) for k in k_values if int(k) >= 2}):
-        names += [(f"pass_at_{k}", f"pass@{k}"), (f"pass_hat_{k}", f"pass^{k}")]
-    rows = []
-    for split, entry in result["splits"].items():
-        for key, label in names:
-            metric = entry["metrics"].get(key)
-            if metric is None:
-                continue
-            rows.append({"split": split, "tasks": str(entry["tasks"]), "metric": label,
-                         f"base ({level})": _cell(metric["base"]), f"tuned ({level})": _cell(metric["tuned"]),
-                         f"change ({level})": _change(metric), "verdict": metric["verdict"]})
-    return pl.DataFrame(rows)

@@ -24,7 +24,7 @@ from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.intervals import DEFAULT_DRAWS
 from rewardbox.metrics.rows import task_counts
 from rewardbox.metrics.truncation import truncation_summary
-from rewardbox.report.splits import split_bootstrap, split_rows
+from rewardbox.report.splits import split_bootstrap
 from rewardbox.selection.difficulty import band_counts
 
 NA = "n/a"
@@ -321,6 +321,25 @@ def _task_table(rel: dict[str, Any]) -> str:
     if unmatched:
         table += f"\n\n{len(unmatched)} task(s) not in both campaigns with clean trials: {', '.join(unmatched)}"
     return table
+
+
+def split_rows(result: dict[str, Any], k_values: Sequence[int]) -> pl.DataFrame:
+    """One row per (split, metric) of a ``split_bootstrap`` result: base, tuned and the change (tuned - base)
+    with their intervals and verdict, at the result's confidence; pass@k and pass^k for each k >= 2 of
+    ``k_values``. Empty when no split has a metric."""
+    level = f"{100 * result['confidence']:.0f}%"
+    names = [("pass_at_1", "pass@1")]
+    for k in sorted({int(k) for k in k_values if int(k) >= 2}):
+        names += [(f"pass_at_{k}", f"pass@{k}"), (f"pass_hat_{k}", f"pass^{k}")]
+    rows = []
+    for split, entry in result["splits"].items():
+        for key, label in names:
+            if (metric := entry["metrics"].get(key)) is None:
+                continue
+            sides = [fmt_interval(e[0], (e[1], e[2])) if e else NA for e in (metric["base"], metric["tuned"])]
+            rows.append({"split": split, "tasks": str(entry["tasks"]), "metric": label, f"base ({level})": sides[0],
+                         f"tuned ({level})": sides[1], f"change ({level})": fmt_change(metric) or NA})
+    return pl.DataFrame(rows)
 
 
 def _split_table(rel: dict[str, Any]) -> str:
