@@ -1,6 +1,6 @@
 """Episode executors (issue #14): a golden-policy campaign on local asyncio and on Ray with 1 and 2 workers.
 
-Every embedded task (190 over retail, hotel and helpdesk) x trials, with the
+Every embedded task (228 over retail, hotel and helpdesk) x trials, with the
 scripted golden-replay policy and in-process sandboxes, under one bound of
 ``CONCURRENCY`` open sandboxes. Reported: episodes/s per executor (steady state:
 each session first runs a warm-up episode per worker, not counted, so Ray's
@@ -9,9 +9,9 @@ on a machine with two free cores), the peak of open sandboxes against the bound
 (gauged at the sandboxes themselves) and whether the (uid, trial, reward) rows
 are identical across the three.
 
-Default size: 190 tasks x 3 trials, 570 episodes (about 1-2 minutes on 2 shared cores).
+Default size: 228 tasks x 3 trials, 684 episodes (about 1-2 minutes on 2 shared cores).
 ``--full`` (or ``run(full=True)``): 10,140 episodes per executor, the issue's
-size (its 507-task benchmark is not embedded: 190 tasks x 54 trials, cut at
+size (its 507-task benchmark is not embedded: 228 tasks x 45 trials, cut at
 10,140 keys). Run: ``python -m benchmarks executor`` or ``python -m benchmarks.executor --full``.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks.rows import row
 from rewardbox.config.profile import TaskSourcesConfig, load_profile
-from rewardbox.episode.campaign import campaign_keys, results_frame
+from rewardbox.episode.campaign import campaign_keys, result_row, rows_frame, run_campaign
 from rewardbox.episode.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import EpisodeExecutor, LocalExecutor
@@ -54,19 +54,28 @@ def campaign_pairs(full: bool, trials: int = DEFAULT_TRIALS) -> tuple[list, list
 
 
 def measure(executor: EpisodeExecutor, pairs: list, profile, warmup: int) -> dict[str, Any]:
-    """Run ``pairs`` in one session after ``warmup`` uncounted episodes; rate, rows and peak."""
+    """Run ``pairs`` in one session after ``warmup`` uncounted episodes; rate, rows and peak.
+
+    The keys go through ``run_campaign`` with the session's window and keep one row per
+    trial, as an evaluation campaign does (``rewardbox.episode.run``): memory stays flat.
+    """
+    tasks = list({task.uid: task for task, _ in pairs}.values())
+    collect = partial(result_row, domain={t.uid: t.domain for t in tasks})
 
     async def main():
         async with executor.session(partial(episode_runner, profile), GoldenReplayPolicy()) as session:
             await session.run([(pairs[i][0], WARMUP_TRIAL + i) for i in range(warmup)])
             started = time.perf_counter()
-            results = await session.run(pairs)
-            return results, time.perf_counter() - started
+            rows = await run_campaign(tasks, [(task.uid, trial) for task, trial in pairs], session.run_one,
+                                      concurrency=session.width, collect=collect)
+            return rows, time.perf_counter() - started
 
-    results, seconds = asyncio.run(main())
-    return {"results": results, "seconds": seconds, "episodes_per_s": len(pairs) / seconds,
+    rows, seconds = asyncio.run(main())
+    calls = getattr(executor, "calls", 0)  # Ray calls (chunks), warm-up included; 0 on the local executor
+    return {"rows": rows_frame(rows), "seconds": seconds, "episodes_per_s": len(pairs) / seconds,
             "peak_open_sandboxes": executor.gauge_peak,
-            "system_errors": sum(r.system_error is not None for r in results)}
+            "keys_per_ray_call": round((len(pairs) + warmup) / calls, 1) if calls else None,
+            "system_errors": sum(row["system_error"] is not None for row in rows)}
 
 
 def _ray_executor(workers: int):
@@ -81,7 +90,7 @@ def run(full: bool = False) -> list[dict[str, Any]]:
 
     profile = load_profile("test")
     profile = profile.model_copy(update={"episode": profile.episode.model_copy(update={"concurrency": CONCURRENCY})})
-    tasks, pairs = campaign_pairs(full)
+    _, pairs = campaign_pairs(full)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         runs = {"local": measure(LocalExecutor(CONCURRENCY), pairs, profile, warmup=1)}
@@ -93,14 +102,14 @@ def run(full: bool = False) -> list[dict[str, Any]]:
                 executor.close()
     finally:
         ray.shutdown()
-    return _rows(runs, tasks, len(pairs))
+    return _rows(runs, len(pairs))
 
 
-def _rows(runs: dict[str, dict], tasks: list, episodes: int) -> list[dict[str, Any]]:
-    frames = {name: results_frame(r["results"], tasks).select("uid", "trial", "reward") for name, r in runs.items()}
+def _rows(runs: dict[str, dict], episodes: int) -> list[dict[str, Any]]:
+    frames = {name: r["rows"].select("uid", "trial", "reward") for name, r in runs.items()}
     identical = all(f.equals(frames["local"]) for f in frames.values())
     peak = max(r["peak_open_sandboxes"] for r in runs.values())
-    detail = {name: {k: v for k, v in r.items() if k != "results"} for name, r in runs.items()}
+    detail = {name: {k: v for k, v in r.items() if k != "rows"} for name, r in runs.items()}
     local, one, two = (runs[k]["episodes_per_s"] for k in ("local", "ray x1", "ray x2"))
     size = f"{episodes} episodes, bound {CONCURRENCY}"
     return [

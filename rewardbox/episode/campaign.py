@@ -78,7 +78,9 @@ async def run_campaign(
         tasks: the tasks the keys refer to (by uid).
         keys: ``(uid, trial)`` pairs to run.
         trial_fn: runs one trial (e.g. ``partial(run_trial, runner)``).
-        concurrency: episodes in flight; a batching local policy groups their completions.
+        concurrency: keys in flight (``trial_fn`` calls awaited at once); an executor
+            session's ``width``, whose own bound then limits the open sandboxes. A
+            batching local policy groups the completions of the keys in flight.
         on_result: called after each trial (progress logging, a journal).
         collect: what to keep of each result (default: the ``EpisodeResult`` itself).
 

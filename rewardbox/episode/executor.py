@@ -100,7 +100,16 @@ class GaugedSandboxFactory:
 
 
 class ExecutorSession(Protocol):
-    """One policy's episodes on an executor; open with ``EpisodeExecutor.session``."""
+    """One policy's episodes on an executor; open with ``EpisodeExecutor.session``.
+
+    Attributes:
+        width: keys a caller should keep outstanding to keep every slot busy
+            (``run_campaign``'s window). Locally the bound itself; on Ray more,
+            so that chunks can be prefetched. The sandbox bound holds whatever
+            a caller hands over.
+    """
+
+    width: int
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
         """One trial of (task, trial), waiting for a free slot first.
@@ -141,8 +150,8 @@ async def run_pairs(run_one: Callable[[Task, int], Any], pairs: Sequence[tuple[T
 
 
 class _LocalSession:
-    def __init__(self, runner: EpisodeRunner, slots: asyncio.Semaphore) -> None:
-        self._runner, self._slots = runner, slots
+    def __init__(self, runner: EpisodeRunner, slots: asyncio.Semaphore, width: int) -> None:
+        self._runner, self._slots, self.width = runner, slots, width
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
         async with self._slots:
@@ -181,7 +190,7 @@ class LocalExecutor:
         slots = self._slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(self.concurrency))
         async with runner_factory(policy) as runner:
             runner.sandbox_factory = GaugedSandboxFactory(runner.sandbox_factory, self.gauge)
-            yield _LocalSession(runner, slots)
+            yield _LocalSession(runner, slots, self.concurrency)
 
     def close(self) -> None:
         self._slots.clear()

@@ -102,7 +102,7 @@ async def _run_keys(
     try:
         with Progress(len(keys), *progress) as counter:
             async with executor.session(partial(episode_runner, profile, grader=grader), policy) as session:
-                return await run_campaign(tasks, keys, session.run_one, concurrency=executor.concurrency,
+                return await run_campaign(tasks, keys, session.run_one, concurrency=session.width,
                                           on_result=partial(finished, counter),
                                           collect=None if keep_results else partial(result_row, domain=domain))
     finally:
