@@ -65,7 +65,14 @@ $(VERL_VENV)/.installed:
 	$(VERL_VENV)/bin/python -m pip install -q cachetools uvicorn fastapi
 	touch $@
 
-verl-env: $(VERL_VENV)/.installed
+# verl's V1 trainer (and so rewardbox's replay buffer, rewardbox/training/verl_sampler.py) imports
+# TransferQueue; verl declares it only in its verl-core extra. A stamp of its own, so that an existing
+# .venv-verl gets it without a rebuild.
+$(VERL_VENV)/.transferqueue: $(VERL_VENV)/.installed
+	$(VERL_VENV)/bin/python -m pip install -q TransferQueue==0.1.11
+	touch $@
+
+verl-env: $(VERL_VENV)/.installed $(VERL_VENV)/.transferqueue
 
 # Dagster on PostgreSQL (docs/operations-storage.md): a local cluster from Debian's package, then the UI
 # over an instance that stores runs, events and schedules there and queues runs under limits.

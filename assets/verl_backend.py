@@ -78,13 +78,16 @@ def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: 
     """verl's ``actor`` checkpoint merged by verl's model merger into ``out_dir``.
 
     Raises:
-        dg.Failure: the profile is a dry run (nothing was trained), or the merger failed.
+        dg.Failure: the profile is a dry run (nothing was trained), the merger failed, or verl's
+            LoRA adapter does not load into the base.
     """
     if profile.verl.dry_run:
         raise dg.Failure(description="verl.dry_run is true: grpo_checkpoint wrote a launch, not a checkpoint; "
                                      "set verl.dry_run: false to train and merge")
+    grpo = profile.grpo
     try:
         return merge_verl_checkpoint(actor_dir, base_checkpoint, out_dir, verl_python(profile.verl),
-                                     profile.verl.merge_timeout_s)
-    except (FileNotFoundError, RuntimeError) as exc:
+                                     profile.verl.merge_timeout_s,
+                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None)
+    except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc

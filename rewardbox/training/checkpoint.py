@@ -77,6 +77,8 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
 
     Raises:
         FileNotFoundError: the base or adapter directory is incomplete.
+        ValueError: peft did not load every tensor of the adapter, or the model expects
+            adapter tensors the file lacks (``check_adapter_loaded``; peft itself only warns).
     """
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -90,7 +92,9 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     base = AutoModelForCausalLM.from_pretrained(base_dir)
     was_tied = untie_embeddings(base)
-    merged = PeftModel.from_pretrained(base, adapter_dir).merge_and_unload()
+    adapted = PeftModel.from_pretrained(base, adapter_dir)
+    check_adapter_loaded(adapted, adapter_dir)
+    merged = adapted.merge_and_unload()
     if was_tied and torch_equal(merged.get_output_embeddings().weight, merged.get_input_embeddings().weight):
         _set_tied(merged, True)
         merged.tie_weights()
@@ -104,6 +108,37 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     shutil.rmtree(out_dir, ignore_errors=True)
     staging.rename(out_dir)
     return out_dir
+
+
+def check_adapter_loaded(peft_model, adapter_dir: Path) -> None:
+    """Fail unless the adapter file's LoRA tensors are exactly those of the model peft built from it.
+
+    peft loads an adapter with ``strict=False`` and only warns about names it does not know,
+    so an adapter written in another layout would merge as a no-op for those modules. The
+    names compared are peft's saved ones (``get_peft_model_state_dict``, no adapter name),
+    those with a ``lora_`` part only: a file may also carry whole layers (an embedding peft
+    saves next to an embedding adapter), which peft loads or not by its own rules. An adapter
+    saved only as ``adapter_model.bin`` (peft's old format) is not checked.
+
+    Raises:
+        ValueError: LoRA tensors in the file that peft did not load, or ones it expected and missed.
+    """
+    from peft import get_peft_model_state_dict
+    from safetensors import safe_open
+
+    path = Path(adapter_dir) / "adapter_model.safetensors"
+    if not path.is_file():
+        return
+    with safe_open(str(path), framework="pt") as weights:
+        saved = _lora_names(weights.keys())
+    expected = _lora_names(get_peft_model_state_dict(peft_model, save_embedding_layers=False))
+    if saved != expected:
+        raise ValueError(f"adapter {adapter_dir} does not match the model peft built from it: not loaded "
+                         f"{sorted(saved - expected)[:5]}, missing {sorted(expected - saved)[:5]}")
+
+
+def _lora_names(names) -> set[str]:
+    return {name for name in names if any(part.startswith("lora_") for part in name.split("."))}
 
 
 def untie_embeddings(model) -> bool:

@@ -22,6 +22,14 @@ enters the advantage or the loss. A group left with no trajectory is evicted and
 from the dataset with ``trainer.v1.sampler.sync_refill_failed_groups=true``, which
 :func:`build_agent_loop_config` sets. A reward of 0 is never written for it.
 
+**Trials.** Every rollout of a group gets its own trial (:func:`rollout_trial`): half of the
+episode's key (uid, trial), from which the runner derives its seeds and which the test context
+gets as ``repetition``. verl's V1 rollout passes ``session_id``, the rollout's index in its
+group. The legacy rollout (``trainer.use_v1=false``) passes none; it passes ``priority``, which
+``AgentLoopManager.generate_sequences`` numbers 0, 1, ... over a batch the trainer built with
+``repeat(n, interleave=True)``, so rollout j of the p-th prompt has ``priority = p * n + j``
+and its trial is ``priority % n`` (n: the larger of ``rollout.n`` and ``rollout.val_kwargs.n``).
+
 verl is imported only when present: this module imports in our own environment, where
 :func:`build_agent_loop_config` and the services are used; the class exists (and is
 registered) only where verl is importable (``make verl-env``, or the cluster's image).
@@ -31,6 +39,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +59,11 @@ from rewardbox.training.verl_tokens import Sampled, TokenTrajectory, TurnTokens,
 
 DEFAULT_SERVICES = "rewardbox.envserver.services:verl_loop_services"
 AGENT_LOOP_FILE = "rewardbox_agent_loops.yaml"
+FALLBACK_GROUPS = 65536
+"""Groups the fallback trial counter remembers per process (the oldest is forgotten first)."""
+
+logger = logging.getLogger(__name__)
+_fallback_trials: OrderedDict[str, int] = OrderedDict()
 
 try:  # verl's own environment only
     from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -125,6 +141,46 @@ def build_agent_loop_config(out_dir: str | Path, services_factory: str = DEFAULT
     }
 
 
+def rollout_trial(row: Mapping[str, Any], group_span: int) -> int:
+    """The trial of one verl rollout: distinct among the rollouts of its group (same ``uid``).
+
+    Args:
+        row: the keyword arguments verl passed ``run`` (the dataset row and verl's own keys).
+        group_span: the largest group verl samples, ``max(rollout.n, rollout.val_kwargs.n)``.
+
+    Returns:
+        - ``session_id`` (verl V1, ``AgentLoopWorkerTQ._run_prompt``): the index in the group, 0 to n-1;
+        - else ``priority % group_span`` (legacy ``AgentLoopManager.generate_sequences``, see the
+          module docstring): j for rollout j when the group has ``group_span`` rollouts; a group
+          of k <= ``group_span`` rollouts holds k consecutive priorities, so k distinct trials;
+        - else (a caller that passes neither) a per-process count per ``uid``: 0, 1, ... in the
+          order the rollouts start, distinct among the rollouts of a group that one worker process
+          runs (verl V1 runs a whole group in one worker), and not reproducible across runs.
+
+    Raises:
+        ValueError: ``group_span`` < 1.
+    """
+    if group_span < 1:
+        raise ValueError(f"group_span must be >= 1, got {group_span}")
+    if row.get("session_id") is not None:
+        return int(row["session_id"])
+    if row.get("priority") is not None:
+        return int(row["priority"]) % group_span
+    key = str(row.get("uid") or _extra(row).get("uid") or "")
+    trial = _fallback_trials.pop(key, -1) + 1
+    _fallback_trials[key] = trial
+    while len(_fallback_trials) > FALLBACK_GROUPS:
+        _fallback_trials.popitem(last=False)
+    if trial == 0:
+        logger.warning("verl passed neither session_id nor priority: trials of group %r counted per process", key)
+    return trial
+
+
+def _extra(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    info = row.get("extra_info")
+    return info if isinstance(info, Mapping) else {}
+
+
 def server_generate(server_manager: Any, request_id: str, sampling_params: dict[str, Any]):
     """A ``verl_tokens.Generate`` over verl's server manager (sticky ``request_id``, per-turn ``max_tokens``)."""
 
@@ -136,8 +192,11 @@ def server_generate(server_manager: Any, request_id: str, sampling_params: dict[
     return generate
 
 
-def output_fields(trajectory: TokenTrajectory) -> dict[str, Any]:
-    """verl ``AgentLoopOutput`` fields of a scored trajectory (the caller raises for a system error)."""
+def output_fields(trajectory: TokenTrajectory, trial: int = 0) -> dict[str, Any]:
+    """verl ``AgentLoopOutput`` fields of a scored trajectory (the caller raises for a system error).
+
+    ``extra_fields.rewardbox_trial`` is the episode's trial (verl keeps it per row of the batch).
+    """
     result = trajectory.result
     return {
         "prompt_ids": trajectory.prompt_ids,
@@ -150,6 +209,7 @@ def output_fields(trajectory: TokenTrajectory) -> dict[str, Any]:
             "turn_scores": [], "tool_rewards": [],
             "reward_extra_info": {"passed": float(bool(result.passed)), "tries": trajectory.tries},
             "rewardbox_termination_reason": None if result.termination_reason is None else str(result.termination_reason),
+            "rewardbox_trial": trial,
         },
     }
 
@@ -173,11 +233,13 @@ if AgentLoopBase is not None:
         async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
             """Play the row's task; ``AgentLoopOutput`` with our reward, or :class:`EpisodeSystemError`.
 
-            ``session_id`` (verl V1: the rollout's index in its group) is the episode's trial; a
-            prompt longer than ``rollout.prompt_length`` raises ``PromptTooLongError`` (never cut).
+            The episode's trial is :func:`rollout_trial` (distinct within the group on both of
+            verl's paths); a prompt longer than ``rollout.prompt_length`` raises
+            ``PromptTooLongError`` (never cut).
             """
             task = task_from_extra_info(kwargs["extra_info"])
-            trial = int(kwargs.get("session_id", 0))
+            config = self.rollout_config
+            trial = rollout_trial(kwargs, max(int(config.n), int(config.val_kwargs.n)))
             services = self.services
 
             def new_episode() -> StepwiseEpisode:
@@ -195,4 +257,4 @@ if AgentLoopBase is not None:
                 raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,
                                          trajectory.tries)
             metrics = AgentLoopMetrics(generate_sequences=trajectory.generate_s, tool_calls=result.time_tool_s)
-            return AgentLoopOutput(metrics=metrics, **output_fields(trajectory))
+            return AgentLoopOutput(metrics=metrics, **output_fields(trajectory, trial))

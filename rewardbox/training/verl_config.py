@@ -20,8 +20,11 @@ no KL                           ``algorithm.use_kl_in_reward=false``, ``actor.us
 zero-variance replacement       ``algorithm.filter_groups.enable=true``, ``metric=reward``,
                                 ``max_num_gen_batches = max_refill_rounds + 1`` (DAPO dynamic
                                 sampling, arXiv 2503.14476)
+zero-variance share             ``trainer.v1.sampler.custom_sampler`` = rewardbox's replay buffer,
+                                which logs ``rewardbox/zero_variance_frac`` (``verl_sampler``)
 steps                           ``trainer.total_training_steps``
-lora_r, lora_alpha, targets     ``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` / ``target_modules``
+finetune lora: r, alpha,        ``actor_rollout_ref.model.lora_rank`` / ``lora_alpha`` /
+targets                         ``target_modules``; finetune full: ``lora_rank=0``
 max_grad_norm, temperature      ``actor.grad_clip``, ``rollout.temperature``
 ==============================  ===================================================================
 
@@ -46,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardbox import strict_json
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.verl_sampler import sampler_overrides
 
 ENTRY_POINT = "verl.trainer.main_ppo"
 VALIDATE_TIMEOUT_S = 300.0
@@ -106,7 +110,7 @@ def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]
         "data.max_response_length": launch.max_response_tokens,
         "data.seed": grpo.seed,
         f"{model}.path": launch.model_path,
-        f"{model}.lora_rank": grpo.lora_r,
+        f"{model}.lora_rank": grpo.lora_r if grpo.finetune == "lora" else 0,  # 0: verl trains every weight
         f"{model}.lora_alpha": grpo.lora_alpha,
         f"{model}.target_modules": list(grpo.lora_target_modules),
         f"{actor}.optim.lr": grpo.learning_rate,
@@ -127,20 +131,26 @@ def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]
         "trainer.n_gpus_per_node": launch.n_gpus_per_node,
         "trainer.experiment_name": launch.experiment_name,
         "trainer.default_local_dir": launch.checkpoint_dir,
+        **sampler_overrides(),
     }
 
 
-def format_override(key: str, value: Any) -> str:
-    """One Hydra override ``key=value``: booleans ``true``/``false``, lists ``[a,b]``, None ``null``."""
+def format_value(value: Any) -> str:
+    """A Hydra override value: booleans ``true``/``false``, None ``null``, lists ``[a,b]``, dicts ``{k:v}``."""
     if isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "null"
-    elif isinstance(value, (list, tuple)):
-        text = "[" + ",".join(str(v) for v in value) + "]"
-    else:
-        text = str(value)
-    return f"{key}={text}"
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in value.items()) + "}"
+    return str(value)
+
+
+def format_override(key: str, value: Any) -> str:
+    """One Hydra override ``key=value`` (``format_value``); a ``++`` on ``key`` is kept (Hydra's force-add)."""
+    return f"{key}={format_value(value)}"
 
 
 def launch_command(overrides: dict[str, Any], python: str = "python3") -> list[str]:
@@ -170,10 +180,10 @@ class DryRun:
 
 
 def nested(overrides: dict[str, Any]) -> dict[str, Any]:
-    """Dotted keys as a nested tree (``{"a.b": 1}`` -> ``{"a": {"b": 1}}``)."""
+    """Dotted keys as a nested tree (``{"a.b": 1}`` -> ``{"a": {"b": 1}}``; Hydra's ``+`` / ``++`` dropped)."""
     tree: dict[str, Any] = {}
     for key, value in overrides.items():
-        *parents, leaf = key.split(".")
+        *parents, leaf = key.lstrip("+").split(".")
         node = tree
         for part in parents:
             node = node.setdefault(part, {})

@@ -19,6 +19,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rewardbox.training.verl_sampler import ZERO_VARIANCE_KEY
+
 _STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+)((?:\s+-\s+\S+)+)\s*$")
 
 REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean")
@@ -26,9 +28,11 @@ REWARD_KEYS = ("critic/score/mean", "critic/rewards/mean")
 THROUGHPUT_KEY = "perf/throughput"
 """verl's tokens per second per GPU of the step (prompt and response tokens over the step time)."""
 STEP_TIME_KEY = "timing_s/step"
-ZERO_VARIANCE_KEYS = ("rewardbox/zero_variance_frac", "train/zero_variance_frac")
-"""The share (0-1) of the step's groups whose rewards were all equal. verl does not compute it; the
-rewardbox agent loop reports it under the first name (``filter_groups`` then replaces those groups)."""
+ZERO_VARIANCE_KEYS = (ZERO_VARIANCE_KEY,)
+"""The share (0-1) of the step's sampled groups whose rewards were all equal, counted before
+``filter_groups`` evicts them. verl does not compute it; rewardbox's replay buffer adds it to the
+step line (``rewardbox.training.verl_sampler``). verl's own ``training/filter_groups/evicted_samples``
+is the count of those groups, without the total to divide by."""
 LATEST_MARKER = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 

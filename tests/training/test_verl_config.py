@@ -36,6 +36,11 @@ def test_reference_settings_map_onto_verl_keys():
     assert (o["algorithm.filter_groups.enable"], o["algorithm.filter_groups.metric"]) == (True, "reward")
     assert o["algorithm.filter_groups.max_num_gen_batches"] == 3  # the first batch + 2 refill rounds
     assert o["actor_rollout_ref.actor.clip_ratio_low"] == o["actor_rollout_ref.actor.clip_ratio_high"] == 0.2
+    # the zero-variance share reaches verl's step line through rewardbox's replay buffer
+    assert o["trainer.v1.sampler.custom_sampler.name"] == "ZeroVarianceReplayBuffer"
+    assert o["actor_rollout_ref.model.lora_rank"] == 16  # finetune lora (the default)
+    full = verl_overrides(REFERENCE.model_copy(update={"finetune": "full"}), LAUNCH)
+    assert full["actor_rollout_ref.model.lora_rank"] == 0  # verl trains every weight, as the local full fine-tune
 
 
 def test_dr_grpo_turns_off_the_std_division_and_an_unknown_estimator_is_refused():
@@ -48,6 +53,8 @@ def test_dr_grpo_turns_off_the_std_division_and_an_unknown_estimator_is_refused(
 def test_hydra_values_and_the_launch_command():
     assert format_override("a.b", True) == "a.b=true" and format_override("a", None) == "a=null"
     assert format_override("m", ["q_proj", "v_proj"]) == "m=[q_proj,v_proj]"
+    assert format_override("++k", {"a": "${x.y}", "b": False}) == "++k={a:${x.y},b:false}"
+    assert nested({"++a.b": 1, "a.c": 2}) == {"a": {"b": 1, "c": 2}}
     command = launch_command({"x.y": 1e-6, "z": False})
     assert command == ["python3", "-m", "verl.trainer.main_ppo", "x.y=1e-06", "z=false"]
 
