@@ -27,9 +27,10 @@ and its FSDP checkpoint holds the peft model's state dict, whose names carry pef
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from rewardbox import strict_json
 
 ADAPTER_DIR = "lora_adapter"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -88,11 +89,11 @@ def normalize_verl_adapter(adapter_dir: str | Path, lora_alpha: float | None = N
     changes = [f"renamed {old} -> {peft_key(old)}" for old in tensors if peft_key(old) != old]
     if changes:
         save_file(renamed, adapter_dir / ADAPTER_WEIGHTS, metadata={"format": "pt"})
-    config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
+    config = strict_json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
     fixed = _fixed_config(config, sorted({target_module(name) for name in renamed}), lora_alpha, adapter_dir)
     changes += [f"{key} {config.get(key)} -> {value}" for key, value in fixed.items()]
     if fixed:
-        (adapter_dir / ADAPTER_CONFIG).write_text(json.dumps({**config, **fixed}, indent=4))
+        strict_json.write_json(adapter_dir / ADAPTER_CONFIG, {**config, **fixed}, indent=4)
     return changes
 
 
