@@ -44,10 +44,7 @@ def smollm2_tokenizer_dir(tmp_path_factory) -> Path:
 @pytest.mark.skipif(_verl_python() is None, reason="verl's environment is absent (make verl-env)")
 @pytest.mark.timeout(600)
 def test_verl_runs_a_golden_episode_to_reward_1_and_drops_a_sandbox_crash(smollm2_tokenizer_dir, tmp_path):
-    proc = subprocess.run([_verl_python(), str(CHECK), str(smollm2_tokenizer_dir), str(tmp_path)],
-                          capture_output=True, text=True, timeout=540, cwd=ROOT, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    facts = _run_in_verl(CHECK, smollm2_tokenizer_dir, tmp_path, timeout=540)
     # built by verl's registry + hydra from the file build_agent_loop_config wrote; rows through RLHFDataset
     assert facts["loop_class"] == "RewardboxAgentLoop" and facts["rows"] == 1
     assert facts["reward"] == 1.0 and facts["extra_fields"]["rewardbox_termination_reason"] == "done"
@@ -87,10 +84,7 @@ def test_trial_without_session_id_or_priority_counts_per_group():
 @pytest.mark.skipif(_verl_python() is None, reason="verl's environment is absent (make verl-env)")
 @pytest.mark.timeout(300)
 def test_verl_gives_every_rollout_of_a_group_its_own_trial_on_v1_and_legacy(smollm2_tokenizer_dir, tmp_path):
-    proc = subprocess.run([_verl_python(), str(TRIALS), str(smollm2_tokenizer_dir), str(tmp_path)],
-                          capture_output=True, text=True, timeout=240, cwd=ROOT, env=ENV)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    facts = json.loads(proc.stdout.strip().splitlines()[-1])
+    facts = _run_in_verl(TRIALS, smollm2_tokenizer_dir, tmp_path, timeout=240)
     n = facts["n"]
     for path in ("v1", "legacy"):
         groups: dict[str, list[int]] = {}
@@ -105,3 +99,11 @@ def test_verl_gives_every_rollout_of_a_group_its_own_trial_on_v1_and_legacy(smol
     for row in facts["legacy"]:
         workers.setdefault(row["uid"], set()).add(row["worker"])
     assert sorted(len(w) for w in workers.values()) == [1, 1, 2]
+
+
+def _run_in_verl(script, *args, timeout: float) -> dict:
+    """Run a fixture script with verl's Python; the JSON object its last line prints."""
+    proc = subprocess.run([_verl_python(), str(script), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=ENV)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
