@@ -70,7 +70,7 @@ def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxRes
     shutil.rmtree(out, ignore_errors=True)
     profile = rewardbox.load()
     if profile.grpo.backend == "verl":
-        merged = verl_merge(profile, base_checkpoint, grpo_checkpoint, out)
+        merged = verl_merge(profile, base_checkpoint, grpo_checkpoint, out, log=context.log.info)
     else:
         merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
     context.add_output_metadata({"path": dg.MetadataValue.path(str(merged)),

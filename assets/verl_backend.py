@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -74,8 +75,11 @@ def _dry_run(context, profile: Profile, launch, out_dir: Path, metadata: dict) -
     return str(out_dir), metadata, files_version(out_dir)
 
 
-def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: Path) -> Path:
+def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: Path,
+               log: Callable[[str], None] | None = None) -> Path:
     """verl's ``actor`` checkpoint merged by verl's model merger into ``out_dir``.
+
+    ``log`` (the step's ``context.log.info``) gets one line per fix made to verl's LoRA adapter.
 
     Raises:
         dg.Failure: the profile is a dry run (nothing was trained), the merger failed, or verl's
@@ -88,6 +92,6 @@ def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: 
     try:
         return merge_verl_checkpoint(actor_dir, base_checkpoint, out_dir, verl_python(profile.verl),
                                      profile.verl.merge_timeout_s,
-                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None)
+                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None, log=log)
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
