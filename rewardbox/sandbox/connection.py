@@ -118,6 +118,8 @@ class ServerConnection:
         self.tools: dict[str, mcp_types.Tool] = {}
         self.processes: list[TrackedProcess] = []
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop that owns the transport
+        self.canary = False  # a reused process on its first reused episode: check it (rewardbox.sandbox.canary)
+        self.forked = False  # served by a child of a server template (rewardbox.sandbox.template)
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
@@ -132,6 +134,11 @@ class ServerConnection:
         return {"argv": self.config.argv(self.source, self.name),
                 "env": self.config.process_env(self.source, self.name),
                 "cwd": self.config.resolved_cwd(self.source, self.name)}
+
+    def use_template(self, attach_argv: list[str]) -> None:
+        """Fork this episode's server from a template: ``attach_argv`` (without the pidfile) replaces the command."""
+        self._spawn = {**self._spawn, "argv": list(attach_argv), "cwd": None}
+        self.forked = True
 
     # ----- connect -------------------------------------------------------
     async def connect(self) -> None:
@@ -207,7 +214,10 @@ class ServerConnection:
             async with _remote_transport(self.config, **self._spawn) as transport:
                 yield transport
             return
-        argv = launcher_argv(self._spawn["argv"], self._pidfile())
+        if self.forked:  # attach.py hands the pipes to a forked child, which writes its own pid
+            argv = [*self._spawn["argv"], str(self._pidfile())]
+        else:
+            argv = launcher_argv(self._spawn["argv"], self._pidfile())
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=self._spawn["env"], cwd=self._spawn["cwd"])
         with open(self._stderr_path(), "w", encoding="utf-8") as errlog:
             yield stdio_client(params, errlog=errlog)

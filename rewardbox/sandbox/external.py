@@ -35,12 +35,14 @@ from typing import Any
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
+from rewardbox.sandbox.canary import canary_verdict
 from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
 from rewardbox.sandbox.pool import ServerPool
 from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
 from rewardbox.sandbox.schema import clean_schema
-from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config
+from rewardbox.sandbox.servers_config import ProcessServer, ServersConfig, load_servers_config
+from rewardbox.sandbox.template import TemplateSet
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +74,9 @@ class ExternalSandbox:
             a fresh uuid4 hex by default.
         pool: warm processes for the servers it ``reuses``; others are spawned
             for this episode alone. ``None``: every process is fresh.
+        templates: server templates (``rewardbox.sandbox.template``): servers not
+            reused from the pool are forked from them when they can be (needs ``pool``,
+            whose ledger runs the canary).
 
     Not shared between episodes; create a new one per episode (see
     ``rewardbox.sandbox.factory.build_sandbox_factory``).
@@ -79,7 +84,7 @@ class ExternalSandbox:
 
     def __init__(self, servers: ServersConfig | str | Path, *, timeouts: SandboxTimeouts | None = None,
                  connect_attempts: int = 3, mode: str = "legacy", session_id: str | None = None,
-                 pool: ServerPool | None = None):
+                 pool: ServerPool | None = None, templates: TemplateSet | None = None):
         self.config = servers if isinstance(servers, ServersConfig) else load_servers_config(servers)
         self.timeouts = timeouts or SandboxTimeouts()
         self.connect_attempts = connect_attempts
@@ -87,6 +92,7 @@ class ExternalSandbox:
         self.session_id = session_id or uuid.uuid4().hex
         self._conns: list[ServerConnection] = []
         self._pool = pool
+        self._templates = templates if pool is not None else None  # a template's canary needs the pool's ledger
         self._pooled: dict[str, ServerConnection] = {}  # server name -> connection leased from the pool
         self._faulted = False  # start failed: leased processes are retired, not reused
         self._route: dict[str, ServerConnection] = {}
@@ -122,7 +128,10 @@ class ExternalSandbox:
             self._route = {name: conn for conn in self._conns for name in conn.tools
                            if not name.startswith(RESERVED_PREFIX)}
             self._available = self._check_available(available_tools)
-            return await self._init_all(world_state)
+            results = await self._init_all(world_state)
+            self._route = {name: conn for conn in self._conns for name in conn.tools
+                           if not name.startswith(RESERVED_PREFIX)}  # a canary may have swapped a connection
+            return results
         except BaseException as exc:
             self._faulted = True
             await self.close()
@@ -137,16 +146,13 @@ class ExternalSandbox:
         conns = []
         for name in world_state:
             try:
-                server = self.config.get(name)
+                self.config.get(name)
             except KeyError as exc:
                 raise SandboxError(exc.args[0]) from None
             if self._pool is not None and self._pool.reuses(name):
                 conns.append(_Lease(name))
                 continue
-            conns.append(ServerConnection(
-                name, server, workdir=self._workdir, timeouts=self.timeouts,
-                connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source,
-            ))
+            conns.append(self._fresh(name))
         return conns
 
     async def _connect_all(self) -> None:
@@ -162,10 +168,36 @@ class ExternalSandbox:
             self._pooled[conn.name] = leased
             self._conns[self._conns.index(conn)] = leased
             return
+        await self._fork_if_templated(conn)
         try:
             await conn.connect()
+        except SandboxError as exc:
+            if not conn.forked:
+                raise
+            assert self._templates is not None and self._pool is not None
+            self._templates.fall_back(conn.name, f"a forked server failed to connect: {exc}")
+            self._pool.ledger.abandon(conn.name)
+            fresh = self._fresh(conn.name)
+            self._conns[self._conns.index(conn)] = fresh
+            await self._connect_one(fresh)
         finally:
             self._procs.extend(p for p in conn.processes if p not in self._procs)
+
+    async def _fork_if_templated(self, conn: ServerConnection) -> None:
+        """Point ``conn`` at its server's template when there is one and the canary allows it."""
+        if self._templates is None or self._pool is None or not isinstance(conn.config, ProcessServer):
+            return
+        attach = await self._templates.attach_argv(conn.name)
+        if attach is None:
+            return
+        claim = self._pool.ledger.claim(conn.name)
+        if claim != "fresh":
+            conn.use_template(attach)
+            conn.canary = claim == "canary"
+
+    def _fresh(self, name: str) -> ServerConnection:
+        return ServerConnection(name, self.config.get(name), workdir=self._workdir, timeouts=self.timeouts,
+                                connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source)
 
     def _check_available(self, available_tools: list[str] | None) -> list[str]:
         if available_tools is None:
@@ -177,7 +209,7 @@ class ExternalSandbox:
 
     async def _init_all(self, world_state: dict[str, Any]) -> dict[str, Any]:
         init_results: dict[str, Any] = {}
-        for conn in self._conns:
+        for index, conn in enumerate(list(self._conns)):
             tool = conn.tools.get(INIT_TOOL)
             if tool is None:
                 init_results[conn.name] = {}
@@ -187,7 +219,56 @@ class ExternalSandbox:
                 arguments["session_id"] = self.session_id
             result = await conn.call(INIT_TOOL, arguments, self.timeouts.init_s)
             init_results[conn.name] = parse_init_reply(conn.name, first_text(result))
+            if conn.canary:
+                await self._canary(index, conn, arguments)
         return init_results
+
+    async def _canary(self, index: int, conn: ServerConnection, arguments: dict[str, Any]) -> None:
+        """Check a reused process right after init against a fresh one (``rewardbox.sandbox.canary``).
+
+        On a mismatch the fresh process serves this episode and reuse of the server is retired.
+        """
+        assert self._pool is not None
+        ledger, fresh = self._pool.ledger, None
+        try:
+            reused = await self._effects_of(conn)
+            fresh = self._fresh(conn.name)
+            try:
+                await fresh.connect()
+            finally:
+                self._procs.extend(p for p in fresh.processes if p not in self._procs)
+            parse_init_reply(conn.name, first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)))
+            server = self.config.get(conn.name)
+            verdict = canary_verdict(reused, await self._effects_of(fresh),
+                                     unchecked_ok=getattr(server, "reuse_unchecked", False))
+        except BaseException:
+            ledger.abandon(conn.name)
+            if fresh is not None:
+                await fresh.shutdown(None)
+            raise
+        conn.canary = False
+        if verdict is None:
+            ledger.passed(conn.name)
+            await fresh.shutdown(TEARDOWN_TOOL)
+            return
+        await self._pool.retire_reuse(conn.name, verdict)
+        self._conns[index] = fresh
+        await self._drop_reused(conn)
+
+    async def _effects_of(self, conn: ServerConnection) -> dict[str, Any]:
+        if EFFECTS_TOOL not in conn.tools:
+            return {}
+        return parse_effects_reply(first_text(await conn.call(EFFECTS_TOOL, {}, self.timeouts.effects_s)))
+
+    async def _drop_reused(self, conn: ServerConnection) -> None:
+        """End a reused process the canary found unfit (back to the pool as not reusable, or shut down)."""
+        assert self._pool is not None
+        if self._pooled.get(conn.name) is conn:
+            del self._pooled[conn.name]
+            await self._pool.release(conn, reusable=False)
+        else:
+            self._procs.extend(p for p in conn.processes if p not in self._procs)
+            await conn.shutdown(TEARDOWN_TOOL)
 
     # ----- tools ----------------------------------------------------------
     async def list_tools(self) -> list[ToolSpec]:
@@ -238,14 +319,7 @@ class ExternalSandbox:
         Raises:
             SandboxError: a server died or the call exceeded ``timeouts.effects_s``.
         """
-        effects: dict[str, dict[str, Any]] = {}
-        for conn in self._conns:
-            if EFFECTS_TOOL not in conn.tools:
-                effects[conn.name] = {}
-                continue
-            result = await conn.call(EFFECTS_TOOL, {}, self.timeouts.effects_s)
-            effects[conn.name] = parse_effects_reply(first_text(result))
-        return effects
+        return {conn.name: await self._effects_of(conn) for conn in self._conns}
 
     # ----- teardown --------------------------------------------------------
     async def close(self) -> None:

@@ -22,7 +22,10 @@ Reuse is opt-in per server (``episodes_per_process`` in servers.yaml, default
 1 = one fresh process per episode, as upstream): only a server whose
 ``__reserved__init`` discards all earlier state may be reused. The embedded
 domains' servers do (``internal_servers``). A server without
-``__reserved__init`` is never reused.
+``__reserved__init`` is never reused. Good manners are checked, not assumed:
+the first reused episode of each server is the canary
+(``rewardbox.sandbox.canary``); a server that fails it, or that reports no
+hashes to check, gets fresh processes for the rest of the campaign.
 
 A pool belongs to one event loop (its processes' transports live there); used
 from another loop, it drops the old loop's processes and starts afresh. Close it
@@ -42,9 +45,11 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from rewardbox.sandbox.canary import ReuseLedger
 from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
 from rewardbox.sandbox.servers_config import ProcessServer, ServersConfig
+from rewardbox.sandbox.template import TemplateSet
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +75,7 @@ class ServerPool:
 
     Attributes:
         counts: ``spawned``, ``reused`` and ``retired`` processes so far.
+        ledger: the campaign's reuse canary state per server (shared with templates).
     """
 
     def __init__(self, config: ServersConfig, *, timeouts: SandboxTimeouts | None = None,
@@ -78,6 +84,7 @@ class ServerPool:
         self.timeouts = timeouts or SandboxTimeouts()
         self.connect_attempts, self.mode, self.ping_timeout_s = connect_attempts, mode, ping_timeout_s
         self.counts: Counter[str] = Counter()
+        self.ledger = ReuseLedger()
         self._idle: dict[str, list[ServerConnection]] = {}
         self._episodes: dict[int, int] = {}  # id(connection) -> episodes served
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -86,9 +93,9 @@ class ServerPool:
         self._finalizer = weakref.finalize(self, _cleanup, self._procs, self._workdir)
 
     def reuses(self, name: str) -> bool:
-        """True when server ``name`` is a process server with ``episodes_per_process > 1``."""
+        """True when server ``name`` is a process server with ``episodes_per_process > 1`` whose reuse is not retired."""
         server = self.config.servers.get(name)
-        return isinstance(server, ProcessServer) and server.episodes_per_process > 1
+        return isinstance(server, ProcessServer) and server.episodes_per_process > 1 and self.ledger.allowed(name)
 
     def idle_pids(self) -> list[int]:
         """Pids of the warm processes waiting for an episode."""
@@ -105,11 +112,23 @@ class ServerPool:
         idle = self._idle.setdefault(name, [])
         while idle:
             conn = idle.pop()
-            if await conn.ping(self.ping_timeout_s):
-                self.counts["reused"] += 1
-                return conn
-            await self._retire(conn)
+            if not await conn.ping(self.ping_timeout_s):
+                await self._retire(conn)
+                continue
+            claim = self.ledger.claim(name)
+            if claim == "fresh":  # another episode runs this server's canary
+                idle.append(conn)
+                break
+            conn.canary = claim == "canary"
+            self.counts["reused"] += 1
+            return conn
         return await self._spawn(name)
+
+    async def retire_reuse(self, name: str, reason: str) -> None:
+        """The canary failed: no more reuse of ``name`` this campaign; its warm processes are retired."""
+        self.ledger.retire(name, reason)
+        idle = self._idle.pop(name, [])
+        await asyncio.gather(*(self._retire(c) for c in idle), return_exceptions=True)
 
     async def release(self, conn: ServerConnection, *, reusable: bool = True) -> None:
         """End ``conn``'s episode: teardown, then keep it warm or retire it. Never raises.
@@ -123,7 +142,8 @@ class ServerPool:
         self._episodes[id(conn)] = served
         attempted = conn.state == "ready"  # a poisoned server gets its teardown try at retirement
         torn_down = attempted and await self._teardown(conn)
-        keep = torn_down and reusable and conn.state == "ready" and served < self._cap(conn.name)
+        keep = (torn_down and reusable and conn.state == "ready" and served < self._cap(conn.name)
+                and self.ledger.allowed(conn.name))
         if keep and INIT_TOOL in conn.tools and conn.loop is self._loop:
             self._idle.setdefault(conn.name, []).append(conn)
         else:
@@ -195,7 +215,8 @@ class ServerPool:
 
 
 class ExternalSandboxFactory:
-    """Makes one :class:`~rewardbox.sandbox.external.ExternalSandbox` per episode, sharing a warm pool.
+    """Makes one :class:`~rewardbox.sandbox.external.ExternalSandbox` per episode, sharing a warm pool
+    and the server templates (``rewardbox.sandbox.template``).
 
     Args:
         config: the servers config.
@@ -210,15 +231,36 @@ class ExternalSandboxFactory:
         self.config, self.timeouts, self.options = config, timeouts, options
         self.pool = ServerPool(config, timeouts=timeouts, connect_attempts=options.get("connect_attempts", 3),
                                mode=options.get("mode", "legacy"))
+        self.templates = TemplateSet(config, ready_timeout_s=(timeouts or SandboxTimeouts()).init_s)
 
     def __call__(self) -> Any:
         from rewardbox.sandbox.external import ExternalSandbox
 
-        return ExternalSandbox(self.config, timeouts=self.timeouts, pool=self.pool, **self.options)
+        return ExternalSandbox(self.config, timeouts=self.timeouts, pool=self.pool, templates=self.templates,
+                               **self.options)
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """Per server seen: how its processes were made and what the reuse canary found.
+
+        ``{server: {"start": "template" | "fresh: <reason>", "reuse": <ledger status>,
+        "retired": <reason>}}`` (keys present when known); pool counts under ``"(pool)"``.
+        """
+        out: dict[str, dict[str, Any]] = {}
+        for name, start in self.templates.report().items():
+            out.setdefault(name, {})["start"] = start
+        for name, status in self.pool.ledger.report().items():
+            out.setdefault(name, {})["reuse"] = status
+        for name, reason in self.pool.ledger.retired.items():
+            out[name]["retired"] = reason
+        out["(pool)"] = dict(self.pool.counts)
+        return out
 
     async def aclose(self) -> None:
-        """Retire the pool's warm processes (see :meth:`ServerPool.aclose`)."""
-        await self.pool.aclose()
+        """Retire the pool's warm processes (see :meth:`ServerPool.aclose`) and end the templates."""
+        try:
+            await self.pool.aclose()
+        finally:
+            self.templates.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild_factory, (self.config, self.timeouts, self.options))

@@ -10,6 +10,8 @@ The shape follows ThinkingBox's ``ServersConfig`` (docs/thinkingbox.md, "Servers
         env: {TYPESENSE_API_KEY: Fake}
         cwd: ${THINKINGBOX_DATA}/servers        # optional
         episodes_per_process: 1                  # optional (rewardbox): > 1 reuses a warm process
+        start: template                          # optional (rewardbox): template (fork) | fresh
+        reuse_unchecked: false                   # optional (rewardbox): reuse a server without hashes
       search:
         type: mcp-remote
         endpoint: http://127.0.0.1:8000/mcp
@@ -81,8 +83,14 @@ class ProcessServer(BaseModel):
 
     ``episodes_per_process`` (a rewardbox extension, default 1 = a fresh process
     per episode as in ThinkingBox) lets a warm pool (``rewardbox.sandbox.pool``)
-    reuse one process for up to that many episodes. Set it above 1 only for a
-    server whose ``__reserved__init`` discards every earlier episode's state.
+    reuse one process for up to that many episodes; the first reused episode is
+    checked against a fresh process (``rewardbox.sandbox.canary``), and reuse is
+    retired for a server that fails the check. ``reuse_unchecked: true`` allows
+    reuse (pool or template) of a server whose effects carry no hashes, which
+    the canary cannot check. ``start`` is how a process is made: ``template``
+    (default) forks it from a template that has imported the server
+    (``rewardbox.sandbox.template``; a server that cannot be forked falls back to
+    ``fresh``), ``fresh`` spawns a new interpreter (as ThinkingBox does).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -91,6 +99,8 @@ class ProcessServer(BaseModel):
     env: dict[str, str | int | float | bool] = Field(default_factory=dict)
     cwd: str | None = None
     episodes_per_process: int = Field(default=1, ge=1)
+    reuse_unchecked: bool = False
+    start: Literal["template", "fresh"] = "template"
 
     @field_validator("command")
     @classmethod
