@@ -130,8 +130,16 @@ class TemplateSet:
         return out
 
     def close(self) -> None:
-        """End every template (their children die with them) and remove their files; idempotent."""
+        """End every template (their children die with them) and remove their files; idempotent.
+
+        Waits up to 2 s per template for the kernel to end it (SIGKILL is asynchronous).
+        """
         _cleanup(self._procs, self._dirs)
+        for template in self._templates.values():
+            try:
+                template.proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                logger.warning("server template pid %s survived SIGKILL for 2 s", template.proc.pid)
         self._procs.clear()
         self._dirs.clear()
         self._templates.clear()
