@@ -7,7 +7,7 @@ from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.selection.screening import screen_tasks, ungradable
+from rewardbox.selection.screening import screen_tasks, ungradable, write_evidence_counts
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
@@ -72,6 +72,7 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "tasks": len(valid), "per_domain": per_domain(valid), "invalid": invalid.height,
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "table": md_table(tasks_frame(valid)),
         "read_only": int(report["read_only"].fill_null(False).sum()),
+        "write_unknown": write_evidence_counts(report)["write_unknown"],
         "load_errors": dg.MetadataValue.json(loaded.errors), "config_hash": profile.section_hash("tasks"),
         "input_hash": tasks_hash(valid),
     })
@@ -92,6 +93,7 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
         "tasks": len(valid), "invalid": invalid.height, "per_domain": per_domain(valid),
         "read_only_tasks": int(report["read_only"].fill_null(False).sum()),
         "null_pass_read_only": int((report["read_only"].fill_null(False) & report["null_passed"].fill_null(False)).sum()),
+        "write_unknown": write_evidence_counts(report)["write_unknown"],
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
         "input_hash": tasks_hash(candidate_tasks),
     })

@@ -9,8 +9,9 @@ from rewardbox.selection.screening import (
     screen_tasks,
     screen_verdict,
     ungradable,
+    write_evidence_counts,
     write_tag_mismatch,
 )
 
 __all__ = ["NO_WRITE_TAG", "SCREEN_SCHEMA", "WRITE_TAG", "expects_write", "refused_golden_action", "screen_tasks",
-           "screen_verdict", "ungradable", "write_tag_mismatch"]
+           "screen_verdict", "ungradable", "write_evidence_counts", "write_tag_mismatch"]

@@ -16,7 +16,11 @@ Whether a write is expected is decided from each server's own report, never by
 re-hashing its state with our hash function (an external server hashes its own
 way): a server expects no write when the null run's ``result_db_hash`` equals
 the ``golden_db_hash`` it reports (the golden state *is* the starting state).
-Tasks that expect no write (read-only and trap tasks) are valid and marked
+When no server reports a ``golden_db_hash`` (a server whose effects are raw
+state), there is no evidence either way: ``expects_write`` and ``read_only``
+are null (unknown), the task's write tag cannot be checked, and the
+read-only rules below do not apply to it (:func:`write_evidence_counts` counts
+such tasks). Tasks that expect no write (read-only and trap tasks) are valid and marked
 ``read_only`` (row column and ``Task.metadata["read_only"]``); when their null run
 passes as well, they teach nothing in training (``null_passed``) but still
 measure a policy in evaluation. Invalid tasks are reported by uid with the
@@ -57,20 +61,26 @@ SCREEN_SCHEMA = {"uid": pl.Utf8, "domain": pl.Utf8, "valid": pl.Boolean, "expect
                  "system_error": pl.Utf8, "reason": pl.Utf8}
 
 
-def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool:
+def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool | None:
     """True when some server's golden state differs from the state a do-nothing run leaves.
 
     Per server that reports a ``golden_db_hash``: no write is expected when the
     null run's ``result_db_hash`` (same server, same hash function) equals it.
     A server whose null run reports no ``result_db_hash`` counts as expecting a write.
+
+    Returns:
+        True / False, or None (unknown) when no server reports a ``golden_db_hash``:
+        raw-state effects are no evidence that the golden actions write nothing.
     """
+    evidence = False
     for server, effects in golden.effects.items():
         if not isinstance(effects, dict) or effects.get("golden_db_hash") is None:
             continue
+        evidence = True
         null_effects = null.effects.get(server)
         if not isinstance(null_effects, dict) or null_effects.get("result_db_hash") != effects["golden_db_hash"]:
             return True
-    return False
+    return False if evidence else None
 
 
 def refused_golden_action(golden: EpisodeResult) -> str | None:
@@ -89,8 +99,11 @@ def refused_golden_action(golden: EpisodeResult) -> str | None:
     return None
 
 
-def write_tag_mismatch(task: Task, writes: bool) -> str | None:
-    """Why the task's ``expects_write`` / ``no_write`` tag disagrees with its golden run, or None."""
+def write_tag_mismatch(task: Task, writes: bool | None) -> str | None:
+    """Why the task's ``expects_write`` / ``no_write`` tag disagrees with its golden run, or None
+    (also None when ``writes`` is unknown: there is nothing to check the tag against)."""
+    if writes is None:
+        return None
     tools = [tool for _, tool, _ in task.golden_interactions()]
     if WRITE_TAG in task.tags and not writes:
         return (f"tagged {WRITE_TAG!r} but the golden actions write nothing (golden state equals the initial "
@@ -124,7 +137,7 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
         row["reason"] = f"golden replay fails its own test: {message[:300]}"
     else:
         row["expects_write"] = expects_write(golden, null)
-        row["read_only"] = not row["expects_write"]
+        row["read_only"] = None if row["expects_write"] is None else not row["expects_write"]
         mismatch = write_tag_mismatch(task, row["expects_write"])
         if mismatch:
             row["reason"] = mismatch
@@ -162,10 +175,21 @@ def screen_tasks(tasks: Sequence[Task], profile: Profile, executor: EpisodeExecu
 
 
 def _marked(task: Task, row: dict) -> Task:
-    """``task`` with ``metadata["read_only"]`` set for a task that expects no write."""
+    """``task`` with ``metadata["read_only"]`` set for a task that expects no write (None: unknown)."""
+    if row["read_only"] is None:
+        return replace(task, metadata={**task.metadata, "read_only": None})
     if not row["read_only"]:
         return task
     return replace(task, metadata={**task.metadata, "read_only": True, "null_passes": bool(row["null_passed"])})
+
+
+def write_evidence_counts(report: pl.DataFrame) -> dict[str, int]:
+    """Valid screened tasks by what their servers' hashes say: ``expects_write``, ``read_only``,
+    ``write_unknown`` (no server reported a ``golden_db_hash``, so neither is known)."""
+    valid = report.filter(pl.col("valid"))
+    return {"expects_write": int(valid["expects_write"].fill_null(False).sum()),
+            "read_only": int(valid["read_only"].fill_null(False).sum()),
+            "write_unknown": int(valid["expects_write"].is_null().sum())}
 
 
 def ungradable(report: pl.DataFrame) -> list[str]:
