@@ -176,27 +176,65 @@ class ServersConfig(BaseModel):
             return self.servers[name]
         except KeyError:
             known = ", ".join(sorted(self.servers)) or "none"
-            raise KeyError(f"server {name!r} is not defined in {self.source} (defined: {known})") from None
+            note = f"; {UPSTREAM_INTERNAL_NOTE.format(python=sys.executable)}" if (
+                self.use_internal_servers and not upstream_internal_servers()) else ""
+            raise KeyError(f"server {name!r} is not defined in {self.source} (defined: {known}){note}") from None
+
+
+UPSTREAM_INTERNAL_NOTE = (
+    "use_internal_servers adds ThinkingBox's bundled servers (tb/tools/mcp_*.py, e.g. cloud_drive) only when "
+    "the {{python}} interpreter ({python}) can import the package tb.tools, and it cannot here; what it adds "
+    "here is rewardbox's embedded domain servers (docs/external_servers.md, \"use_internal_servers\")")
+
+
+def upstream_internal_servers() -> dict[str, ProcessServer]:
+    """ThinkingBox's own bundled servers, as upstream's ``use_internal_servers`` adds them.
+
+    Every ``tb/tools/mcp_<name>.py`` of the ``tb`` package that ``{python}`` (this
+    interpreter) can import becomes server ``<name>``, run as ``{python} -m
+    tb.tools.mcp_<name>`` (one process per episode, as upstream). ``{}`` when
+    ``tb.tools`` is not importable.
+    """
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("tb.tools")
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    servers: dict[str, ProcessServer] = {}
+    for folder in spec.submodule_search_locations:
+        root = str(Path(folder).resolve().parents[1])  # the directory that holds ``tb``
+        pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+        for path in sorted(Path(folder).glob("mcp_*.py")):
+            servers.setdefault(path.stem.removeprefix("mcp_"), ProcessServer(
+                type="mcp-process", command=["{python}", "-m", f"tb.tools.{path.stem}"], env={"PYTHONPATH": pythonpath}))
+    return servers
 
 
 def internal_servers() -> dict[str, ProcessServer]:
-    """rewardbox's embedded domain servers, by their ``world_state`` server name.
+    """What ``use_internal_servers: true`` adds: ThinkingBox's bundled servers and rewardbox's own.
 
-    The analogue of ThinkingBox's ``use_internal_servers`` (which adds its own
-    ``tb/tools/mcp_*.py``): each server in ``rewardbox.domains.registry`` runs
-    as ``{python} -m <its builder's module>``, which serves it on stdio. Their
-    ``__reserved__init`` builds a fresh database, so a warm process may serve
-    ``INTERNAL_EPISODES_PER_PROCESS`` episodes.
+    Upstream's meaning first (:func:`upstream_internal_servers`: ``tb/tools/mcp_*.py``,
+    e.g. ``cloud_drive``, when ``{python}`` can import them); then rewardbox's embedded
+    domain servers, by their ``world_state`` server name: each server in
+    ``rewardbox.domains.registry`` runs as ``{python} -m <its builder's module>``,
+    which serves it on stdio. Their ``__reserved__init`` builds a fresh database,
+    so a warm process may serve ``INTERNAL_EPISODES_PER_PROCESS`` episodes. A
+    scenario that names a server neither adds fails with
+    :data:`UPSTREAM_INTERNAL_NOTE` in the message when ``tb.tools`` is missing.
     """
     from rewardbox.domains.registry import SERVER_BUILDERS
 
     root = str(Path(__file__).resolve().parents[2])  # so `-m rewardbox...` imports from any cwd
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-    return {
+    ours = {
         name: ProcessServer(type="mcp-process", command=["{python}", "-m", target.partition(":")[0]],
                             env={"PYTHONPATH": pythonpath}, episodes_per_process=INTERNAL_EPISODES_PER_PROCESS)
         for name, target in SERVER_BUILDERS.items()
     }
+    return {**upstream_internal_servers(), **ours}
 
 
 def _field_of(error: dict[str, Any]) -> str:
