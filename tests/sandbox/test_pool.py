@@ -34,8 +34,9 @@ def _gone(pid: int) -> bool:
 
 
 def _fixture_factory(tmp_path: Path, episodes_per_process: int, **env: str) -> ExternalSandboxFactory:
+    # the fixture reports no hashes, so the reuse canary cannot check it: reuse is allowed explicitly
     server = {"type": "mcp-process", "command": f"{{python}} {FIXTURE}", "episodes_per_process": episodes_per_process,
-              "env": {"REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"), **env}}
+              "reuse_unchecked": True, "env": {"REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"), **env}}
     config = parse_servers_config({"servers": {"a": server}}, source="pool-servers.yaml")
     return build_sandbox_factory("external", servers=config, timeouts={"tool_s": 1.5})
 
