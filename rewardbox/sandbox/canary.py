@@ -15,7 +15,7 @@ code can make it so. The first reused episode of each server in a campaign is th
    episode continues on the fresh process, so its result is correct either way.
 
 A server whose effects carry neither hash cannot be checked: reuse stays off for it unless its
-servers.yaml entry says ``reuse_unchecked: true``. While one episode runs a server's canary, the
+servers.yaml entry says ``reuse_unchecked: true``, which trusts its reuse without a canary. While one episode runs a server's canary, the
 others get fresh processes for that server.
 """
 
@@ -65,14 +65,20 @@ class ReuseLedger:
         self._status: dict[str, str] = {}
         self.retired: dict[str, str] = {}
 
-    def claim(self, name: str) -> Claim:
+    def claim(self, name: str, *, unchecked: bool = False) -> Claim:
         """What a reused process of ``name`` may do in the episode asking now.
+
+        Args:
+            name: the server.
+            unchecked: its servers.yaml entry says ``reuse_unchecked: true``: trusted without a canary.
 
         Returns:
             ``"canary"`` (the first reuse: serve, and be checked), ``"trusted"`` (serve), or
             ``"fresh"`` (do not reuse: retired, or another episode is running the canary).
         """
         status = self._status.get(name, "unchecked")
+        if unchecked and status != "retired":
+            self._status[name] = status = "trusted"
         if status == "unchecked":
             self._status[name] = "checking"
             return "canary"

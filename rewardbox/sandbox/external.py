@@ -190,7 +190,7 @@ class ExternalSandbox:
         attach = await self._templates.attach_argv(conn.name)
         if attach is None:
             return
-        claim = self._pool.ledger.claim(conn.name)
+        claim = self._pool.ledger.claim(conn.name, unchecked=conn.config.reuse_unchecked)
         if claim != "fresh":
             conn.use_template(attach)
             conn.canary = claim == "canary"

@@ -115,7 +115,7 @@ class ServerPool:
             if not await conn.ping(self.ping_timeout_s):
                 await self._retire(conn)
                 continue
-            claim = self.ledger.claim(name)
+            claim = self.ledger.claim(name, unchecked=self._unchecked(name))
             if claim == "fresh":  # another episode runs this server's canary
                 idle.append(conn)
                 break
@@ -160,6 +160,10 @@ class ServerPool:
         self._episodes.clear()
 
     # ----- internals ---------------------------------------------------------
+    def _unchecked(self, name: str) -> bool:
+        server = self.config.servers.get(name)
+        return isinstance(server, ProcessServer) and server.reuse_unchecked
+
     def _cap(self, name: str) -> int:
         server = self.config.servers.get(name)
         return server.episodes_per_process if isinstance(server, ProcessServer) else 1

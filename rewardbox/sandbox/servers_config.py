@@ -11,7 +11,7 @@ The shape follows ThinkingBox's ``ServersConfig`` (docs/thinkingbox.md, "Servers
         cwd: ${THINKINGBOX_DATA}/servers        # optional
         episodes_per_process: 1                  # optional (rewardbox): > 1 reuses a warm process
         start: template                          # optional (rewardbox): template (fork) | fresh
-        reuse_unchecked: false                   # optional (rewardbox): reuse a server without hashes
+        reuse_unchecked: false                   # optional (rewardbox): reuse without the canary
       search:
         type: mcp-remote
         endpoint: http://127.0.0.1:8000/mcp
@@ -85,9 +85,9 @@ class ProcessServer(BaseModel):
     per episode as in ThinkingBox) lets a warm pool (``rewardbox.sandbox.pool``)
     reuse one process for up to that many episodes; the first reused episode is
     checked against a fresh process (``rewardbox.sandbox.canary``), and reuse is
-    retired for a server that fails the check. ``reuse_unchecked: true`` allows
-    reuse (pool or template) of a server whose effects carry no hashes, which
-    the canary cannot check. ``start`` is how a process is made: ``template``
+    retired for a server that fails the check. ``reuse_unchecked: true`` trusts
+    reuse (pool or template) without that check: for a server whose effects
+    carry no hashes, which the canary cannot check. ``start`` is how a process is made: ``template``
     (default) forks it from a template that has imported the server
     (``rewardbox.sandbox.template``; a server that cannot be forked falls back to
     ``fresh``), ``fresh`` spawns a new interpreter (as ThinkingBox does).
