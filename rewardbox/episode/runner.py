@@ -129,6 +129,7 @@ class EpisodeRunner:
         task = run.task
         t0 = time.perf_counter()
         run.init_result = await run.sandbox.start(task.world_state, task.available_tools)
+        run.result.events.extend(getattr(run.sandbox, "events", ()))  # e.g. a server's reuse retired here
         server_tools = await run.sandbox.list_tools()
         run.result.time_tool_s += time.perf_counter() - t0
         run.tools = _builtin_specs(task) + _apply_overrides(task, server_tools)

@@ -95,6 +95,7 @@ class ExternalSandbox:
         self._templates = templates if pool is not None else None  # a template's canary needs the pool's ledger
         self._pooled: dict[str, ServerConnection] = {}  # server name -> connection leased from the pool
         self._faulted = False  # start failed: leased processes are retired, not reused
+        self.events: list[str] = []  # once per server and campaign: a template fallback, a retired reuse
         self._route: dict[str, ServerConnection] = {}
         self._available: list[str] = []
         self._workdir: Path | None = None
@@ -176,6 +177,7 @@ class ExternalSandbox:
                 raise
             assert self._templates is not None and self._pool is not None
             self._templates.fall_back(conn.name, f"a forked server failed to connect: {exc}")
+            self._fallback_event(conn.name)
             self._pool.ledger.abandon(conn.name)
             fresh = self._fresh(conn.name)
             self._conns[self._conns.index(conn)] = fresh
@@ -189,11 +191,20 @@ class ExternalSandbox:
             return
         attach = await self._templates.attach_argv(conn.name)
         if attach is None:
+            self._fallback_event(conn.name)
             return
         claim = self._pool.ledger.claim(conn.name, unchecked=conn.config.reuse_unchecked)
         if claim != "fresh":
             conn.use_template(attach)
             conn.canary = claim == "canary"
+
+    def _fallback_event(self, name: str) -> None:
+        """Record a server's template fallback in this episode's events, once per campaign."""
+        assert self._templates is not None
+        if name in self._templates.new_fallbacks:
+            self._templates.new_fallbacks.remove(name)
+            self.events.append(f"sandbox: server {name}: no template, fresh processes from now on: "
+                               f"{self._templates.fallbacks[name]}")
 
     def _fresh(self, name: str) -> ServerConnection:
         return ServerConnection(name, self.config.get(name), workdir=self._workdir, timeouts=self.timeouts,
@@ -252,6 +263,7 @@ class ExternalSandbox:
             await fresh.shutdown(TEARDOWN_TOOL)
             return
         await self._pool.retire_reuse(conn.name, verdict)
+        self.events.append(f"sandbox: server {conn.name}: reuse retired by the canary: {verdict}")
         self._conns[index] = fresh
         await self._drop_reused(conn)
 

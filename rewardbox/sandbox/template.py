@@ -90,6 +90,7 @@ class TemplateSet:
     def __init__(self, config: ServersConfig, *, ready_timeout_s: float = 120.0):
         self.config, self.ready_timeout_s = config, ready_timeout_s
         self.fallbacks: dict[str, str] = {}
+        self.new_fallbacks: list[str] = []  # servers that fell back since the caller last took this list
         self._templates: dict[str, _Template] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._procs: list[TrackedProcess] = []
@@ -113,15 +114,21 @@ class TemplateSet:
                     return None
         return [sys.executable, "-I", "-S", ATTACH, template.socket]
 
-    def fall_back(self, name: str, reason: str) -> None:
-        """Use fresh processes for ``name`` from now on; warn once, end its template."""
+    def fall_back(self, name: str, reason: str) -> bool:
+        """Use fresh processes for ``name`` from now on; warn once, end its template.
+
+        Returns:
+            True the first time (the caller records it once in the episode's events).
+        """
         if name in self.fallbacks:
-            return
+            return False
         self.fallbacks[name] = reason
+        self.new_fallbacks.append(name)
         logger.warning("server %s: no template, a fresh process per episode: %s", name, reason)
         template = self._templates.pop(name, None)
         if template is not None and template.tracked is not None:
             kill_now([template.tracked])
+        return True
 
     def report(self) -> dict[str, str]:
         """``{server: "template" | "fresh: <reason>"}`` for every server seen."""

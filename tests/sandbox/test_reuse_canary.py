@@ -38,7 +38,7 @@ async def kv_episode(make, writes: dict[str, str]) -> dict:
         pid = json.loads(await sandbox.call_tool("search", {"word": "w1"}))["pid"]
     finally:
         await sandbox.close()
-    return {"effects": effects, "pid": pid}
+    return {"effects": effects, "pid": pid, "events": list(sandbox.events)}
 
 
 def test_verdict_names_the_differing_hash_and_refuses_unchecked_servers():
@@ -68,6 +68,8 @@ def test_canary_retires_reuse_of_a_server_that_keeps_state_with_one_warning(capl
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "server kv: reuse retired" in warnings[0] and "result_db_hash" in warnings[0]
     assert make.pool.ledger.report() == {"kv": "retired"}
+    assert [len(e["events"]) for e in episodes] == [0, 1, 0, 0]  # recorded once, in the canary's episode
+    assert episodes[1]["events"][0].startswith("sandbox: server kv: reuse retired by the canary: right after")
 
 
 def test_canary_trusts_a_server_that_resets_on_init():

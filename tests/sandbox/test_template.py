@@ -77,6 +77,8 @@ def test_server_with_a_thread_at_import_falls_back_to_fresh_processes_once(caplo
     assert report["kv"]["start"] == "fresh: 2 threads are running before the server serves (started at import)"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and warnings[0].startswith("server kv: no template, a fresh process per episode")
+    assert [len(e["events"]) for e in episodes] == [1, 0, 0]  # said once, in the first episode's events
+    assert episodes[0]["events"][0].startswith("sandbox: server kv: no template, fresh processes from now on: 2 threads")
 
 
 def test_non_python_command_runs_fresh_and_start_fresh_is_honoured():
