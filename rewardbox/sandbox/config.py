@@ -15,7 +15,8 @@ class SandboxConfig(BaseModel):
 
     Attributes:
         kind: ``inprocess`` (embedded domains in this process), ``external`` (one
-            MCP process per server per episode, or ``mcp-remote`` endpoints), or
+            MCP process per server per episode, forked from a per-server template
+            by default, see docs/external_servers.md; or ``mcp-remote`` endpoints), or
             ``proxy`` (a running ThinkingBox Session Proxy at ``proxy_url``).
         servers_yaml: external only; a ThinkingBox ``servers.yaml``, merged with
             each task source's ``servers`` file (one of them must be set).
