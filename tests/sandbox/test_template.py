@@ -81,6 +81,12 @@ def test_server_with_a_thread_at_import_falls_back_to_fresh_processes_once(caplo
     assert episodes[0]["events"][0].startswith("sandbox: server kv: no template, fresh processes from now on: 2 threads")
 
 
+def test_server_with_a_socket_open_before_serving_falls_back():
+    episodes, report, _ = _campaign(_factory(f"{{python}} {KV}", env={"KV_SOCKET_AT_IMPORT": "1"}), writes=({},))
+    assert episodes[0]["effects"]["result"] == {"order-1": "open", "order-2": "open"}
+    assert report["kv"]["start"].startswith("fresh: an open socket (fd ")
+
+
 def test_non_python_command_runs_fresh_and_start_fresh_is_honoured():
     episodes, report, _ = _campaign(_factory(["/usr/bin/env", "{python}", str(KV)]), writes=({},))
     assert episodes[0]["effects"]["result"] == {"order-1": "open", "order-2": "open"}
