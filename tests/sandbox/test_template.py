@@ -11,7 +11,9 @@ import logging
 from pathlib import Path
 
 import psutil
+import pytest
 
+from rewardbox.errors import SandboxError
 from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.servers_config import parse_servers_config
 from rewardbox.sandbox.template import split_python_command
@@ -79,6 +81,25 @@ def test_server_with_a_thread_at_import_falls_back_to_fresh_processes_once(caplo
     assert len(warnings) == 1 and warnings[0].startswith("server kv: no template, a fresh process per episode")
     assert [len(e["events"]) for e in episodes] == [1, 0, 0]  # said once, in the first episode's events
     assert episodes[0]["events"][0].startswith("sandbox: server kv: no template, fresh processes from now on: 2 threads")
+
+
+def test_a_forked_servers_stderr_is_captured_in_the_episodes_log():
+    make = _factory(f"{{python}} {KV}")
+
+    async def crash():
+        sandbox = make()
+        try:
+            await sandbox.start({"kv": {"data_patch": {}}}, None)
+            assert sandbox._conns[0].forked
+            with pytest.raises(SandboxError) as info:
+                await sandbox.call_tool("crash", {"message": "kv-stderr-marker"})
+            return str(info.value)
+        finally:
+            await sandbox.close()
+            await make.aclose()
+
+    message = asyncio.run(crash())
+    assert "exited mid-call" in message and "stderr: ...kv-stderr-marker" in message
 
 
 def test_server_with_a_socket_open_before_serving_falls_back():
