@@ -123,3 +123,21 @@ class ContextLengthError(Exception):
     policy's own limit. The episode ends (``finish_reason == "context_limit"``)
     and is graded on the state it reached.
     """
+
+
+class LogprobLengthError(ValueError):
+    """A sampled turn whose log-probs do not match its tokens one for one (the sampler broke its contract).
+
+    Never repaired (no cut, no padding): the turn's tokens could not be scored against the
+    distribution that sampled them. Raised by the token stream a trainer scores
+    (``rewardbox.training.verl_tokens``: verl then drops the rollout, as for any rollout that
+    raised) and by the local trainer's sample builder (``rewardbox.training.trainer``).
+
+    Attributes:
+        uid, trial: the episode; turn: the agent turn, 0-based; tokens, logprobs: both lengths.
+    """
+
+    def __init__(self, uid: str, trial: int, turn: int, tokens: int, logprobs: int, where: str = "") -> None:
+        self.uid, self.trial, self.turn, self.tokens, self.logprobs = uid, trial, turn, tokens, logprobs
+        super().__init__(f"{uid} trial {trial} turn {turn}: {logprobs} log-probs for {tokens} tokens"
+                         + (f" ({where})" if where else ""))
