@@ -9,6 +9,9 @@ reward of 0 and is not an exception at all.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class InfrastructureError(Exception):
     """Base class of every system error. Callers retry or refill; never score.
@@ -17,7 +20,8 @@ class InfrastructureError(Exception):
     kind in a campaign's rows (``system_error_kind``) and metadata. Components:
     ``sandbox``, ``endpoint`` (the policy's model), ``user_simulator``, ``judge``,
     ``grader``. Causes: ``crash`` (a server or worker died), ``timeout``,
-    ``http_5xx``, ``http_429``, ``connection``, ``error`` (anything else).
+    ``http_5xx``, ``http_429``, ``connection``, ``malformed_reply`` (a 2xx reply that is not
+    a chat completion), ``error`` (anything else).
 
     Args:
         message: what failed, for people.
@@ -83,6 +87,31 @@ def endpoint_cause(exc: BaseException) -> str:
     if any("Connect" in name for name in names):
         return "connection"
     return "error"
+
+
+class MalformedReplyError(ValueError):
+    """An endpoint answered 2xx with something that is not a chat completion (transient: retried)."""
+
+
+def check_reply(response: Any) -> None:
+    """Raise :class:`MalformedReplyError` unless ``response`` (a chat completion) has a first choice with a message.
+
+    Duck-typed, as :func:`endpoint_cause` is: the policy, the user simulator and the judge call it on the
+    ``openai`` SDK's reply inside their error handling, so a bad reply is a system error, never a crash.
+    """
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReplyError(f"the reply has no choices: {str(response)[:200]}")
+    message = getattr(choices[0], "message", None)
+    if message is None or not hasattr(message, "content"):
+        raise MalformedReplyError(f"the reply's first choice has no message: {str(choices[0])[:200]}")
+
+
+def reply_cause(exc: BaseException) -> str:
+    """``malformed_reply`` for a reply that is not JSON or not a chat completion, else :func:`endpoint_cause`."""
+    if isinstance(exc, (json.JSONDecodeError, MalformedReplyError)):
+        return "malformed_reply"
+    return endpoint_cause(exc)
 
 
 class TaskFormatError(ValueError):

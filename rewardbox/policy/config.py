@@ -58,7 +58,7 @@ class PolicyConfig(BaseModel):
             (the default) for servers that split reasoning out or never open it.
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
         context_tokens: endpoint only; the served context (prompt + completion), tokens; None
-            reads it from the server (docs/scale.md, "Context limits of an endpoint").
+            reads it from the server (docs/scale.md, "Context limits").
         golden_frac: scripted_mix only; share of episodes that replay the golden
             actions (the rest do nothing), for tests and CI without a model.
 

@@ -13,7 +13,7 @@ episode ends as ``context_limit``, graded on the state it reached) when no room 
 the numbers cannot be read. The served context comes from the reply itself, else from the
 policy's ``context_tokens`` setting, else from the server's model list (vLLM reports
 ``max_model_len`` on each entry of ``GET /v1/models``, :func:`served_context_tokens`).
-The rule is documented in docs/scale.md, "Context limits of an endpoint".
+The rule is documented in docs/scale.md, "Context limits".
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import openai
+
+from rewardbox.errors import MalformedReplyError, check_reply, reply_cause  # noqa: F401 - the reply's readers, here
 
 _MARKERS = ("context length", "context_length_exceeded", "exceed_context_size", "context size", "context window")
 _CONTEXT = (r"maximum context length is (\d+)", r"available context size \((\d+) tokens?\)", r"n_ctx\W+(\d+)")
@@ -92,10 +94,6 @@ async def served_context_tokens(client: openai.AsyncOpenAI, model: str) -> int |
     return None
 
 
-class MalformedReplyError(ValueError):
-    """The server answered 2xx with something that is not a chat completion (retried as transient)."""
-
-
 def finish_reason_of(raw: str | None, completion_tokens: int | None, max_completion_tokens: int | None) -> str:
     """``"length"`` when the server says so or the completion used its whole budget, else ``"stop"``.
 
@@ -110,13 +108,3 @@ def finish_reason_of(raw: str | None, completion_tokens: int | None, max_complet
     reached = isinstance(completion_tokens, int) and isinstance(max_completion_tokens, int) and \
         0 < max_completion_tokens <= completion_tokens
     return "length" if raw == "length" or reached else "stop"
-
-
-def check_reply(response: Any) -> None:
-    """Raise ``MalformedReplyError`` unless ``response`` has a first choice with a message."""
-    choices = getattr(response, "choices", None)
-    if not isinstance(choices, list) or not choices:
-        raise MalformedReplyError(f"the reply has no choices: {str(response)[:200]}")
-    message = getattr(choices[0], "message", None)
-    if message is None or not hasattr(message, "content"):
-        raise MalformedReplyError(f"the reply's first choice has no message: {str(choices[0])[:200]}")

@@ -200,3 +200,20 @@ def test_issue27_an_episode_on_broken_json_is_a_counted_system_error_never_a_cra
     assert result.system_error_kind == "endpoint_malformed_reply" and result.reward is None
     assert result.tries == 2 and result.retried_system_error_kinds == ["endpoint_malformed_reply"]
     assert len(fake_openai.requests) == 4  # 2 tries of 2 attempts
+
+
+@pytest.mark.parametrize("body", [BROKEN, {"choices": []}])
+def test_issue27_a_user_simulator_or_judge_reply_that_is_not_a_completion_is_a_system_error(fake_openai, body):
+    from rewardbox.episode.user_simulator import EndpointUser
+    from rewardbox.errors import UserSimulatorError
+    from rewardbox.grading.judge import Judge, JudgeConfig, JudgeException
+
+    fake_openai.default = (200, body, {})
+    user = EndpointUser(fake_openai.base_url, "user-model", api_key_env="REWARDBOX_TEST_NO_SUCH_KEY", max_retries=0)
+    with pytest.raises(UserSimulatorError) as info:
+        asyncio.run(user.reply(order_task(user_context="Wants ORD-1 cancelled."), [], 1))
+    assert info.value.error_kind == "user_simulator_malformed_reply" and fake_openai.base_url in str(info.value)
+    judge = Judge(JudgeConfig(base_url=fake_openai.base_url, model="judge", timeout_s=2.0, max_retries=0))
+    with pytest.raises(JudgeException) as info:
+        judge.text_yesno("ORD-1 is cancelled.", "Was the order cancelled?")
+    assert info.value.error_kind == "judge_malformed_reply" and fake_openai.base_url in str(info.value)
