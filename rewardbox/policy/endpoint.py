@@ -12,18 +12,16 @@ Retries follow docs/thinkingbox.md, "Retries" (``BackoffAsyncClient``): delay ``
 ``max_retries``; timeouts and connection errors up to ``max_timeout_retries``;
 any other 4xx at once. A reply that is not a chat completion (not JSON, no choice, no
 message) is retried like a 5xx (``max_retries``) and then is an ``EndpointError`` of kind
-``endpoint_malformed_reply`` naming the URL and the parse error (``endpoint_reply``). What is left after retries
-is an ``EndpointError``: a system error, never a policy failure.
+``endpoint_malformed_reply`` naming the URL and the parse error (``endpoint_reply``). What
+is left after retries is an ``EndpointError``: a system error, never a policy failure.
 
 **Context.** An HTTP 400 "maximum context length" is the policy's limit, never retried
 with the same body: re-sent once with ``max_completion_tokens`` capped to the room the
 reply states, or ``ContextLengthError`` (the episode ends as ``context_limit``) when no
 room is left (``rewardbox.policy.endpoint_reply``).
 
-**Finish reason.** The server's own ``finish_reason`` is kept (``raw_finish_reason``); the
-turn is ``"length"`` (cut: its calls are not run) when the server says ``length`` or when
-``usage.completion_tokens`` reached the request's ``max_completion_tokens``, whatever
-reason the server gave; else ``"stop"`` (docs/scale.md, "Truncated turns").
+**Finish reason.** The server's own reason is kept (``raw_finish_reason``); the turn is
+``"length"`` by ``endpoint_reply.finish_reason_of`` (docs/scale.md, "Truncated turns").
 """
 
 from __future__ import annotations
@@ -40,6 +38,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_nev
 from rewardbox import strict_json
 from rewardbox.errors import ContextLengthError, EndpointError, endpoint_cause
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
+from rewardbox.policy.endpoint_reply import (ContextRejected, ContextRejection, MalformedReplyError, check_reply,
+                                             context_rejection, finish_reason_of, served_context_tokens)
 from rewardbox.policy.interpreter import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -48,14 +48,7 @@ from rewardbox.policy.interpreter import (
     interpret,
     type_tool_call,
 )
-from rewardbox.policy.endpoint_reply import (ContextRejection, MalformedReplyError, check_reply, context_rejection,
-                                             finish_reason_of, served_context_tokens)
 from rewardbox.sandbox.base import ToolSpec
-
-class _ContextRejected(Exception):
-    def __init__(self, rejection: ContextRejection, attempts: int) -> None:
-        super().__init__(rejection.message)
-        self.rejection, self.attempts = rejection, attempts
 
 
 _MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
@@ -194,11 +187,11 @@ class EndpointPolicy:
         started = time.perf_counter()
         try:
             response, attempts = await self._create(body)
-        except _ContextRejected as rejected:
+        except ContextRejected as rejected:
             body = await self._capped_body(body, rejected.rejection)
             try:
                 response, more = await self._create(body)
-            except _ContextRejected as again:
+            except ContextRejected as again:
                 raise ContextLengthError(f"{self.base_url} ({self.model}): {again.rejection.message}") from again
             attempts = rejected.attempts + more
         completion = self._completion(response, request.tools, body["max_completion_tokens"])
@@ -259,7 +252,7 @@ class EndpointPolicy:
         except openai.APIError as exc:
             rejection = context_rejection(exc)
             if rejection is not None:
-                raise _ContextRejected(rejection, attempts) from exc
+                raise ContextRejected(rejection, attempts) from exc
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
             raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}",

@@ -60,6 +60,14 @@ def _first(patterns: tuple[str, ...], text: str) -> int | None:
     return None
 
 
+class ContextRejected(Exception):
+    """A context-length refusal on its way from ``EndpointPolicy._create`` to ``complete`` (never leaves the policy)."""
+
+    def __init__(self, rejection: ContextRejection, attempts: int) -> None:
+        super().__init__(rejection.message)
+        self.rejection, self.attempts = rejection, attempts
+
+
 def context_rejection(exc: BaseException) -> ContextRejection | None:
     """The refusal in ``exc`` when it is an HTTP 400 about the context length, else None.
 
