@@ -219,3 +219,25 @@ def test_issue24_item5_more_tokens_than_asked_raise_never_cut():
 
     with pytest.raises(LogprobLengthError, match="more tokens than the turn's max_tokens 13"):
         asyncio.run(play_episode(_episode(max_new_tokens=13), generate, TurnTokens(TOKENIZER), 4096))
+
+
+def test_issue24_item1_verls_stop_reason_is_kept_and_an_aborted_request_raises():
+    from types import SimpleNamespace
+
+    from rewardbox.errors import EndpointError
+    from rewardbox.training.verl_agent_loop import server_generate
+
+    class Manager:
+        def __init__(self, reason):
+            self.reason, self.params = reason, []
+
+        async def generate(self, request_id, prompt_ids, sampling_params):
+            self.params.append(sampling_params)
+            return SimpleNamespace(token_ids=[5, 6], log_probs=[-0.1, -0.2], stop_reason=self.reason)
+
+    done = Manager("completed")
+    sampled = asyncio.run(server_generate(done, "r1", {"temperature": 1.0})([1, 2, 3], 7))
+    assert (sampled.token_ids, sampled.stop_reason) == ([5, 6], "completed") and done.params[0]["max_tokens"] == 7
+    with pytest.raises(EndpointError, match="aborted request r2") as info:
+        asyncio.run(server_generate(Manager("aborted"), "r2", {})([1], 4))
+    assert info.value.error_kind == "endpoint_aborted"
