@@ -9,6 +9,9 @@ reward of 0 and is not an exception at all.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 
 class InfrastructureError(Exception):
     """Base class of every system error. Callers retry or refill; never score.
@@ -17,7 +20,8 @@ class InfrastructureError(Exception):
     kind in a campaign's rows (``system_error_kind``) and metadata. Components:
     ``sandbox``, ``endpoint`` (the policy's model), ``user_simulator``, ``judge``,
     ``grader``. Causes: ``crash`` (a server or worker died), ``timeout``,
-    ``http_5xx``, ``http_429``, ``connection``, ``error`` (anything else).
+    ``http_5xx``, ``http_429``, ``connection``, ``malformed_reply`` (a 2xx reply that is not
+    a chat completion), ``error`` (anything else).
 
     Args:
         message: what failed, for people.
@@ -85,6 +89,31 @@ def endpoint_cause(exc: BaseException) -> str:
     return "error"
 
 
+class MalformedReplyError(ValueError):
+    """An endpoint answered 2xx with something that is not a chat completion (transient: retried)."""
+
+
+def check_reply(response: Any) -> None:
+    """Raise :class:`MalformedReplyError` unless ``response`` (a chat completion) has a first choice with a message.
+
+    Duck-typed, as :func:`endpoint_cause` is: the policy, the user simulator and the judge call it on the
+    ``openai`` SDK's reply inside their error handling, so a bad reply is a system error, never a crash.
+    """
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise MalformedReplyError(f"the reply has no choices: {str(response)[:200]}")
+    message = getattr(choices[0], "message", None)
+    if message is None or not hasattr(message, "content"):
+        raise MalformedReplyError(f"the reply's first choice has no message: {str(choices[0])[:200]}")
+
+
+def reply_cause(exc: BaseException) -> str:
+    """``malformed_reply`` for a reply that is not JSON or not a chat completion, else :func:`endpoint_cause`."""
+    if isinstance(exc, (json.JSONDecodeError, MalformedReplyError)):
+        return "malformed_reply"
+    return endpoint_cause(exc)
+
+
 class TaskFormatError(ValueError):
     """A task file is malformed. The message names the file, line and field.
 
@@ -123,3 +152,21 @@ class ContextLengthError(Exception):
     policy's own limit. The episode ends (``finish_reason == "context_limit"``)
     and is graded on the state it reached.
     """
+
+
+class LogprobLengthError(ValueError):
+    """A sampled turn whose log-probs do not match its tokens one for one (the sampler broke its contract).
+
+    Never repaired (no cut, no padding): the turn's tokens could not be scored against the
+    distribution that sampled them. Raised by the token stream a trainer scores
+    (``rewardbox.training.verl_tokens``: verl then drops the rollout, as for any rollout that
+    raised) and by the local trainer's sample builder (``rewardbox.training.trainer``).
+
+    Attributes:
+        uid, trial: the episode; turn: the agent turn, 0-based; tokens, logprobs: both lengths.
+    """
+
+    def __init__(self, uid: str, trial: int, turn: int, tokens: int, logprobs: int, where: str = "") -> None:
+        self.uid, self.trial, self.turn, self.tokens, self.logprobs = uid, trial, turn, tokens, logprobs
+        super().__init__(f"{uid} trial {trial} turn {turn}: {logprobs} log-probs for {tokens} tokens"
+                         + (f" ({where})" if where else ""))

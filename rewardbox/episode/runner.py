@@ -262,6 +262,7 @@ def _record_turn(result: EpisodeResult, completion: Completion) -> None:
         AgentTurn(
             raw_text=completion.raw_text,
             finish_reason=completion.finish_reason,
+            raw_finish_reason=completion.raw_finish_reason,
             input_tokens=completion.input_tokens,
             output_tokens=completion.output_tokens,
             cached_input_tokens=completion.cached_input_tokens,

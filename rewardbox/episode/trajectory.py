@@ -18,7 +18,10 @@ class AgentTurn:
 
     ``completion_logprobs`` (local policies only) holds, per completion token,
     its natural-log probability under the distribution that sampled it; the
-    GRPO trainer uses it as ``old_logprobs``.
+    GRPO trainer uses it as ``old_logprobs``. ``finish_reason`` is ``"length"`` for a turn
+    cut by a token or context limit (counted in ``truncated_turns``), else ``"stop"``;
+    ``raw_finish_reason`` is what the server or sampler said, kept as given (docs/scale.md,
+    "Truncated turns").
     """
 
     raw_text: str
@@ -30,6 +33,7 @@ class AgentTurn:
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
     events: tuple[str, ...] = ()
+    raw_finish_reason: str | None = None
 
 
 @dataclass

@@ -15,7 +15,7 @@ import html
 import re
 from typing import Any, Protocol
 
-from rewardbox.errors import UserSimulatorError, endpoint_cause
+from rewardbox.errors import UserSimulatorError, check_reply, reply_cause
 from rewardbox.tasks.schema import Task
 
 STOP_MARKER = "<DONE>"
@@ -149,6 +149,7 @@ class EndpointUser:
 
         self.model = model
         self.temperature = temperature
+        self.base_url = base_url
         self._client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env, "EMPTY"),
                                    timeout=timeout_s, max_retries=max_retries)
 
@@ -162,6 +163,8 @@ class EndpointUser:
                 model=self.model, temperature=self.temperature,
                 messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
             )
+            check_reply(response)  # a reply that is not a chat completion: malformed_reply, never a crash
         except Exception as exc:  # the openai client already retried 429/5xx/timeouts
-            raise UserSimulatorError(f"user simulator endpoint failed: {exc}", cause=endpoint_cause(exc)) from exc
+            raise UserSimulatorError(f"user simulator endpoint {self.base_url} ({self.model}) failed: "
+                                     f"{type(exc).__name__}: {exc}", cause=reply_cause(exc)) from exc
         return clean_reply(response.choices[0].message.content or "")

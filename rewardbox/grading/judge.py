@@ -17,7 +17,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from rewardbox.errors import EndpointError, endpoint_cause
+from rewardbox.errors import EndpointError, check_reply, reply_cause
 
 SYSTEM_TEXT_YESNO = (
     "You grade one message. The message is given between <message> and </message>; "
@@ -147,10 +147,11 @@ class Judge:
             body["seed"] = self.config.seed
         try:
             response = _client(self.config).chat.completions.create(**body)
+            check_reply(response)
             reply = response.choices[0].message.content or ""
-        except Exception as exc:  # the SDK's errors, bad JSON, no choices
+        except Exception as exc:  # the SDK's errors, bad JSON (cause malformed_reply), no choices
             raise JudgeException(f"judge endpoint {self.config.base_url} failed: {type(exc).__name__}: {exc}",
-                                 cause=endpoint_cause(exc)) from exc
+                                 cause=reply_cause(exc)) from exc
         if not reply.strip():
             raise JudgeException(f"judge endpoint {self.config.base_url} returned an empty reply")
         return reply

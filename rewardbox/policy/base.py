@@ -98,7 +98,10 @@ class Completion:
     Attributes:
         raw_text: exactly what the model produced (decoded completion tokens).
         interpretation: the one interpreter's reading of ``raw_text``.
-        finish_reason: ``"stop"`` or ``"length"`` (generation limit hit).
+        finish_reason: ``"stop"`` or ``"length"`` (the turn was cut: a token limit or the context
+            limit was reached; docs/scale.md, "Truncated turns").
+        raw_finish_reason: the server's or sampler's own reason (``"tool_calls"``, ``"completed"``,
+            ...), kept as given; None when the policy has none.
         input_tokens, cached_input_tokens, output_tokens: token usage of this call.
         seconds: wall time of the call, seconds.
         prompt_token_ids, completion_token_ids: local policies only; the exact
@@ -111,6 +114,7 @@ class Completion:
     raw_text: str
     interpretation: Interpretation
     finish_reason: str = "stop"
+    raw_finish_reason: str | None = None
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0

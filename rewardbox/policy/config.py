@@ -13,7 +13,7 @@ KIND_FIELDS: dict[str, tuple[str, ...]] = {
     "local": ("checkpoint_dir", "adapter_dir", "max_batch_size", "batch_wait_ms", "device", "dtype", "seed",
               "num_threads", "name", "guided_tool_calls"),
     "endpoint": ("base_url", "model", "api_key_env", "timeout_s", "max_retries", "max_timeout_retries",
-                 "max_rate_limit_retries", "reasoning_field", "reasoning_open", "extra_body", "name"),
+                 "max_rate_limit_retries", "reasoning_field", "reasoning_open", "extra_body", "name", "context_tokens"),
     "scripted_mix": ("golden_frac",),
     "golden": (),
     "null": (),
@@ -57,6 +57,8 @@ class PolicyConfig(BaseModel):
             runs no reasoning parser, so ``content`` starts mid-reasoning. False
             (the default) for servers that split reasoning out or never open it.
         extra_body: endpoint only; extra request fields (e.g. ``reasoning_effort``).
+        context_tokens: endpoint only; the served context (prompt + completion), tokens; None
+            reads it from the server (docs/scale.md, "Context limits").
         golden_frac: scripted_mix only; share of episodes that replay the golden
             actions (the rest do nothing), for tests and CI without a model.
 
@@ -90,6 +92,7 @@ class PolicyConfig(BaseModel):
     reasoning_field: str = "reasoning_content"
     reasoning_open: bool = False
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    context_tokens: int | None = Field(None, ge=2)
     golden_frac: float = Field(0.5, ge=0.0, le=1.0)
 
     @model_validator(mode="before")

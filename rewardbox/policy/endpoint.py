@@ -10,12 +10,23 @@ without a tool parser (Hermes calls written in text) reads the same. Reasoning
 Retries follow docs/thinkingbox.md, "Retries" (``BackoffAsyncClient``): delay ``uniform(0, min(2**(n-1), 32))`` s;
 429 without limit by default, honouring ``Retry-After`` (capped at 32 s); 5xx up to
 ``max_retries``; timeouts and connection errors up to ``max_timeout_retries``;
-any other 4xx at once. What is left after retries is an ``EndpointError``:
-a system error, never a policy failure.
+any other 4xx at once. A reply that is not a chat completion (not JSON, no choice, no
+message) is retried like a 5xx (``max_retries``) and then is an ``EndpointError`` of kind
+``endpoint_malformed_reply`` naming the URL and the parse error (``endpoint_reply``). What
+is left after retries is an ``EndpointError``: a system error, never a policy failure.
+
+**Context.** An HTTP 400 "maximum context length" is the policy's limit, never retried
+with the same body: re-sent once with ``max_completion_tokens`` capped to the room the
+reply states, or ``ContextLengthError`` (the episode ends as ``context_limit``) when no
+room is left (``rewardbox.policy.endpoint_reply``).
+
+**Finish reason.** The server's own reason is kept (``raw_finish_reason``); the turn is
+``"length"`` by ``endpoint_reply.finish_reason_of`` (docs/scale.md, "Truncated turns").
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -25,8 +36,10 @@ import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
 
 from rewardbox import strict_json
-from rewardbox.errors import EndpointError, endpoint_cause
+from rewardbox.errors import ContextLengthError, EndpointError, endpoint_cause
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
+from rewardbox.policy.endpoint_reply import (ContextRejected, ContextRejection, MalformedReplyError, check_reply,
+                                             context_rejection, finish_reason_of, served_context_tokens)
 from rewardbox.policy.interpreter import (
     CALL_CLOSE,
     CALL_OPEN,
@@ -37,6 +50,7 @@ from rewardbox.policy.interpreter import (
 )
 from rewardbox.sandbox.base import ToolSpec
 
+
 _MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
 
 
@@ -44,7 +58,8 @@ class _RetryBudget:
     """Per-kind retry counters for one request (docs/thinkingbox.md, "Retries")."""
 
     def __init__(self, max_retries: int, max_timeout_retries: int, max_rate_limit_retries: int | None):
-        self.limits = {"server": max_retries, "timeout": max_timeout_retries, "rate_limit": max_rate_limit_retries}
+        self.limits = {"server": max_retries, "timeout": max_timeout_retries, "rate_limit": max_rate_limit_retries,
+                       "malformed": max_retries}
         self.used: Counter[str] = Counter()
 
     @staticmethod
@@ -55,6 +70,8 @@ class _RetryBudget:
             return "server" if exc.status_code >= 500 else None
         if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
             return "timeout"
+        if isinstance(exc, (json.JSONDecodeError, MalformedReplyError)):
+            return "malformed"
         return None
 
     def allows(self, exc: BaseException) -> bool:
@@ -98,6 +115,7 @@ class EndpointPolicy:
         reasoning_open: bool = False,
         extra_body: dict[str, Any] | None = None,
         name: str | None = None,
+        context_tokens: int | None = None,
     ):
         """Create the client (no request is made here).
 
@@ -120,6 +138,9 @@ class EndpointPolicy:
                 and the server splits no reasoning out, so ``content`` begins inside it.
             extra_body: extra JSON fields sent with every request (e.g. ``reasoning_effort``).
             name: policy name for records (default: the model name).
+            context_tokens: the served context (prompt + completion), tokens; None reads it from
+                a context-length refusal or, when that states no context, from ``GET /v1/models``
+                (vLLM's ``max_model_len``). See the module docstring, "Context".
         """
         self.base_url = base_url
         self.model = model
@@ -130,6 +151,7 @@ class EndpointPolicy:
         self.reasoning_open = reasoning_open
         self.extra_body = dict(extra_body or {})
         self.backoff_max_s = backoff_max_s
+        self.context_tokens = context_tokens
         self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
         self._api_key_env, self._api_key, self._timeout_s = api_key_env, api_key, timeout_s
         self._client = self._make_client()
@@ -155,16 +177,38 @@ class EndpointPolicy:
 
         Raises:
             EndpointError: the endpoint failed after its retries, answered a
-                non-retryable error (4xx other than 429), or returned no choice.
-                A system error: the caller retries or refills, never scores it.
+                non-retryable error (4xx other than 429 and context length), or a reply
+                that is not a chat completion. A system error: the caller retries or
+                refills, never scores it.
+            ContextLengthError: the prompt leaves no room for a completion in the served
+                context (the policy's limit: the episode ends as ``context_limit``).
         """
         body = self.request_body(request)
         started = time.perf_counter()
-        response, attempts = await self._create(body)
-        completion = self._completion(response, request.tools)
+        try:
+            response, attempts = await self._create(body)
+        except ContextRejected as rejected:
+            body = await self._capped_body(body, rejected.rejection)
+            try:
+                response, more = await self._create(body)
+            except ContextRejected as again:
+                raise ContextLengthError(f"{self.base_url} ({self.model}): {again.rejection.message}") from again
+            attempts = rejected.attempts + more
+        completion = self._completion(response, request.tools, body["max_completion_tokens"])
         completion.seconds = time.perf_counter() - started
         completion.extra["attempts"] = attempts
         return completion
+
+    async def _capped_body(self, body: dict[str, Any], rejection: ContextRejection) -> dict[str, Any]:
+        """``body`` with ``max_completion_tokens`` cut to the room left; ``ContextLengthError`` when none is."""
+        if self.context_tokens is None and rejection.context_tokens is None and rejection.input_tokens is not None:
+            self.context_tokens = await served_context_tokens(self._client, self.model)
+        room = rejection.room_tokens(self.context_tokens)
+        if room is None or room < 1 or room >= body["max_completion_tokens"]:
+            left = "unknown" if room is None else max(room, 0)
+            raise ContextLengthError(f"{self.base_url} ({self.model}): no room for a completion ({left} tokens "
+                                     f"left of the context): {rejection.message}")
+        return {**body, "max_completion_tokens": room}
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -177,6 +221,8 @@ class EndpointPolicy:
             "temperature": self.temperature if self.temperature is not None else request.temperature,
             "max_completion_tokens": self.max_tokens if self.max_tokens is not None else request.max_new_tokens,
         }
+        if self.context_tokens is not None:  # a prompt takes at least one token of the context
+            body["max_completion_tokens"] = max(1, min(body["max_completion_tokens"], self.context_tokens - 1))
         if request.seed is not None:
             body["seed"] = request.seed
         if request.tools:
@@ -199,31 +245,38 @@ class EndpointPolicy:
                 with attempt:
                     attempts += 1
                     response = await self._client.chat.completions.create(**body, extra_body=self.extra_body or None)
+                    check_reply(response)
+        except (json.JSONDecodeError, MalformedReplyError) as exc:
+            raise EndpointError(f"{self.base_url} ({self.model}): malformed reply after {attempts} attempt(s): "
+                                f"{type(exc).__name__}: {exc}", cause="malformed_reply") from exc
         except openai.APIError as exc:
+            rejection = context_rejection(exc)
+            if rejection is not None:
+                raise ContextRejected(rejection, attempts) from exc
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
             raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}",
                                 cause=endpoint_cause(exc)) from exc
-        if not getattr(response, "choices", None):
-            raise EndpointError(f"{self.base_url} ({self.model}): response has no choices")
         return response, attempts
 
-    def _completion(self, response: Any, tools: list[ToolSpec]) -> Completion:
+    def _completion(self, response: Any, tools: list[ToolSpec], max_completion_tokens: int) -> Completion:
         choice = response.choices[0]
         message = choice.message
         reasoning = _reasoning(message, self.reasoning_field)
-        finish_reason = "length" if choice.finish_reason == "length" else "stop"
+        usage = response.usage
+        finish_reason = finish_reason_of(choice.finish_reason, getattr(usage, "completion_tokens", None),
+                                         max_completion_tokens)
         interpretation, raw_text = combine(
             message.content or "", reasoning, list(message.tool_calls or []), tools, finish_reason,
             reasoning_open=self.reasoning_open,
         )
-        usage = response.usage
         details = getattr(usage, "prompt_tokens_details", None) if usage else None
         out_details = getattr(usage, "completion_tokens_details", None) if usage else None
         return Completion(
             raw_text=raw_text,
             interpretation=interpretation,
             finish_reason=finish_reason,
+            raw_finish_reason=choice.finish_reason,
             input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
             cached_input_tokens=int(getattr(details, "cached_tokens", 0) or 0),
             output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
@@ -117,6 +118,10 @@ def group_samples(
     gradient and are skipped; with ``mask_truncated`` so are rollouts with a
     length-truncated completion (DAPO overlong filtering). With ``guide_index``
     each sample carries the tool-call guide's masks for its rollout's tools.
+
+    Raises:
+        LogprobLengthError: a completion whose sampler log-probs and tokens differ in length
+            (naming uid, trial, turn and both lengths); nothing is cut or padded to fit.
     """
     samples = []
     for group in groups:
@@ -131,6 +136,8 @@ def group_samples(
                     ids, old = tokenize(rollout, index), None
                 if ids[0] is None or ids[1] is None or not ids[1]:
                     continue
+                if old is not None and len(old) != len(ids[1]):
+                    raise LogprobLengthError(rollout.uid, rollout.trial, index, len(ids[1]), len(old), "sampler log-probs")
                 masks = guide_masks(guide_index, signatures, ids[1]) if signatures else []
                 samples.append(Sample(list(ids[0]), list(ids[1]), float(advantage),
                                       None if old is None else list(old), masks))

@@ -11,7 +11,9 @@ sampling_params=...)``, token ids and log-probs back). It returns verl's
 - ``prompt_ids`` / ``response_ids`` / ``response_mask`` (1 on policy tokens, 0 on tool, user
   and template tokens) / ``response_logprobs`` (the server's sampled log-probs);
 - ``reward_score``: our grader's reward on the terminal state (verl's reward manager is not
-  called when it is set); ``extra_fields.reward_extra_info``: ``passed``, ``tries``;
+  called when it is set); ``extra_fields.reward_extra_info``: ``passed``, ``tries``,
+  ``truncated`` (1.0 when any agent turn was cut) and ``truncated_turns``;
+  ``extra_fields.rewardbox_truncated_turns`` / ``rewardbox_agent_turns``;
 - ``num_turns``: user, assistant and tool messages; ``metrics``: generation and tool seconds.
 
 **System errors.** After ``episode.max_system_error_retries`` fresh episodes (sampled
@@ -21,6 +23,17 @@ marks the prompt's group ``failure`` and stores no trajectory for that rollout: 
 enters the advantage or the loss. A group left with no trajectory is evicted and refilled
 from the dataset with ``trainer.v1.sampler.sync_refill_failed_groups=true``, which
 :func:`build_agent_loop_config` sets. A reward of 0 is never written for it.
+
+**Truncation.** A turn without an end-of-turn token was cut (by ``max_tokens``, the
+response budget or the engine's context ``rollout.max_model_len``) and is ``length``:
+counted, and its tool calls never run (``rewardbox.training.verl_tokens``, "Truncated
+turns"). verl's own ``response_length/clip_ratio`` counts only responses that filled
+``response_length``, so a turn cut by the context is invisible there; the
+``reward_extra_info`` keys above reach verl's validation metrics
+(``val-aux/<data_source>/truncated/mean@N``) on both trainers, and the V1 trainer's step
+line through rewardbox's replay buffer (``rewardbox/truncated_frac``,
+``rewardbox.training.verl_sampler``). Each turn's ``max_tokens`` is capped to the context
+room left, so verl's server never gets a request without room (it raises for one).
 
 **Trials.** Every rollout of a group gets its own trial (:func:`rollout_trial`): half of the
 episode's key (uid, trial), from which the runner derives its seeds and which the test context
@@ -53,6 +66,7 @@ from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import Grader
 from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.episode.user_simulator import UserSimulator
+from rewardbox.errors import EndpointError
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.training.verl_rows import AGENT_NAME, task_from_extra_info
 from rewardbox.training.verl_tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
@@ -187,7 +201,10 @@ def server_generate(server_manager: Any, request_id: str, sampling_params: dict[
     async def generate(context_ids: list[int], max_new_tokens: int) -> Sampled:
         params = {**sampling_params, "max_tokens": max_new_tokens}
         out = await server_manager.generate(request_id=request_id, prompt_ids=context_ids, sampling_params=params)
-        return Sampled(list(out.token_ids), None if out.log_probs is None else list(out.log_probs))
+        stop_reason = getattr(out, "stop_reason", None)
+        if stop_reason == "aborted":  # verl paused the engine mid-request: nothing the policy did
+            raise EndpointError(f"verl's generation server aborted request {request_id}", cause="aborted")
+        return Sampled(list(out.token_ids), None if out.log_probs is None else list(out.log_probs), stop_reason)
 
     return generate
 
@@ -198,6 +215,7 @@ def output_fields(trajectory: TokenTrajectory, trial: int = 0) -> dict[str, Any]
     ``extra_fields.rewardbox_trial`` is the episode's trial (verl keeps it per row of the batch).
     """
     result = trajectory.result
+    truncated = sum(t.finish_reason == "length" for t in result.agent_turns)
     return {
         "prompt_ids": trajectory.prompt_ids,
         "response_ids": trajectory.response_ids,
@@ -207,9 +225,12 @@ def output_fields(trajectory: TokenTrajectory, trial: int = 0) -> dict[str, Any]
         "num_turns": sum(1 for m in result.messages if m.get("role") != "system"),
         "extra_fields": {
             "turn_scores": [], "tool_rewards": [],
-            "reward_extra_info": {"passed": float(bool(result.passed)), "tries": trajectory.tries},
+            "reward_extra_info": {"passed": float(bool(result.passed)), "tries": trajectory.tries,
+                                  "truncated": float(truncated > 0), "truncated_turns": float(truncated)},
             "rewardbox_termination_reason": None if result.termination_reason is None else str(result.termination_reason),
             "rewardbox_trial": trial,
+            "rewardbox_truncated_turns": truncated,
+            "rewardbox_agent_turns": len(result.agent_turns),
         },
     }
 
@@ -248,10 +269,10 @@ if AgentLoopBase is not None:
                                        config=services.config)
 
             generate = server_generate(self.server_manager, uuid4().hex, sampling_params)
-            trajectory = await play_with_retries(new_episode, generate, self.turns,
-                                                 int(self.rollout_config.response_length),
-                                                 services.config.max_system_error_retries,
-                                                 int(self.rollout_config.prompt_length))
+            context = getattr(config, "max_model_len", None)  # None: the model's position limit (dry run checks it)
+            trajectory = await play_with_retries(new_episode, generate, self.turns, int(config.response_length),
+                                                 services.config.max_system_error_retries, int(config.prompt_length),
+                                                 None if context is None else int(context))
             result = trajectory.result
             if trajectory.system_error:
                 raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,

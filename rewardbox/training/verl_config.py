@@ -32,6 +32,13 @@ Validation against verl's own schema runs in verl's environment (its pins clash
 with ours): ``rewardbox.training.verl_validate`` composes verl's config with these
 overrides and calls verl's ``validate_config``; :func:`dry_run` invokes it when
 given that environment's Python.
+
+**Context.** verl's engine holds one sequence in ``actor_rollout_ref.rollout.max_model_len``
+tokens (default null: the model's ``max_position_embeddings``); a rollout's prompt and whole
+multi-turn response must fit, or turns are cut by the context instead of the response
+budget. :func:`dry_run` refuses (:class:`VerlContextError`, before anything is written) a
+launch whose context is smaller than ``data.max_prompt_length + data.max_response_length``
+(:func:`context_problem`).
 """
 
 from __future__ import annotations
@@ -83,6 +90,46 @@ class VerlLaunchConfig(BaseModel):
     rollout_engine: str = "vllm"
     experiment_name: str = "rewardbox-grpo"
     checkpoint_dir: str = "checkpoints/verl"
+
+
+class VerlContextError(ValueError):
+    """The engine's context cannot hold the prompt and response lengths (a config error, names the keys)."""
+
+
+MAX_MODEL_LEN = "actor_rollout_ref.rollout.max_model_len"
+
+
+def position_limit(model_path: str) -> int | None:
+    """``max_position_embeddings`` of a local Hugging Face model directory (or its ``text_config``), else None."""
+    path = Path(model_path) / "config.json"
+    if not path.is_file():
+        return None
+    config = strict_json.loads(path.read_text())
+    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    return int(value) if isinstance(value, int) else None
+
+
+def context_problem(overrides: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(why the engine's context cannot hold the lengths, why it could not be checked); each None when not so.
+
+    The context is ``actor_rollout_ref.rollout.max_model_len`` when set, else (verl's default)
+    the model's ``max_position_embeddings`` read from ``actor_rollout_ref.model.path``'s
+    ``config.json``; it must hold ``data.max_prompt_length + data.max_response_length``.
+    """
+    prompt, response = int(overrides["data.max_prompt_length"]), int(overrides["data.max_response_length"])
+    set_len = overrides.get(MAX_MODEL_LEN)
+    model_path = str(overrides.get("actor_rollout_ref.model.path", ""))
+    context = int(set_len) if set_len is not None else position_limit(model_path)
+    if context is None:
+        return None, (f"{MAX_MODEL_LEN} against data.max_prompt_length + data.max_response_length: neither is "
+                      f"{MAX_MODEL_LEN} set nor is {model_path}/config.json readable here")
+    if context >= prompt + response:
+        return None, None
+    source = f"{MAX_MODEL_LEN}={context}" if set_len is not None else \
+        f"{MAX_MODEL_LEN} (null: the model's max_position_embeddings, {context})"
+    return (f"{source} cannot hold data.max_prompt_length ({prompt}) + data.max_response_length ({response}) = "
+            f"{prompt + response} tokens: raise {MAX_MODEL_LEN} (within the model's position limit) or lower "
+            "grpo/verl's max_prompt_tokens / max_response_tokens"), None
 
 
 def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]:
@@ -203,16 +250,24 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
 
     Returns:
         A :class:`DryRun`. No GPU, no cluster and no verl import in this process.
+
+    Raises:
+        VerlContextError: the engine's context cannot hold the prompt and response lengths
+            (:func:`context_problem`); nothing is written.
     """
+    overrides = {**verl_overrides(grpo, launch), **(extra_overrides or {})}
+    problem, unchecked = context_problem(overrides)
+    if problem:
+        raise VerlContextError(problem)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    overrides = {**verl_overrides(grpo, launch), **(extra_overrides or {})}
     command = launch_command(overrides, python)
     (out / "launch.sh").write_text("#!/bin/sh\n" + shlex.join(command) + "\n")
     overrides_path = out / "verl_overrides.yaml"
     overrides_path.write_text(yaml.safe_dump(nested(overrides), sort_keys=False))
+    skipped = [unchecked] if unchecked else []
     if verl_python is None:
-        return DryRun(command, overrides_path, None, False, "not validated: no verl environment given")
+        return DryRun(command, overrides_path, None, False, "not validated: no verl environment given", skipped)
     resolved_path = out / "verl_resolved.yaml"
     args = [verl_python, "-m", "rewardbox.training.verl_validate", str(resolved_path)]
     root = str(Path(__file__).resolve().parents[2])
@@ -220,8 +275,8 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
                           capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
                           env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
     if proc.returncode != 0:
-        return DryRun(command, overrides_path, None, False, (proc.stderr or proc.stdout).strip()[-2000:])
-    skipped = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else []
+        return DryRun(command, overrides_path, None, False, (proc.stderr or proc.stdout).strip()[-2000:], skipped)
+    skipped += json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else []
     return DryRun(command, overrides_path, resolved_path, True, skipped_checks=skipped)
 
 

@@ -26,6 +26,14 @@ trajectory), more than one reward, standard deviation 0. A group with a rollout 
 system error (status ``failure``) is judged by neither. The figures appear only while
 ``algorithm.filter_groups.enable`` is true, the case ``verl_config.verl_overrides`` writes.
 
+**Truncation.** The same hook reports how many of the step's trained trajectories had an agent
+turn cut by a token or context limit (``finish_reason == "length"``, see
+``rewardbox.training.verl_tokens``): it reads the sampled trajectories' ``extra_fields`` from
+TransferQueue (``kv_batch_get(..., select_fields=["extra_fields"])``, as verl's trainer reads its
+speculative-decoding stats) and adds :func:`truncation_metrics`: ``rewardbox/truncated_frac``
+(share 0-1 of trajectories) and ``rewardbox/truncated_turns_frac`` (share 0-1 of agent turns).
+verl's ``response_length/clip_ratio`` counts only responses that filled ``response_length``.
+
 **A bound on replacement.** verl's V1 buffer ignores ``filter_groups.max_num_gen_batches`` (it
 logs so) and evicts and refills zero-variance groups until a batch has none: a step whose
 prompts all give equal rewards (a policy that solves nothing) would sample forever. This buffer
@@ -56,6 +64,9 @@ from typing import Any
 ZERO_VARIANCE_KEY = "rewardbox/zero_variance_frac"
 SAMPLED_GROUPS_KEY = "rewardbox/sampled_groups"
 KEPT_GROUPS_KEY = "rewardbox/kept_zero_variance_groups"
+TRUNCATED_KEY = "rewardbox/truncated_frac"
+TRUNCATED_TURNS_KEY = "rewardbox/truncated_turns_frac"
+_VERL_BUFFER_MODULE = "verl.trainer.ppo.v1.replay_buffer"
 SAMPLER_NAME = "ZeroVarianceReplayBuffer"
 SAMPLER_PATH = f"pkg://{__name__}"
 SETTINGS = {
@@ -134,6 +145,31 @@ def zero_variance_metrics(zero_variance_groups: int, sampled_groups: int) -> dic
     return {ZERO_VARIANCE_KEY: zero_variance_groups / sampled_groups, SAMPLED_GROUPS_KEY: float(sampled_groups)}
 
 
+def truncation_metrics(extra_fields: list[Any]) -> dict[str, float]:
+    """``{TRUNCATED_KEY, TRUNCATED_TURNS_KEY}`` over trajectories' ``extra_fields`` (``verl_agent_loop.output_fields``).
+
+    Trajectories without ``rewardbox_truncated_turns`` (another agent loop) are not counted; empty when none has it.
+    """
+    rows = [f for f in extra_fields if isinstance(f, Mapping) and "rewardbox_truncated_turns" in f]
+    if not rows:
+        return {}
+    turns = sum(int(f.get("rewardbox_agent_turns") or 0) for f in rows)
+    cut = [int(f["rewardbox_truncated_turns"]) for f in rows]
+    return {TRUNCATED_KEY: sum(c > 0 for c in cut) / len(rows), TRUNCATED_TURNS_KEY: sum(cut) / turns if turns else 0.0}
+
+
+def _sampled_extra_fields(batch: Any) -> list[Any]:
+    """The ``extra_fields`` of a sampled batch's trajectories, read from the TransferQueue verl's buffer uses."""
+    import importlib
+
+    store = importlib.import_module(_VERL_BUFFER_MODULE).tq
+    if not getattr(batch, "keys", None):
+        return []
+    got = store.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    values = got["extra_fields"]
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
 class ZeroVarianceCounter:
     """The part of :class:`ZeroVarianceReplayBuffer` that is ours, over verl's sync ``ReplayBuffer``.
 
@@ -181,13 +217,14 @@ class ZeroVarianceCounter:
         return evict, counts
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int):
-        """verl's ``sample``; its metrics gain :func:`zero_variance_metrics` of the groups judged meanwhile
-        and the count of zero-variance groups kept past the eviction bound."""
+        """verl's ``sample``; its metrics gain :func:`zero_variance_metrics` of the groups judged meanwhile,
+        the count of zero-variance groups kept past the eviction bound and :func:`truncation_metrics`."""
         self._judged, self._zero_variance, self._kept = set(), set(), set()
         self._evictions_left = self.eviction_bound
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
         if partition_id != "val":
             metrics.update(zero_variance_metrics(len(self._zero_variance), len(self._judged)))
+            metrics.update(truncation_metrics(_sampled_extra_fields(batch)))
             if self.filter_groups_metric is not None:
                 metrics[KEPT_GROUPS_KEY] = float(len(self._kept))
         return batch, metrics

@@ -15,8 +15,21 @@ read by ``rewardbox.policy.interpreter.interpret``, the same parser evaluation u
 The tokens between two agent turns are the chat template's rendering of what the
 runner appended (the closing of the sampled turn, tool results, a user reply, the
 next generation prompt), so the next generation continues exactly the stream the
-trainer will score. When the response budget runs out, the episode ends as
-``context_limit`` and is graded on the state it reached (a policy limit).
+trainer will score. When the response budget or the engine's context (verl's
+``rollout.max_model_len``) runs out, the episode ends as ``context_limit`` and is graded
+on the state it reached (a policy limit); no request is sent that has no room.
+
+**Truncated turns.** A sampled turn is ``"stop"`` only when it ends with an end-of-turn
+token (``<|im_end|>`` or the tokenizer's EOS); any other turn was cut (by the turn's
+``max_tokens``, the response budget or the engine's context limit) and is ``"length"``,
+whatever the engine's stop reason says: verl's vLLM server reports both of vLLM's
+``stop`` and ``length`` as ``"completed"`` (``vllm_async_server.py``). A ``"length"`` turn
+runs no tool call, complete-looking or not (``interpret``), and is counted in
+``truncated_turns``. The engine's own reason is kept as ``raw_finish_reason``.
+
+**Log-probs.** A turn whose log-probs do not match its tokens one for one, or a server that
+returns more tokens than asked, raises (``LogprobLengthError`` naming uid, trial, turn and
+both lengths); nothing is cut to fit.
 
 A system error (sandbox crash, grader fault) is retried with a fresh episode up to
 ``max_system_error_retries`` times; after that the trajectory carries
@@ -32,6 +45,7 @@ from typing import Protocol
 
 from rewardbox.episode.stepwise import AwaitingAction, Finished, Pause, StepwiseEpisode
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
 from rewardbox.policy.interpreter import interpret
@@ -46,10 +60,12 @@ class Sampled:
     Attributes:
         token_ids: the sampled tokens, end-of-turn token included when the model stopped.
         logprobs: natural-log probability of each sampled token under the sampler, or None.
+        stop_reason: the engine's own reason (verl: ``"completed"``, ``"aborted"``), or None.
     """
 
     token_ids: list[int]
     logprobs: list[float] | None
+    stop_reason: str | None = None
 
 
 Generate = Callable[[list[int], int], Awaitable[Sampled]]
@@ -78,6 +94,7 @@ class TokenTrajectory:
             ``response_logprobs`` is None when the generator returned none for some turn.
         result: the runner's ``EpisodeResult`` (messages, finish reason, reward, system error).
         tries: episodes played (1 + system-error retries).
+        agent_turns: turns sampled so far (the next turn's 0-based index).
     """
 
     prompt_ids: list[int]
@@ -87,6 +104,7 @@ class TokenTrajectory:
     result: EpisodeResult | None = None
     tries: int = 1
     generate_s: float = 0.0
+    agent_turns: int = 0
 
     @property
     def reward(self) -> float | None:
@@ -160,12 +178,12 @@ class TurnTokens:
     def completion(self, sampled: Sampled, request: ChatRequest, prompt_text: str, budget: int) -> Completion:
         """The sampled turn as a ``Completion``, read by the one interpreter."""
         ids = sampled.token_ids
-        stopped = bool(ids) and ids[-1] in self.end_of_turn_ids
-        finish = "length" if not stopped and len(ids) >= budget else "stop"
+        finish = "stop" if ids and ids[-1] in self.end_of_turn_ids else "length"  # see "Truncated turns"
         raw = self.tokenizer.decode(ids, skip_special_tokens=True)
         reading = interpret(raw, request.tools, finish_reason=finish,
                             reasoning_open=prompt_opens_reasoning(prompt_text))
-        return Completion(raw_text=raw, interpretation=reading, finish_reason=finish, output_tokens=len(ids),
+        return Completion(raw_text=raw, interpretation=reading, finish_reason=finish,
+                          raw_finish_reason=sampled.stop_reason, output_tokens=len(ids),
                           completion_token_ids=list(ids), completion_logprobs=sampled.logprobs)
 
 
@@ -177,7 +195,8 @@ class PromptTooLongError(ValueError):
 
 
 async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: TurnTokens,
-                       max_response_tokens: int, max_prompt_tokens: int | None = None) -> TokenTrajectory:
+                       max_response_tokens: int, max_prompt_tokens: int | None = None,
+                       max_context_tokens: int | None = None) -> TokenTrajectory:
     """Play ``episode`` to its end with ``generate`` as the policy; always closes the episode.
 
     Args:
@@ -186,6 +205,9 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
         turns: the tokenizer's template pieces.
         max_response_tokens: the trainer's response length (verl ``rollout.response_length``).
         max_prompt_tokens: the trainer's prompt length (verl ``rollout.prompt_length``), or None.
+        max_context_tokens: the engine's context, prompt and response together (verl
+            ``rollout.max_model_len``), or None when unbounded here. Each turn's ``max_tokens`` is
+            capped to the room left; with none left the episode ends as ``context_limit``.
 
     Returns:
         The token trajectory; ``result.system_error`` set when the runner hit a system error.
@@ -193,6 +215,7 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
     Raises:
         PromptTooLongError: the opening prompt does not fit ``max_prompt_tokens`` (raise verl's
             ``data.max_prompt_length``); nothing was sampled.
+        LogprobLengthError: the generator broke its contract (see the module docstring).
         Whatever ``generate`` raises (the generation server failed: the caller's infrastructure fault).
     """
     try:
@@ -206,40 +229,70 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
         trajectory = TokenTrajectory(prompt_ids=prompt_ids)
         while isinstance(pause, AwaitingAction):
             pause, prompt_text = await _one_turn(episode, pause, prompt_text, generate, turns, trajectory,
-                                                 max_response_tokens)
+                                                 (max_response_tokens, max_context_tokens))
         trajectory.result = pause.result
         return trajectory
     finally:
         await episode.close()
 
 
-async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text: str, generate: Generate,
-                    turns: TurnTokens, trajectory: TokenTrajectory, max_response_tokens: int) -> tuple[Pause, str]:
-    """Sample one agent turn, hand it to the runner, append the tokens up to the next generation prompt."""
+def _turn_budget(request_tokens: int, trajectory: TokenTrajectory, limits: tuple[int, int | None]) -> tuple[int, str]:
+    """(tokens this turn may sample, why it may sample none): the request's, the response's and the context's room."""
+    max_response_tokens, max_context_tokens = limits
     room = max_response_tokens - len(trajectory.response_ids)
     if room <= 0:
-        return await episode.out_of_context(f"response budget of {max_response_tokens} tokens used up"), prompt_text
-    budget = min(pause.request.max_new_tokens, room)
+        return 0, f"response budget of {max_response_tokens} tokens used up"
+    if max_context_tokens is not None:
+        context_room = max_context_tokens - len(trajectory.prompt_ids) - len(trajectory.response_ids)
+        if context_room <= 0:
+            return 0, f"engine context of {max_context_tokens} tokens (rollout.max_model_len) full"
+        room = min(room, context_room)
+    return min(request_tokens, room), ""
+
+
+def check_sampled(sampled: Sampled, budget: int, uid: str, trial: int, turn: int) -> None:
+    """Raise unless ``sampled`` is one turn the trainer can score as it is.
+
+    Raises:
+        LogprobLengthError: log-probs and tokens differ in length, or more tokens than ``budget``
+            came back (naming uid, trial, turn and both lengths); nothing is cut to fit.
+    """
+    tokens = len(sampled.token_ids)
+    if sampled.logprobs is not None and len(sampled.logprobs) != tokens:
+        raise LogprobLengthError(uid, trial, turn, tokens, len(sampled.logprobs), "the generator's reply")
+    if tokens > budget:
+        raise LogprobLengthError(uid, trial, turn, tokens, tokens if sampled.logprobs is None else len(sampled.logprobs),
+                                 f"the generator returned more tokens than the turn's max_tokens {budget}")
+
+
+async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text: str, generate: Generate,
+                    turns: TurnTokens, trajectory: TokenTrajectory, limits: tuple[int, int | None]) -> tuple[Pause, str]:
+    """Sample one agent turn, hand it to the runner, append the tokens up to the next generation prompt."""
+    budget, why_none = _turn_budget(pause.request.max_new_tokens, trajectory, limits)
+    if budget <= 0:
+        return await episode.out_of_context(why_none), prompt_text
     t0 = time.perf_counter()
     sampled = await generate(trajectory.prompt_ids + trajectory.response_ids, budget)
     trajectory.generate_s += time.perf_counter() - t0
-    sampled = Sampled(sampled.token_ids[:budget], None if sampled.logprobs is None else sampled.logprobs[:budget])
+    check_sampled(sampled, budget, episode.task.uid, episode.trial, trajectory.agent_turns)
+    trajectory.agent_turns += 1
     trajectory.extend(sampled.token_ids, 1, sampled.logprobs)
     after = await episode.act(turns.completion(sampled, pause.request, prompt_text, budget))
     if not isinstance(after, AwaitingAction):
         return after, prompt_text
     text, ids = turns.between(pause.request, after.request, sampled.token_ids)
-    room = max_response_tokens - len(trajectory.response_ids)
+    room = limits[0] - len(trajectory.response_ids)
     trajectory.extend(ids[:room], 0)
     if len(ids) > room:
-        return await episode.out_of_context(f"tool/user turn does not fit the {max_response_tokens}-token "
+        return await episode.out_of_context(f"tool/user turn does not fit the {limits[0]}-token "
                                             "response budget"), text
     return after, text
 
 
 async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate: Generate, turns: TurnTokens,
                             max_response_tokens: int, max_system_error_retries: int,
-                            max_prompt_tokens: int | None = None) -> TokenTrajectory:
+                            max_prompt_tokens: int | None = None,
+                            max_context_tokens: int | None = None) -> TokenTrajectory:
     """:func:`play_episode`, played again from scratch after a transient system error.
 
     A permanent system error (``system_error_permanent``) is returned at once, as ``rewardbox.episode.trial.run_trial`` does.
@@ -248,7 +301,8 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
     for attempt in range(1, max_system_error_retries + 2):
-        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens)
+        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
+                                        max_context_tokens)
         trajectory.tries = attempt
         result = trajectory.result
         if result is None or result.system_error is None or result.system_error_permanent:

@@ -107,7 +107,7 @@ def test_500_forever_raises_endpoint_error_after_retries(fake_openai, retail_too
 
 
 def test_other_4xx_is_not_retried(fake_openai, retail_tools):
-    fake_openai.add(400, {"error": {"message": "context length exceeded"}})
+    fake_openai.add(400, {"error": {"message": "tools[2].function.parameters is not a valid schema"}})
     fake_openai.add(200, chat_response("never served"))
     with pytest.raises(EndpointError, match="HTTP 400 after 1 attempt"):
         _run(_policy(fake_openai), _request(retail_tools))

@@ -75,6 +75,23 @@ def test_group_samples_skip_zero_advantage_and_missing_ids():
     assert [(s.advantage, s.completion_ids) for s in samples] == [(1.0, [4, 5]), (-1.0, [4, 5])]
 
 
+@pytest.mark.parametrize("logprobs", [[-0.1, -0.2, -0.3], [-0.1]])
+def test_issue24_item5_a_logprob_length_mismatch_raises_naming_uid_trial_turn_and_both_lengths(logprobs):
+    from rewardbox.errors import LogprobLengthError
+    from rewardbox.training.groups import Group
+
+    ok, bad = result("retail:t1", 0, 1.0), result("retail:t1", 5, 0.0)
+    ok.agent_turns[0].completion_logprobs = [-0.1, -0.2]
+    bad.agent_turns.append(AgentTurn(raw_text="y", finish_reason="length", input_tokens=5, output_tokens=2,
+                                     prompt_token_ids=[1, 2, 3, 4, 5], completion_token_ids=[6, 7],
+                                     completion_logprobs=logprobs))
+    with pytest.raises(LogprobLengthError) as info:
+        group_samples([Group(task("retail:t1"), [ok, bad], [1.0, -1.0])])
+    err = info.value
+    assert (err.uid, err.trial, err.turn, err.tokens, err.logprobs) == ("retail:t1", 5, 1, 2, len(logprobs))
+    assert f"retail:t1 trial 5 turn 1: {len(logprobs)} log-probs for 2 tokens" in str(err)
+
+
 def tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -62,6 +62,13 @@ def test_verl_runs_a_golden_episode_to_reward_1_and_drops_a_sandbox_crash(smollm
     crash = facts["crash"]
     assert isinstance(crash, dict) and crash["kind"] == "sandbox_crash" and crash["tries"] == 2
     assert crash["sandboxes_closed"] == [True, True]
+    assert batch["truncated_column"] == [0.0]  # the golden rollout: no turn cut
+    # issue 24 item 1: max_model_len = P + 7, 6, 5 and response_length 8; the engine stops at its context
+    for cut, seen in facts["context_cuts"].items():
+        assert seen["max_tokens"] == [int(cut)] and seen["policy_tokens"] == int(cut)  # capped to the room, once
+        assert seen["truncated_turns"] == 1 and seen["reward_extra_info"]["truncated"] == 1.0
+        assert seen["truncated_column"] == [1.0]  # in verl's batch, where its validation metrics read it
+        assert seen["termination"] != "done" and seen["reward_extra_info"]["passed"] == 0.0  # the cut call never ran
 
 
 def test_trial_is_the_rollouts_place_in_its_group_on_both_of_verls_paths():

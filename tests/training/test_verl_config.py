@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.verl_config import (VerlLaunchConfig, dry_run, format_override, launch_command, nested,
-                                            verl_overrides)
+from rewardbox import strict_json
+from rewardbox.training.verl_config import (MAX_MODEL_LEN, VerlContextError, VerlLaunchConfig, dry_run,
+                                            format_override, launch_command, nested, verl_overrides)
 
 LAUNCH = VerlLaunchConfig(model_path="Qwen/Qwen3-8B", train_files="data/train.parquet", val_files="data/val.parquet")
 REFERENCE = GRPOConfig(group_size=8, tasks_per_step=18, loss_aggregation="token-mean", learning_rate=1e-6, steps=50,
@@ -65,6 +66,40 @@ def test_dry_run_without_verl_writes_the_command_and_config_and_says_it_did_not_
     assert shlex.split((tmp_path / "launch.sh").read_text().splitlines()[1]) == result.command
     tree = yaml.safe_load(result.overrides_path.read_text())
     assert tree == nested(verl_overrides(REFERENCE, LAUNCH)) and tree["actor_rollout_ref"]["rollout"]["n"] == 8
+
+
+def _model_dir(tmp_path, config: dict) -> str:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(strict_json.dumps(config))
+    return str(model)
+
+
+def test_issue24_item1_a_context_that_cannot_hold_the_lengths_is_refused_naming_the_keys(tmp_path):
+    # our defaults (4096 + 8192) on a model whose position limit (verl's default max_model_len) is 8192
+    launch = LAUNCH.model_copy(update={"model_path": _model_dir(tmp_path, {"max_position_embeddings": 8192})})
+    with pytest.raises(VerlContextError) as info:
+        dry_run(REFERENCE, launch, tmp_path / "out")
+    message = str(info.value)
+    for key in (MAX_MODEL_LEN, "data.max_prompt_length (4096)", "data.max_response_length (8192)", "12288"):
+        assert key in message
+    assert "max_position_embeddings, 8192" in message and not (tmp_path / "out").exists()  # nothing written
+    # an explicit max_model_len is what counts: too small refused, large enough accepted
+    with pytest.raises(VerlContextError, match=rf"{MAX_MODEL_LEN}=12287 cannot hold"):
+        dry_run(REFERENCE, LAUNCH, tmp_path / "small", extra_overrides={MAX_MODEL_LEN: 12287})
+    ok = dry_run(REFERENCE, launch, tmp_path / "ok", extra_overrides={MAX_MODEL_LEN: 12288})
+    assert ok.skipped_checks == []
+    fits = dry_run(REFERENCE, launch.model_copy(update={"max_response_tokens": 4096}), tmp_path / "fits")
+    assert fits.skipped_checks == []
+
+
+def test_issue24_item1_own_case_a_nested_position_limit_and_an_unreadable_model(tmp_path):
+    launch = LAUNCH.model_copy(update={"model_path": _model_dir(tmp_path, {"text_config": {"max_position_embeddings":
+                                                                                          4096}})})
+    with pytest.raises(VerlContextError, match="max_position_embeddings, 4096"):
+        dry_run(REFERENCE, launch, tmp_path / "out")
+    unknown = dry_run(REFERENCE, LAUNCH, tmp_path / "hub")  # a hub id: no config.json here, the check is listed
+    assert len(unknown.skipped_checks) == 1 and MAX_MODEL_LEN in unknown.skipped_checks[0]
 
 
 @pytest.mark.skipif(_verl_python() is None, reason="verl's environment is absent (make verl-env)")

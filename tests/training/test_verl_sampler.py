@@ -16,8 +16,9 @@ import pytest
 
 from rewardbox.training.verl_config import format_override
 from rewardbox.training.verl_progress import parse_progress_line
-from rewardbox.training.verl_sampler import (KEPT_GROUPS_KEY, SAMPLED_GROUPS_KEY, SETTINGS, ZERO_VARIANCE_KEY,
-                                             eviction_bound, replay_buffer_settings, sampler_overrides,
+from rewardbox.training.verl_sampler import (KEPT_GROUPS_KEY, SAMPLED_GROUPS_KEY, SETTINGS, TRUNCATED_KEY,
+                                             TRUNCATED_TURNS_KEY, ZERO_VARIANCE_KEY, eviction_bound,
+                                             replay_buffer_settings, sampler_overrides, truncation_metrics,
                                              zero_variance_metrics)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,13 @@ def test_share_of_zero_variance_groups_and_no_share_without_groups():
     assert zero_variance_metrics(0, 0) == {}  # nothing judged: no share, never 0/0
     with pytest.raises(ValueError):
         zero_variance_metrics(5, 4)
+
+
+def test_issue24_item1_truncation_metrics_over_trajectories():
+    rows = [{"rewardbox_truncated_turns": 1, "rewardbox_agent_turns": 3}, {"rewardbox_truncated_turns": 0,
+            "rewardbox_agent_turns": 1}, {"rewardbox_truncated_turns": 2, "rewardbox_agent_turns": 4}, {"other": 1}]
+    assert truncation_metrics(rows) == {TRUNCATED_KEY: pytest.approx(2 / 3), TRUNCATED_TURNS_KEY: pytest.approx(3 / 8)}
+    assert truncation_metrics([{"other": 1}, None]) == {}
 
 
 def test_settings_mirror_verls_own_replay_buffer_arguments():
@@ -90,6 +98,11 @@ def test_verls_step_line_carries_the_share_of_groups_as_sampled(tmp_path):
     assert "zero_variance_frac=0.429" in step.summary() and step.metrics[KEPT_GROUPS_KEY] == 0
     # what the step line said before: verl alone has the count but not the share
     assert parse_progress_line(verls["line"]).zero_variance_frac is None
+    # issue 24 item 1: the trajectories with a cut turn, as trained (rollouts of g1 and r1 had 1 of 2 turns cut)
+    cut = ours["trained_truncated"]
+    assert 0 < sum(cut) < len(cut) and step.metrics[TRUNCATED_KEY] == pytest.approx(sum(cut) / len(cut))
+    assert step.metrics[TRUNCATED_TURNS_KEY] == pytest.approx(sum(cut) / (2 * len(cut)))
+    assert TRUNCATED_KEY not in parse_progress_line(verls["line"]).metrics  # verl alone does not count them
 
 
 @pytest.mark.skipif(_verl_python() is None, reason="verl's environment is absent (make verl-env)")
