@@ -70,7 +70,7 @@ def _shared_write(fd_name, link):
     return bool(flags & (os.O_WRONLY | os.O_RDWR)) and not flags & os.O_APPEND
 
 
-def _become_child(fds, pidfile):
+def _become_child(fds, pidfile, template_pid):
     """In the forked child: the episode's pipes as fds 0/1/2, own session, dies with the template."""
     with open(pidfile, "w") as fh:
         fh.write(str(os.getpid()))  # before serving: the episode tracks this pid from its first reply
@@ -80,6 +80,8 @@ def _become_child(fds, pidfile):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != template_pid:
+            os._exit(1)  # the template died before PDEATHSIG was armed: no orphan serves on
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in set(fds):
@@ -107,10 +109,11 @@ def _serve(listener):
                 for fd in fds:
                     os.close(fd)
                 continue
+            template_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
                 listener.close()
-                _become_child(fds, message.decode())
+                _become_child(fds, message.decode(), template_pid)
                 return
             for fd in fds:
                 os.close(fd)
