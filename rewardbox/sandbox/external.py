@@ -135,10 +135,18 @@ class ExternalSandbox:
             return results
         except BaseException as exc:
             self._faulted = True
+            self._abandon_canaries()
             await self.close()
             if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
                 raise SandboxError(f"sandbox start failed: {type(exc).__name__}: {exc}") from exc
             raise
+
+    def _abandon_canaries(self) -> None:
+        """A start that failed before a canary's check hands that canary to the next episode."""
+        for conn in self._conns:
+            if isinstance(conn, ServerConnection) and conn.canary and self._pool is not None:
+                conn.canary = False
+                self._pool.ledger.abandon(conn.name)
 
     def _make_connections(self, world_state: dict[str, Any]) -> list[ServerConnection]:
         if not isinstance(world_state, dict) or not world_state:
@@ -224,6 +232,8 @@ class ExternalSandbox:
             tool = conn.tools.get(INIT_TOOL)
             if tool is None:
                 init_results[conn.name] = {}
+                if conn.canary:  # no init: compare the state right after connect
+                    await self._canary(index, conn, None)
                 continue
             arguments: dict[str, Any] = {"config": world_state[conn.name]}
             if "session_id" in ((tool.input_schema or {}).get("properties") or {}):
@@ -234,10 +244,11 @@ class ExternalSandbox:
                 await self._canary(index, conn, arguments)
         return init_results
 
-    async def _canary(self, index: int, conn: ServerConnection, arguments: dict[str, Any]) -> None:
+    async def _canary(self, index: int, conn: ServerConnection, arguments: dict[str, Any] | None) -> None:
         """Check a reused process right after init against a fresh one (``rewardbox.sandbox.canary``).
 
         On a mismatch the fresh process serves this episode and reuse of the server is retired.
+        ``arguments`` None: the server has no ``__reserved__init``; both are compared right after connect.
         """
         assert self._pool is not None
         ledger, fresh = self._pool.ledger, None
@@ -248,7 +259,8 @@ class ExternalSandbox:
                 await fresh.connect()
             finally:
                 self._procs.extend(p for p in fresh.processes if p not in self._procs)
-            parse_init_reply(conn.name, first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)))
+            if arguments is not None:
+                parse_init_reply(conn.name, first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)))
             server = self.config.get(conn.name)
             verdict = canary_verdict(reused, await self._effects_of(fresh),
                                      unchecked_ok=getattr(server, "reuse_unchecked", False))

@@ -6,12 +6,12 @@
    "__main__"``, ``sys.argv`` and ``sys.path[0]`` as the interpreter sets them), with ``asyncio.run``
    and ``anyio.run`` hooked: the first call to either is the moment the server has imported
    everything, built its tools and indexes, and is about to serve.
-2. There it checks that it can be forked safely: one thread only (``/proc/self/task``) and no open
-   socket but its own listener. If not, it reports ``unforkable <reason>`` and exits (the parent then
-   spawns fresh processes). Otherwise it reports ``ready`` and answers fork requests on the Unix
+2. There it checks that it can be forked safely: one thread only (``/proc/self/task``), no open
+   socket but its own listener, no regular file open for writing (a database every child would
+   share). If not, it reports ``unforkable <reason>`` and exits (the parent then spawns fresh processes). Otherwise it reports ``ready`` and answers fork requests on the Unix
    socket ``PATH``: each request carries three file descriptors (the episode's stdin, stdout, stderr,
    sent with ``SCM_RIGHTS`` by ``attach.py``, the message is the episode's pidfile); the template forks a child, which makes them its fds
-   0/1/2, writes its pid to the pidfile, starts its own session, arms PDEATHSIG, reseeds ``random`` and returns into the real
+   0/1/2, writes its pid to the pidfile, starts its own session, arms PDEATHSIG, reseeds ``random`` (and numpy's global RNG) and returns into the real
    ``run``: it serves that one episode over the new pipes. The reply is the child's pid.
 
 Status lines go to the original stdout, prefixed ``rewardbox-template:``; the server's own stdout
@@ -41,7 +41,9 @@ def _unforkable_reason(listener_fd):
     except OSError:
         return "cannot count threads (/proc/self/task unreadable)"
     if threads > 1:
-        return "%d threads are running before the server serves (started at import)" % threads
+        hint = ("; numpy's OpenBLAS starts its threads at import: OPENBLAS_NUM_THREADS=1 in the server's env "
+                "avoids them" if "numpy" in sys.modules else "")
+        return "%d threads are running before the server serves (started at import)%s" % (threads, hint)
     for name in os.listdir("/proc/self/fd"):
         try:
             link = os.readlink("/proc/self/fd/" + name)
@@ -49,10 +51,26 @@ def _unforkable_reason(listener_fd):
             continue
         if link.startswith("socket:") and int(name) != listener_fd:
             return "an open socket (fd %s) before the server serves" % name
+        if int(name) > 2 and int(name) != _STATE["status_fd"] and _shared_write(name, link):
+            return "a file open for writing (fd %s, %s) before the server serves: every child would share it" % (
+                name, link)
     return None
 
 
-def _become_child(fds, pidfile):
+def _shared_write(fd_name, link):
+    """True for a regular file opened for writing without O_APPEND (e.g. a SQLite database opened at
+    import: forked children would write one file, where fresh processes each have their own)."""
+    if not link.startswith("/") or link.startswith("/dev/"):
+        return False
+    try:
+        with open("/proc/self/fdinfo/" + fd_name) as fh:
+            flags = int(next(line for line in fh if line.startswith("flags:")).split()[1], 8)
+    except (OSError, StopIteration, ValueError):
+        return False
+    return bool(flags & (os.O_WRONLY | os.O_RDWR)) and not flags & os.O_APPEND
+
+
+def _become_child(fds, pidfile, template_pid):
     """In the forked child: the episode's pipes as fds 0/1/2, own session, dies with the template."""
     with open(pidfile, "w") as fh:
         fh.write(str(os.getpid()))  # before serving: the episode tracks this pid from its first reply
@@ -62,6 +80,8 @@ def _become_child(fds, pidfile):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != template_pid:
+            os._exit(1)  # the template died before PDEATHSIG was armed: no orphan serves on
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
     for fd in set(fds):
@@ -70,6 +90,8 @@ def _become_child(fds, pidfile):
     os.close(_STATE["status_fd"])
     if "random" in sys.modules:
         sys.modules["random"].seed()  # a fresh process seeds from the OS; so does each child
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()  # numpy's global RNG too (seed() draws from the OS)
     _STATE["forked"] = True
 
 
@@ -87,10 +109,11 @@ def _serve(listener):
                 for fd in fds:
                     os.close(fd)
                 continue
+            template_pid = os.getpid()
             pid = os.fork()
             if pid == 0:
                 listener.close()
-                _become_child(fds, message.decode())
+                _become_child(fds, message.decode(), template_pid)
                 return
             for fd in fds:
                 os.close(fd)
