@@ -24,6 +24,7 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
+from rewardbox.threads import apply_thread_policy
 from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import task_stream
@@ -102,6 +103,8 @@ def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_polic
     cfg = profile.grpo
     if profile.policy.kind != "local":
         from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        apply_thread_policy("auto")  # this process runs the model being trained (LocalPolicy applies it itself)
 
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
