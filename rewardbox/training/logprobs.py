@@ -18,8 +18,9 @@ the vocabulary projection costs ``B x T x V`` instead of ``B x W x V``. A
 prompt prefix every row of a micro-batch shares (the system prompt, tool list
 and worked example: about 900 of 1,100 tokens in the embedded domains; a
 whole first-turn prompt within a group) runs once, its key/value cache
-repeated for the rows, as generation's prefix cache does; the trainer sorts
-samples by prompt so micro-batches share as much as possible.
+repeated for the rows, as generation's prefix cache does. The trainer goes
+further (``shared_prefix``): a prefix shared by a block of samples (a group's
+first prompt) runs once per optimiser step and is passed in as ``SharedPrefix``.
 """
 
 from __future__ import annotations

@@ -72,6 +72,28 @@ def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> lis
     return blocks[::-1]
 
 
+def activation_bytes_per_token(model) -> int:
+    """Estimated bytes autograd keeps per scored token of a Llama-style decoder (forward for backward).
+
+    Per layer: about 16 hidden-width tensors (norms, q/k/v/o inputs and outputs,
+    residuals, LoRA inputs) and 4 MLP-width ones (gate, up, their product, the
+    activation), in the model's dtype; the estimate behind ``micro_batch_rows``.
+    """
+    config = model.config
+    itemsize = next(model.parameters()).element_size()
+    return int(config.num_hidden_layers * (16 * config.hidden_size + 4 * config.intermediate_size) * itemsize)
+
+
+def micro_batch_rows(samples: Sequence[Sample], prefix_len: int, most_rows: int, budget_bytes: int | None,
+                     bytes_per_token: int) -> int:
+    """Rows per micro-batch of a block: at most ``most_rows``, and (with a budget) as many of its longest
+    rows (tokens after the shared prefix) as fit ``budget_bytes``; at least 1."""
+    if budget_bytes is None:
+        return most_rows
+    longest = max(len(s.prompt_ids) + len(s.completion_ids) - prefix_len for s in samples)
+    return max(1, min(most_rows, budget_bytes // max(1, bytes_per_token * longest)))
+
+
 def _encode_prefix(model, ids: list[int]) -> tuple[SharedPrefix, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Run the prefix once: (its states as leaf tensors for the micro-batches, the states with their graph)."""
     device = next(model.parameters()).device
@@ -96,9 +118,13 @@ def _backward_prefix(prefix: SharedPrefix, graph: list[tuple[torch.Tensor, torch
 
 def scored_micro_batches(
     model, samples: Sequence[Sample], pad_id: int, temperature: float, micro_batch_sequences: int,
-    min_shared: int | None = None,
+    min_shared: int | None = None, memory_budget_bytes: int | None = None,
 ) -> Iterator[tuple[list[Sample], torch.Tensor, torch.Tensor]]:
     """Yield ``(batch, logprobs [B, T], mask [B, T])`` for micro-batches of at most ``micro_batch_sequences`` rows.
+
+    With ``memory_budget_bytes`` a block's micro-batches hold only as many rows as
+    fit it (``micro_batch_rows``, ``activation_bytes_per_token``), so long
+    later-turn samples run in smaller micro-batches than short first-turn ones.
 
     The caller back-propagates each micro-batch's loss before asking for the next
     one (as ``trainer.optimise_step`` does); after a block's last micro-batch the
@@ -111,12 +137,14 @@ def scored_micro_batches(
     if micro_batch_sequences < 1:
         raise ValueError(f"micro_batch_sequences must be >= 1, got {micro_batch_sequences}")
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
+    per_token = activation_bytes_per_token(model) if memory_budget_bytes is not None else 0
     for block in plan_blocks(samples, min_shared):
+        rows = micro_batch_rows(block.samples, block.prefix_len, micro_batch_sequences, memory_budget_bytes, per_token)
         prefix, graph = (None, None)
         if block.prefix_len:
             prefix, graph = _encode_prefix(model, block.samples[0].prompt_ids[: block.prefix_len])
-        for start in range(0, len(block.samples), micro_batch_sequences):
-            batch = block.samples[start : start + micro_batch_sequences]
+        for start in range(0, len(block.samples), rows):
+            batch = block.samples[start : start + rows]
             logprobs, mask = completion_logprobs(model, batch, pad_id, temperature,
                                                  min_shared_prefix_tokens=min_shared, prefix=prefix)
             yield batch, logprobs, mask

@@ -174,8 +174,9 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
     gap: float | None = None
     # each shared prompt prefix runs once per step, its gradient back-propagated once (shared_prefix)
+    budget = None if config.micro_batch_memory_mib is None else config.micro_batch_memory_mib << 20
     for batch, logprobs, mask in scored_micro_batches(model, samples, pad_id, config.temperature,
-                                                      config.micro_batch_sequences):
+                                                      config.micro_batch_sequences, memory_budget_bytes=budget):
         old, known = _old_logprobs(batch, logprobs)
         if known:
             diff = ((logprobs.detach() - old).abs() * mask).max().item()

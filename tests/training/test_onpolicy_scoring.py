@@ -103,14 +103,17 @@ ASKS = ["Please cancel my order #W6021, I ordered by mistake.", "What is the sta
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: what policy.dtype auto picks on AMX/AVX512-BF16
 @pytest.mark.parametrize("prefix_cache_min_tokens", [64, 1_000_000], ids=["prefix-cache", "no-cache"])
-def test_trainer_logprobs_equal_sampler_logprobs(smollm2_checkpoint, prefix_cache_min_tokens):
+def test_trainer_logprobs_equal_sampler_logprobs(smollm2_checkpoint, prefix_cache_min_tokens, dtype):
     from rewardbox.policy.guided import VocabularyIndex, tool_signatures
     from rewardbox.policy.local import LocalPolicy
     from rewardbox.policy.chat_template import render_prompt
 
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=prefix_cache_min_tokens)
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=prefix_cache_min_tokens,
+                         dtype=dtype)
     try:
+        assert next(policy.model.parameters()).dtype == getattr(torch, dtype)
         requests = _requests(ASKS, [11, 12, 13, 14])
         prompts = [policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
                    for r in requests]

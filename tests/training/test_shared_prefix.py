@@ -152,3 +152,19 @@ def test_a_prefix_the_prompt_does_not_extend_is_refused():
         completion_logprobs(model, [Sample([1, 2, 3], [4], 1.0)], 0, prefix=SharedPrefix([1, 2, 3], []))
     with pytest.raises(ValueError, match="micro_batch_sequences"):
         next(scored_micro_batches(model, [Sample([1, 2], [3], 1.0)], 0, 1.0, 0))
+
+
+def test_micro_batches_are_sized_from_the_memory_budget():
+    from rewardbox.training.shared_prefix import activation_bytes_per_token, micro_batch_rows
+
+    model = lora_model()
+    per_token = activation_bytes_per_token(model)
+    assert per_token == 2 * (16 * 32 + 4 * 64) * 4
+    rows = [Sample([1] * 100, [2] * 20, 1.0), Sample([1] * 100, [2] * 40, 1.0)]
+    assert micro_batch_rows(rows, 90, 8, None, per_token) == 8  # no budget: the count alone
+    assert micro_batch_rows(rows, 90, 8, 3 * 50 * per_token, per_token) == 3  # longest row: 50 tokens after the prefix
+    assert micro_batch_rows(rows, 0, 8, 1, per_token) == 1  # never below one row
+    samples = step_samples()
+    sizes = [len(b) for b, _, _ in scored_micro_batches(model, samples, 0, 1.0, 3, min_shared=16,
+                                                        memory_budget_bytes=12 * per_token)]
+    assert sizes and max(sizes) == 1 and sum(sizes) == len(samples)
