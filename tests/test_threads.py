@@ -105,3 +105,4 @@ def test_grading_workers_run_single_threaded_with_passive_waits():
         assert b"OMP_NUM_THREADS=1" in environ and b"OMP_WAIT_POLICY=PASSIVE" in environ
     finally:
         worker.stop(kill=True)
+

@@ -44,3 +44,11 @@ def test_policy_config_defaults_are_auto_and_counts_are_checked():
         PolicyConfig(kind="local", num_threads=0)
     with pytest.raises(ValueError):
         PolicyConfig(kind="local", num_threads="many")
+
+
+def test_on_policy_grpo_runs_in_float32_unless_asked_otherwise():
+    from rewardbox.policy.config import PolicyConfig
+    from rewardbox.training.local import on_policy_config
+
+    assert on_policy_config(PolicyConfig(kind="local")).dtype == "float32"
+    assert on_policy_config(PolicyConfig(kind="local", dtype="bfloat16")).dtype == "bfloat16"
