@@ -94,19 +94,28 @@ def prefill_tok_s(model, batch: int, prompt_tokens: int, repeats: int = 2) -> fl
 
 
 def decode_tok_s(model, batch: int, context_tokens: int, steps: int = 8, repeats: int = 2) -> float:
-    """Tokens per second of ``steps`` decode steps of ``batch`` rows after a ``context_tokens`` prefill."""
+    """Tokens per second of ``steps`` decode steps of ``batch`` rows after a ``context_tokens`` context.
+
+    The context is prefilled once at batch 1 (untimed) and its cache repeated for the rows, a
+    fresh copy per repeat, so only the decode steps are timed (through ``kv_cache.preallocated_cache``,
+    the policy's in-place cache).
+    """
+    from rewardbox.policy.kv_cache import preallocated_cache
+
     device = next(model.parameters()).device
-    ids = torch.randint(10, model.config.vocab_size, (batch, context_tokens), device=device)
+    ids = torch.randint(10, model.config.vocab_size, (1, context_tokens), device=device)
     best = float("inf")
     with torch.inference_mode():
+        prefilled = model(input_ids=ids, use_cache=True, logits_to_keep=1)
         for _ in range(repeats):
-            out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-            cache, step = out.cache, out.logits[:, -1:].argmax(-1)
+            cache = preallocated_cache(model.config, context_tokens + steps, prefilled.cache)
+            cache.batch_repeat_interleave(batch)
+            step = prefilled.logits[:, -1:].argmax(-1).expand(batch, 1)
             _sync()
             t0 = time.perf_counter()
             for _ in range(steps):
-                out = model(input_ids=step, cache=cache, use_cache=True)
-                cache, step = out.cache, out.logits[:, -1:].argmax(-1)
+                out = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1)
+                step = out.logits[:, -1:].argmax(-1)
             _sync()
             best = min(best, time.perf_counter() - t0)
     return batch * steps / best
