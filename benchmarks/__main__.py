@@ -39,8 +39,8 @@ from benchmarks.rows import load
 from rewardbox import strict_json
 
 ORDER = ("selection_pool", "report_metrics", "campaign_bookkeeping", "inprocess_episode", "sandbox_overhead",
-         "generation", "grpo_step", "executor", "grading")
-NOT_BENCHMARKS = {"__main__", "rows"}
+         "floor", "generation", "grpo_step", "executor", "grading")
+NOT_BENCHMARKS = {"__main__", "rows", "floor_model"}
 
 
 def discover() -> dict[str, Callable[[], Any]]:

@@ -22,7 +22,7 @@ logits: the part of the footprint that differs between the ways; distinct
 storages, summed over micro-batches), counted with ``saved_tensors_hooks``, so
 it does not depend on the machine's load or the allocator. Prompts share their
 first ``SHARED_PROMPT_FRAC`` tokens, as the embedded domains' prompts do; the
-trainer computes such a prefix once per micro-batch.
+trainer computes such a prefix once per step (``training.shared_prefix``).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ import threading
 import traceback
 from typing import Any, Protocol
 
-from rewardbox import strict_json
+from rewardbox import strict_json, threads
 from rewardbox.errors import InfrastructureError
 from rewardbox.grading.context import TestContext, install_thinkingbox_shim
 from rewardbox.grading.judge import Judge, JudgeConfig
@@ -248,9 +248,9 @@ class _Worker:
 
     def __init__(self) -> None:
         self.conn, child = multiprocessing.Pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", _BOOTSTRAP, str(child.fileno())], pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL
-        )
+        self.proc = subprocess.Popen(  # 1 thread, passive waits (rewardbox.threads)
+            [sys.executable, "-c", _BOOTSTRAP, str(child.fileno())], pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL, env=threads.single_thread_env())
         child.close()
         self.conn.send(list(sys.path))
         self.tests_run = 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -38,10 +38,13 @@ class PolicyConfig(BaseModel):
             In a profile it is usually left unset: the pipeline passes the
             ``base_checkpoint`` / ``merged_checkpoint`` asset's directory.
         adapter_dir: local only; an optional PEFT adapter merged on load.
-        device, dtype: local only; where and how weights live.
+        device, dtype: local only; where and how weights live. ``dtype: auto`` (default) is
+            bfloat16 where the device has bf16 matrix units (CUDA with bf16, a CPU with AMX or
+            AVX512-BF16) and float32 elsewhere (``rewardbox.policy.precision``).
         max_batch_size: local only; most requests per batched ``generate``.
         batch_wait_ms: local only; how long to wait for more requests, ms.
-        num_threads: local only; ``torch.set_num_threads`` (None leaves it).
+        num_threads: local only; torch threads: a count, ``auto`` (default: measured at start) or
+            None (leave torch's); passive OpenMP waits either way (``rewardbox.threads``).
         seed: local only; seeds sampling per batch (None: unseeded).
         guided_tool_calls: local only; restrict tool-call names and argument keys
             to the request's tools while they are written (``policy/guided.py``).
@@ -76,10 +79,10 @@ class PolicyConfig(BaseModel):
     checkpoint_dir: Path | None = None
     adapter_dir: Path | None = None
     device: str = "cpu"
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_batch_size: int = Field(8, ge=1)
     batch_wait_ms: float = Field(20.0, ge=0)
-    num_threads: int | None = Field(2, ge=1)
+    num_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     seed: int | None = None
     guided_tool_calls: bool = True
     base_url: str | None = None

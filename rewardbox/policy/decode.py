@@ -16,6 +16,9 @@ decodes with this loop instead. Per step it does only:
    KV is dropped (``Cache.batch_select_indices``), so the rest of the batch does
    not keep paying for them.
 
+The KV cache is preallocated for the prompt width plus the largest budget and
+written in place (``kv_cache``), not concatenated (copied) every step.
+
 A batch without padding (equal prompt lengths, or a shared prefix with equal
 suffixes) runs without an attention mask: causal attention alone is exact
 there, and no per-step mask is built.
@@ -35,6 +38,7 @@ from typing import Any, Protocol
 import torch
 from transformers import DynamicCache
 
+from rewardbox.policy.kv_cache import preallocated_cache
 from rewardbox.policy.sampling import PerRowSampler
 
 
@@ -83,7 +87,7 @@ def decode_batch(
     """
     rows, stops = list(range(input_ids.shape[0])), {int(t) for t in stop_token_ids}
     completions: list[list[int]] = [[] for _ in rows]
-    cache = cache if cache is not None else DynamicCache(config=model.config)
+    cache = _decode_cache(model.config, cache, input_ids.shape[1] + max(budgets))
     cached = cache.get_seq_length()  # columns the cache already holds (a shared prefix)
     positions = prompt_positions(attention_mask)
     if bool(attention_mask.all()):  # no padding: causal attention needs no mask (none is built per step)
@@ -112,6 +116,15 @@ def decode_batch(
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
         logits = _forward(model, tokens[:, None], attention_mask, next_position, cache)
         next_position = next_position + 1
+
+
+def _decode_cache(config: Any, cache: Any | None, capacity: int) -> Any:
+    """A cache written in place (``kv_cache.preallocated_cache``, the prefix's columns copied in once) for
+    full-attention models; ``transformers``' ``DynamicCache`` for others (sliding windows keep their layers)."""
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    if all(t == "full_attention" for t in layer_types) and (cache is None or isinstance(cache, DynamicCache)):
+        return preallocated_cache(config, capacity, cache)
+    return cache if cache is not None else DynamicCache(config=config)
 
 
 def _forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,

@@ -37,20 +37,13 @@ from rewardbox.policy.decode import decode_batch
 from rewardbox.policy.guided import ToolCallGuide, VocabularyIndex, record_forced_close, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.prefix_cache import PrefixCache
+from rewardbox.policy.precision import resolve_dtype
 from rewardbox.policy.sampling import PerRowSampler
+from rewardbox.threads import apply_thread_policy
 
 log = logging.getLogger(__name__)
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 _STOP = object()
-
-
-def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    value = getattr(torch, str(dtype).replace("torch.", ""), None)
-    if not isinstance(value, torch.dtype):
-        raise ValueError(f"dtype {dtype!r} is not a torch dtype; use float32, bfloat16 or float16")
-    return value
 
 
 class LocalPolicy:
@@ -72,9 +65,9 @@ class LocalPolicy:
         max_batch_size: int = 8,
         batch_wait_ms: float = 20.0,
         device: str = "cpu",
-        dtype: torch.dtype | str = torch.float32,
+        dtype: torch.dtype | str = "auto",
         seed: int | None = None,
-        num_threads: int | None = 2,
+        num_threads: int | str | None = "auto",
         temperature: float | None = None,
         max_new_tokens: int | None = None,
         name: str | None = None,
@@ -89,12 +82,12 @@ class LocalPolicy:
             max_batch_size: most requests decoded as one batch.
             batch_wait_ms: how long the worker waits for more requests after the first, ms
                 (it stops waiting once a full batch is queued).
-            device, dtype: where and how the weights live.
+            device, dtype: where and how the weights live (``"auto"``: ``precision.resolve_dtype``).
             seed: seeds the generators of rows whose request has no ``seed``
                 (reproducible runs); None draws fresh ones. A request's own ``seed``
                 seeds its row's generator (``sampling.PerRowSampler``), so its tokens
                 do not depend on the other rows of the batch.
-            num_threads: ``torch.set_num_threads`` value (None: leave as is).
+            num_threads: ``rewardbox.threads.apply_thread_policy``'s count (``"auto"``: measured).
             temperature, max_new_tokens: when set, override every request's values.
             name: policy name for records.
             prefix_cache_min_tokens: batches whose prompts share at least this many
@@ -105,8 +98,7 @@ class LocalPolicy:
         """
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        if num_threads:
-            torch.set_num_threads(num_threads)
+        self.thread_policy = apply_thread_policy(num_threads)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.name = name or self.checkpoint_dir.name
         self.max_batch_size = max_batch_size
@@ -119,7 +111,8 @@ class LocalPolicy:
         self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self.guided_tool_calls = guided_tool_calls
         self._vocabulary: VocabularyIndex | None = None
-        self._load_weights(_as_dtype(dtype), adapter_dir)
+        self.dtype = resolve_dtype(dtype, device)
+        self._load_weights(self.dtype, adapter_dir)
         self._queue: queue.Queue = queue.Queue()
         self._waiting: list[Pending] = []
         self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)

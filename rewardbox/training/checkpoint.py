@@ -25,9 +25,20 @@ def attach_lora(model, config: GRPOConfig):
 
 
 def trainable(model, config: GRPOConfig):
-    """The model to optimise: LoRA-wrapped (``finetune == "lora"``) or itself, every weight trainable."""
+    """The model to optimise: LoRA-wrapped (``finetune == "lora"``) or itself, every weight trainable.
+
+    Precision (docs/performance.md, "Precision"): with LoRA the frozen base keeps its dtype (bf16
+    where the CPU has bf16 units) and the adapter's weights are fp32 (peft's
+    ``autocast_adapter_dtype``), so the optimiser's master weights and AdamW state are fp32. A full
+    fine-tune is cast to fp32 first: AdamW steps of ~1e-6 of a weight vanish in bf16's 8-bit
+    mantissa, and the sampler (the same model object) then samples in fp32 too.
+    """
     if config.finetune == "lora":
         return attach_lora(model, config)
+    import torch
+
+    if next(model.parameters()).dtype != torch.float32:
+        model = model.float()
     for param in model.parameters():
         param.requires_grad_(True)
     return model
@@ -69,7 +80,9 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     adapter on ``lm_head`` changes the head only and one on the input embedding
     changes the embedding only; if the merge left both equal (the adapter touched
     neither) they are tied again, so the checkpoint keeps the base's layout. An
-    untied result says ``tie_word_embeddings: false`` in its config.
+    untied result says ``tie_word_embeddings: false`` in its config. The merge runs and is saved in
+    float32 whatever dtype the policy samples in (``policy.dtype`` casts at load), so the checkpoint
+    loses nothing to bf16 rounding of ``W + BA``.
 
     Everything is read and merged before anything is written, into
     ``<out_dir>.partial``, which then replaces ``out_dir``: a failure leaves no
@@ -80,6 +93,7 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
         ValueError: peft did not load every tensor of the adapter, or the model expects
             adapter tensors the file lacks (``check_adapter_loaded``; peft itself only warns).
     """
+    import torch
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -90,7 +104,7 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
         if not needed.exists():
             raise FileNotFoundError(f"cannot merge: {needed} is missing")
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)  # merged in and saved as fp32
     was_tied = untie_embeddings(base)
     adapted = PeftModel.from_pretrained(base, adapter_dir)
     check_adapter_loaded(adapted, adapter_dir)

@@ -68,7 +68,10 @@ class GRPOConfig(BaseModel):
             become too_easy (``curriculum.PosteriorTaskSampler``); ``"uniform"``
             shuffles the pool in passes.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter.
-        micro_batch_sequences: sequences per forward/backward pass (memory).
+        micro_batch_sequences: most sequences per forward/backward pass.
+        micro_batch_memory_mib: activations one micro-batch may keep for backward, MiB (an
+            estimate per token, ``shared_prefix.activation_bytes_per_token``): micro-batches of
+            long samples get fewer rows; None sizes by ``micro_batch_sequences`` alone.
         max_grad_norm: gradient clipping.
         temperature: rollout sampling temperature; the trainer scores at the same one.
         seed: task sampling and torch seed.
@@ -97,6 +100,7 @@ class GRPOConfig(BaseModel):
     lora_dropout: float = Field(0.0, ge=0, lt=1)
     lora_target_modules: list[str] = list(LORA_TARGET_MODULES)
     micro_batch_sequences: int = Field(4, ge=1)
+    micro_batch_memory_mib: int | None = Field(1024, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
     seed: int = 0

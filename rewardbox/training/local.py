@@ -24,6 +24,7 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
+from rewardbox.threads import apply_thread_policy
 from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import task_stream
@@ -103,17 +104,30 @@ def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_polic
     if profile.policy.kind != "local":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        apply_thread_policy("auto")  # this process runs the model being trained (LocalPolicy applies it itself)
+
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         return build_policy(profile.policy), model, pad_id, chat_tokenizer(tokenizer), None
-    policy = build_policy(profile.policy, checkpoint_dir=base_dir)
+    policy = build_policy(on_policy_config(profile.policy), checkpoint_dir=base_dir)
     check_policy_budget(policy, profile, pool)
     policy.model = trainable(policy.model, cfg)
     guide_index = None
     if policy.guided_tool_calls:
         guide_index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
     return policy, policy.model, policy.pad_token_id, None, guide_index
+
+
+def on_policy_config(policy_config):
+    """The rollout policy's config for on-policy GRPO: ``dtype: auto`` becomes float32.
+
+    In bf16 the sampler's log-probs and the trainer's differ by up to 0.24 on the real
+    SmolLM2 weights (the slow on-policy test, docs/performance.md "Precision") against
+    < 1e-3 in fp32, so GRPO rollouts and the update run in fp32 unless a profile asks for
+    bf16 explicitly; probes and evaluation keep ``auto``.
+    """
+    return policy_config.model_copy(update={"dtype": "float32"}) if policy_config.dtype == "auto" else policy_config
 
 
 def rollout_profile(profile: Profile) -> Profile:

@@ -18,8 +18,9 @@ the vocabulary projection costs ``B x T x V`` instead of ``B x W x V``. A
 prompt prefix every row of a micro-batch shares (the system prompt, tool list
 and worked example: about 900 of 1,100 tokens in the embedded domains; a
 whole first-turn prompt within a group) runs once, its key/value cache
-repeated for the rows, as generation's prefix cache does; the trainer sorts
-samples by prompt so micro-batches share as much as possible.
+repeated for the rows, as generation's prefix cache does. The trainer goes
+further (``shared_prefix``): a prefix shared by a block of samples (a group's
+first prompt) runs once per optimiser step and is passed in as ``SharedPrefix``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,23 @@ from rewardbox.policy.prefix_cache import common_prefix_len
 
 MIN_SHARED_PREFIX_TOKENS = 64
 """A prompt prefix shared by a whole micro-batch is computed once when at least this long."""
+
+
+@dataclass
+class SharedPrefix:
+    """A prompt prefix encoded once (batch 1) whose key/value states several micro-batches reuse.
+
+    Attributes:
+        ids: the prefix's ``n`` token ids; every scored row's prompt starts with them and is longer.
+        kv: per decoder layer ``(keys, values)``, each ``[1, kv_heads, n, head_dim]``.
+    """
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def length(self) -> int:
+        return len(self.ids)
 
 
 @dataclass
@@ -114,22 +132,32 @@ def _allowed(batch: Sequence[Sample], t_max: int, vocab: int, device) -> torch.T
     return allowed
 
 
-def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shared: int) -> tuple[torch.Tensor, int]:
+def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shared: int,
+                   prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, int]:
     """Decoder hidden states ``[B, W - n, H]`` of each row after the prompt prefix all rows share, and ``n``.
 
     The shared prefix (``n`` tokens, 0 when shorter than ``min_shared``) runs once
     at batch 1 and its key/value cache is repeated for the rows; gradients flow
     back through it once. The prefix's states do not depend on what follows
-    (causal attention), so the result equals a full forward of every row.
+    (causal attention), so the result equals a full forward of every row. With
+    ``prefix`` (encoded once per optimiser step, ``shared_prefix``) its states are
+    used instead and nothing before ``prefix.length`` runs here.
     """
+    from transformers import DynamicCache
+
     decoder = model.get_decoder()
-    n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
-    if n < min_shared:
-        input_ids, attention = right_padded(batch, pad_id, device)
-        return decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state, 0
-    prefix = torch.tensor([batch[0].prompt_ids[:n]], dtype=torch.long, device=device)
-    cache = decoder(input_ids=prefix, use_cache=True).past_key_values
-    cache.batch_repeat_interleave(len(batch))
+    if prefix is not None:
+        n = prefix.length
+        cache = DynamicCache([(k.expand(len(batch), -1, -1, -1), v.expand(len(batch), -1, -1, -1))
+                              for k, v in prefix.kv])
+    else:
+        n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
+        if n < min_shared:
+            input_ids, attention = right_padded(batch, pad_id, device)
+            return decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state, 0
+        ids = torch.tensor([batch[0].prompt_ids[:n]], dtype=torch.long, device=device)
+        cache = decoder(input_ids=ids, use_cache=True).cache
+        cache.batch_repeat_interleave(len(batch))
     rest = [Sample(s.prompt_ids[n:], s.completion_ids, s.advantage) for s in batch]
     suffix_ids, suffix_mask = right_padded(rest, pad_id, device)
     attention = torch.cat([torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1)
@@ -141,7 +169,7 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
 
 def completion_logprobs(
     model: torch.nn.Module, batch: Sequence[Sample], pad_id: int, temperature: float = 1.0,
-    min_shared_prefix_tokens: int | None = None,
+    min_shared_prefix_tokens: int | None = None, prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token under ``guide(logits / temperature)``.
 
@@ -154,6 +182,8 @@ def completion_logprobs(
         min_shared_prefix_tokens: a prompt prefix shared by every row of at least
             this many tokens is computed once (see ``_hidden_states``); None reads
             ``MIN_SHARED_PREFIX_TOKENS``.
+        prefix: key/value states of a prefix every row's prompt starts with, computed
+            elsewhere (once per optimiser step: ``shared_prefix.scored_micro_batches``).
 
     Returns:
         ``(logprobs [B, T] float32, mask [B, T] float32)``, ``T`` the longest
@@ -168,7 +198,10 @@ def completion_logprobs(
         raise ValueError("every sample needs at least one prompt token and one completion token")
     device = next(model.parameters()).device
     min_shared = MIN_SHARED_PREFIX_TOKENS if min_shared_prefix_tokens is None else min_shared_prefix_tokens
-    hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared)
+    if prefix is not None and any(s.prompt_ids[: prefix.length] != prefix.ids or len(s.prompt_ids) <= prefix.length
+                                  for s in batch):
+        raise ValueError(f"every prompt must start with the {prefix.length}-token shared prefix and extend it")
+    hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared, prefix)
     t_max = max(len(s.completion_ids) for s in batch)
     positions = torch.zeros((len(batch), t_max), dtype=torch.long)
     targets = torch.zeros((len(batch), t_max), dtype=torch.long)

@@ -38,6 +38,7 @@ from rewardbox.training.groups import Group, RolloutFn, collect_groups
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
+from rewardbox.training.shared_prefix import scored_micro_batches
 
 __all__ = ["Sample", "StepMetrics", "TrainingSummary", "completion_logprobs", "group_samples",
            "optimise_step", "train_grpo"]
@@ -179,9 +180,10 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     optimizer.zero_grad(set_to_none=True)
     totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
     gap: float | None = None
-    for start in range(0, len(samples), config.micro_batch_sequences):
-        batch = samples[start : start + config.micro_batch_sequences]
-        logprobs, mask = completion_logprobs(model, batch, pad_id, config.temperature)
+    # each shared prompt prefix runs once per step, its gradient back-propagated once (shared_prefix)
+    budget = None if config.micro_batch_memory_mib is None else config.micro_batch_memory_mib << 20
+    for batch, logprobs, mask in scored_micro_batches(model, samples, pad_id, config.temperature,
+                                                      config.micro_batch_sequences, memory_budget_bytes=budget):
         old, known = _old_logprobs(batch, logprobs)
         if known:
             diff = ((logprobs.detach() - old).abs() * mask).max().item()

@@ -120,3 +120,44 @@ def test_sampler_greedy_scaled_and_one_hot_rows():
     assert again.draw(scores[1:2], [1]).tolist() == [int(chosen[1])]  # row 1 alone: the same draw
     with pytest.raises(ValueError, match="temperatures"):
         PerRowSampler([1, 2], temperatures=[1.0])
+
+
+def test_kv_cache_is_written_in_place_and_equals_concatenation():
+    from transformers import DynamicCache
+
+    from rewardbox.policy.kv_cache import PreallocatedLayer, preallocated_cache
+
+    model = tiny_model()
+    ids = torch.tensor([[5, 9, 13, 2, 7, 1], [3, 4, 6, 8, 10, 12]])
+    outs = {}
+    for name, make in (("dynamic", lambda: DynamicCache(config=model.config)),
+                       ("preallocated", lambda: preallocated_cache(model.config, capacity=8))):
+        cache, logits, pointers = make(), [], set()
+        with torch.inference_mode():
+            out = model(input_ids=ids[:, :4], cache=cache, use_cache=True)
+            for step in range(4, 6 + 6):  # past the capacity of 8: the buffer grows once
+                token = ids[:, step : step + 1] if step < 6 else out.logits[:, -1:].argmax(-1)
+                out = model(input_ids=token, cache=cache, use_cache=True)
+                logits.append(out.logits)
+                if isinstance(cache.layers[0], PreallocatedLayer):
+                    pointers.add(cache.layers[0]._keys.data_ptr())
+            cache.batch_select_indices(torch.tensor([1]))
+            logits.append(model(input_ids=torch.tensor([[3]]), cache=cache, use_cache=True).logits)
+        outs[name] = (torch.cat([x[-1:] for x in logits]), cache.get_seq_length(), pointers)
+    assert torch.equal(outs["dynamic"][0], outs["preallocated"][0])
+    assert outs["dynamic"][1] == outs["preallocated"][1] == 13
+    assert len(outs["preallocated"][2]) == 2  # one buffer up to capacity 8, one after doubling: no copy per step
+
+
+def test_decode_uses_the_preallocated_cache():
+    from rewardbox.policy import decode
+    from rewardbox.policy.kv_cache import PreallocatedLayer
+
+    seen = []
+    real = decode._decode_cache
+    decode._decode_cache = lambda *a: seen.append(real(*a)) or seen[-1]
+    try:
+        rows, _ = _decode(tiny_model(), PROMPTS, budgets=[4, 4, 4, 4])
+    finally:
+        decode._decode_cache = real
+    assert isinstance(seen[0].layers[0], PreallocatedLayer) and all(len(r) == 4 for r in rows)

@@ -103,14 +103,19 @@ ASKS = ["Please cancel my order #W6021, I ordered by mistake.", "What is the sta
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.xfail(
+    strict=False, reason="bf16 sampler vs trainer gap measured 0.24 (prefix-cache; no-cache unmeasured): "
+                         "GRPO forces fp32 (training.local.on_policy_config, docs/performance.md)"))])
 @pytest.mark.parametrize("prefix_cache_min_tokens", [64, 1_000_000], ids=["prefix-cache", "no-cache"])
-def test_trainer_logprobs_equal_sampler_logprobs(smollm2_checkpoint, prefix_cache_min_tokens):
+def test_trainer_logprobs_equal_sampler_logprobs(smollm2_checkpoint, prefix_cache_min_tokens, dtype):
     from rewardbox.policy.guided import VocabularyIndex, tool_signatures
     from rewardbox.policy.local import LocalPolicy
     from rewardbox.policy.chat_template import render_prompt
 
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=prefix_cache_min_tokens)
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=prefix_cache_min_tokens,
+                         dtype=dtype)
     try:
+        assert next(policy.model.parameters()).dtype == getattr(torch, dtype)
         requests = _requests(ASKS, [11, 12, 13, 14])
         prompts = [policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
                    for r in requests]

@@ -1,0 +1,151 @@
+"""The model path against this machine's floor, measured in the same run (issue 28).
+
+First the floor, in this process with the thread policy the policy uses
+(``rewardbox.threads``): GEMM GFLOP/s in float32 and bfloat16 (a prefill-shaped
+``[M x K] @ [K x N]`` matmul, SmolLM2-135M's MLP widths) and memory bandwidth
+(GiB/s reading a tensor far larger than the caches). Then the model, in the
+dtype ``policy.dtype: auto`` picks here (``rewardbox.policy.precision``), each
+figure as a fraction of its floor:
+
+* **prefill tok/s**: one forward over ``B x L`` prompt tokens; floor = GEMM
+  GFLOP/s (model dtype) / FLOPs per token (``2 x matmul parameters`` plus
+  attention ``4 x layers x L/2 x hidden``).
+* **decode tok/s** at the batch sizes the demo forms: steps of ``B`` rows against
+  a ``L``-token cache; floor = bandwidth x ``B`` / bytes read per step (every
+  weight once, plus the rows' key/value cache).
+* **rows per decode step**: 8 requests reach ``LocalPolicy`` 0.15 s apart (as
+  episodes' turns do); the mean number of rows per decode forward over 8
+  requests in flight. The policy runs one batch to its end, so a request that
+  arrives meanwhile waits (continuous batching is not built yet).
+* **seconds per scored GRPO sample**: ``trainer.optimise_step`` on ``G``-sample
+  groups with a shared first prompt (LoRA r16, all linear layers); floor = FLOPs
+  of forward and input-gradient backward (``4 x matmul parameters`` per token the
+  step runs, the shared prefix once per group) / GEMM GFLOP/s.
+
+Sizes: ``REWARDBOX_BENCH_FLOOR="prompt,completion,groups,group_size"``
+(default ``1100,40,2,4``). Each figure is a best of a few repeats, so load
+spikes hurt it less; the load is printed with every row. Models come from
+``SmolLM2-135M``'s converted checkpoint (prefill, decode, GRPO) or, with
+``model_config`` given (``scripts/gpu_bench.py``, the CPU dry-run test), are
+built from a config with random weights.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from benchmarks.rows import row
+
+GEMM_SHAPE = (512, 576, 1536)
+MEMORY_BYTES = 256 << 20
+
+
+def _best(fn, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _sync() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def gemm_gflops(dtype: torch.dtype, device: str = "cpu", shape=GEMM_SHAPE, repeats: int = 5) -> float:
+    """Best-of-``repeats`` GFLOP/s of ``[M, K] @ [K, N]`` in ``dtype`` (``2 M K N`` FLOPs per product)."""
+    m, k, n = shape
+    a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+    inner = 4
+    seconds = _best(lambda: [torch.mm(a, b) for _ in range(inner)], repeats)
+    return 2 * m * k * n * inner / seconds / 1e9
+
+
+def memory_gib_s(device: str = "cpu", nbytes: int = MEMORY_BYTES, repeats: int = 5) -> float:
+    """Best-of-``repeats`` read bandwidth, GiB/s: summing a ``nbytes`` float32 tensor."""
+    x = torch.ones(nbytes // 4, device=device)
+    return nbytes / _best(lambda: x.sum(), repeats) / (1 << 30)
+
+
+def machine_floor(device: str = "cpu") -> dict[str, float]:
+    """``{gemm_fp32_gflops, gemm_bf16_gflops, memory_gib_s}`` measured now."""
+    return {"gemm_fp32_gflops": gemm_gflops(torch.float32, device), "gemm_bf16_gflops": gemm_gflops(torch.bfloat16, device),
+            "memory_gib_s": memory_gib_s(device)}
+
+
+def matmul_params(model) -> int:
+    """Parameters multiplied per token: every linear weight, the LM head included (tied or not)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def prefill_tok_s(model, batch: int, prompt_tokens: int, repeats: int = 2) -> float:
+    """Prompt tokens per second of one forward over ``batch x prompt_tokens`` ids (no cache kept)."""
+    device = next(model.parameters()).device
+    ids = torch.randint(10, model.config.vocab_size, (batch, prompt_tokens), device=device)
+    with torch.inference_mode():
+        seconds = _best(lambda: model(input_ids=ids, use_cache=False, logits_to_keep=1), repeats)
+    return batch * prompt_tokens / seconds
+
+
+def decode_tok_s(model, batch: int, context_tokens: int, steps: int = 8, repeats: int = 2) -> float:
+    """Tokens per second of ``steps`` decode steps of ``batch`` rows after a ``context_tokens`` context.
+
+    The context is prefilled once at batch 1 (untimed) and its cache repeated for the rows, a
+    fresh copy per repeat, so only the decode steps are timed (through ``kv_cache.preallocated_cache``,
+    the policy's in-place cache).
+    """
+    from rewardbox.policy.kv_cache import preallocated_cache
+
+    device = next(model.parameters()).device
+    ids = torch.randint(10, model.config.vocab_size, (1, context_tokens), device=device)
+    best = float("inf")
+    with torch.inference_mode():
+        prefilled = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+        for _ in range(repeats):
+            cache = preallocated_cache(model.config, context_tokens + steps, prefilled.cache)
+            cache.batch_repeat_interleave(batch)
+            step = prefilled.logits[:, -1:].argmax(-1).expand(batch, 1)
+            _sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1)
+                step = out.logits[:, -1:].argmax(-1)
+            _sync()
+            best = min(best, time.perf_counter() - t0)
+    return batch * steps / best
+
+
+def attention_flops_per_token(config, context_tokens: int) -> float:
+    """``QK^T`` and ``AV`` FLOPs per token at a mean context of ``context_tokens``."""
+    return 4.0 * config.num_hidden_layers * context_tokens * config.hidden_size
+
+
+def kv_bytes_per_row(config, context_tokens: int, itemsize: int) -> float:
+    """Bytes of key/value cache one decode row reads at ``context_tokens``."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2.0 * config.num_hidden_layers * config.num_key_value_heads * head_dim * context_tokens * itemsize
+
+
+def sizes() -> tuple[int, int, int, int]:
+    """``(prompt, completion, groups, group_size)`` from ``REWARDBOX_BENCH_FLOOR`` or the defaults."""
+    raw = os.environ.get("REWARDBOX_BENCH_FLOOR", "1100,40,2,4")
+    prompt, completion, groups, group_size = (int(x) for x in raw.split(","))
+    return prompt, completion, groups, group_size
+
+
+def run() -> list[dict]:
+    """The floor rows and the model rows as fractions of them (see the module doc)."""
+    from benchmarks.floor_model import model_rows
+
+    floor = machine_floor()
+    rows = [row("GEMM fp32 (this machine, floor)", floor["gemm_fp32_gflops"], "GFLOP/s", None),
+            row("GEMM bf16 (this machine, floor)", floor["gemm_bf16_gflops"], "GFLOP/s", floor["gemm_fp32_gflops"],
+                "fp32 GEMM, this run"),
+            row("memory read (this machine, floor)", floor["memory_gib_s"], "GiB/s", None)]
+    return rows + model_rows(floor, *sizes())

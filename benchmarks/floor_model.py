@@ -1,0 +1,145 @@
+"""The model rows of ``benchmarks.floor``: prefill, decode, rows per decode step, GRPO seconds per sample.
+
+Not a benchmark of its own (no ``run``); ``benchmarks.floor`` and
+``scripts/gpu_bench.py`` call it. See ``benchmarks.floor`` for the floors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from benchmarks.floor import (attention_flops_per_token, decode_tok_s, kv_bytes_per_row, matmul_params,
+                              prefill_tok_s)
+from benchmarks.rows import row
+
+DEMO_BATCH_SIZES = (1, 4, 8)
+"""Decode batch sizes the demo forms (issue 28: 3.0-3.85 rows per step on average, up to 8 in flight)."""
+
+
+def group_samples_like_grpo(groups: int, group_size: int, prompt: int, completion: int, vocab: int) -> list:
+    """``groups x group_size`` samples: a 900/1,100 system prefix shared by all, each group's prompt by its rows."""
+    from rewardbox.training.logprobs import Sample
+
+    gen = torch.Generator().manual_seed(0)
+    system = torch.randint(10, vocab, (prompt * 9 // 11,), generator=gen).tolist()
+    out = []
+    for g in range(groups):
+        own = torch.randint(10, vocab, (prompt - len(system),), generator=gen).tolist()
+        for r in range(group_size):
+            done = torch.randint(10, vocab, (completion,), generator=gen).tolist()
+            out.append(Sample(system + own, done, advantage=1.0 if r % 2 else -1.0))
+    return out
+
+
+def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, int]:
+    """Best seconds per sample of ``trainer.optimise_step`` (LoRA r16, all linear), and tokens the decoder ran."""
+    from rewardbox.training.checkpoint import attach_lora
+    from rewardbox.training.config import GRPOConfig
+    from rewardbox.training.shared_prefix import plan_blocks
+    from rewardbox.training.trainer import optimise_step
+
+    config = GRPOConfig(micro_batch_sequences=2)
+    lora = attach_lora(model, config)
+    optimizer = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=1e-5)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        optimise_step(lora, optimizer, samples, config, pad_id=0)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    ran = sum(b.prefix_len + sum(len(s.prompt_ids) + len(s.completion_ids) - b.prefix_len for s in b.samples)
+              for b in plan_blocks(samples))
+    lora.unload()
+    return best / len(samples), ran
+
+
+def rows_per_decode_step(checkpoint: Path, requests: int = 8, gap_s: float = 0.15, new_tokens: int = 24) -> dict:
+    """Mean rows per decode forward while ``requests`` short requests arrive ``gap_s`` apart at ``LocalPolicy``."""
+    from rewardbox.policy.base import ChatRequest
+    from rewardbox.policy.local import LocalPolicy
+
+    policy = LocalPolicy(checkpoint, max_batch_size=16, seed=0, guided_tool_calls=False)
+    widths: list[int] = []
+    hook = policy.model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
+
+    async def one(i: int):
+        await asyncio.sleep(i * gap_s)
+        return await policy.complete(ChatRequest(messages=[{"role": "user", "content": f"Note {i} about tea."}],
+                                                 tools=[], max_new_tokens=new_tokens, temperature=0.0))
+
+    async def go():
+        try:
+            return await asyncio.gather(*(one(i) for i in range(requests)))
+        finally:
+            await policy.aclose()
+
+    asyncio.run(go())
+    hook.remove()
+    return {"rows_per_step": sum(widths) / max(1, len(widths)), "decode_steps": len(widths), "in_flight": requests}
+
+
+def _fractions(model, floor: dict, prompt: int, completion: int) -> tuple[float, float]:
+    """(prefill floor tok/s, decode floor tok/s per row) for ``model`` in its dtype."""
+    dtype = next(model.parameters()).dtype
+    gflops = floor["gemm_bf16_gflops"] if dtype == torch.bfloat16 else floor["gemm_fp32_gflops"]
+    params = matmul_params(model)
+    flops = 2.0 * params + attention_flops_per_token(model.config, prompt // 2)
+    itemsize = torch.finfo(dtype).bits // 8
+    weight_bytes = sum(p.numel() for p in model.parameters()) * itemsize
+    return gflops * 1e9 / flops, (floor["memory_gib_s"] * (1 << 30), weight_bytes,
+                                  kv_bytes_per_row(model.config, prompt + completion // 2, itemsize))
+
+
+def model_rows(floor: dict, prompt: int, completion: int, groups: int, group_size: int, *, model=None,
+               checkpoint: Path | None = None, rows_step: bool = True) -> list[dict]:
+    """Prefill, decode (``DEMO_BATCH_SIZES``), rows per step and GRPO rows as fractions of ``floor``.
+
+    Args:
+        floor: ``benchmarks.floor.machine_floor()``'s figures.
+        prompt, completion, groups, group_size: sizes (``benchmarks.floor.sizes``).
+        model: a causal LM to measure (built from a config); None loads the SmolLM2 checkpoint
+            in ``policy.dtype: auto``'s dtype.
+        checkpoint: the checkpoint directory for the rows-per-step row (None: converted SmolLM2).
+        rows_step: measure rows per decode step (needs a checkpoint directory with a tokenizer).
+    """
+    if model is None:
+        from transformers import AutoModelForCausalLM
+
+        from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
+        from rewardbox.policy.precision import resolve_dtype
+
+        checkpoint = checkpoint or convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=resolve_dtype("auto"))
+    model.eval()
+    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    prefill_floor, (bandwidth, weight_bytes, kv_row) = _fractions(model, floor, prompt, completion)
+    prefill = prefill_tok_s(model, 1, prompt)
+    rows = [row(f"prefill {prompt} tokens, batch 1 ({dtype})", prefill, "tokens/s", prefill_floor,
+                "GEMM floor, this run")]
+    for batch in DEMO_BATCH_SIZES:
+        tok_s = decode_tok_s(model, batch, prompt)
+        floor_tok_s = bandwidth * batch / (weight_bytes + batch * kv_row)
+        rows.append(row(f"decode, batch {batch}, {prompt}-token context ({dtype})", tok_s, "tokens/s", floor_tok_s,
+                        "memory floor, this run"))
+    if rows_step and checkpoint is not None:
+        measured = rows_per_decode_step(checkpoint)
+        rows.append(row("rows per decode step, 8 requests 0.15 s apart", measured["rows_per_step"], "rows", 8.0,
+                        "requests in flight", detail=measured))
+    samples = group_samples_like_grpo(groups, group_size, prompt, completion, model.config.vocab_size)
+    per_sample_s, ran = grpo_seconds_per_sample(model, samples)
+    head = model.get_output_embeddings().weight.numel()
+    gflops = floor["gemm_bf16_gflops"] if dtype == "bfloat16" else floor["gemm_fp32_gflops"]
+    flops = 4.0 * (matmul_params(model) - head) * ran + 4.0 * head * completion * len(samples)
+    floor_s = flops / (gflops * 1e9) / len(samples)
+    rows.append(row(f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
+                    per_sample_s, "s", floor_s, "GEMM floor, this run",
+                    detail={"decoder_tokens_run": ran, "samples": len(samples)}))
+    return rows

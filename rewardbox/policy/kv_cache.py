@@ -1,0 +1,96 @@
+"""A key/value cache written in place: no per-step copy of the whole cache.
+
+``transformers``' ``DynamicLayer.update`` appends a step's keys and values with
+``torch.cat``, which copies every layer's whole cache each decode step (issue 28
+measured a cache that is not rewritten 1.2-1.5x faster per decode step).
+``PreallocatedLayer`` keeps a buffer of ``capacity`` positions per layer, writes
+each step's columns into it, and hands attention a view of the filled part; the
+values are the same tensors ``torch.cat`` would build, so the tokens are too
+(``tests/policy/test_decode.py`` checks greedy rows against plain ``generate``).
+The buffer grows by doubling if a row ever outruns it, and rows leaving the batch
+(``batch_select_indices``) copy only the rows kept, as before.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+
+class PreallocatedLayer(DynamicLayer):
+    """A ``DynamicLayer`` whose keys/values live in a ``[B, H, capacity, D]`` buffer written in place."""
+
+    def __init__(self, capacity: int):
+        super().__init__()
+        self.capacity = max(1, int(capacity))
+        self._length = 0
+        self._keys = self._values = None
+
+    def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.keys, self.values = self._keys[:, :, : self._length], self._values[:, :, : self._length]
+        return self.keys, self.values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write the new columns after the filled ones; returns views of every filled column."""
+        new = key_states.shape[-2]
+        if not self.is_initialized:
+            self.device, self.is_initialized = key_states.device, True
+            shape = (*key_states.shape[:2], max(self.capacity, new), key_states.shape[-1])
+            self._keys = key_states.new_empty(shape)
+            self._values = value_states.new_empty((*shape[:3], value_states.shape[-1]))
+        if self._length + new > self._keys.shape[2]:
+            self._grow(max(2 * self._keys.shape[2], self._length + new))
+        self._keys[:, :, self._length : self._length + new] = key_states
+        self._values[:, :, self._length : self._length + new] = value_states
+        self._length += new
+        return self._views()
+
+    def _grow(self, capacity: int) -> None:
+        keys = self._keys.new_empty((*self._keys.shape[:2], capacity, self._keys.shape[-1]))
+        values = self._values.new_empty((*self._values.shape[:2], capacity, self._values.shape[-1]))
+        keys[:, :, : self._length] = self._keys[:, :, : self._length]
+        values[:, :, : self._length] = self._values[:, :, : self._length]
+        self._keys, self._values = keys, values
+
+    def get_seq_length(self) -> int:
+        return self._length if self.is_initialized else 0
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._keys, self._values = self._keys[indices], self._values[indices]
+            self._views()
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.is_initialized:
+            self._keys = self._keys.repeat_interleave(repeats, dim=0)
+            self._values = self._values.repeat_interleave(repeats, dim=0)
+            self._views()
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove")
+        if self.is_initialized and tokens_to_remove:
+            self._length = max(0, self._length + tokens_to_remove)
+            self._views()
+
+    def reset(self) -> None:
+        self._length, self._keys, self._values = 0, None, None
+        super().reset()
+
+
+def preallocated_cache(config, capacity: int, source: DynamicCache | None = None) -> DynamicCache:
+    """A cache of ``PreallocatedLayer`` (one per decoder layer) of ``capacity`` positions.
+
+    Args:
+        config: the model's config (``num_hidden_layers``).
+        capacity: positions to reserve: prompt width + the largest token budget.
+        source: a filled cache (the shared-prefix cache) whose columns are copied in once.
+    """
+    cache = DynamicCache()
+    cache.layers = [PreallocatedLayer(capacity) for _ in range(config.num_hidden_layers)]
+    if source is not None:
+        for layer, filled in zip(cache.layers, source.layers):
+            if filled.is_initialized and filled.get_seq_length() > 0:
+                layer.update(filled.keys, filled.values)
+    return cache

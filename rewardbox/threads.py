@@ -1,0 +1,155 @@
+"""Thread policy of every process that runs the model: passive OpenMP waits, a measured thread count.
+
+Torch's CPU kernels run on an OpenMP team (``torch.__config__.parallel_info()``:
+"ATen parallel backend: OpenMP", GNU libgomp in the pip wheels). By default a
+libgomp thread that reaches a barrier first spins for its partner; on a shared
+2-core machine the partner is often descheduled, so the spinning thread burns
+its core for nothing (issue 28 measured 5.9x the CPU per decoded token with 2
+threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
+
+1. **Wait policy** (``WAIT_POLICY_ENV``): ``OMP_WAIT_POLICY=PASSIVE`` (libgomp and
+   LLVM/Intel OpenMP: a waiting thread sleeps at once), ``GOMP_SPINCOUNT=0`` and
+   ``KMP_BLOCKTIME=0``. OpenMP reads them once, when its library loads (``import
+   torch``), so ``rewardbox/__init__.py`` sets them (``setdefault``: a user's own
+   value wins) before any rewardbox module imports torch. A process that imported
+   torch before rewardbox keeps its runtime's defaults; ``ThreadPolicy.wait_policy_applied``
+   says so and a warning is logged.
+2. **Thread count** (``apply_thread_policy``): a fixed ``int`` from the config, or
+   ``"auto"``: measured at start, the team size among ``1 .. usable cores`` that
+   runs a decode-shaped matmul fastest (more threads only when >= 15% faster,
+   ``MIN_GAIN``); about 0.3 s. Inter-op threads are 1 (the policy runs one model
+   call at a time).
+
+Grading workers (``rewardbox.grading.testrunner``) are processes of their own
+started with ``single_thread_env()`` (1 OpenMP/BLAS thread, passive waits), so
+the model's team and the graders never stack more runnable threads than their
+work needs, and a model thread waiting on a descheduled partner sleeps instead of
+spinning. See docs/performance.md, "Threads".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+WAIT_POLICY_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0", "KMP_BLOCKTIME": "0"}
+"""Environment that makes every OpenMP runtime torch may load wait passively."""
+
+MIN_GAIN = 1.15
+"""``"auto"`` takes a larger team only when it runs the probe at least this much faster."""
+
+_WAIT_POLICY_BEFORE_TORCH: bool | None = None
+
+
+@dataclass(frozen=True)
+class ThreadPolicy:
+    """The policy applied to this process.
+
+    Attributes:
+        threads: torch intra-op threads (``torch.get_num_threads()`` after applying).
+        wait_policy: ``OMP_WAIT_POLICY`` as set in the environment.
+        wait_policy_applied: True when the environment was set before torch loaded OpenMP.
+        chosen_by: ``"config"`` (a fixed count) or ``"measured"`` (``"auto"``).
+        probe_s: seconds per probe matmul per candidate team size (``"auto"`` only).
+    """
+
+    threads: int
+    wait_policy: str
+    wait_policy_applied: bool
+    chosen_by: str
+    probe_s: dict[int, float]
+
+
+_APPLIED: ThreadPolicy | None = None
+
+
+def set_wait_policy_env() -> bool:
+    """Put ``WAIT_POLICY_ENV`` into ``os.environ`` (existing values win); True when torch was not loaded yet."""
+    global _WAIT_POLICY_BEFORE_TORCH
+    for key, value in WAIT_POLICY_ENV.items():
+        os.environ.setdefault(key, value)
+    if _WAIT_POLICY_BEFORE_TORCH is None:
+        _WAIT_POLICY_BEFORE_TORCH = "torch" not in sys.modules
+    return _WAIT_POLICY_BEFORE_TORCH
+
+
+def single_thread_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment for a worker process that must not compete with the model: 1 thread, passive waits."""
+    env = dict(os.environ if base is None else base)
+    env.update(WAIT_POLICY_ENV)
+    env.update({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+    return env
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on (its affinity mask), >= 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _probe_seconds(threads: int, repeats: int = 6) -> float:
+    """Best wall time of a decode-shaped matmul (8 rows x 576 -> 1536, SmolLM2-135M's MLP) x 64 with ``threads``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    x, w = torch.randn(8, 576), torch.randn(576, 1536)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(64):
+            torch.mm(x, w)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
+    """Apply the thread policy to this process and return it (also kept for ``current_thread_policy``).
+
+    Args:
+        num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc), or
+            None (leave torch's count; the wait policy still applies to later children).
+
+    Raises:
+        ValueError: a count < 1 or an unknown string.
+    """
+    global _APPLIED
+    import torch
+
+    applied = set_wait_policy_env()
+    if not applied:
+        log.warning("torch was imported before rewardbox: OpenMP keeps its default (spinning) wait policy "
+                    "in this process; import rewardbox first or set OMP_WAIT_POLICY=PASSIVE")
+    probe: dict[int, float] = {}
+    if num_threads == "auto":
+        best = 1
+        for threads in range(1, usable_cores() + 1):
+            probe[threads] = _probe_seconds(threads)
+            if probe[threads] * MIN_GAIN <= probe[best]:
+                best = threads
+        count, chosen_by = best, "measured"
+    elif num_threads is None:
+        count, chosen_by = torch.get_num_threads(), "unchanged"
+    elif isinstance(num_threads, int) and num_threads >= 1:
+        count, chosen_by = num_threads, "config"
+    else:
+        raise ValueError(f"num_threads must be an int >= 1, 'auto' or None, got {num_threads!r}")
+    torch.set_num_threads(count)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set, or inter-op work already ran: keep it
+        pass
+    _APPLIED = ThreadPolicy(torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""), applied, chosen_by, probe)
+    log.info("thread policy: %s", _APPLIED)
+    return _APPLIED
+
+
+def current_thread_policy() -> ThreadPolicy | None:
+    """The policy last applied in this process (None: never applied)."""
+    return _APPLIED

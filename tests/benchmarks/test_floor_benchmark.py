@@ -1,0 +1,62 @@
+"""The floor benchmark's pieces and the GPU script's CPU dry run (scripts/gpu_bench.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from benchmarks import floor
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_floor_figures_are_positive_and_bandwidth_is_bytes_over_time():
+    assert floor.gemm_gflops(torch.float32, shape=(64, 64, 64), repeats=2) > 0
+    assert floor.memory_gib_s(nbytes=8 << 20, repeats=2) > 0
+
+
+def test_attention_and_kv_terms_follow_the_config():
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3)
+    assert floor.attention_flops_per_token(config, 100) == 4 * 30 * 100 * 576
+    assert floor.kv_bytes_per_row(config, 100, 4) == 2 * 30 * 3 * 64 * 100 * 4
+
+
+def test_sizes_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("REWARDBOX_BENCH_FLOOR", "200,10,1,2")
+    assert floor.sizes() == (200, 10, 1, 2)
+
+
+def test_gpu_script_dry_run_prints_every_figure_for_both_shapes(capsys):
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    threads = torch.get_num_threads()
+    try:
+        assert script.main(["--dry-run"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "device cpu" in out and "gemm_fp32_gflops" in out
+    for shape in script.SHAPES:
+        for figure in ("prefill", "decode, batch 1,", "decode, batch 8,", "GRPO seconds per scored sample"):
+            line = next((x for x in out.splitlines() if x.startswith(shape) and figure in x), None)
+            assert line is not None, (shape, figure, out)
+            value = float(re.search(r": ([0-9.e+-]+) (tokens/s|s) ", line).group(1))
+            assert value > 0 and "floor" in line
+
+
+@pytest.mark.parametrize("argv", [[]])
+def test_gpu_script_without_cuda_says_so(argv, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    spec = importlib.util.spec_from_file_location("gpu_bench", ROOT / "scripts" / "gpu_bench.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(argv) == 2
+    assert "no CUDA device" in capsys.readouterr().err

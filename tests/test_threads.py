@@ -1,0 +1,108 @@
+"""The thread policy (rewardbox.threads) is applied in every process that runs the model, and graders stay single-threaded."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rewardbox import threads
+from rewardbox.threads import WAIT_POLICY_ENV, apply_thread_policy, single_thread_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_POLICY_ENV and not k.endswith("_NUM_THREADS")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def test_openmp_reads_the_passive_wait_policy_in_a_fresh_model_process():
+    # OMP_DISPLAY_ENV makes the OpenMP runtime print the values it read when torch loaded it
+    env = _clean_env() | {"OMP_DISPLAY_ENV": "TRUE"}
+    code = ("import sys, rewardbox; assert 'torch' not in sys.modules; import torch; torch.mm(torch.ones(64, 64), "
+            "torch.ones(64, 64)); from rewardbox.threads import apply_thread_policy; p = apply_thread_policy(1); "
+            "print('POLICY', p.threads, p.wait_policy, p.wait_policy_applied)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "POLICY 1 PASSIVE True" in out.stdout
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr  # the runtime itself read it (libgomp's display)
+
+
+def test_a_user_wait_policy_wins_and_late_torch_is_reported():
+    env = _clean_env() | {"OMP_WAIT_POLICY": "ACTIVE"}
+    code = ("import torch, rewardbox.threads as t; p = t.apply_thread_policy(1); "
+            "print('POLICY', p.wait_policy, p.wait_policy_applied)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "POLICY ACTIVE False" in out.stdout
+
+
+def test_auto_takes_more_threads_only_when_measurably_faster(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    try:
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.95}[n])
+        policy = apply_thread_policy("auto")
+        assert (policy.threads, policy.chosen_by, policy.probe_s) == (1, "measured", {1: 1.0, 2: 0.95})
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.55}[n])
+        assert apply_thread_policy("auto").threads == 2 == torch.get_num_threads()
+        assert threads.current_thread_policy().threads == 2
+        with pytest.raises(ValueError, match="num_threads"):
+            apply_thread_policy(0)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_local_policy_applies_the_thread_policy(tmp_path, monkeypatch):
+    import asyncio
+
+    import torch
+
+    from rewardbox.policy.local import LocalPolicy
+    from tests.fixtures.tiny_checkpoint import write_tiny_checkpoint
+
+    before = torch.get_num_threads()
+    seen = []
+    real = threads.apply_thread_policy
+    monkeypatch.setattr("rewardbox.policy.local.apply_thread_policy", lambda n: seen.append(n) or real(n))
+    policy = LocalPolicy(write_tiny_checkpoint(tmp_path / "ckpt"), num_threads=1)
+    try:
+        assert seen == [1] and torch.get_num_threads() == 1
+        assert policy.thread_policy.threads == 1 and policy.thread_policy.wait_policy == "PASSIVE"
+        assert policy.dtype == torch.float32 or policy.dtype == torch.bfloat16
+    finally:
+        asyncio.run(policy.aclose())
+        torch.set_num_threads(before)
+
+
+def test_the_non_local_trainee_applies_the_thread_policy(tmp_path, monkeypatch):
+    from rewardbox.config.profile import load_profile
+    from rewardbox.training import local as training_local
+    from tests.fixtures.tiny_checkpoint import write_tiny_checkpoint
+
+    seen = []
+    monkeypatch.setattr(training_local, "apply_thread_policy", lambda n: seen.append(n))
+    profile = load_profile("test")
+    training_local._trainee(profile, write_tiny_checkpoint(tmp_path / "ckpt"), [], lambda *a: None)
+    assert seen == ["auto"]
+
+
+def test_grading_workers_run_single_threaded_with_passive_waits():
+    from rewardbox.grading.testrunner import _Worker
+
+    env = single_thread_env({"PATH": "/bin", "OMP_NUM_THREADS": "8"})
+    assert env["OMP_NUM_THREADS"] == "1" and env["OMP_WAIT_POLICY"] == "PASSIVE" and env["PATH"] == "/bin"
+    worker = _Worker()
+    try:
+        environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes().split(b"\0")
+        assert b"OMP_NUM_THREADS=1" in environ and b"OMP_WAIT_POLICY=PASSIVE" in environ
+    finally:
+        worker.stop(kill=True)
+
