@@ -18,6 +18,8 @@ from rewardbox.report import (
 )
 from rewardbox.report.inline_svg import reliability_svg, svg_markdown
 from rewardbox.report.tables import fmt_change
+from rewardbox.report.verdict import verdict_summary
+from rewardbox.strict_json import write_json
 
 GROUP = "report"
 CODE = code_version(__name__, "rewardbox.report", "rewardbox.metrics")
@@ -44,6 +46,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     out.write_text(render_report_markdown(tables, {"pass@k and pass^k vs k": "reliability.png"},
                                           title=f"Reliability report ({profile.name} profile)"))
     base, tuned = reliability["base"], reliability["tuned"]
+    write_json(out.parent / "verdict.json", verdict_summary(reliability))  # what `make demo` prints last
     context.add_output_metadata({
         "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
         "per_domain": dg.MetadataValue.md(tables["per_domain"]), "plot": md_image(png, "reliability"),

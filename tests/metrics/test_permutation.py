@@ -111,3 +111,24 @@ def test_changed_tasks_lists_before_and_after_counts():
     assert "| ood | helpdesk | out_of_distribution | 3/3 | 1/3 | -66.67 pts |" in table
     assert "4 task(s) changed: 3 up, 1 down." in table
     assert changed_tasks_table(changed_tasks(base, base)).startswith("(no task")
+
+
+def _rows(task_counts_: pl.DataFrame) -> pl.DataFrame:
+    rows = [(u, d, t, float(t < c), t < c, None) for u, d, n, c in task_counts_.select("uid", "domain", "n", "c").iter_rows()
+            for t in range(n)]
+    return pl.DataFrame(rows, schema=["uid", "domain", "trial", "reward", "passed", "system_error"], orient="row")
+
+
+def test_make_demo_prints_the_reports_verdict_by_the_same_rule():
+    from rewardbox.report.tables import compute_reliability
+    from rewardbox.report.verdict import verdict_summary
+    from rewardbox.strict_json import dumps, loads
+
+    base, tuned = learn_run()
+    rel = compute_reliability(_rows(base), _rows(tuned), 3, confidence=0.9, splits={"in_distribution": ["retail"]})
+    summary = loads(dumps(verdict_summary(rel)))  # what the report asset writes and pipelines.where prints
+    assert summary["pass_at_1_verdict"] == "within noise" and summary["pass_at_1_p"] == "p = 0.125"
+    assert summary["changed_tasks"] == 3
+    assert summary["lines"][0].startswith("pass@1 change (tuned - base), all tasks: +4.44 pts [")
+    assert summary["lines"][0].endswith(", p = 0.125, within noise")
+    assert summary["lines"][1].startswith("pass@1 change, in_distribution: +4.44 pts")

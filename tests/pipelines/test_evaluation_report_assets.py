@@ -52,3 +52,5 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
     assert "task-level bootstrap" in report_md and "pass@1 change" in report_md
     assert "sign-flip permutation test" in report_md and "## Tasks that changed" in report_md
+    summary = json.loads((tmp_path / "test" / "report" / "verdict.json").read_text())  # make demo prints it
+    assert summary["pass_at_1_verdict"] == check.metadata["verdict"].value
