@@ -8,6 +8,7 @@ from assets.metadata import md_image, md_inline
 from assets.versions import code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.metrics.bootstrap import paired_bootstrap
+from rewardbox.metrics.permutation import TEST_THRESHOLD
 from rewardbox.metrics.rows import task_counts
 from rewardbox.report import (
     compute_reliability,
@@ -16,6 +17,9 @@ from rewardbox.report import (
     render_report_markdown,
 )
 from rewardbox.report.inline_svg import reliability_svg, svg_markdown
+from rewardbox.report.tables import fmt_change
+from rewardbox.report.verdict import verdict_summary
+from rewardbox.strict_json import write_json
 
 GROUP = "report"
 CODE = code_version(__name__, "rewardbox.report", "rewardbox.metrics")
@@ -42,6 +46,7 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     out.write_text(render_report_markdown(tables, {"pass@k and pass^k vs k": "reliability.png"},
                                           title=f"Reliability report ({profile.name} profile)"))
     base, tuned = reliability["base"], reliability["tuned"]
+    write_json(out.parent / "verdict.json", verdict_summary(reliability))  # what `make demo` prints last
     context.add_output_metadata({
         "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
         "per_domain": dg.MetadataValue.md(tables["per_domain"]), "plot": md_image(png, "reliability"),
@@ -49,6 +54,8 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
         "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
         "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),
+        "pass_at_1_change": fmt_change(reliability["bootstrap"]["metrics"].get("pass_at_1")) or "n/a",
+        "changed_tasks": reliability["changed_tasks"].height,
         **_split_metadata(tables, reliability["per_split"]),
         "config_hash": profile.section_hash("report", "evaluation"),
     })
@@ -63,8 +70,10 @@ def tuned_not_worse_than_base(rewardbox: RewardboxResource, base_evaluation_resu
     """WARN when the tuned policy's pass@1 is worse than the base's beyond noise on the held-out tasks.
 
     The change (tuned - base) gets the report's paired task-level bootstrap interval at
-    ``report.confidence`` (``rewardbox.metrics.bootstrap``, stratified by domain, same seed): "within noise"
-    when it covers 0 (passes), "improved" above 0 (passes), "worse" below 0 (fails).
+    ``report.confidence`` (``rewardbox.metrics.bootstrap``, stratified by domain, same seed) and the exact
+    paired sign-flip test on per-task differences (``rewardbox.metrics.permutation``): "worse" (fails) only
+    when the interval lies below 0 and the one-sided p < 0.1; "improved" likewise above 0; else "within noise".
+    The metadata carries both one-sided p-values and the interval's own verdict.
     """
     boot = paired_bootstrap(task_counts(base_evaluation_results, "base evaluation rows"),
                             task_counts(evaluation_results, "tuned evaluation rows"), [1],
@@ -74,12 +83,16 @@ def tuned_not_worse_than_base(rewardbox: RewardboxResource, base_evaluation_resu
         return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
                                    metadata={"verdict": "n/a", "reason": "no clean trial in one of the campaigns"})
     point, low, high = entry["difference"]
+    test = entry["test"]
     return dg.AssetCheckResult(
         passed=entry["verdict"] != "worse", severity=dg.AssetCheckSeverity.WARN,
-        description=f"tuned - base pass@1 {100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}]: {entry['verdict']}",
+        description=f"tuned - base pass@1 {fmt_change(entry)}",
         metadata={"base_pass_at_1": entry["base"][0], "tuned_pass_at_1": entry["tuned"][0],
                   "pass_at_1_change": point, "pass_at_1_change_low": low, "pass_at_1_change_high": high,
-                  "verdict": entry["verdict"], "tasks": boot["tasks"], "resamples": boot["resamples"],
+                  "verdict": entry["verdict"], "interval_verdict": entry["interval_verdict"],
+                  "p_value_greater": test["p_greater"], "p_value_less": test["p_less"],
+                  "p_value_exact": test["exact"], "changed_tasks": test["changed"], "test_threshold": TEST_THRESHOLD,
+                  "tasks": boot["tasks"], "resamples": boot["resamples"],
                   "seed": boot["seed"], "confidence": boot["confidence"]})
 
 

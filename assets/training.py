@@ -20,6 +20,7 @@ from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
 from rewardbox.training.local import train_local_grpo
+from rewardbox.training.probe_history import ProbeHistory
 
 GROUP = "training"
 TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
@@ -28,9 +29,10 @@ MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.
 
 @dg.asset(group_name=GROUP, code_version=TRAIN_CODE)
 def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                    training_pool: list[Task], base_checkpoint: str) -> str:
+                    training_pool: list[Task], base_checkpoint: str, probe_results: pl.DataFrame) -> str:
     """GRPO on the training pool (never on benchmark tasks): a LoRA adapter trained locally
-    (``grpo.backend: local``), or verl's latest ``global_step_N/actor`` checkpoint from a Ray job
+    (``grpo.backend: local``; its task sampler starts from the probe's counts and its trials
+    after the probe's, ``rewardbox.training.probe_history``), or verl's latest ``global_step_N/actor`` checkpoint from a Ray job
     (``grpo.backend: verl``; with ``verl.dry_run``, the launch and verl's resolved config only)."""
     profile = rewardbox.load()
     leaked = check_disjoint(training_pool)
@@ -46,7 +48,8 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     out = rewardbox.path("checkpoints", "grpo_adapter")
     shutil.rmtree(out, ignore_errors=True)
     adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, episode_runner=episode_runner,
-                                        check_policy_budget=check_policy_budget, log=context.log.info)
+                                        check_policy_budget=check_policy_budget, log=context.log.info,
+                                        probe=ProbeHistory.from_rows(probe_results))
     steps = pl.DataFrame([m.as_dict() for m in summary.steps]) if summary.steps else pl.DataFrame()
     if not training_pool:
         context.log.warning("training pool is empty: no GRPO step was taken; the tuned model equals the base")

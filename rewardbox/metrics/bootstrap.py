@@ -22,8 +22,11 @@ and the interval collapses; read such intervals as "too few tasks to tell". With
 4,000 resamples the Monte Carlo error of a 95 % percentile end is about 3 % of
 the interval's half-width (``sqrt(q (1 - q) / B) / phi(z_q)`` in standard-error units).
 
-Verdict on a difference: ``"within noise"`` when its interval covers 0,
-``"improved"`` when it lies above 0, ``"worse"`` when below.
+Verdict on a difference (``rewardbox.metrics.permutation.combined_verdict``): ``"improved"``
+when its interval lies above 0 **and** the exact paired sign-flip permutation test on the per-task
+differences gives one-sided p < 0.1; ``"worse"`` when below 0 and the other one-sided p < 0.1;
+else ``"within noise"``. Each difference entry carries the test (``"test"``: p-values, tasks,
+changed tasks) and the interval's own verdict (``"interval_verdict"``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 import polars as pl
 
 from rewardbox.metrics.passk import pass_at_k, pass_hat_k
+from rewardbox.metrics.permutation import combined_verdict, sign_flip_tests
 
 DEFAULT_RESAMPLES = 4_000
 """Bootstrap resamples (percentile-end Monte Carlo error about 3 % of the half-width)."""
@@ -170,8 +174,10 @@ def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[s
              ks: list[int], alpha: float) -> dict[str, Any]:
     """Metric entries of both policies and their difference on ``uids`` under ``weights``."""
     stats: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
+    columns_of: dict[str, dict[str, np.ndarray]] = {}
     for arm, counts in zip(ARMS, (base_counts, tuned_counts)):
         matrix, names, _ = _arm_columns(counts, uids, ks)
+        columns_of[arm] = dict(zip(names, matrix.T))
         point = _statistics(matrix.sum(axis=0), names)
         draws = _statistics(weights @ matrix, names)
         stats[arm] = {name: (float(point[name]), draws[name]) for name in point if np.isfinite(point[name])}
@@ -192,6 +198,27 @@ def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[s
     metrics: dict[str, Any] = {name: {"base": None, "tuned": None, "difference": None} for name in names}
     for j, (name, arm) in enumerate(columns):
         metrics[name][arm] = (float(points[j]), float(ends[0, j]), float(ends[1, j]))
-    for entry in metrics.values():
-        entry["verdict"] = verdict(entry["difference"][1:] if entry["difference"] else None)
+    tests = _task_tests(columns_of, [name for name, entry in metrics.items() if entry["difference"]])
+    for name, entry in metrics.items():
+        interval = entry["difference"][1:] if entry["difference"] else None
+        entry["test"] = tests.get(name)
+        entry["interval_verdict"] = verdict(interval)
+        entry["verdict"] = combined_verdict(interval, entry["test"])
     return metrics
+
+
+def _task_tests(columns: dict[str, dict[str, np.ndarray]], names: list[str]) -> dict[str, dict[str, Any]]:
+    """The sign-flip test of each metric in ``names`` on the per-task differences tuned - base, over the
+    tasks with a clean trial in both arms (pass@1 per task: c / n; pass@k, pass^k: the per-task estimators)."""
+    if not names:
+        return {}
+    both = (columns["base"]["has"] > 0) & (columns["tuned"]["has"] > 0)
+    diffs = []
+    for name in names:
+        per_arm = []
+        for arm in ARMS:
+            col = columns[arm]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                per_arm.append(col["c"][both] / col["n"][both] if name == "pass_at_1" else col[name][both])
+        diffs.append(per_arm[1] - per_arm[0])
+    return dict(zip(names, sign_flip_tests(np.stack(diffs, axis=1))))

@@ -11,7 +11,9 @@ METHOD_NOTES: tuple[str, ...] = (
     "each task with its own clean trial count; the plug-in (c/n)^k is biased and labelled so.",
     "Intervals of pass@1, pass@k, pass^k and of the change (tuned - base) are a paired task-level bootstrap: "
     "tasks are resampled with replacement, the same tasks for both policies (trials cluster by task, so a pooled "
-    "Wilson interval would be too narrow); a change whose interval covers 0 is 'within noise'.",
+    "Wilson interval would be too narrow). Beside it, an exact paired sign-flip permutation test on the per-task "
+    "differences gives a one-sided p-value (the direction of the change). A change is 'improved' (or 'worse') "
+    "only when both agree: the interval clear of 0 and p < 0.1; otherwise 'within noise'.",
     "P(tuned better) uses independent Jeffreys posteriors Beta(c+1/2, n-c+1/2): quadrature per task; for the "
     "mean over tasks, inversion of the characteristic function (Monte Carlo with a fixed seed only for a few "
     "wide posteriors).",
@@ -29,7 +31,7 @@ def render_report_markdown(
     """Combine tables and image links into one markdown document.
 
     Args:
-        tables: markdown tables keyed ``overall``, ``per_split``, ``per_domain``, ``per_task``
+        tables: markdown tables keyed ``overall``, ``per_split``, ``changed_tasks``, ``per_domain``, ``per_task``
             (``reliability_tables`` output); any other key becomes its own section.
         images: caption -> link (relative path or URL) of a PNG, shown after the
             overall table as ``![caption](link)``.
@@ -44,12 +46,13 @@ def render_report_markdown(
     if notes:
         parts += [f"- {note}" for note in notes] + [""]
     headings = {"overall": "Overall: base vs tuned", "per_split": "Per split (in distribution, out of distribution)",
+                "changed_tasks": "Tasks that changed (base and tuned counts)",
                 "per_domain": "Per domain", "per_task": "Per task"}
     if "overall" in tables:
         parts += [f"## {headings['overall']}", "", tables["overall"], ""]
     for caption, link in (images or {}).items():
         parts += [f"![{caption}]({link})", ""]
-    for key in ("per_split", "per_domain", "per_task"):
+    for key in ("per_split", "changed_tasks", "per_domain", "per_task"):
         if key in tables:
             parts += [f"## {headings[key]}", "", tables[key], ""]
     for key, table in tables.items():

@@ -5,8 +5,10 @@ per-task and overall P(tuned better)); :func:`format_reliability_tables` turns
 them into markdown; :func:`reliability_tables` does both. Rates print as
 percentages with two decimals; intervals of pass@1, pass@k, pass^k and of the
 change (tuned - base) are the paired task-level bootstrap at ``confidence``
-(``rewardbox.metrics.bootstrap``), and a change reads "within noise" when its
-interval covers 0; the plug-in pass^k is labelled as such; costs carry the
+(``rewardbox.metrics.bootstrap``) with the one-sided p-value of the exact paired
+sign-flip test on per-task differences (``rewardbox.metrics.permutation``); a change
+reads "improved" or "worse" only when both agree (interval clear of 0, p < 0.1),
+else "within noise"; the tasks that changed are listed; the plug-in pass^k is labelled as such; costs carry the
 price-table version.
 """
 
@@ -22,8 +24,10 @@ from rewardbox.metrics.comparison import compare_counts
 from rewardbox.metrics.cost import PriceTable, campaign_cost
 from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.intervals import DEFAULT_DRAWS
+from rewardbox.metrics.permutation import changed_tasks
 from rewardbox.metrics.rows import task_counts
 from rewardbox.metrics.truncation import truncation_summary
+from rewardbox.report.changes import changed_tasks_table, fmt_p
 from rewardbox.report.splits import split_bootstrap
 from rewardbox.selection.difficulty import band_counts
 
@@ -116,7 +120,7 @@ def compute_reliability(
         ``base_cost`` / ``tuned_cost`` (``campaign_cost`` dicts or None),
         ``comparison`` (``compare_counts``), ``bootstrap`` (``paired_bootstrap``
         stratified by domain, with per-domain results), ``per_domain`` (DataFrame),
-        ``price_table_version``, ``per_split`` (``split_bootstrap`` output).
+        ``price_table_version``, ``per_split`` (``split_bootstrap``), ``changed_tasks`` (before/after), ``splits``.
 
     Raises:
         ValueError: bad rows, k or splits. KeyError: a model missing from the price table.
@@ -142,7 +146,7 @@ def compute_reliability(
         "base_truncation": truncation_summary(base_rows),
         "tuned_truncation": truncation_summary(tuned_rows),
         "per_split": split_bootstrap(base_counts, tuned_counts, splits or {}, k_values, confidence, resamples, seed),
-    }
+        "changed_tasks": changed_tasks(base_counts, tuned_counts), "splits": dict(splits or {})}
 
 
 def _with_domain(counts: pl.DataFrame) -> pl.DataFrame:
@@ -174,6 +178,7 @@ def _per_domain(base_counts, tuned_counts, comparison, bootstrap, k, confidence)
         change = boot.get("pass_at_1", {})
         record["pass_at_1_change_interval"] = _ends(change.get("difference"))
         record["pass_at_1_verdict"] = change.get("verdict", "n/a")
+        record["pass_at_1_p"] = fmt_p(change)
         record["prob_tuned_better"] = by_domain.get(domain)
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None) if records else pl.DataFrame()
@@ -196,11 +201,12 @@ def _all_pass_label(summary_base: dict[str, Any], summary_tuned: dict[str, Any],
 
 
 def fmt_change(entry: dict[str, Any] | None) -> str:
-    """``+2.22 pts [+1.17, +3.27], improved`` from a bootstrap metric entry; ``""`` without one."""
+    """``+2.22 pts [+1.17, +3.27], p = 0.031, improved`` from a bootstrap metric entry; ``""`` without one."""
     if not entry or entry.get("difference") is None:
         return ""
     point, low, high = entry["difference"]
-    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {entry['verdict']}"
+    p = fmt_p(entry)
+    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {p + ', ' if p else ''}{entry['verdict']}"
 
 
 def _boot_row(label: str, entry: dict[str, Any] | None, cells: tuple[str, str], change: str) -> tuple[str, str, str, str]:
@@ -301,8 +307,8 @@ def _fmt_change_cells(r: dict[str, Any]) -> str:
     if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
         return NA
     low, high = r["pass_at_1_change_interval"]
-    point = r["tuned_pass_at_1"] - r["base_pass_at_1"]
-    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {r['pass_at_1_verdict']}"
+    point, p = r["tuned_pass_at_1"] - r["base_pass_at_1"], r.get("pass_at_1_p")
+    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {p + ', ' if p else ''}{r['pass_at_1_verdict']}"
 
 
 def _task_table(rel: dict[str, Any]) -> str:
@@ -357,6 +363,8 @@ def format_reliability_tables(reliability: dict[str, Any]) -> dict[str, str]:
     tables = {"overall": _overall_table(reliability)}
     if reliability.get("per_split", {}).get("splits"):
         tables["per_split"] = _split_table(reliability)
+    if "changed_tasks" in reliability:
+        tables["changed_tasks"] = changed_tasks_table(reliability["changed_tasks"], reliability.get("splits"))
     tables |= {"per_domain": _domain_table(reliability), "per_task": _task_table(reliability)}
     return tables
 

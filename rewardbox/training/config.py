@@ -59,10 +59,13 @@ class GRPOConfig(BaseModel):
             error is an infrastructure fault independent of the policy's tokens, so
             the clean rollouts are a fair sample of the policy on that task.
         max_system_error_reruns: rounds of re-runs per group (``"rerun"`` only).
-        mask_truncated: drop from the loss every rollout with a completion cut by
-            the token budget (``finish_reason == "length"``); its reward measures the
-            budget, not the policy (DAPO overlong filtering, arXiv 2503.14476). Its
-            reward still counts in the group's advantage statistics.
+        mask_truncated: only for budgets that do NOT hold every golden call (no token
+            check, e.g. an endpoint policy): drop from the loss every rollout with a
+            completion cut by the token budget (``finish_reason == "length"``); its reward
+            measures the budget, not the policy (DAPO overlong filtering, arXiv 2503.14476),
+            and still counts in the group's advantage statistics. When the budget check
+            passed (every local policy), a cut completion is a policy failure: reward 0 in
+            the loss, never masked (``groups.training_rewards``), whatever this says.
         task_sampling: ``"posterior_variance"`` draws tasks by the variance of a
             running Jeffreys posterior fed by the GRPO groups and drops tasks that
             become too_easy (``curriculum.PosteriorTaskSampler``); ``"uniform"``
@@ -72,6 +75,10 @@ class GRPOConfig(BaseModel):
         micro_batch_memory_mib: activations one micro-batch may keep for backward, MiB (an
             estimate per token, ``shared_prefix.activation_bytes_per_token``): micro-batches of
             long samples get fewer rows; None sizes by ``micro_batch_sequences`` alone.
+        max_response_tokens: L_max of the ``"seq-mean-token-sum-norm"`` loss (Dr. GRPO's
+            constant normaliser), tokens per sample (one agent turn); None: the episode's
+            token budget for a local policy (``training.local``), else each micro-batch's
+            padded width.
         max_grad_norm: gradient clipping.
         temperature: rollout sampling temperature; the trainer scores at the same one.
         seed: task sampling and torch seed.
@@ -101,6 +108,7 @@ class GRPOConfig(BaseModel):
     lora_target_modules: list[str] = list(LORA_TARGET_MODULES)
     micro_batch_sequences: int = Field(4, ge=1)
     micro_batch_memory_mib: int | None = Field(1024, ge=1)
+    max_response_tokens: int | None = Field(None, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)
     seed: int = 0

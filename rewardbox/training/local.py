@@ -27,7 +27,8 @@ from rewardbox.tasks.schema import Task
 from rewardbox.threads import apply_thread_policy
 from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.curriculum import PosteriorTaskSampler
-from rewardbox.training.groups import task_stream
+from rewardbox.training.groups import TrialNumbers, task_stream
+from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
 if TYPE_CHECKING:  # the profile composes training's config, so training reads it without importing it
@@ -64,22 +65,35 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
 
 
 def step_note(metrics: StepMetrics) -> str:
-    """One GRPO step's line: reward, zero-variance share, loss, sampler-trainer gap, truncation, bands, seconds."""
+    """One GRPO step's line: groups kept/needed and refill rounds (``SHORT`` when fewer groups
+    than asked were kept), reward, zero-variance share, loss, sampler-trainer gap, truncation
+    (cut completions, and cut rollouts scored as failures), repeated trials, bands, seconds."""
     reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
-    return (f"step {metrics.step}: mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
+    short = " SHORT" if metrics.groups < metrics.groups_wanted else ""
+    return (f"step {metrics.step}: groups kept/needed={metrics.groups}/{metrics.groups_wanted}{short} "
+            f"rounds={metrics.refill_rounds} mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
             f"zero_variance={metrics.zero_variance_frac:.2f} "
             f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
             f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
-            f"truncated={metrics.truncated_completions}/{metrics.completions} bands=[{metrics.band_histogram}] "
+            f"truncated={metrics.truncated_completions}/{metrics.completions} "
+            f"(rollouts scored as failures {metrics.truncated_failures}) repeated_trials={metrics.repeated_trials} "
+            f"bands=[{metrics.band_histogram}] "
             f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)")
 
 
-def _tasks(pool: Sequence[Task], profile: Profile):
-    """The task stream ``grpo.task_sampling`` asks for (bands cut where task selection cuts them)."""
+def _tasks(pool: Sequence[Task], profile: Profile, probe: ProbeHistory):
+    """The task stream ``grpo.task_sampling`` asks for (bands cut where task selection cuts them);
+    the posterior sampler starts from the probe's ``(c, n)`` of each task."""
     cfg = profile.grpo
     if cfg.task_sampling == "uniform":
         return task_stream(pool, cfg.seed)
-    return PosteriorTaskSampler(pool, cfg.seed, boundaries=profile.selection.boundaries)
+    return PosteriorTaskSampler(pool, cfg.seed, prior_counts=probe.counts, boundaries=profile.selection.boundaries)
+
+
+def run_trials_after_probe(profile: Profile, probe: ProbeHistory) -> TrialNumbers:
+    """GRPO's trial numbers: every task starts after its probe trials (``probe.trials`` and the
+    highest trial in the probe rows, whichever is later), so step 0 never replays a probe."""
+    return TrialNumbers(first_trial=profile.probe.trials, first_by_uid=probe.next_trial)
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
@@ -96,7 +110,10 @@ def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_polic
 
     On-policy (``policy.kind == "local"``) they are one model and ``tokenize`` is None (the
     sampler's exact token ids are trained); otherwise the base checkpoint is trained on the
-    re-tokenised completions of the profile's policy.
+    re-tokenised completions of the profile's policy. On-policy, the token budget has been
+    checked against every golden call of the pool (``check_policy_budget``): ``train_local_grpo``
+    then scores cut completions as failures (``budget_fits_golden``); off-policy nothing was
+    checked and ``grpo.mask_truncated`` decides.
     """
     from rewardbox.policy import build_policy
 
@@ -130,6 +147,14 @@ def on_policy_config(policy_config):
     return policy_config.model_copy(update={"dtype": "float32"}) if policy_config.dtype == "auto" else policy_config
 
 
+def _loss_budget(cfg, policy: Policy, profile: Profile, on_policy: bool):
+    """``cfg`` with Dr. GRPO's ``L_max`` set to the policy's token budget per agent turn when unset (on-policy)."""
+    if cfg.max_response_tokens is not None or not on_policy:
+        return cfg
+    budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
+    return cfg.model_copy(update={"max_response_tokens": int(budget)})
+
+
 def rollout_profile(profile: Profile) -> Profile:
     """The profile GRPO rollouts run with: episodes sample at ``grpo.temperature``, the temperature
     the trainer scores at (``episode.temperature`` is for probes, screening and evaluation)."""
@@ -146,16 +171,18 @@ def train_local_grpo(
     episode_runner: EpisodeRunnerFactory,
     check_policy_budget: BudgetCheck,
     log: ProgressSink | None = None,
+    probe: ProbeHistory | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """Train a LoRA adapter on ``pool`` with GRPO.
 
     Args:
         pool: training tasks (never benchmark tasks; the assets enforce it).
-        base_dir: HF checkpoint directory of the base policy.
-        out_dir: where the adapter and ``training_metrics.json`` go.
+        base_dir, out_dir: HF checkpoint of the base policy; where the adapter and ``training_metrics.json`` go.
         profile: ``grpo`` sets the method and the rollout temperature, ``policy``/``episode``
             the rollouts (:func:`rollout_profile`).
         episode_runner, check_policy_budget: the composition root's runner factory and token-budget check.
+        probe: the probe's counts and trials (``ProbeHistory``): the sampler starts from its ``(c, n)``,
+            trials start after its trials; None: prior Beta(1/2, 1/2), trials from ``probe.trials``.
 
     Returns:
         (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the
@@ -170,6 +197,7 @@ def train_local_grpo(
         return _untrained_adapter(base_dir, out_dir, cfg, log)
     profile = rollout_profile(profile)
     policy, model, pad_id, tokenize, guide_index = _trainee(profile, base_dir, pool, check_policy_budget)
+    probe, cfg = probe or ProbeHistory(), _loss_budget(cfg, policy, profile, on_policy=tokenize is None)
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
@@ -184,8 +212,9 @@ def train_local_grpo(
     async def main() -> TrainingSummary:
         try:
             async with executor.session(partial(episode_runner, profile), policy) as session:
-                return await train_grpo(model, pad_id, _tasks(pool, profile), session.run_one,
-                                        cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index)
+                return await train_grpo(model, pad_id, _tasks(pool, profile, probe), session.run_one, cfg,
+                                        on_step=after_step, tokenize=tokenize, guide_index=guide_index,
+                                        trials=run_trials_after_probe(profile, probe), budget_fits_golden=tokenize is None)
         finally:
             await policy.aclose()
             progress.close()

@@ -29,6 +29,13 @@ Aggregations (``LOSS_AGGREGATIONS``; names follow verl's ``loss_agg_mode``):
   Example: token losses [4, 2] and [1] * 6, L_max = 8: 12 / 16 = 0.75 (token-mean
   1.5, seq-mean-token-mean 2.0, seq-mean-token-sum 6.0).
 
+What a sequence is: the local trainer (``rewardbox.training.trainer``) makes one
+sample per agent turn (its prompt, its completion), so the sequence-mean modes
+average over agent turns, not rollouts: a rollout of five turns weighs five
+times one of one turn, and Dr. GRPO's ``L_max`` is one turn's budget
+(``episode.max_new_tokens``). verl and TRL treat one rollout as one response;
+``"token-mean"`` (the default) is the same in both views.
+
 Padding never counts: every aggregation multiplies by ``mask`` and takes its
 denominators from ``mask`` or constants, never from padded values.
 
@@ -122,6 +129,7 @@ def policy_loss(
     clip_eps: float = 0.2,
     aggregation: str = "token-mean",
     clip_eps_high: float | None = None,
+    max_response_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss, aggregated by name (see module docstring).
 
@@ -135,6 +143,8 @@ def policy_loss(
         clip_eps: lower clip range, ``ratio >= 1 - clip_eps``; in (0, 1).
         aggregation: a key of ``LOSS_AGGREGATIONS``.
         clip_eps_high: upper clip range (``ratio <= 1 + clip_eps_high``); None = ``clip_eps``.
+        max_response_tokens: L_max of ``"seq-mean-token-sum-norm"`` (the generation budget per
+            sequence, a constant); None uses the padded width T. Ignored by the other modes.
 
     Returns:
         ``(loss, stats)``: a scalar tensor to minimise, and floats over masked
@@ -160,7 +170,7 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = LOSS_AGGREGATIONS[aggregation](per_token, mask_f)
+    loss = LOSS_AGGREGATIONS[aggregation](per_token, mask_f, max_response_tokens=max_response_tokens)
     with torch.no_grad():
         tokens = mask_f.sum()
         denom = tokens.clamp_min(1.0)

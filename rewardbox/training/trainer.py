@@ -34,7 +34,7 @@ from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
-from rewardbox.training.groups import Group, RolloutFn, collect_groups
+from rewardbox.training.groups import Group, RolloutFn, TrialNumbers, collect_groups, is_truncated
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
@@ -85,6 +85,10 @@ class StepMetrics:
     approx_kl: float | None = None
     peak_memory_bytes: int = 0
     band_histogram: str = ""
+    groups_wanted: int = 0
+    refill_rounds: int = 0
+    repeated_trials: int = 0
+    truncated_failures: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -96,11 +100,6 @@ class TrainingSummary:
 
 
 TokenizeTurn = Callable[[EpisodeResult, int], tuple[list[int], list[int]]]
-
-
-def is_truncated(rollout: EpisodeResult) -> bool:
-    """True when any agent completion of the rollout hit the token budget (``finish_reason == "length"``)."""
-    return any(t.finish_reason == "length" for t in rollout.agent_turns)
 
 
 def group_samples(
@@ -190,7 +189,7 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
             gap = diff if gap is None else max(gap, diff)
         advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
         loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
-                                  aggregation=config.loss_aggregation)
+                                  aggregation=config.loss_aggregation, max_response_tokens=config.max_response_tokens)
         share = mask.sum().item() / total_tokens
         weight = share if config.loss_aggregation == "token-mean" else len(batch) / len(samples)
         (loss * weight).backward()
@@ -214,13 +213,14 @@ def _optimise_epochs(model, optimizer, samples, config: GRPOConfig, pad_id: int)
     return last
 
 
-def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None, peak: int, t0: float):
+def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None, peak: int, t0: float,
+                  groups_wanted: int = 0):
     rollouts = [r for g in groups for r in g.rollouts]
     turns = [t for r in rollouts for t in r.agent_turns]
     return StepMetrics(
         step=step, mean_reward=stats.mean_reward,
         zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
-        groups=len(groups), episodes=stats.episodes, samples=len(samples),
+        groups=len(groups), groups_wanted=groups_wanted, episodes=stats.episodes, samples=len(samples),
         policy_tokens=sum(len(s.completion_ids) for s in samples),
         loss=None if result is None else result.loss, duration_s=time.perf_counter() - t0,
         reruns=stats.reruns, masked_system_errors=stats.masked_system_errors,
@@ -230,7 +230,8 @@ def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | Non
         clip_frac=None if result is None else result.clip_frac,
         ratio_mean=None if result is None else result.ratio_mean,
         approx_kl=None if result is None else result.approx_kl,
-        peak_memory_bytes=peak, scored_rollouts=stats.scored_rollouts,
+        peak_memory_bytes=peak, scored_rollouts=stats.scored_rollouts, refill_rounds=stats.rounds,
+        repeated_trials=stats.repeated_trials, truncated_failures=stats.truncated_failures,
     )
 
 
@@ -244,6 +245,8 @@ async def train_grpo(
     on_step: Callable[[StepMetrics], None] | None = None,
     tokenize: TokenizeTurn | None = None,
     guide_index: VocabularyIndex | None = None,
+    trials: TrialNumbers | None = None,
+    budget_fits_golden: bool = False,
 ) -> TrainingSummary:
     """Run ``config.steps`` GRPO steps on ``model`` in place.
 
@@ -256,9 +259,11 @@ async def train_grpo(
         rollout_fn: runs one rollout with the CURRENT ``model`` (same object).
         config: GRPO settings.
         on_step: called with each step's metrics.
-        tokenize: renders completions that carry no token ids (see ``group_samples``).
-        guide_index: the policy's vocabulary index when it samples with the
-            tool-call guide (scoring then applies the same masks); None otherwise.
+        tokenize: renders completions without token ids (``group_samples``). guide_index: the policy's
+            vocabulary index when it samples with the tool-call guide (scored under its masks); else None.
+        trials: the run's ``groups.TrialNumbers`` (start it after the probe's trials); None: from 0.
+        budget_fits_golden: the token budget holds every golden call (``check_token_budget`` passed):
+            cut completions are failures in the loss (``groups.training_rewards``), never masked.
 
     Returns:
         The per-step metrics. A step without a usable group records ``loss=None``
@@ -268,19 +273,20 @@ async def train_grpo(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
     device = next(model.parameters()).device
-    summary = TrainingSummary()
+    summary, trials = TrainingSummary(), TrialNumbers() if trials is None else trials
     for step in range(config.steps):
         t0 = time.perf_counter()
         groups, stats = await collect_groups(
             tasks, rollout_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
             max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
-            trial_offset=step * config.group_size, system_error_refill=config.system_error_refill,
+            trials=trials, truncation_fails=budget_fits_golden, system_error_refill=config.system_error_refill,
             max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
         )
-        samples = group_samples(groups, tokenize, mask_truncated=config.mask_truncated, guide_index=guide_index)
+        samples = group_samples(groups, tokenize, mask_truncated=config.mask_truncated and not budget_fits_golden,
+                                guide_index=guide_index)
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
-        metrics = _step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0)
+        metrics = _step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step)
         if hasattr(tasks, "band_histogram"):
             metrics.band_histogram = format_histogram(tasks.band_histogram())
         if result is not None and not math.isfinite(result.loss):

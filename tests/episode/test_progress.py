@@ -82,9 +82,11 @@ def test_grpo_step_line_carries_reward_zero_variance_share_and_seconds():
     from rewardbox.training.trainer import StepMetrics
 
     metrics = StepMetrics(step=2, mean_reward=0.375, zero_variance_frac=0.25, system_error_groups=1, groups=4,
-                          episodes=32, samples=40, policy_tokens=900, loss=-0.01, duration_s=81.34, scored_rollouts=24)
-    assert step_note(metrics) == ("step 2: mean_reward=0.375 (scored rollouts 24) zero_variance=0.25 "
-                                  "system_error_groups=1 loss=-0.01 logprob_gap_max=None clip_frac=None "
-                                  "truncated=0/0 bands=[] samples=40 tokens=900 (81.3s)")
+                          episodes=32, samples=40, policy_tokens=900, loss=-0.01, duration_s=81.34, scored_rollouts=24,
+                          groups_wanted=4, refill_rounds=2)
+    assert step_note(metrics) == ("step 2: groups kept/needed=4/4 rounds=2 mean_reward=0.375 (scored rollouts 24) "
+                                  "zero_variance=0.25 system_error_groups=1 loss=-0.01 logprob_gap_max=None "
+                                  "clip_frac=None truncated=0/0 (rollouts scored as failures 0) repeated_trials=0 "
+                                  "bands=[] samples=40 tokens=900 (81.3s)")
     metrics.mean_reward = None  # every rollout of the step was a system error
-    assert step_note(metrics).startswith("step 2: mean_reward=n/a ")
+    assert step_note(metrics).startswith("step 2: groups kept/needed=4/4 rounds=2 mean_reward=n/a ")

@@ -139,7 +139,7 @@ def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
     assert tuned_rows["passed"].all() and base_rows["passed"].to_list() == [True, False, False, True]
 
     tables = reliability_tables(base_rows, tuned_rows, trials, profile.report.price_table, k_values=profile.report.k_values)
-    assert set(tables) == {"overall", "per_domain", "per_task"}
+    assert set(tables) == {"overall", "changed_tasks", "per_domain", "per_task"}
     # the domain is the scenario ("retail"), not the dataset directory's name (docs/thinkingbox.md, "Domains")
     assert "retail" in tables["per_domain"] and all(uid in tables["per_task"] for uid in BENCHMARK)
 

@@ -53,7 +53,7 @@ def test_lineage_matches_the_design():
     assert parents("probe_results") == {"screened_candidates", "base_checkpoint"}
     assert parents("reference_probe_results") == {"screened_candidates"}
     assert parents("training_pool") == {"task_difficulty", "reference_probe_results", "screened_candidates"}
-    assert parents("grpo_checkpoint") == {"training_pool", "base_checkpoint"}
+    assert parents("grpo_checkpoint") == {"training_pool", "base_checkpoint", "probe_results"}
     assert parents("evaluation_results") == {"benchmark_tasks", "merged_checkpoint"}
     assert parents("reliability_report") == {"base_evaluation_results", "evaluation_results"}
 

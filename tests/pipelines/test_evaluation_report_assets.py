@@ -46,5 +46,11 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     check = next(e for e in result.get_asset_check_evaluations() if e.check_name == "tuned_not_worse_than_base")
     assert check.metadata["verdict"].value in {"within noise", "improved", "worse"}
     assert check.passed == (check.metadata["verdict"].value != "worse")
+    # issue #23 item 7: the sign-flip test's p-values sit beside the interval in the check
+    assert 0.0 < check.metadata["p_value_greater"].value <= 1.0 and 0.0 < check.metadata["p_value_less"].value <= 1.0
+    assert check.metadata["interval_verdict"].value in {"within noise", "improved", "worse"}
     report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
     assert "task-level bootstrap" in report_md and "pass@1 change" in report_md
+    assert "sign-flip permutation test" in report_md and "## Tasks that changed" in report_md
+    summary = json.loads((tmp_path / "test" / "report" / "verdict.json").read_text())  # make demo prints it
+    assert summary["pass_at_1_verdict"] == check.metadata["verdict"].value

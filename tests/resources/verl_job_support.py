@@ -47,7 +47,7 @@ def verl_profile(tmp_path, *, mode: str | None, preflight: bool, steps: int = 2)
 
 
 def grpo_assets(profile_path: Path):
-    """``grpo_checkpoint`` with its two inputs stood in for: the test profile's candidates, a base path."""
+    """``grpo_checkpoint`` with its inputs stood in for: the test profile's candidates, a base path, no probe rows."""
     from assets.training import grpo_checkpoint
 
     tasks = load_candidates(load_profile(profile_path).tasks).tasks[:2]
@@ -60,7 +60,13 @@ def grpo_assets(profile_path: Path):
     def base_checkpoint():
         return "/models/base"  # verl (faked) never reads it
 
-    return [training_pool, base_checkpoint, grpo_checkpoint]
+    @dg.asset(name="probe_results")
+    def probe_results():
+        import polars as pl
+
+        return pl.DataFrame(schema={"uid": pl.Utf8, "trial": pl.Int64, "passed": pl.Boolean, "system_error": pl.Utf8})
+
+    return [training_pool, base_checkpoint, probe_results, grpo_checkpoint]
 
 
 def resources(profile_path: Path, tmp_path: Path, job_address: str | None):
