@@ -38,6 +38,7 @@ from rewardbox.training.config import GRPOConfig
 from rewardbox.training.ray_job import JobClient, JobFailedError, submit_job, watch_job
 from rewardbox.training.verl_backend_config import VerlBackendConfig
 from rewardbox.training.verl_config import VerlLaunchConfig, launch_command, verl_overrides
+from rewardbox.training.verl_guard import check_refill_bound
 from rewardbox.training.verl_progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,8 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
         local_head: the job runs on a local Ray head started here (picks the default Python).
 
     Raises:
-        ValueError: an empty pool, or settings verl has no equivalent for.
+        ValueError: an empty pool, settings verl has no equivalent for, or overrides that lift the
+            refill bound (``verl_guard.check_refill_bound``).
     """
     root, submission_id = Path(cfg.shared_dir or shared_dir).resolve(), f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
     run_dir = root / "verl" / submission_id
@@ -152,6 +154,7 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
                                  "val_files": str(train_path),
                                  "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
     extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
+    check_refill_bound(extra, grpo.max_refill_rounds)  # also when cfg did not come through a Profile
     overrides = {**verl_overrides(grpo, launch), **extra}
     checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
     python = job_python(cfg, local_head)
