@@ -27,9 +27,13 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
     The data version of a trained checkpoint is its Ray job and global step (hashing a sharded
     FSDP checkpoint of a large model would read every byte); a dry run's is its files' hash.
 
+    The job id is recorded as an ``AssetObservation`` (``job_id``, ``status: SUBMITTED``) as soon
+    as the job is submitted, so a run that fails or loses contact later still names its job.
+
     Raises:
-        dg.Failure: the Ray job failed (the message holds its log tail), or the dry run's
-            config was rejected by verl's schema.
+        dg.Failure: the Ray job failed, never started (``START_TIMED_OUT``) or went out of contact
+            (``LOST_CONTACT``, job left running): the message names the job and holds its log
+            tail; or the dry run's config was rejected by verl's schema.
     """
     cfg = profile.verl
     launch = prepare_launch(profile.grpo, cfg, training_pool, base_checkpoint, data_dir,
@@ -39,8 +43,14 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
     if cfg.dry_run:
         return _dry_run(context, profile, launch, data_dir / "verl" / "dry_run", metadata)
     client = ray_cluster.job_client(profile, context)
+
+    def submitted(job_id: str) -> None:  # in the asset's record at once, also when the job then fails
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, metadata={
+            "job_id": job_id, "status": "SUBMITTED", "attached": bool(cfg.attach_job_id),
+            "checkpoint_dir": dg.MetadataValue.path(str(launch.checkpoint_dir))}))
+
     try:
-        result = run_verl_training(client, launch, cfg, context.log.info)
+        result = run_verl_training(client, launch, cfg, context.log.info, on_submit=submitted)
     except JobFailedError as exc:
         raise dg.Failure(description=str(exc), metadata={"job_id": exc.outcome.job_id,
                                                          "status": exc.outcome.status}) from exc

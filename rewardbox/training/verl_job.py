@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.ray_job import JobClient, JobFailedError, submit_job, watch_job
+from rewardbox.training.ray_job import (
+    LOST_CONTACT, START_TIMED_OUT, JobClient, JobContactLostError, JobFailedError, JobOutcome, JobStartTimeoutError,
+    submit_job, watch_job,
+)
 from rewardbox.training.verl_backend_config import VerlBackendConfig
 from rewardbox.training.verl_config import VerlLaunchConfig, launch_command, verl_overrides
 from rewardbox.training.verl_guard import check_refill_bound
@@ -142,13 +145,19 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
         agent_fn: the agent loop's file and overrides (default :func:`agent_loop_overrides`).
         local_head: the job runs on a local Ray head started here (picks the default Python).
 
+    With ``cfg.attach_job_id`` the launch is that job's (its id, run directory and checkpoints);
+    its rows are written only if they are missing.
+
     Raises:
         ValueError: an empty pool, settings verl has no equivalent for, or overrides that lift the
             refill bound (``verl_guard.check_refill_bound``).
     """
-    root, submission_id = Path(cfg.shared_dir or shared_dir).resolve(), f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
+    root = Path(cfg.shared_dir or shared_dir).resolve()
+    submission_id = cfg.attach_job_id or f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
     run_dir = root / "verl" / submission_id
-    train_path = write_rows((rows_fn or pool_rows)(tasks), run_dir / "train.parquet")
+    train_path = run_dir / "train.parquet"
+    if not (cfg.attach_job_id and train_path.is_file()):  # a re-attached job reads the rows it was given
+        write_rows((rows_fn or pool_rows)(tasks), train_path)
     experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
     launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
                                  "val_files": str(train_path),
@@ -203,21 +212,28 @@ class VerlRunResult:
 
 
 def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig,
-                      log: Callable[[str], None], runtime_env: dict[str, Any] | None = None) -> VerlRunResult:
-    """Submit ``launch`` as a Ray job, stream its log into ``log``, and return its latest checkpoint.
+                      log: Callable[[str], None], runtime_env: dict[str, Any] | None = None,
+                      on_submit: Callable[[str], None] | None = None) -> VerlRunResult:
+    """Submit ``launch`` as a Ray job (or re-attach to ``cfg.attach_job_id``), stream its log, return its checkpoint.
 
     Every log line goes to ``log`` as it arrives; each verl step line is followed by a
     one-line summary (reward mean, zero-variance share, throughput, step time).
 
     Args:
         client: Ray's job client for the cluster (``RayClusterResource.job_client``).
-        runtime_env: Ray's runtime_env for the job, merged over ``cfg.runtime_env``.
+        runtime_env: Ray's runtime_env for the job, merged over ``cfg.runtime_env``; its
+            ``RAY_JOB_STOP_WAIT_TIME_S`` defaults to ``cfg.stop_timeout_s`` (the SIGTERM grace).
+        on_submit: called with the job id as soon as the job is submitted (or re-attached),
+            before any wait (the asset records it there).
 
     Raises:
+        JobStartTimeoutError: the job stayed PENDING past ``cfg.start_timeout_s`` (stopped).
+        JobContactLostError: the job server went unanswered for ``cfg.contact_timeout_s``; the
+            job was not stopped (set ``verl.attach_job_id`` to the id in the message to follow it).
         JobFailedError: the job ended FAILED or STOPPED or ran past ``cfg.job_timeout_s`` (the
             message holds Ray's status message and the log tail: "no GPU" on a CPU cluster), or
             it succeeded without writing a checkpoint.
-        BaseException: an interrupt (terminated run) after the job was stopped.
+        BaseException: an interrupt (terminated run) after the job was stopped and had ended.
     """
     steps: list[StepProgress] = []
     count = [0]
@@ -230,20 +246,45 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
             steps.append(progress)
             log(progress.summary())
 
-    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id,
-                        runtime_env={**cfg.runtime_env, **(runtime_env or {})} or None,
-                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
-                        ready_timeout_s=cfg.connect_timeout_s)
-    log(f"submitted verl GRPO as Ray job {job_id}")
-    outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s)
+    job_id = _submit_or_attach(client, launch, cfg, log, runtime_env)
+    if on_submit is not None:
+        on_submit(job_id)
+    outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s,
+                        contact_timeout_s=cfg.contact_timeout_s, start_timeout_s=cfg.start_timeout_s,
+                        stop_timeout_s=cfg.stop_timeout_s)
     if outcome.status != "SUCCEEDED":
-        raise JobFailedError(outcome.failure_text(), outcome)
+        raise _outcome_error(outcome)
     checkpoint = latest_checkpoint(launch.checkpoint_dir)
     if checkpoint is None:
         raise JobFailedError(f"Ray job {job_id} succeeded but wrote no global_step_N/actor checkpoint under "
                              f"{launch.checkpoint_dir} (is trainer.save_freq set, and is the directory on a "
                              "filesystem this process shares with the cluster?)", outcome)
     return VerlRunResult(job_id, steps, checkpoint, outcome.elapsed_s, count[0])
+
+
+def _submit_or_attach(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig, log: Callable[[str], None],
+                      runtime_env: dict[str, Any] | None) -> str:
+    if cfg.attach_job_id:
+        log(f"re-attaching to Ray job {cfg.attach_job_id} (verl.attach_job_id): nothing is submitted")
+        return cfg.attach_job_id
+    env = {**cfg.runtime_env, **(runtime_env or {})}
+    env["env_vars"] = {"RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(cfg.stop_timeout_s))), **env.get("env_vars", {})}
+    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id, runtime_env=env,
+                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
+                        ready_timeout_s=cfg.connect_timeout_s)
+    log(f"submitted verl GRPO as Ray job {job_id}")
+    return job_id
+
+
+def _outcome_error(outcome: JobOutcome) -> JobFailedError:
+    """The error for a job that did not succeed, by how it ended."""
+    if outcome.status == START_TIMED_OUT:
+        return JobStartTimeoutError(f"Ray job {outcome.job_id} never started: {outcome.message}", outcome)
+    if outcome.status == LOST_CONTACT:
+        return JobContactLostError(f"lost contact with Ray job {outcome.job_id}: {outcome.message}. Its fate is "
+                                   f"unknown; to follow it again set verl.attach_job_id: {outcome.job_id}\n"
+                                   f"--- last lines of the job's log ---\n{outcome.log_tail}", outcome)
+    return JobFailedError(outcome.failure_text(), outcome)
 
 
 def merge_command(python: str, actor_dir: str | Path, target_dir: str | Path) -> list[str]:
