@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rewardbox.training.verl_config import VerlLaunchConfig
 
 _FILLED_IN = ("model_path", "train_files", "val_files", "checkpoint_dir")
+MERGE_RTOL = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
+"""Default relative tolerance of a merge cast to that dtype: its unit roundoff (8 / 11 significand bits)."""
 
 
 class VerlBackendConfig(BaseModel):
@@ -53,6 +55,13 @@ class VerlBackendConfig(BaseModel):
             instead of submitting a new one.
         poll_s: seconds between polls of the job's status and log.
         merge_timeout_s: limit of verl's model merger, seconds.
+        merge_dtype: the merged checkpoint's dtype: ``keep`` (default) the dtype the actor's
+            checkpoint holds (float32 stays float32), or one stated here (``bfloat16`` halves the
+            files and rounds each weight; see ``verl_merge``).
+        merge_rtol, merge_atol: how far each merged weight may be from the trained one,
+            ``|merged - trained| <= atol + rtol * |trained|``, enforced by the blocking
+            merged-checkpoint gate. None: exact for ``keep`` and ``float32``, the dtype's rounding
+            (``MERGE_RTOL``) for ``bfloat16`` / ``float16``.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -75,6 +84,14 @@ class VerlBackendConfig(BaseModel):
     attach_job_id: str | None = Field(None, pattern=r"^rewardbox-grpo-[0-9a-f]{12}$")
     poll_s: float = Field(2.0, gt=0)
     merge_timeout_s: float = Field(3600.0, gt=0)
+    merge_dtype: Literal["keep", "bfloat16", "float16", "float32"] = "keep"
+    merge_rtol: float | None = Field(None, ge=0)
+    merge_atol: float = Field(0.0, ge=0)
+
+    def merge_tolerance(self) -> tuple[float, float]:
+        """(rtol, atol) of the merge against the trained weights (see ``merge_rtol``)."""
+        rtol = MERGE_RTOL.get(self.merge_dtype, 0.0) if self.merge_rtol is None else self.merge_rtol
+        return rtol, self.merge_atol
 
     @field_validator("launch")
     @classmethod

@@ -11,9 +11,10 @@ instead of the local trainer. The steps, each a plain function the
    arrives, parse verl's per-step lines (``verl_progress``), stop the job when
    interrupted, fail with the job's log tail when it fails, then find the latest
    ``global_step_N/actor`` checkpoint.
-3. :func:`merge_verl_checkpoint`: verl's model merger (``python -m verl.model_merger
-   merge --backend fsdp``, in verl's own environment) into a Hugging Face directory; a LoRA
-   adapter it writes is merged into the base with peft (:func:`finish_verl_merge`).
+3. :func:`merge_verl_checkpoint` (``verl_merge_run``): verl's model merger (its
+   ``FSDPModelMerger``, in verl's own environment, through ``verl_merge``: dtype kept, a broken
+   tie untied, fidelity measured) into a Hugging Face directory; a LoRA adapter it writes is
+   merged into the base with peft (:func:`finish_verl_merge`).
 
 Paths: the dataset rows and the checkpoints live under ``VerlBackendConfig.shared_dir``,
 which every Ray node and this process must see at the same path (a shared
@@ -25,8 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -42,10 +41,10 @@ from rewardbox.training.ray_job import (
 from rewardbox.training.verl_backend_config import VerlBackendConfig
 from rewardbox.training.verl_config import VerlLaunchConfig, launch_command, verl_overrides
 from rewardbox.training.verl_guard import check_refill_bound
+from rewardbox.training.verl_merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
 from rewardbox.training.verl_progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
 
 logger = logging.getLogger(__name__)
-MERGER_MODULE = "verl.model_merger"
 NO_GPU_EXIT_CODE = 3
 
 # Runs in the job, on the head node, with the job's Python (verl's environment has Ray): it fails
@@ -287,12 +286,6 @@ def _outcome_error(outcome: JobOutcome) -> JobFailedError:
     return JobFailedError(outcome.failure_text(), outcome)
 
 
-def merge_command(python: str, actor_dir: str | Path, target_dir: str | Path) -> list[str]:
-    """verl's model merger argv: an FSDP ``actor`` checkpoint into a Hugging Face directory."""
-    return [python, "-m", MERGER_MODULE, "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target_dir)]
-
-
 def verl_python(cfg: VerlBackendConfig) -> str:
     """The Python of verl's environment on this machine: ``merge_python``, ``$REWARDBOX_VERL_PYTHON``, ``.venv-verl``."""
     if cfg.merge_python:
@@ -300,78 +293,3 @@ def verl_python(cfg: VerlBackendConfig) -> str:
     if os.environ.get("REWARDBOX_VERL_PYTHON"):
         return os.environ["REWARDBOX_VERL_PYTHON"]
     return str(Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python")
-
-
-def merge_verl_checkpoint(actor_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                          python: str, timeout_s: float = 3600.0, lora_alpha: float | None = None,
-                          log: Callable[[str], None] | None = None) -> Path:
-    """Merge verl's ``actor_dir`` into a Hugging Face checkpoint at ``out_dir`` with verl's model merger.
-
-    The merger (:func:`merge_command`) writes into ``<out_dir>.merger``; :func:`finish_verl_merge`
-    then makes ``out_dir`` of it.
-
-    Args:
-        lora_alpha, log: as :func:`finish_verl_merge`.
-
-    Raises:
-        FileNotFoundError: ``actor_dir`` or verl's Python is missing.
-        RuntimeError: the merger failed or ran past ``timeout_s`` (its output tail in the message).
-        ValueError: verl's LoRA adapter does not load into the base (:func:`finish_verl_merge`).
-    """
-    actor_dir, out_dir = Path(actor_dir), Path(out_dir)
-    if not actor_dir.is_dir():
-        raise FileNotFoundError(f"no verl checkpoint at {actor_dir}")
-    if not Path(python).exists() and shutil.which(python) is None:
-        raise FileNotFoundError(f"verl's Python {python} not found: run `make verl-env` or set REWARDBOX_VERL_PYTHON")
-    staging = out_dir.with_name(out_dir.name + ".merger")  # not merge_checkpoint's own ".partial"
-    _run_merger(python, actor_dir, staging, timeout_s)
-    return finish_verl_merge(staging, base_dir, out_dir, lora_alpha, log)
-
-
-def finish_verl_merge(merger_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                      lora_alpha: float | None = None, log: Callable[[str], None] | None = None) -> Path:
-    """``out_dir`` from what verl's model merger wrote into ``merger_dir`` (which is consumed).
-
-    Merged weights (a full fine-tune) become ``out_dir`` as they are, with the base's chat
-    template files (``*.jinja``), as the local merge does. A LoRA adapter (``lora_adapter/``,
-    next to the merger's unmerged base) is first put into peft's exact layout
-    (``verl_adapter.normalize_verl_adapter``: tensor names, target modules, a zero alpha), then
-    merged into ``base_dir`` with ``checkpoint.merge_checkpoint``, which fails unless peft loaded
-    every LoRA tensor. ``out_dir`` is replaced only when the result is complete.
-
-    Args:
-        lora_alpha: the run's ``grpo.lora_alpha``, used only when verl wrote alpha 0.
-        log: receives one line per fix made to verl's adapter (default: this module's logger).
-
-    Raises:
-        ValueError: verl's adapter does not load into the base (see ``normalize_verl_adapter``).
-    """
-    from rewardbox.training.checkpoint import merge_checkpoint
-    from rewardbox.training.verl_adapter import ADAPTER_CONFIG, ADAPTER_DIR, normalize_verl_adapter
-
-    merger_dir, base_dir, out_dir = Path(merger_dir), Path(base_dir), Path(out_dir)
-    adapter = merger_dir / ADAPTER_DIR
-    if (adapter / ADAPTER_CONFIG).is_file():
-        for change in normalize_verl_adapter(adapter, lora_alpha):
-            (log or logger.info)(f"verl's LoRA adapter: {change}")
-        merge_checkpoint(base_dir, adapter, out_dir)
-        shutil.rmtree(merger_dir, ignore_errors=True)
-        return out_dir
-    for extra in base_dir.glob("*.jinja"):
-        shutil.copy2(extra, merger_dir / extra.name)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    merger_dir.rename(out_dir)
-    return out_dir
-
-
-def _run_merger(python: str, actor_dir: Path, target_dir: Path, timeout_s: float) -> None:
-    """Run verl's model merger into a fresh ``target_dir``; RuntimeError with its output tail on failure."""
-    shutil.rmtree(target_dir, ignore_errors=True)
-    try:
-        proc = subprocess.run(merge_command(python, actor_dir, target_dir), capture_output=True, text=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"verl's model merger ran past {timeout_s:g} s on {actor_dir}") from exc
-    if proc.returncode != 0:
-        raise RuntimeError(f"verl's model merger failed (exit {proc.returncode}):\n"
-                           f"{(proc.stderr or proc.stdout).strip()[-3000:]}")

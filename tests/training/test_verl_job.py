@@ -200,9 +200,13 @@ def test_success_without_a_checkpoint_is_an_error_and_with_one_returns_the_lates
 
 
 def test_merge_command_is_verls_model_merger():
+    # verl's FSDPModelMerger through rewardbox.training.verl_merge (dtype kept, tie checked, fidelity measured)
     assert merge_command("/v/python", "/c/global_step_3/actor", "/out") == [
-        "/v/python", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-        "--local_dir", "/c/global_step_3/actor", "--target_dir", "/out"]
+        "/v/python", "-m", "rewardbox.training.verl_merge", "merge", "--backend", "fsdp",
+        "--local_dir", "/c/global_step_3/actor", "--target_dir", "/out", "--dtype", "keep", "--rtol", "0.0",
+        "--atol", "0.0"]
+    assert merge_command("p", "a", "o", "bfloat16", 2**-8)[-6:] == ["--dtype", "bfloat16", "--rtol", "0.00390625",
+                                                                   "--atol", "0.0"]
 
 
 def _fake_merger(tmp_path, body):
