@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
@@ -210,17 +212,24 @@ class RayClusterResource(RayResource):
 
 @contextlib.contextmanager
 def _private_ray(private: bool):
-    """Hide ``RAY_ADDRESS`` from a ``ray.init`` that starts a private Ray (restored after).
+    """Around a ``ray.init``: hide ``RAY_ADDRESS`` from one that starts a private Ray, keep SIGTERM's handler.
 
     ``ray.init(address="local")`` already starts a new cluster, but the processes it starts
     (GCS, raylet, dashboard) inherit the environment and read ``RAY_ADDRESS`` themselves.
+    ``ray.init`` also replaces the process's SIGTERM handler (``sys.exit``, then Ray's native
+    failure handler), which would pre-empt Dagster's: a terminated run would die before its
+    verl job is stopped and waited for. The handler found before is put back after.
     """
     saved = os.environ.pop(RAY_ADDRESS_ENV, None) if private else None
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
     try:
         yield
     finally:
         if saved is not None:
             os.environ[RAY_ADDRESS_ENV] = saved
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
 
 
 def joined_cluster(requested: str | None) -> dict[str, Any]:
