@@ -2,19 +2,27 @@
 
 Built on Ray's Job Submission SDK (``ray.job_submission.JobSubmissionClient``,
 which needs ``ray[default]``, the ``cluster`` extra). The SDK's HTTP calls have
-no timeout of their own, so :func:`job_client` gives every request one, and the
-calls that only read (status, logs) are retried with tenacity on connection
-errors and timeouts. A job that outlives ``timeout_s`` is stopped and reported;
-nothing here waits without a bound.
+no timeout of their own, so :func:`job_client` gives every request one.
+
+Outcomes of a watch (:class:`JobOutcome`): Ray's ``SUCCEEDED`` / ``FAILED`` / ``STOPPED``, and
+ours: ``TIMED_OUT`` (past ``timeout_s``, stopped), ``START_TIMED_OUT`` (PENDING past
+``start_timeout_s``, stopped) and ``LOST_CONTACT``. A poll the job server does not answer is
+waited out; only ``contact_timeout_s`` without an answer ends the watch, and then the job is
+left as it is (never stopped for it): watching again by job id re-attaches. Nothing here waits
+without a bound.
+
+Stopping (:func:`stop_job`) waits for a terminal status (or ``stop_timeout_s``), so the job's
+own SIGTERM handling (a checkpoint) is over before the caller goes on, e.g. shuts a local Ray
+head down.
 
 Cancellation: when the caller is interrupted while watching (a terminated
 Dagster run raises its interrupt in the step; Ctrl-C raises
-``KeyboardInterrupt``), :func:`watch_job` stops the Ray job before re-raising,
-so a cancelled run leaves no training job behind on the cluster.
+``KeyboardInterrupt``), :func:`watch_job` stops the Ray job, waits for it to end, then
+re-raises, so a cancelled run leaves no training job behind on the cluster.
 
 Logs are read by polling ``get_job_logs`` (the whole log, of which only the new
-part is passed on), not by the SDK's websocket tail: a poll has a timeout and a
-retry, the websocket has neither.
+part is passed on), not by the SDK's websocket tail: a poll has a timeout, the
+websocket has none.
 """
 
 from __future__ import annotations

@@ -58,6 +58,11 @@ def test_a_failing_job_fails_the_materialisation_with_its_log_tail(tmp_path, job
     assert "no GPU: torch.cuda.is_available() is False" in messages       # the job's own error, in the failure
     assert "ended FAILED" in messages
     assert "step:1 - critic/score/mean:0.250" in messages                  # the job's log lines reached Dagster
+    # the job id was in the asset's record at submission, before the job failed (issue 24, kind 7)
+    [observed] = [e.event_specific_data.asset_observation for e in result.get_asset_observation_events()]
+    assert observed.metadata["status"].value == "SUBMITTED"
+    assert observed.metadata["job_id"].value.startswith("rewardbox-grpo-")
+    assert f"Ray job {observed.metadata['job_id'].value} ended FAILED" in messages
     assert "verl step 2: mean_reward=0.500 zero_variance_frac=0.500" in messages  # and were parsed per step
     assert elapsed_s < 120
 
