@@ -7,7 +7,7 @@ import dagster as dg
 import polars as pl
 
 from assets.metadata import md_image, md_table, tasks_hash
-from assets.verl_backend import verl_grpo, verl_merge
+from assets.verl_backend import merge_fidelity, verl_grpo, verl_merge
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
@@ -24,7 +24,8 @@ from rewardbox.training.probe_history import ProbeHistory
 
 GROUP = "training"
 TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
-MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl_job")
+MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl_job",
+                          "rewardbox.training.verl_merge_run", "rewardbox.training.verl_merge")
 
 
 @dg.asset(group_name=GROUP, code_version=TRAIN_CODE)
@@ -88,8 +89,13 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
     """Blocking: the merged checkpoint loads with transformers and runs one full episode.
 
     A checkpoint that does not load fails the check with transformers' error in its metadata.
+    A verl merge must also reproduce the trained weights within ``verl.merge_rtol`` /
+    ``merge_atol`` (``verl_backend.merge_fidelity``), else the check fails before loading.
     """
     profile = rewardbox.load()
+    faithful, fidelity = merge_fidelity(profile, merged_checkpoint)
+    if not faithful:
+        return dg.AssetCheckResult(passed=False, metadata=fidelity)
     local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
     try:
         policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
@@ -101,4 +107,5 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     return dg.AssetCheckResult(passed=ok, metadata={
         "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",
+        **fidelity,
     })

@@ -18,6 +18,7 @@ from rewardbox.tasks.schema import Task
 from rewardbox.training.ray_job import JobFailedError
 from rewardbox.training.verl_config import dry_run
 from rewardbox.training.verl_job import merge_verl_checkpoint, prepare_launch, run_verl_training, verl_python
+from rewardbox.training.verl_merge_run import read_fidelity
 
 
 def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource, profile: Profile,
@@ -27,9 +28,13 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
     The data version of a trained checkpoint is its Ray job and global step (hashing a sharded
     FSDP checkpoint of a large model would read every byte); a dry run's is its files' hash.
 
+    The job id is recorded as an ``AssetObservation`` (``job_id``, ``status: SUBMITTED``) as soon
+    as the job is submitted, so a run that fails or loses contact later still names its job.
+
     Raises:
-        dg.Failure: the Ray job failed (the message holds its log tail), or the dry run's
-            config was rejected by verl's schema.
+        dg.Failure: the Ray job failed, never started (``START_TIMED_OUT``) or went out of contact
+            (``LOST_CONTACT``, job left running): the message names the job and holds its log
+            tail; or the dry run's config was rejected by verl's schema.
     """
     cfg = profile.verl
     launch = prepare_launch(profile.grpo, cfg, training_pool, base_checkpoint, data_dir,
@@ -39,8 +44,14 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
     if cfg.dry_run:
         return _dry_run(context, profile, launch, data_dir / "verl" / "dry_run", metadata)
     client = ray_cluster.job_client(profile, context)
+
+    def submitted(job_id: str) -> None:  # in the asset's record at once, also when the job then fails
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, metadata={
+            "job_id": job_id, "status": "SUBMITTED", "attached": bool(cfg.attach_job_id),
+            "checkpoint_dir": dg.MetadataValue.path(str(launch.checkpoint_dir))}))
+
     try:
-        result = run_verl_training(client, launch, cfg, context.log.info)
+        result = run_verl_training(client, launch, cfg, context.log.info, on_submit=submitted)
     except JobFailedError as exc:
         raise dg.Failure(description=str(exc), metadata={"job_id": exc.outcome.job_id,
                                                          "status": exc.outcome.status}) from exc
@@ -92,6 +103,26 @@ def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: 
     try:
         return merge_verl_checkpoint(actor_dir, base_checkpoint, out_dir, verl_python(profile.verl),
                                      profile.verl.merge_timeout_s,
-                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None, log=log)
+                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None, log=log,
+                                     dtype=profile.verl.merge_dtype, tolerance=profile.verl.merge_tolerance())
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise dg.Failure(description=str(exc)) from exc
+
+
+def merge_fidelity(profile: Profile, merged_dir: str) -> tuple[bool, dict]:
+    """(passed, metadata) of a verl merge against the trained weights, for the blocking gate.
+
+    The merger's ``merge_fidelity.json`` (``rewardbox.training.verl_merge``) must exist for a
+    ``grpo.backend: verl`` checkpoint, and say every saved weight is within the profile's
+    tolerance (``verl.merge_rtol`` / ``merge_atol``, ``VerlBackendConfig.merge_tolerance``) of the
+    trained one. The local backend has no such report: (True, {}).
+    """
+    if profile.grpo.backend != "verl":
+        return True, {}
+    report = read_fidelity(merged_dir)
+    if report is None:
+        return False, {"merge_fidelity": "missing: merge_fidelity.json was not written by the verl merger"}
+    rtol, atol = profile.verl.merge_tolerance()
+    as_configured = report.get("lora") or (report.get("rtol"), report.get("atol")) == (rtol, atol)
+    passed = bool(report.get("within")) and bool(as_configured)
+    return passed, {"merge_fidelity": dg.MetadataValue.json(report), "merge_rtol": rtol, "merge_atol": atol}

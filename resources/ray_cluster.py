@@ -21,6 +21,10 @@ this resource's cleanup disconnects (``ray.shutdown()`` for the embedded one).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
 from typing import Any
 from urllib.parse import urlparse
 
@@ -28,9 +32,13 @@ import dagster as dg
 from dagster_ray import RayResource
 from pydantic import Field, PrivateAttr
 
+from rewardbox import strict_json
 from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.training.ray_job import JobClient, job_client
+
+LOCAL = "local"
+RAY_ADDRESS_ENV = "RAY_ADDRESS"
 
 
 class RayClusterResource(RayResource):
@@ -38,8 +46,9 @@ class RayClusterResource(RayResource):
 
     Attributes:
         address: a running cluster (``ray://head:10001``, ``auto``); None uses the
-            profile's ``executor.address``, and when that is None too an embedded
-            ``ray.init(num_cpus=executor.num_cpus)`` in the step process.
+            profile's ``executor.address``, and when that is None too (or ``local``) a
+            private ``ray.init(address="local", num_cpus=executor.num_cpus)`` in the step
+            process, whatever ``RAY_ADDRESS`` says (see :meth:`init_options`).
         runtime_env: Ray's ``runtime_env`` for a real cluster (``working_dir``,
             ``pip``, ``env_vars``); merged over the profile's ``executor.runtime_env``.
         job_address: the job server of a running cluster (its dashboard,
@@ -54,7 +63,13 @@ class RayClusterResource(RayResource):
     job_address: str | None = None
 
     _profile: Profile | None = PrivateAttr(default=None)
+    _cluster: dict[str, Any] | None = PrivateAttr(default=None)
     _executor: EpisodeExecutor | None = PrivateAttr(default=None)
+
+    @property
+    def cluster(self) -> dict[str, Any] | None:
+        """The cluster this resource joined (:func:`joined_cluster`), None before it connects."""
+        return self._cluster
 
     @property
     def host(self) -> str:
@@ -77,7 +92,21 @@ class RayClusterResource(RayResource):
         return True
 
     def init_options(self, profile: Profile) -> dict[str, Any]:
-        """The ``ray.init`` keyword arguments for ``profile`` (address, runtime_env, num_cpus)."""
+        """The ``ray.init`` keyword arguments for ``profile`` (address, runtime_env, num_cpus).
+
+        Which cluster (decided here, whatever the environment says):
+
+        - no address (``executor.address: null``, the default) or ``local``: a private Ray
+          started in this process, ``address="local"`` with ``executor.num_cpus`` CPUs and no
+          dashboard; ``RAY_ADDRESS`` and any ``ray start`` head on the machine are ignored
+          (:meth:`connect` hides ``RAY_ADDRESS`` from the call);
+        - ``auto``: the cluster Ray discovers (``RAY_ADDRESS``, else the latest ``ray start``
+          head of this machine), Ray's own rule;
+        - any other address (``ray://head:10001``, ``head:6379``): that cluster.
+
+        Joining a cluster passes neither ``num_cpus`` nor ``num_gpus`` (Ray refuses them there:
+        "When connecting to an existing cluster, num_cpus and num_gpus must not be provided").
+        """
         from dagster_ray.utils import _process_dagster_env_vars
 
         address = self.address or profile.executor.address
@@ -86,10 +115,15 @@ class RayClusterResource(RayResource):
         env_vars = {**runtime_env.get("env_vars", {}), **self.get_env_vars_to_inject()}
         if env_vars:
             runtime_env["env_vars"] = env_vars
-        options.update(address=address, runtime_env=runtime_env or None)
-        if address is None:
+        options.update(runtime_env=runtime_env or None)
+        if address in (None, LOCAL):
+            options.update(address=LOCAL)
             options.setdefault("num_cpus", profile.executor.num_cpus)
             options.setdefault("include_dashboard", False)
+        else:
+            options.update(address=address)
+            for key in ("num_cpus", "num_gpus"):
+                options.pop(key, None)
         return options
 
     def _connect(self, context: Any) -> None:
@@ -97,10 +131,13 @@ class RayClusterResource(RayResource):
             super()._connect(context)
 
     def connect(self, context: Any) -> Any:
-        """``ray.init`` with :meth:`init_options` of the profile given to :meth:`executor`."""
+        """``ray.init`` with :meth:`init_options` of the profile given to :meth:`executor`; records :attr:`cluster`."""
         import ray
 
-        self._context = ray.init(**self.init_options(self._profile))
+        options = self.init_options(self._profile)
+        with _private_ray(options["address"] == LOCAL):
+            self._context = ray.init(**options)
+        self._cluster = joined_cluster(options["address"])
         return self._context
 
     def on_cleanup(self, context: Any, *, deleted: bool) -> None:
@@ -127,6 +164,7 @@ class RayClusterResource(RayResource):
             else:
                 self.connect(context)
             self._executor = build_executor(profile.executor, profile.episode.concurrency)
+        _record_cluster(context, self.cluster)
         return self._executor
 
     def job_client(self, profile: Profile, context: Any = None) -> JobClient:
@@ -152,9 +190,12 @@ class RayClusterResource(RayResource):
         import ray
 
         if self._context is None and not ray.is_initialized():
-            self._context = ray.init(num_cpus=profile.executor.num_cpus, include_dashboard=True,
-                                     dashboard_host="127.0.0.1", dashboard_port=_free_port(),
-                                     runtime_env=self.runtime_env or None)
+            with _private_ray(True):
+                self._context = ray.init(address=LOCAL, num_cpus=profile.executor.num_cpus, include_dashboard=True,
+                                         dashboard_host="127.0.0.1", dashboard_port=_free_port(),
+                                         runtime_env=self.runtime_env or None)
+            self._cluster = joined_cluster(LOCAL)
+        _record_cluster(context, self.cluster)
         url = getattr(self._context, "dashboard_url", None)
         if not url:
             raise RuntimeError("Ray is connected in this process without a dashboard, so it takes no jobs: "
@@ -167,6 +208,48 @@ class RayClusterResource(RayResource):
             self._executor.close()
             self._executor = None
         super().cleanup(context, exception)
+
+
+@contextlib.contextmanager
+def _private_ray(private: bool):
+    """Around a ``ray.init``: hide ``RAY_ADDRESS`` from one that starts a private Ray, keep SIGTERM's handler.
+
+    ``ray.init(address="local")`` already starts a new cluster, but the processes it starts
+    (GCS, raylet, dashboard) inherit the environment and read ``RAY_ADDRESS`` themselves.
+    ``ray.init`` also replaces the process's SIGTERM handler (``sys.exit``, then Ray's native
+    failure handler), which would pre-empt Dagster's: a terminated run would die before its
+    verl job is stopped and waited for. The handler found before is put back after.
+    """
+    saved = os.environ.pop(RAY_ADDRESS_ENV, None) if private else None
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[RAY_ADDRESS_ENV] = saved
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def joined_cluster(requested: str | None) -> dict[str, Any]:
+    """The cluster ``ray.init`` joined: ``requested`` address, GCS address, alive nodes, total resources."""
+    import ray
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    resources = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "memory", "object_store_memory")}
+    return {"requested_address": requested, "gcs_address": ray.get_runtime_context().gcs_address,
+            "nodes": len(nodes), "resources": resources}
+
+
+def _record_cluster(context: Any, cluster: dict[str, Any] | None) -> None:
+    """The joined cluster into the asset's metadata (``ray_cluster``) and the run's log."""
+    if cluster is None or context is None:
+        return
+    if getattr(context, "log", None) is not None:
+        context.log.info(f"Ray cluster: {strict_json.dumps(cluster)}")
+    if hasattr(context, "add_output_metadata"):
+        context.add_output_metadata({"ray_cluster": dg.MetadataValue.json(cluster)})
 
 
 def _free_port() -> int:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rewardbox.episode.config import EpisodeConfig, ExecutorConfig, UserSimulatorConfig
 from rewardbox.evaluation.config import EvaluationConfig
@@ -34,6 +34,7 @@ from rewardbox.tasks.config import CandidateLoadPolicy, TaskSource, TaskSourcesC
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.verl_backend_config import VerlBackendConfig
+from rewardbox.training.verl_guard import check_refill_bound
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PROFILE_ENV = "REWARDBOX_PROFILE"
@@ -77,6 +78,12 @@ class Profile(BaseModel):
     verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @model_validator(mode="after")
+    def _verl_keeps_the_refill_bound(self) -> "Profile":
+        """``verl.extra_overrides`` may not lift ``grpo.max_refill_rounds`` (``training.verl_guard``)."""
+        check_refill_bound(self.verl.extra_overrides, self.grpo.max_refill_rounds)
+        return self
 
     @property
     def data_path(self) -> Path:

@@ -53,9 +53,13 @@ class ExecutorConfig(BaseModel):
 
     Attributes:
         kind: ``local`` (asyncio in this process, the laptop default) or ``ray``.
-        address: ray only; an existing cluster (``ray://head:10001`` or ``auto``).
-            None starts an embedded ``ray.init()`` in this process.
-        num_cpus: ray only, embedded cluster only; CPUs Ray may schedule on.
+        address: ray only; None or ``local`` starts a private Ray in this process
+            (``ray.init(address="local")``), whatever ``RAY_ADDRESS`` says or whichever
+            ``ray start`` head runs on the machine; ``auto`` joins the cluster Ray discovers
+            (``RAY_ADDRESS``, else the local ``ray start`` head); any other address
+            (``ray://head:10001``, ``head:6379``) joins that cluster.
+        num_cpus: ray only, private Ray only (None or ``local``); CPUs Ray may schedule on.
+            A joined cluster has its own.
         workers: ray only; episode actors, each with its own policy copy, user
             simulator, grader pool and sandboxes. The concurrency bound is shared
             between them.

@@ -11,9 +11,10 @@ instead of the local trainer. The steps, each a plain function the
    arrives, parse verl's per-step lines (``verl_progress``), stop the job when
    interrupted, fail with the job's log tail when it fails, then find the latest
    ``global_step_N/actor`` checkpoint.
-3. :func:`merge_verl_checkpoint`: verl's model merger (``python -m verl.model_merger
-   merge --backend fsdp``, in verl's own environment) into a Hugging Face directory; a LoRA
-   adapter it writes is merged into the base with peft (:func:`finish_verl_merge`).
+3. :func:`merge_verl_checkpoint` (``verl_merge_run``): verl's model merger (its
+   ``FSDPModelMerger``, in verl's own environment, through ``verl_merge``: dtype kept, a broken
+   tie untied, fidelity measured) into a Hugging Face directory; a LoRA adapter it writes is
+   merged into the base with peft (:func:`finish_verl_merge`).
 
 Paths: the dataset rows and the checkpoints live under ``VerlBackendConfig.shared_dir``,
 which every Ray node and this process must see at the same path (a shared
@@ -25,8 +26,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,13 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.ray_job import JobClient, JobFailedError, submit_job, watch_job
+from rewardbox.training.ray_job import (
+    LOST_CONTACT, START_TIMED_OUT, JobClient, JobContactLostError, JobFailedError, JobOutcome, JobStartTimeoutError,
+    submit_job, watch_job,
+)
 from rewardbox.training.verl_backend_config import VerlBackendConfig
 from rewardbox.training.verl_config import VerlLaunchConfig, launch_command, verl_overrides
+from rewardbox.training.verl_guard import check_refill_bound
+from rewardbox.training.verl_merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
 from rewardbox.training.verl_progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
 
 logger = logging.getLogger(__name__)
-MERGER_MODULE = "verl.model_merger"
 NO_GPU_EXIT_CODE = 3
 
 # Runs in the job, on the head node, with the job's Python (verl's environment has Ray): it fails
@@ -141,17 +144,25 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
         agent_fn: the agent loop's file and overrides (default :func:`agent_loop_overrides`).
         local_head: the job runs on a local Ray head started here (picks the default Python).
 
+    With ``cfg.attach_job_id`` the launch is that job's (its id, run directory and checkpoints);
+    its rows are written only if they are missing.
+
     Raises:
-        ValueError: an empty pool, or settings verl has no equivalent for.
+        ValueError: an empty pool, settings verl has no equivalent for, or overrides that lift the
+            refill bound (``verl_guard.check_refill_bound``).
     """
-    root, submission_id = Path(cfg.shared_dir or shared_dir).resolve(), f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
+    root = Path(cfg.shared_dir or shared_dir).resolve()
+    submission_id = cfg.attach_job_id or f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
     run_dir = root / "verl" / submission_id
-    train_path = write_rows((rows_fn or pool_rows)(tasks), run_dir / "train.parquet")
+    train_path = run_dir / "train.parquet"
+    if not (cfg.attach_job_id and train_path.is_file()):  # a re-attached job reads the rows it was given
+        write_rows((rows_fn or pool_rows)(tasks), train_path)
     experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
     launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
                                  "val_files": str(train_path),
                                  "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
     extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
+    check_refill_bound(extra, grpo.max_refill_rounds)  # also when cfg did not come through a Profile
     overrides = {**verl_overrides(grpo, launch), **extra}
     checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
     python = job_python(cfg, local_head)
@@ -200,21 +211,28 @@ class VerlRunResult:
 
 
 def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig,
-                      log: Callable[[str], None], runtime_env: dict[str, Any] | None = None) -> VerlRunResult:
-    """Submit ``launch`` as a Ray job, stream its log into ``log``, and return its latest checkpoint.
+                      log: Callable[[str], None], runtime_env: dict[str, Any] | None = None,
+                      on_submit: Callable[[str], None] | None = None) -> VerlRunResult:
+    """Submit ``launch`` as a Ray job (or re-attach to ``cfg.attach_job_id``), stream its log, return its checkpoint.
 
     Every log line goes to ``log`` as it arrives; each verl step line is followed by a
     one-line summary (reward mean, zero-variance share, throughput, step time).
 
     Args:
         client: Ray's job client for the cluster (``RayClusterResource.job_client``).
-        runtime_env: Ray's runtime_env for the job, merged over ``cfg.runtime_env``.
+        runtime_env: Ray's runtime_env for the job, merged over ``cfg.runtime_env``; its
+            ``RAY_JOB_STOP_WAIT_TIME_S`` defaults to ``cfg.stop_timeout_s`` (the SIGTERM grace).
+        on_submit: called with the job id as soon as the job is submitted (or re-attached),
+            before any wait (the asset records it there).
 
     Raises:
+        JobStartTimeoutError: the job stayed PENDING past ``cfg.start_timeout_s`` (stopped).
+        JobContactLostError: the job server went unanswered for ``cfg.contact_timeout_s``; the
+            job was not stopped (set ``verl.attach_job_id`` to the id in the message to follow it).
         JobFailedError: the job ended FAILED or STOPPED or ran past ``cfg.job_timeout_s`` (the
             message holds Ray's status message and the log tail: "no GPU" on a CPU cluster), or
             it succeeded without writing a checkpoint.
-        BaseException: an interrupt (terminated run) after the job was stopped.
+        BaseException: an interrupt (terminated run) after the job was stopped and had ended.
     """
     steps: list[StepProgress] = []
     count = [0]
@@ -227,14 +245,14 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
             steps.append(progress)
             log(progress.summary())
 
-    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id,
-                        runtime_env={**cfg.runtime_env, **(runtime_env or {})} or None,
-                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
-                        ready_timeout_s=cfg.connect_timeout_s)
-    log(f"submitted verl GRPO as Ray job {job_id}")
-    outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s)
+    job_id = _submit_or_attach(client, launch, cfg, log, runtime_env)
+    if on_submit is not None:
+        on_submit(job_id)
+    outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s,
+                        contact_timeout_s=cfg.contact_timeout_s, start_timeout_s=cfg.start_timeout_s,
+                        stop_timeout_s=cfg.stop_timeout_s)
     if outcome.status != "SUCCEEDED":
-        raise JobFailedError(outcome.failure_text(), outcome)
+        raise _outcome_error(outcome)
     checkpoint = latest_checkpoint(launch.checkpoint_dir)
     if checkpoint is None:
         raise JobFailedError(f"Ray job {job_id} succeeded but wrote no global_step_N/actor checkpoint under "
@@ -243,10 +261,29 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
     return VerlRunResult(job_id, steps, checkpoint, outcome.elapsed_s, count[0])
 
 
-def merge_command(python: str, actor_dir: str | Path, target_dir: str | Path) -> list[str]:
-    """verl's model merger argv: an FSDP ``actor`` checkpoint into a Hugging Face directory."""
-    return [python, "-m", MERGER_MODULE, "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target_dir)]
+def _submit_or_attach(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig, log: Callable[[str], None],
+                      runtime_env: dict[str, Any] | None) -> str:
+    if cfg.attach_job_id:
+        log(f"re-attaching to Ray job {cfg.attach_job_id} (verl.attach_job_id): nothing is submitted")
+        return cfg.attach_job_id
+    env = {**cfg.runtime_env, **(runtime_env or {})}
+    env["env_vars"] = {"RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(cfg.stop_timeout_s))), **env.get("env_vars", {})}
+    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id, runtime_env=env,
+                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
+                        ready_timeout_s=cfg.connect_timeout_s)
+    log(f"submitted verl GRPO as Ray job {job_id}")
+    return job_id
+
+
+def _outcome_error(outcome: JobOutcome) -> JobFailedError:
+    """The error for a job that did not succeed, by how it ended."""
+    if outcome.status == START_TIMED_OUT:
+        return JobStartTimeoutError(f"Ray job {outcome.job_id} never started: {outcome.message}", outcome)
+    if outcome.status == LOST_CONTACT:
+        return JobContactLostError(f"lost contact with Ray job {outcome.job_id}: {outcome.message}. Its fate is "
+                                   f"unknown; to follow it again set verl.attach_job_id: {outcome.job_id}\n"
+                                   f"--- last lines of the job's log ---\n{outcome.log_tail}", outcome)
+    return JobFailedError(outcome.failure_text(), outcome)
 
 
 def verl_python(cfg: VerlBackendConfig) -> str:
@@ -256,78 +293,3 @@ def verl_python(cfg: VerlBackendConfig) -> str:
     if os.environ.get("REWARDBOX_VERL_PYTHON"):
         return os.environ["REWARDBOX_VERL_PYTHON"]
     return str(Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python")
-
-
-def merge_verl_checkpoint(actor_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                          python: str, timeout_s: float = 3600.0, lora_alpha: float | None = None,
-                          log: Callable[[str], None] | None = None) -> Path:
-    """Merge verl's ``actor_dir`` into a Hugging Face checkpoint at ``out_dir`` with verl's model merger.
-
-    The merger (:func:`merge_command`) writes into ``<out_dir>.merger``; :func:`finish_verl_merge`
-    then makes ``out_dir`` of it.
-
-    Args:
-        lora_alpha, log: as :func:`finish_verl_merge`.
-
-    Raises:
-        FileNotFoundError: ``actor_dir`` or verl's Python is missing.
-        RuntimeError: the merger failed or ran past ``timeout_s`` (its output tail in the message).
-        ValueError: verl's LoRA adapter does not load into the base (:func:`finish_verl_merge`).
-    """
-    actor_dir, out_dir = Path(actor_dir), Path(out_dir)
-    if not actor_dir.is_dir():
-        raise FileNotFoundError(f"no verl checkpoint at {actor_dir}")
-    if not Path(python).exists() and shutil.which(python) is None:
-        raise FileNotFoundError(f"verl's Python {python} not found: run `make verl-env` or set REWARDBOX_VERL_PYTHON")
-    staging = out_dir.with_name(out_dir.name + ".merger")  # not merge_checkpoint's own ".partial"
-    _run_merger(python, actor_dir, staging, timeout_s)
-    return finish_verl_merge(staging, base_dir, out_dir, lora_alpha, log)
-
-
-def finish_verl_merge(merger_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                      lora_alpha: float | None = None, log: Callable[[str], None] | None = None) -> Path:
-    """``out_dir`` from what verl's model merger wrote into ``merger_dir`` (which is consumed).
-
-    Merged weights (a full fine-tune) become ``out_dir`` as they are, with the base's chat
-    template files (``*.jinja``), as the local merge does. A LoRA adapter (``lora_adapter/``,
-    next to the merger's unmerged base) is first put into peft's exact layout
-    (``verl_adapter.normalize_verl_adapter``: tensor names, target modules, a zero alpha), then
-    merged into ``base_dir`` with ``checkpoint.merge_checkpoint``, which fails unless peft loaded
-    every LoRA tensor. ``out_dir`` is replaced only when the result is complete.
-
-    Args:
-        lora_alpha: the run's ``grpo.lora_alpha``, used only when verl wrote alpha 0.
-        log: receives one line per fix made to verl's adapter (default: this module's logger).
-
-    Raises:
-        ValueError: verl's adapter does not load into the base (see ``normalize_verl_adapter``).
-    """
-    from rewardbox.training.checkpoint import merge_checkpoint
-    from rewardbox.training.verl_adapter import ADAPTER_CONFIG, ADAPTER_DIR, normalize_verl_adapter
-
-    merger_dir, base_dir, out_dir = Path(merger_dir), Path(base_dir), Path(out_dir)
-    adapter = merger_dir / ADAPTER_DIR
-    if (adapter / ADAPTER_CONFIG).is_file():
-        for change in normalize_verl_adapter(adapter, lora_alpha):
-            (log or logger.info)(f"verl's LoRA adapter: {change}")
-        merge_checkpoint(base_dir, adapter, out_dir)
-        shutil.rmtree(merger_dir, ignore_errors=True)
-        return out_dir
-    for extra in base_dir.glob("*.jinja"):
-        shutil.copy2(extra, merger_dir / extra.name)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    merger_dir.rename(out_dir)
-    return out_dir
-
-
-def _run_merger(python: str, actor_dir: Path, target_dir: Path, timeout_s: float) -> None:
-    """Run verl's model merger into a fresh ``target_dir``; RuntimeError with its output tail on failure."""
-    shutil.rmtree(target_dir, ignore_errors=True)
-    try:
-        proc = subprocess.run(merge_command(python, actor_dir, target_dir), capture_output=True, text=True,
-                              timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"verl's model merger ran past {timeout_s:g} s on {actor_dir}") from exc
-    if proc.returncode != 0:
-        raise RuntimeError(f"verl's model merger failed (exit {proc.returncode}):\n"
-                           f"{(proc.stderr or proc.stdout).strip()[-3000:]}")

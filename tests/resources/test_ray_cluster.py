@@ -36,7 +36,7 @@ def test_init_options_address_runtime_env_and_embedded_cpus(tmp_path):
 
     profile = load_profile(_ray_profile(tmp_path, runtime_env={"env_vars": {"A": "1"}, "working_dir": "."}))
     embedded = RayClusterResource().init_options(profile)
-    assert embedded["address"] is None and embedded["num_cpus"] == 2 and embedded["include_dashboard"] is False
+    assert embedded["address"] == "local" and embedded["num_cpus"] == 2  # private, whatever RAY_ADDRESS says and embedded["include_dashboard"] is False
     assert embedded["runtime_env"] == {"env_vars": {"A": "1"}, "working_dir": "."}
     remote = RayClusterResource(address="ray://head:10001", runtime_env={"env_vars": {"B": "2"}}).init_options(profile)
     assert remote["address"] == "ray://head:10001" and "num_cpus" not in remote  # a cluster has its own CPUs

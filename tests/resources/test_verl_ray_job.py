@@ -48,6 +48,9 @@ def _materialize(tmp_path, profile, job_address):
         start = time.monotonic()
         result = dg.materialize(grpo_assets(profile), resources=resources(profile, tmp_path, job_address),
                                 instance=instance, raise_on_error=False)
+        result.observations = [record.dagster_event.event_specific_data.asset_observation
+                               for record in instance.all_logs(result.run_id)
+                               if record.dagster_event is not None and record.dagster_event.is_asset_observation]
         return result, run_messages(instance, result.run_id), time.monotonic() - start
 
 
@@ -58,6 +61,11 @@ def test_a_failing_job_fails_the_materialisation_with_its_log_tail(tmp_path, job
     assert "no GPU: torch.cuda.is_available() is False" in messages       # the job's own error, in the failure
     assert "ended FAILED" in messages
     assert "step:1 - critic/score/mean:0.250" in messages                  # the job's log lines reached Dagster
+    # the job id was in the asset's record at submission, before the job failed (issue 24, kind 7)
+    [observed] = result.observations
+    assert observed.metadata["status"].value == "SUBMITTED"
+    assert observed.metadata["job_id"].value.startswith("rewardbox-grpo-")
+    assert f"Ray job {observed.metadata['job_id'].value} ended FAILED" in messages
     assert "verl step 2: mean_reward=0.500 zero_variance_frac=0.500" in messages  # and were parsed per step
     assert elapsed_s < 120
 

@@ -102,6 +102,8 @@ class FakeJobs:
         if self.flaky:
             self.flaky -= 1
             raise requests.ConnectionError("connection reset")
+        if self.stopped:
+            return "STOPPED"
         self.polls += 1
         return "RUNNING" if self.polls < len(self.chunks) else self.end
 
@@ -180,7 +182,8 @@ def test_a_failed_job_fails_with_its_log_tail_and_keeps_the_progress_lines(tmp_p
         run_verl_training(jobs, launch, cfg, logged.append, runtime_env={"env_vars": {"A": "1"}})
     assert "FAILED" in str(failed.value) and "exit code 1" in str(failed.value)
     assert "verl step 1: mean_reward=0.250 throughput_tokens_per_s=10.000" in logged
-    assert jobs.submitted == [(launch.entrypoint, {"env_vars": {"A": "1"}})]
+    # the job's SIGTERM grace is our stop timeout (Ray's default is 3 s)
+    assert jobs.submitted == [(launch.entrypoint, {"env_vars": {"RAY_JOB_STOP_WAIT_TIME_S": "60", "A": "1"}})]
 
 
 def test_success_without_a_checkpoint_is_an_error_and_with_one_returns_the_latest(tmp_path):
@@ -197,9 +200,13 @@ def test_success_without_a_checkpoint_is_an_error_and_with_one_returns_the_lates
 
 
 def test_merge_command_is_verls_model_merger():
+    # verl's FSDPModelMerger through rewardbox.training.verl_merge (dtype kept, tie checked, fidelity measured)
     assert merge_command("/v/python", "/c/global_step_3/actor", "/out") == [
-        "/v/python", "-m", "verl.model_merger", "merge", "--backend", "fsdp",
-        "--local_dir", "/c/global_step_3/actor", "--target_dir", "/out"]
+        "/v/python", "-m", "rewardbox.training.verl_merge", "merge", "--backend", "fsdp",
+        "--local_dir", "/c/global_step_3/actor", "--target_dir", "/out", "--dtype", "keep", "--rtol", "0.0",
+        "--atol", "0.0"]
+    assert merge_command("p", "a", "o", "bfloat16", 2**-8)[-6:] == ["--dtype", "bfloat16", "--rtol", "0.00390625",
+                                                                   "--atol", "0.0"]
 
 
 def _fake_merger(tmp_path, body):
