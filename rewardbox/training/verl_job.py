@@ -39,7 +39,7 @@ from rewardbox.training.ray_job import (
     submit_job, watch_job,
 )
 from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_config import VerlLaunchConfig, launch_command, verl_overrides
+from rewardbox.training.verl_config import VerlContextError, VerlLaunchConfig, context_problem, launch_command, verl_overrides
 from rewardbox.training.verl_guard import check_refill_bound
 from rewardbox.training.verl_merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
 from rewardbox.training.verl_progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
@@ -150,13 +150,13 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     Raises:
         ValueError: an empty pool, settings verl has no equivalent for, or overrides that lift the
             refill bound (``verl_guard.check_refill_bound``).
+        VerlContextError: the engine's context cannot hold the prompt and response lengths
+            (``verl_config.context_problem``); no rows are written.
     """
     root = Path(cfg.shared_dir or shared_dir).resolve()
     submission_id = cfg.attach_job_id or f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
     run_dir = root / "verl" / submission_id
     train_path = run_dir / "train.parquet"
-    if not (cfg.attach_job_id and train_path.is_file()):  # a re-attached job reads the rows it was given
-        write_rows((rows_fn or pool_rows)(tasks), train_path)
     experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
     launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
                                  "val_files": str(train_path),
@@ -164,6 +164,11 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
     check_refill_bound(extra, grpo.max_refill_rounds)  # also when cfg did not come through a Profile
     overrides = {**verl_overrides(grpo, launch), **extra}
+    problem, _ = context_problem(overrides)  # the dry run's refusal, for a real launch too
+    if problem:
+        raise VerlContextError(problem)
+    if not (cfg.attach_job_id and train_path.is_file()):  # a re-attached job reads the rows it was given
+        write_rows((rows_fn or pool_rows)(tasks), train_path)
     checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
     python = job_python(cfg, local_head)
     command = launch_command(overrides, python=python)

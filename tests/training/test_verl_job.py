@@ -241,3 +241,22 @@ def test_merge_failure_and_missing_inputs_are_clear(tmp_path):
     with pytest.raises(FileNotFoundError, match="no verl checkpoint"):
         merge_verl_checkpoint(tmp_path / "missing", tmp_path, tmp_path / "out", failing)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_real_launch_whose_context_cannot_hold_the_lengths_is_refused_before_rows_are_written(tmp_path):
+    # the dry run's context rule (issue 24 item 1) applies to a real launch too: a launch is built only when
+    # actor_rollout_ref.rollout.max_model_len holds data.max_prompt_length + data.max_response_length
+    from rewardbox.training.verl_config import MAX_MODEL_LEN, VerlContextError
+
+    grpo = GRPOConfig(group_size=8, tasks_per_step=18, steps=50, finetune="full", learning_rate=1e-6)
+    for limit, refused in ((12287, True), (12288, False)):
+        config = VerlBackendConfig(python="/opt/verl/bin/python", launch={"n_gpus_per_node": 4, "nnodes": 2},
+                                   extra_overrides={MAX_MODEL_LEN: limit})
+        out = tmp_path / str(limit)
+        if refused:
+            with pytest.raises(VerlContextError, match=rf"{MAX_MODEL_LEN}={limit} cannot hold"):
+                prepare_launch(grpo, config, ["a/1"], "/models/base", out, rows_fn=_rows, agent_fn=_agent)
+            assert not list(out.rglob("*.parquet"))  # nothing written
+        else:
+            launch = prepare_launch(grpo, config, ["a/1"], "/models/base", out, rows_fn=_rows, agent_fn=_agent)
+            assert launch.train_path.is_file()
