@@ -17,7 +17,7 @@ import yaml
 
 from rewardbox.config.profile import PROFILE_DIR
 from tests.evaluation.test_external_end_to_end import _dataset
-from tests.fixtures.dagster_resources import test_resources
+from tests.fixtures.dagster_resources import failure_text, test_resources
 
 pytestmark = pytest.mark.timeout(600)
 MISSING = "/nonexistent/rewardbox-no-such-server"
@@ -40,7 +40,7 @@ def _materialise(profile: dict, tmp_path: Path):
               if {k.asset_key.to_user_string() for k in c.check_keys} <= wanted]
     result = dg.materialize([*assets, no_checkpoint, *checks], resources=test_resources(str(path), tmp_path / "data"),
                             instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
-    failures = {e.step_key: e.step_failure_data.error.message for e in result.all_events if e.is_step_failure}
+    failures = {e.step_key: failure_text(e) for e in result.all_events if e.is_step_failure}
     return result, failures, {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
 
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from rewardbox.config.profile import PROFILE_DIR
-from tests.fixtures.dagster_resources import test_resources
+from tests.fixtures.dagster_resources import failure_text, test_resources
 from tests.fixtures.fake_openai import chat_response
 from tests.policy.test_preflight import dead_url
 
@@ -55,7 +55,7 @@ def _evaluate(tmp_path: Path, profile: str):
         result = dg.materialize([no_checkpoint, one_benchmark_task, base_evaluation_results],
                                 resources=test_resources(profile, tmp_path / "data"), instance=instance,
                                 raise_on_error=False)
-        failures = [e.step_failure_data.error.message for e in result.all_events if e.is_step_failure]
+        failures = [failure_text(e) for e in result.all_events if e.is_step_failure]
         materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     return result, failures, materialised
 
