@@ -51,12 +51,11 @@ def one_benchmark_task() -> list:
 def _evaluate(tmp_path: Path, profile: str):
     from assets.evaluation import base_evaluation_results
 
-    with dg.instance_for_test() as instance:
-        result = dg.materialize([no_checkpoint, one_benchmark_task, base_evaluation_results],
-                                resources=test_resources(profile, tmp_path / "data"), instance=instance,
-                                raise_on_error=False)
-        failures = [failure_text(e) for e in result.all_events if e.is_step_failure]
-        materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    result = dg.materialize([no_checkpoint, one_benchmark_task, base_evaluation_results],
+                            resources=test_resources(profile, tmp_path / "data"),
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    failures = [failure_text(e) for e in result.all_events if e.is_step_failure]
+    materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     return result, failures, materialised
 
 
