@@ -5,11 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILE ?= demo
-export DAGSTER_HOME := $(CURDIR)/.dagster_home
+# One Dagster instance per profile (docs/audit.md, "One instance per profile"): the histories, audits
+# and UI of two profiles never mix; an instance refuses runs of another profile.
+export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres
+.PHONY: setup demo learn test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +35,15 @@ $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 demo: setup $(DAGSTER_HOME)/dagster.yaml
 	REWARDBOX_PROFILE=$(PROFILE) $(VENV)/bin/dagster job execute -m pipelines.definitions -j main_job
 	@REWARDBOX_PROFILE=$(PROFILE) $(PY) -m pipelines.where
+
+# Which data, config and code produced an asset, on the profile's own instance:
+#   make audit ASSET=merged_checkpoint [PROFILE=test]     (docs/audit.md)
+audit: $(DAGSTER_HOME)/dagster.yaml
+	REWARDBOX_PROFILE=$(PROFILE) $(PY) -m pipelines.audit $(ASSET)
+
+# The profile's instance directory, for shells: export DAGSTER_HOME=$$(make -s dagster-home PROFILE=test)
+dagster-home:
+	@echo $(DAGSTER_HOME)
 
 # The measured learning run (docs/learning_run.md): the main job on the `learn` profile, 100
 # minutes on 2 cores; its report compares base and tuned per split (in / out of distribution).
@@ -76,7 +87,7 @@ verl-env: $(VERL_VENV)/.installed $(VERL_VENV)/.transferqueue
 
 # Dagster on PostgreSQL (docs/operations-storage.md): a local cluster from Debian's package, then the UI
 # over an instance that stores runs, events and schedules there and queues runs under limits.
-PG_HOME := $(CURDIR)/.dagster_home_postgres
+PG_HOME := $(CURDIR)/.dagster_home_postgres/$(PROFILE)
 
 postgres:
 	scripts/postgres.sh start

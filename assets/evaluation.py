@@ -4,6 +4,7 @@
 import dagster as dg
 import polars as pl
 
+from assets.clean_trials import require_clean_trials
 from assets.metadata import md_table, parser_parity_result, tasks_hash
 from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
@@ -51,8 +52,9 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         run = run_evaluation(tasks, trials, lambda: rewardbox.policy(checkpoint, policy_config), profile, journal,
                              executor=ray_cluster.executor(profile, context), log=context.log,
                              label=context.asset_key.to_user_string(), on_result=recorder.record)
-    recorder.write(parity_path(rewardbox, name))
     rows = run.rows
+    gate = require_clean_trials(rows, profile, name, [t.uid for t in tasks])  # the journal stays for a rerun
+    recorder.write(parity_path(rewardbox, name))
     decode_path = write_decode_lines(run.decode_lines, rewardbox.path("evaluation", f"{name}.jsonl"))
     journal.discard()
     by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_trials", "system_errors")
@@ -63,7 +65,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": run.repaired_keys,
         **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
         "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": tasks_hash(tasks),
-        "policy_kind": policy_config.kind,
+        "policy_kind": policy_config.kind, **gate,
     })
     record_versions(context, frame_version(rows))
     return rows

@@ -6,6 +6,7 @@ from urllib.parse import urlsplit
 import dagster as dg
 import polars as pl
 
+from assets.clean_trials import require_clean_trials
 from assets.metadata import md_image, md_table, parser_parity_result, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
@@ -61,8 +62,11 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
                                  label="probe_results", journal=journal, on_result=recorder.record,
                                  keep_results=False,  # rows only: memory stays flat over the probe
                                  executor=ray_cluster.executor(profile, context))
+        gate = require_clean_trials(rows, profile, "probe_results", [t.uid for t in screened_candidates])
         recorder.write(rewardbox.path("parity", "probe_results.json"))
         journal.discard()
+    if profile.probe.import_results:
+        gate = require_clean_trials(rows, profile, "probe_results")
     summary = rows.group_by("termination_reason").len().sort("len", descending=True)
     context.add_output_metadata({
         "episodes": rows.height, "tasks": len(screened_candidates), "trials": profile.probe.trials,
@@ -71,6 +75,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "termination_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
         "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
+        **gate,
     })
     record_versions(context, frame_version(rows))
     return rows
@@ -101,12 +106,14 @@ def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         context.log.info(f"reference results imported from {config.import_results}: {rows.height} attempts")
         for line in left_out:
             context.log.warning(f"reference import left out {line}")
+        require_clean_trials(rows, profile, "reference_probe_results")
         return rows, 0
     identity = [_reference_hash(profile), profile.section_hash("sandbox", "user", "grading"), tasks_hash(tasks)]
     journal = campaign_journal(rewardbox.path("campaigns", "reference_probe_results").parent,
                                "reference_probe_results", identity, ROW_SCHEMA)
     run = probe_reference(tasks, config, build_policy(config.policy), profile, journal=journal, log=context.log,
                           executor=ray_cluster.executor(profile, context))
+    require_clean_trials(run.rows, profile, "reference_probe_results", [t.uid for t in tasks])  # journal kept on failure
     journal.discard()
     return run.rows, run.refilled_system_errors
 

@@ -3,6 +3,7 @@
 
 import dagster as dg
 
+from assets.clean_trials import require_screened_candidates
 from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
@@ -83,19 +84,24 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 @dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
 def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                         candidate_tasks: list[Task]) -> list[Task]:
-    """Candidates whose golden replay passes and whose null run fails where a write is expected."""
+    """Candidates whose golden replay passes and whose null run fails where a write is expected.
+
+    Fails (nothing stored) when the screen breaks the ``system_errors`` bound (e.g. a servers.yaml
+    command that does not exist makes every episode a system error) or no candidate is valid; the
+    failure names the kinds, counts and causes (``assets.clean_trials``)."""
     profile = rewardbox.load()
     valid, report = screen_tasks(candidate_tasks, profile, ray_cluster.executor(profile, context), log=context.log)
     invalid = report.filter(~report["valid"])
     for row in invalid.iter_rows(named=True):
         context.log.warning(f"invalid task {row['uid']}: {row['reason']}")
+    gate = require_screened_candidates(report, len(valid), profile, "screened_candidates")
     context.add_output_metadata({
         "tasks": len(valid), "invalid": invalid.height, "per_domain": per_domain(valid),
         "read_only_tasks": int(report["read_only"].fill_null(False).sum()),
         "null_pass_read_only": int((report["read_only"].fill_null(False) & report["null_passed"].fill_null(False)).sum()),
         "write_unknown": write_evidence_counts(report)["write_unknown"],
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
-        "input_hash": tasks_hash(candidate_tasks),
+        "input_hash": tasks_hash(candidate_tasks), **gate,
     })
     record_versions(context, tasks_version(valid), profile.section_hash("tasks", "sandbox", "grading", "episode"))
     return valid
@@ -118,5 +124,8 @@ def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], rewardbox: R
 def screened_candidates_valid(screened_candidates: list[Task]) -> dg.AssetCheckResult:
     """Blocking: at least one valid candidate remains, and none is a benchmark task."""
     leaked = check_disjoint(screened_candidates)
-    return dg.AssetCheckResult(passed=bool(screened_candidates) and not leaked, metadata={
+    description = ("no valid candidate remains to train on" if not screened_candidates
+                   else f"{len(leaked)} screened task(s) are not candidates: {', '.join(map(str, leaked[:3]))}" if leaked
+                   else None)
+    return dg.AssetCheckResult(passed=bool(screened_candidates) and not leaked, description=description, metadata={
         "tasks": len(screened_candidates), "non_candidates": dg.MetadataValue.json(leaked)})

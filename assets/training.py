@@ -12,7 +12,7 @@ from assets.versions import EPISODE_ENGINE, code_version, files_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
-from rewardbox.episode.compose import check_policy_budget, episode_runner
+from rewardbox.episode.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.report import training_curve_png
@@ -46,6 +46,8 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
                                                 "config_hash": profile.section_hash("grpo", "verl")})
         record_versions(context, version)
         return path
+    if training_pool:  # the rollouts' endpoints answer and serve their models, before anything is written
+        preflight_step(profile, extra=policy_config_endpoint(profile.policy, api_key=rewardbox.policy_api_key))
     out = rewardbox.path("checkpoints", "grpo_adapter")
     shutil.rmtree(out, ignore_errors=True)
     adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, episode_runner=episode_runner,

@@ -5,7 +5,8 @@ prints, for the latest materialisation of the asset and, recursively, for the ex
 materialisations it read: the run id, the run's tags (profile, config hash, code version, git
 commit, task-set version), the asset's code version, data version and config hash, and its path.
 The upstream materialisation is the one Dagster recorded as read (the ``dagster/input_event_pointer``
-tag), not merely the latest one. See ``docs/audit.md``.
+tag), not merely the latest one. The first line names the profile the instance serves (one
+instance per profile: ``resources.instance_profile``). See ``docs/audit.md``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import dagster as dg
+
+from resources.instance_profile import instance_profile
 
 INPUT_POINTER = "dagster/input_event_pointer/"
 
@@ -109,8 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with dg.DagsterInstance.get() as instance:
         node = trace(instance, args.asset, partition=args.partition)
+        serves, home = instance_profile(instance), instance.root_directory
     if node is None:
-        raise SystemExit(f"{args.asset} has no materialisation on this instance (DAGSTER_HOME)")
+        raise SystemExit(f"{args.asset} has no materialisation on this instance ({home})")
+    print(f"instance {home}: profile {serves or 'unclaimed (no run of this version yet)'}")
     print("\n".join(render(node)))
 
 

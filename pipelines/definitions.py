@@ -15,6 +15,7 @@ import dagster as dg
 from assets import evaluation, model, report, selection, tasks, training
 from pipelines.jobs import JOB_WORKLOADS, build_jobs
 from pipelines.partitions import checkpoint_partitions
+from resources.instance_profile import refuse_foreign_instance
 from resources.io import ParquetIOManager
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
@@ -35,6 +36,8 @@ def _secrets(policy_key_env: str) -> dict[str, dg.EnvVar]:
 
 
 _STARTUP_PROFILE = load_profile(profile_name_from_env(), data_dir=data_dir_from_env())  # read once at start-up
+# one instance per profile: never serve this profile's graph over another profile's history (docs/audit.md)
+refuse_foreign_instance(_STARTUP_PROFILE, os.environ.get("DAGSTER_HOME"))
 REWARDBOX = RewardboxResource(profile=profile_name_from_env(), data_dir=data_dir_from_env(),
                               **_secrets(_STARTUP_PROFILE.policy.api_key_env))
 _ARTIFACTS = REWARDBOX.artifacts_dir()

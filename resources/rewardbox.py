@@ -6,6 +6,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from resources.instance_profile import claim_instance
 from rewardbox.config.profile import Profile, load_profile
 from rewardbox.config.provenance import (
     TAG_CODE_VERSION,
@@ -66,11 +67,16 @@ class RewardboxResource(dg.ConfigurableResource):
         Here, at run start, the values the run actually uses are written (only those that differ),
         so every run that uses this resource can be audited from its tags. A benchmark that cannot
         be loaded does not fail the run here (its asset reports that): the tag then says so.
+
+        Raises:
+            ProfileInstanceError: the instance serves another profile (``resources.instance_profile``):
+                one instance per profile, so that histories never mix.
         """
         run, instance = context.dagster_run, context.instance
         if run is None or instance is None:
             return
         profile = self.load()
+        claim_instance(instance, profile)
         wanted = {k: v for k, v in run_tags(profile, samples_policy=False).items() if k in PROVENANCE_TAGS}
         if TAG_TASK_SET_VERSION not in run.tags:
             wanted[TAG_TASK_SET_VERSION] = _benchmark_version_or_error(profile)

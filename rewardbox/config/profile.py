@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rewardbox.episode.clean_trials import SystemErrorBound
 from rewardbox.episode.config import EpisodeConfig, ExecutorConfig, UserSimulatorConfig
 from rewardbox.evaluation.config import EvaluationConfig
 from rewardbox.grading.config import GradingConfig
@@ -45,7 +46,7 @@ DEFAULT_PROFILE = "demo"
 
 __all__ = [
     "CandidateLoadPolicy", "EpisodeConfig", "EvaluationConfig", "ExecutorConfig", "GRPOConfig", "GradingConfig",
-    "PolicyConfig", "ProbeConfig", "Profile", "ReferenceConfig", "ReportConfig", "SandboxConfig", "SelectionConfig", "ServingConfig", "TaskSource",
+    "PolicyConfig", "ProbeConfig", "Profile", "ReferenceConfig", "ReportConfig", "SandboxConfig", "SelectionConfig", "ServingConfig", "SystemErrorBound", "TaskSource",
     "TaskSourcesConfig", "UserSimulatorConfig", "data_dir_from_env", "load_profile", "profile_from_env",
     "profile_name_from_env",
 ]
@@ -77,6 +78,7 @@ class Profile(BaseModel):
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
     verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    system_errors: SystemErrorBound = Field(default_factory=SystemErrorBound)
     report: ReportConfig = Field(default_factory=ReportConfig)
 
     @model_validator(mode="after")

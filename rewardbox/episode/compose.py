@@ -10,6 +10,7 @@ campaign with them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+import os
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,7 +20,9 @@ from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
+from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.factory import build_policy as build_policy_from_config
+from rewardbox.policy.preflight import Endpoint, preflight
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
@@ -145,3 +148,39 @@ def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task])
         check_token_budget(budget, tasks, tokenizer)
     if getattr(policy, "samples_from_a_model", False):
         check_turn_budget(profile.episode.max_agent_turns, profile.episode.max_agent_steps_per_user_turn, tasks)
+
+
+def step_endpoints(profile: Profile, policy: Policy | None = None, role: str = "policy") -> list[Endpoint]:
+    """The OpenAI-compatible endpoints an episode step with ``policy`` calls: the policy (when it is an
+    endpoint policy, e.g. a served vLLM checkpoint or the reference), the user simulator and the judge
+    (when the profile configures them as endpoints). Keys are read as the clients read them."""
+    out = []
+    client = getattr(policy, "_client", None)  # EndpointPolicy: its client holds the key it sends
+    if getattr(policy, "base_url", None) and getattr(policy, "model", None):
+        out.append(Endpoint(role, policy.base_url, policy.model, getattr(client, "api_key", None)))
+    if profile.user.kind == "endpoint":
+        out.append(Endpoint("user simulator", profile.user.base_url, profile.user.model,
+                            os.environ.get(profile.user.api_key_env)))
+    judge = profile.grading.judge_config()
+    if judge is not None:
+        out.append(Endpoint("judge", judge["base_url"], judge["model"], os.environ.get(judge["api_key_env"])))
+    return out
+
+
+def policy_config_endpoint(config: PolicyConfig, role: str = "policy", api_key: str | None = None) -> list[Endpoint]:
+    """``[Endpoint]`` for an endpoint policy's config (key: ``api_key``, else its ``api_key_env``); ``[]`` otherwise."""
+    if config.kind != "endpoint":
+        return []
+    return [Endpoint(role, config.base_url, config.model, api_key or os.environ.get(config.api_key_env))]
+
+
+def preflight_step(profile: Profile, policy: Policy | None = None, role: str = "policy",
+                   extra: Sequence[Endpoint] = ()) -> None:
+    """Before any episode: every endpoint of :func:`step_endpoints` (and ``extra``) answers and serves
+    its model (``rewardbox.policy.preflight``).
+
+    Raises:
+        EndpointPreflightError: one does not; names the role, URL, model and error (a config fault
+            of the step, not a system error of an episode).
+    """
+    preflight([*extra, *step_endpoints(profile, policy, role)])

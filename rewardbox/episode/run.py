@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from rewardbox.episode.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
-from rewardbox.episode.compose import check_policy_budget, episode_runner
+from rewardbox.episode.compose import check_policy_budget, episode_runner, preflight_step
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.progress import Progress, ProgressSink, emit
@@ -70,10 +70,15 @@ async def run_trials_async(
     Raises:
         ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
         TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
+        EndpointPreflightError: an endpoint the episodes would call (policy, user simulator, judge)
+            does not answer or does not serve its model; raised before any episode, nothing written
+            (``rewardbox.episode.compose.preflight_step``).
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
     check_policy_budget(policy, profile, tasks)
     keys = journal.todo(expected) if journal is not None else expected
+    if keys:
+        await asyncio.to_thread(preflight_step, profile, policy)
     if journal is not None and len(keys) < len(expected):
         emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}")
     finished = partial(_on_finished, {t.uid: t for t in tasks}, on_result, journal, journal_extra)

@@ -58,7 +58,7 @@ WRITE_TAG, NO_WRITE_TAG = "expects_write", "no_write"
 
 SCREEN_SCHEMA = {"uid": pl.Utf8, "domain": pl.Utf8, "valid": pl.Boolean, "expects_write": pl.Boolean,
                  "read_only": pl.Boolean, "golden_passed": pl.Boolean, "null_passed": pl.Boolean,
-                 "system_error": pl.Utf8, "reason": pl.Utf8}
+                 "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "reason": pl.Utf8}
 
 
 def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool | None:
@@ -117,7 +117,9 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     """One screening row for a task from its golden-replay and null results."""
     row = {"uid": task.uid, "domain": task.domain, "valid": False, "expects_write": None, "read_only": None,
            "golden_passed": golden.passed, "null_passed": null.passed,
-           "system_error": golden.system_error or null.system_error, "reason": ""}
+           "system_error": golden.system_error or null.system_error,
+           "system_error_kind": (golden.system_error_kind if golden.system_error else null.system_error_kind)
+           if golden.system_error or null.system_error else None, "reason": ""}
     unknown = sorted({tool for _, tool, _ in task.golden_interactions()} - set(task.available_tools))
     golden_errors = [e.get("golden_error") for e in golden.effects.values() if isinstance(e, dict) and e.get("golden_error")]
     refused = refused_golden_action(golden)

@@ -26,6 +26,7 @@ def test_a_killed_evaluation_resumes_and_its_exports_stay_whole(tmp_path, fake_o
 
     monkeypatch.setenv(KEY_ENV, KEY)
     fake_openai.default = (200, chat_response("Could you confirm the order id?"), {})
+    fake_openai.models = ["agent", "user", "judge"]  # what the endpoint preflight finds served
     profile_path, data = _profile(tmp_path, fake_openai.base_url), tmp_path / "data"
     resources = {"rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(data)),
                  "ray_cluster": RayClusterResource(),

@@ -68,6 +68,7 @@ def test_profile_api_key_appears_in_no_output(tmp_path, fake_openai, monkeypatch
     monkeypatch.setenv(KEY_ENV, KEY)
     monkeypatch.delenv(UNSET_ENV, raising=False)
     fake_openai.default = (200, chat_response("Could you confirm the order id?"), {})
+    fake_openai.models = ["agent", "user", "judge"]  # what the endpoint preflight finds served
     data, home = tmp_path / "data", tmp_path / "dagster_home"
     home.mkdir()
     resources = {"rewardbox": RewardboxResource(profile=str(_profile(tmp_path, fake_openai.base_url)), data_dir=str(data),

@@ -142,7 +142,7 @@ def test_issue24_item3_a_refusal_without_the_context_reads_the_servers_model_lis
     policy = _policy(fake_openai)
     completion = _complete(policy, _request(retail_tools, max_new_tokens=10))
     assert _sent_max_tokens(fake_openai) == [10, 4] and completion.interpretation.content == "Done. <DONE>"
-    assert [r["path"] for r in fake_openai.requests][1] == "/v1/models" and policy.context_tokens == 32
+    assert [r["path"] for r in fake_openai.model_requests] == ["/v1/models"] and policy.context_tokens == 32
 
 
 def test_issue24_item3_an_unreadable_context_refusal_is_context_limit_after_one_request(fake_openai, retail_tools):
