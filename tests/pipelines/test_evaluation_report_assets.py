@@ -47,4 +47,13 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     assert check.metadata["verdict"].value in {"within noise", "improved", "worse"}
     assert check.passed == (check.metadata["verdict"].value != "worse")
     report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
-    assert "task-level bootstrap" in report_md and "pass@1 change" in report_md
+    assert "task-level bootstrap" in report_md and "**pass@1**" in report_md and "**pass^2**" in report_md
+    metadata = next(e for e in result.get_asset_materialization_events()
+                    if e.asset_key.to_user_string() == "reliability_report").materialization.metadata
+    assert isinstance(metadata["plot"], dg.MarkdownMetadataValue) and len(metadata["plot"].value) < 1000  # in place
+    assert metadata["plot"].value.startswith("![pass@k, pass^k](data:image/svg+xml;base64,")
+    pass_at_1 = metadata["per_domain pass@1"]
+    assert isinstance(pass_at_1, dg.TableMetadataValue)
+    assert [c.name for c in pass_at_1.schema.columns] == ["domain", "tasks (base/tuned)", "base", "tuned", "change",
+                                                          "P(tuned better)"]
+    assert {"per_domain pass@2", "per_domain pass^2"} <= set(metadata)
