@@ -24,8 +24,7 @@ def _pass_at_1_change(r: dict[str, Any]) -> str:
     if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
         return NA
     low, high = r["pass_at_1_change_interval"]
-    return f"{_points(r['base_pass_at_1'], r['tuned_pass_at_1'])} [{100 * low:+.2f}, {100 * high:+.2f}], " \
-           f"{r['pass_at_1_verdict']}"
+    return f"{_points(r['base_pass_at_1'], r['tuned_pass_at_1'])} [{100 * low:+.2f}, {100 * high:+.2f}]"
 
 
 def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
@@ -65,8 +64,12 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """The per-domain tables of a ``compute_reliability`` result, every cell a string.
 
     Returns:
-        ``{"pass@1": ..., "pass@k": ..., "pass^k": ..., "cost": ...}`` (titles name the headline k,
-        e.g. ``pass@4``); ``cost`` only when the result has ``per_domain_cost``. One row per domain.
+        ``{"pass@1": ..., "pass@1 change": ..., "pass@k": ..., "pass^k": ..., "cost (USD, prices v)": ...}``
+        (titles name the headline k, e.g. ``pass@4``); cost only when the result has ``per_domain_cost``
+        (``tasks b/t``: tasks with a clean trial, base/tuned; ``$/success``: cost per successful trial;
+        ``total``: the campaign's cost). One row per domain.
+        Each table stays under about 70 characters a row (at most six short columns), so it fits the
+        Dagster UI's metadata column (about 570 px at a 1600 px window) without wrapping a cell.
         Empty dict when there are no domains.
     """
     k, per_domain = rel["k"], rel["per_domain"]
@@ -75,10 +78,12 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
     rows = list(per_domain.iter_rows(named=True))
     frames = {
         "pass@1": pl.DataFrame([{
-            "domain": r["domain"], "tasks (base/tuned)": f"{r['base_tasks']}/{r['tuned_tasks']}",
+            "domain": r["domain"], "tasks b/t": f"{r['base_tasks']}/{r['tuned_tasks']}",
             "base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
             "tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
-            "change": _pass_at_1_change(r),
+        } for r in rows]),
+        "pass@1 change": pl.DataFrame([{
+            "domain": r["domain"], "tuned - base": _pass_at_1_change(r), "verdict": r["pass_at_1_verdict"],
             "P(tuned better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
         } for r in rows]),
         f"pass@{k}": pl.DataFrame([{
@@ -88,8 +93,7 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
         f"pass^{k}": pl.DataFrame([{
             "domain": r["domain"], "base": fmt_pct(r["base_pass_hat_k"]), "tuned": fmt_pct(r["tuned_pass_hat_k"]),
             "change": _points(r["base_pass_hat_k"], r["tuned_pass_hat_k"]),
-            f"all {k} passed (base)": str(r["base_all_pass_tasks"]),
-            f"all {k} passed (tuned)": str(r["tuned_all_pass_tasks"]),
+            "all-pass base": str(r["base_all_pass_tasks"]), "all-pass tuned": str(r["tuned_all_pass_tasks"]),
         } for r in rows]),
     }
     costs = rel.get("per_domain_cost")
@@ -97,10 +101,10 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
         version = rel.get("price_table_version")
         frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
             "domain": c["domain"],
-            "per successful trial (base)": fmt_usd(c["base_cost_per_successful_trial_usd"]),
-            "per successful trial (tuned)": fmt_usd(c["tuned_cost_per_successful_trial_usd"]),
-            "campaign (base)": fmt_usd(c["base_campaign_cost_usd"]),
-            "campaign (tuned)": fmt_usd(c["tuned_campaign_cost_usd"]),
+            "$/success base": fmt_usd(c["base_cost_per_successful_trial_usd"]),
+            "$/success tuned": fmt_usd(c["tuned_cost_per_successful_trial_usd"]),
+            "total base": fmt_usd(c["base_campaign_cost_usd"]),
+            "total tuned": fmt_usd(c["tuned_campaign_cost_usd"]),
         } for c in costs.iter_rows(named=True)])
     return frames
 
