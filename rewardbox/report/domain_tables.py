@@ -24,7 +24,7 @@ def _pass_at_1_change(r: dict[str, Any]) -> str:
     if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
         return NA
     low, high = r["pass_at_1_change_interval"]
-    return f"{_points(r['base_pass_at_1'], r['tuned_pass_at_1'])} [{100 * low:+.2f}, {100 * high:+.2f}]"
+    return f"{100 * (r['tuned_pass_at_1'] - r['base_pass_at_1']):+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
 
 
 def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
@@ -65,11 +65,12 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
 
     Returns:
         ``{"pass@1": ..., "pass@1 change": ..., "pass@k": ..., "pass^k": ..., "cost (USD, prices v)": ...}``
-        (titles name the headline k, e.g. ``pass@4``); cost only when the result has ``per_domain_cost``
-        (``tasks b/t``: tasks with a clean trial, base/tuned; ``$/success``: cost per successful trial;
-        ``total``: the campaign's cost). One row per domain.
-        Each table stays under about 70 characters a row (at most six short columns), so it fits the
-        Dagster UI's metadata column (about 570 px at a 1600 px window) without wrapping a cell.
+        (titles name the headline k, e.g. ``pass@4``); cost only when the result has ``per_domain_cost``.
+        One row per domain (cost: per domain and policy). ``tasks b/t``: tasks with a clean trial, base/tuned;
+        ``all-pass b/t``: tasks passing all their clean trials; ``P(better)``: P(tuned better);
+        ``$/success``: cost per successful trial; ``total``: the campaign's cost. Every table stays within
+        the Dagster UI's metadata value column at a 1600 px window (about 560 px: at most about 55
+        characters a row in a few columns; measured by tests/ui/test_dagster_ui.py), so no cell wraps.
         Empty dict when there are no domains.
     """
     k, per_domain = rel["k"], rel["per_domain"]
@@ -78,34 +79,32 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
     rows = list(per_domain.iter_rows(named=True))
     frames = {
         "pass@1": pl.DataFrame([{
-            "domain": r["domain"], "tasks b/t": f"{r['base_tasks']}/{r['tuned_tasks']}",
-            "base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
+            "domain": r["domain"], "base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
             "tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
         } for r in rows]),
         "pass@1 change": pl.DataFrame([{
-            "domain": r["domain"], "tuned - base": _pass_at_1_change(r), "verdict": r["pass_at_1_verdict"],
-            "P(tuned better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
+            "domain": r["domain"], "tuned - base (pts)": _pass_at_1_change(r), "verdict": r["pass_at_1_verdict"],
+            "P(better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
         } for r in rows]),
         f"pass@{k}": pl.DataFrame([{
-            "domain": r["domain"], "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
+            "domain": r["domain"], "tasks b/t": f"{r['base_tasks']}/{r['tuned_tasks']}",
+            "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
             "change": _points(r["base_pass_at_k"], r["tuned_pass_at_k"]),
         } for r in rows]),
         f"pass^{k}": pl.DataFrame([{
             "domain": r["domain"], "base": fmt_pct(r["base_pass_hat_k"]), "tuned": fmt_pct(r["tuned_pass_hat_k"]),
             "change": _points(r["base_pass_hat_k"], r["tuned_pass_hat_k"]),
-            "all-pass base": str(r["base_all_pass_tasks"]), "all-pass tuned": str(r["tuned_all_pass_tasks"]),
+            "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
         } for r in rows]),
     }
     costs = rel.get("per_domain_cost")
     if costs is not None and costs.height:
         version = rel.get("price_table_version")
         frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
-            "domain": c["domain"],
-            "$/success base": fmt_usd(c["base_cost_per_successful_trial_usd"]),
-            "$/success tuned": fmt_usd(c["tuned_cost_per_successful_trial_usd"]),
-            "total base": fmt_usd(c["base_campaign_cost_usd"]),
-            "total tuned": fmt_usd(c["tuned_campaign_cost_usd"]),
-        } for c in costs.iter_rows(named=True)])
+            "domain": c["domain"], "policy": side,
+            "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
+            "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
+        } for c in costs.iter_rows(named=True) for side in ("base", "tuned")])
     return frames
 
 

@@ -53,6 +53,7 @@ def test_trl_tokenizer_reads_our_template_s_tool_calls(smollm2_checkpoint):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # two GRPO steps of 8 multi-turn episodes on CPU: tens of minutes on a loaded 2-core box
 def test_the_documented_grpo_example_trains_on_cpu_with_a_gradient(served, smollm2_checkpoint, tmp_path):
     block = trl_block()
     for doc_value in ('"http://127.0.0.1:8000"', '"checkpoints/base"', '"checkpoints/trl_grpo"'):
