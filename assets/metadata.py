@@ -11,6 +11,8 @@ import dagster as dg
 import polars as pl
 from rewardbox.config.profile import Profile
 from rewardbox.policy.parity import check_parity, load_recorded, served_paths, shipped_corpus
+from rewardbox.report import training_curve_png
+from rewardbox.report.inline_svg import fitted_markdown, training_svg
 from rewardbox.report.tables import markdown_preview
 from rewardbox.tasks.schema import Task
 
@@ -26,14 +28,32 @@ def md_image(png: bytes, alt: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})")
 
 
-# Dagster's UI (1.13) shows a markdown metadata value in place when it is shorter than this;
-# a longer one sits behind a "[Show Markdown]" button.
-INLINE_MD_LIMIT = 1000
+def md_chart(key: str, markdown: str | None) -> dict[str, dg.MetadataValue]:
+    """``{key: markdown}`` for a chart of ``rewardbox.report.inline_svg.fitted_markdown`` (short enough for the
+    Dagster UI to show in place), ``{}`` when it did not fit."""
+    return {key: dg.MetadataValue.md(markdown)} if markdown is not None else {}
 
 
-def md_inline(markdown: str) -> dict[str, dg.MetadataValue]:
-    """``{"plot_inline": markdown}`` when it is short enough to show in place, else ``{}``."""
-    return {"plot_inline": dg.MetadataValue.md(markdown)} if len(markdown) < INLINE_MD_LIMIT else {}
+def training_curve_metadata(step_rows: list[dict]) -> dict[str, dg.MetadataValue]:
+    """``training_curve``: mean reward and loss vs step, shown in place; ``training_curve_png``: every metric
+    (``rewardbox.report.training_curve_png``, sized for the UI's metadata dialog at 1600 px)."""
+    inline = fitted_markdown(lambda most: training_svg(step_rows, most), "mean reward and loss per step")
+    return {**md_chart("training_curve", inline),
+            "training_curve_png": md_image(training_curve_png(step_rows), "training curve")}
+
+
+_TABLE_TYPES = {pl.Int64: "int", pl.Int32: "int", pl.Float64: "float", pl.Boolean: "bool"}
+
+
+def table_value(df: pl.DataFrame, max_rows: int = 50) -> dg.MetadataValue:
+    """The first ``max_rows`` rows as Dagster table metadata: named, typed columns, shown in place in the UI
+    (a table entry never hides behind a button, unlike markdown over 1,000 characters); floats to 3 decimals."""
+    df = df.head(max_rows).with_columns(pl.col(pl.Float64, pl.Float32).round(3))
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, _TABLE_TYPES.get(dtype, "string"))
+                                     for name, dtype in df.schema.items()])
+    records = [dg.TableRecord({k: (v if isinstance(v, (int, float, bool)) or v is None else str(v))
+                               for k, v in row.items()}) for row in df.iter_rows(named=True)]
+    return dg.MetadataValue.table(records, schema)
 
 
 def tasks_hash(tasks: Iterable[Task]) -> str:

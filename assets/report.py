@@ -4,7 +4,7 @@
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_image, md_inline
+from assets.metadata import md_chart, md_image, table_value
 from assets.versions import code_version, files_version, record_versions
 from resources.rewardbox import RewardboxResource
 from rewardbox.metrics.bootstrap import paired_bootstrap
@@ -16,7 +16,8 @@ from rewardbox.report import (
     reliability_png,
     render_report_markdown,
 )
-from rewardbox.report.inline_svg import reliability_svg, svg_markdown
+from rewardbox.report.domain_tables import domain_frames
+from rewardbox.report.inline_svg import fitted_markdown, reliability_svg
 from rewardbox.report.tables import fmt_change
 from rewardbox.report.verdict import verdict_summary
 from rewardbox.strict_json import write_json
@@ -49,8 +50,9 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     write_json(out.parent / "verdict.json", verdict_summary(reliability))  # what `make demo` prints last
     context.add_output_metadata({
         "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
-        "per_domain": dg.MetadataValue.md(tables["per_domain"]), "plot": md_image(png, "reliability"),
-        **md_inline(svg_markdown(reliability_svg(base, tuned), "pass@k, pass^k")),
+        **md_chart("plot", fitted_markdown(lambda most: reliability_svg(base, tuned, most), "pass@k, pass^k")),
+        **{f"per_domain {title}": table_value(frame) for title, frame in domain_frames(reliability).items()},
+        "plot_full": md_image(png, "pass@k and pass^k, base vs tuned"),
         "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
         "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
         "pass_at_1_verdict": reliability["bootstrap"]["metrics"].get("pass_at_1", {}).get("verdict", "n/a"),

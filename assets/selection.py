@@ -7,7 +7,7 @@ import dagster as dg
 import polars as pl
 
 from assets.clean_trials import require_clean_trials
-from assets.metadata import md_image, md_table, parser_parity_result, tasks_hash
+from assets.metadata import md_chart, md_image, md_table, parser_parity_result, table_value, tasks_hash
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
@@ -22,8 +22,10 @@ from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy import build_policy
 from rewardbox.policy.parity import ParityRecorder
 from rewardbox.report import band_histogram_png
+from rewardbox.report.inline_svg import band_svg, fitted_markdown
 from rewardbox.selection import task_difficulty as compute_difficulty
 from rewardbox.selection import teachable
+from rewardbox.selection.difficulty import band_summary
 from rewardbox.selection import training_pool as select_pool
 from rewardbox.selection.reference import gate_pool, reference_verdicts, successes_histogram, verdict_counts
 from rewardbox.tasks.schema import Task, canonical_json
@@ -160,12 +162,13 @@ def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """Jeffreys posterior per task, five bands, highest-mass band (ties to the harder band)."""
     profile = rewardbox.load()
     difficulty = compute_difficulty(probe_results, profile.selection)
-    histogram = difficulty.group_by("domain", "band").len().sort("domain", "band")
     kept = difficulty.filter(pl.col("band").is_in(list(profile.selection.kept_bands)))
     context.add_output_metadata({
         "tasks": difficulty.height, "kept": kept.height,
         "kept_frac": round(kept.height / difficulty.height, 3) if difficulty.height else 0.0,
-        "band_histogram": md_table(histogram), "band_plot": md_image(band_histogram_png(difficulty), "bands"),
+        "band_histogram": table_value(band_summary(difficulty)),
+        **md_chart("band_plot", fitted_markdown(lambda _: band_svg(difficulty), "tasks per band")),
+        "band_plot_png": md_image(band_histogram_png(difficulty), "tasks per band and domain"),
         "table": md_table(difficulty), "config_hash": profile.section_hash("selection"),
     })
     record_versions(context, frame_version(difficulty))

@@ -6,7 +6,7 @@ import shutil
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_image, md_table, tasks_hash
+from assets.metadata import md_table, tasks_hash, training_curve_metadata
 from assets.verl_backend import merge_fidelity, verl_grpo, verl_merge
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.ray_cluster import RayClusterResource
@@ -15,7 +15,6 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
-from rewardbox.report import training_curve_png
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
@@ -62,7 +61,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
                 "input_hash": tasks_hash(training_pool)}
     if summary.steps:
         metadata |= {"step_metrics": md_table(steps),
-                     "training_curve": md_image(training_curve_png([m.as_dict() for m in summary.steps]), "training")}
+                     **training_curve_metadata([m.as_dict() for m in summary.steps])}
     context.add_output_metadata(metadata)
     record_versions(context, files_version(adapter))
     return str(adapter)

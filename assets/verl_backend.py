@@ -9,11 +9,10 @@ from pathlib import Path
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_image, md_table
+from assets.metadata import md_table, training_curve_metadata
 from assets.versions import files_version
 from resources.ray_cluster import RayClusterResource
 from rewardbox.config.profile import Profile
-from rewardbox.report import training_curve_png
 from rewardbox.tasks.schema import Task
 from rewardbox.training.ray_job import JobFailedError
 from rewardbox.training.verl_config import dry_run
@@ -62,9 +61,8 @@ def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource
     if rows:
         last = {k: v for k, v in rows[-1].items() if v is not None and k != "step"}
         metadata |= {"step_metrics": md_table(pl.DataFrame(rows)), **{f"last_{k}": float(v) for k, v in last.items()},
-                     "training_curve": md_image(training_curve_png(
-                         [{"step": r["step"], "mean_reward": r["mean_reward"],
-                           "zero_variance_frac": r["zero_variance_frac"]} for r in rows]), "training")}
+                     **training_curve_metadata([{"step": r["step"], "mean_reward": r["mean_reward"],
+                                                 "zero_variance_frac": r["zero_variance_frac"]} for r in rows])}
     version = hashlib.sha256(f"{result.job_id}:{result.checkpoint.step}".encode()).hexdigest()[:16]
     return str(result.checkpoint.actor_dir), metadata, version
 

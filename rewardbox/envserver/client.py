@@ -1,7 +1,7 @@
 """``RewardboxEnv``: the typed OpenEnv client (an ``EnvClient`` subclass; WebSocket ``/ws``).
 
     async with RewardboxEnv(base_url="http://127.0.0.1:8000") as env:
-        result = await env.reset(task_uid="retail_cancel.py:test_cancel_01")
+        result = await env.reset(task_uid="retail_cancel.py:test_retail_cancel_explicit_01")
         result = await env.step(RewardboxAction(tool_calls=[ToolCallAction(name="get_order", arguments={...})]))
 
 ``env.sync()`` gives OpenEnv's blocking wrapper. ``GenericEnvClient`` works too

@@ -24,7 +24,7 @@ from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
 from rewardbox.envserver.models import RewardboxAction, RewardboxObservation, RewardboxState
-from rewardbox.envserver.services import EnvServices
+from rewardbox.envserver.services import EnvServices, check_trial
 from rewardbox.episode.runner import DONE_MARKER
 from rewardbox.episode.stepwise import (
     AwaitingAction, EpisodeClosedError, Finished, Pause, StepwiseEpisode, completion_from_calls, completion_from_text,
@@ -67,12 +67,14 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
 
         Raises:
             UnknownTaskError: ``task_uid`` is not served (caller error).
+            InvalidResetError: ``trial`` is not an integer >= 0 (caller error).
         """
+        trial = check_trial(trial)
         await self._close_episode()
         task = self._services.pick_task(task_uid, seed)
-        self._episode = self._services.new_episode(task, int(trial))
+        self._episode = self._services.new_episode(task, trial)
         self._loop = asyncio.get_running_loop()
-        self._state = RewardboxState(episode_id=episode_id or str(uuid.uuid4()), task_uid=task.uid, trial=int(trial))
+        self._state = RewardboxState(episode_id=episode_id or str(uuid.uuid4()), task_uid=task.uid, trial=trial)
         self._shown = 0
         return self._observe(await self._episode.start(), with_tools=True)
 

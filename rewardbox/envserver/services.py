@@ -30,6 +30,21 @@ class UnknownTaskError(LookupError):
     """``reset`` named a task uid the server does not serve (caller error; the message lists some uids)."""
 
 
+class InvalidResetError(ValueError):
+    """``reset`` got a value it cannot use, e.g. ``trial`` < 0 or not an integer (caller error)."""
+
+
+def check_trial(trial: object) -> int:
+    """``trial`` as an int >= 0 (the repetition index of an episode, as in evaluation).
+
+    Raises:
+        InvalidResetError: a negative, fractional, boolean or non-numeric ``trial``.
+    """
+    if isinstance(trial, bool) or not isinstance(trial, int) or trial < 0:
+        raise InvalidResetError(f"trial must be an integer >= 0, got {trial!r}")
+    return trial
+
+
 @dataclass
 class EnvServices:
     """Shared, read-only parts of the server; each session builds its own episode from them.

@@ -14,6 +14,14 @@ method per served tool (forwarded to the server as a ``ToolCallAction``),
 and ``rewardbox_reward`` ends each episode with the model's final answer and
 returns the grader's reward. ``task_rows`` lists the dataset rows (prompt =
 the episode's opening messages, ``task_uid``) and the tool schemas.
+
+TRL parses the model's tool calls only for chat templates it knows
+(``trl.chat_template_utils.add_response_schema``: Qwen, Llama 3, GLM, ...); for any
+other it stops with "Unrecognized chat template". ``trl_tokenizer`` loads a
+checkpoint's tokenizer with ``RESPONSE_TEMPLATE`` set: how transformers'
+``parse_response`` reads our template's turns (``rewardbox/policy/chat_template.jinja``:
+ChatML, ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``), so TRL
+trains the embedded SmolLM2 (or any checkpoint saved with our template).
 """
 
 from __future__ import annotations
@@ -30,11 +38,41 @@ from rewardbox.envserver.models import RewardboxAction, RewardboxObservation, To
 
 logger = logging.getLogger(__name__)
 
+RESPONSE_TEMPLATE: dict[str, Any] = {
+    "defaults": {"role": "assistant"},
+    "start_anchor": "<|im_start|>assistant\n",
+    "fields": {
+        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
+                       "transform": {"type": "function", "function": "{content}"}},
+        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
+    },
+}
+"""transformers' response template (``tokenizer.response_template``, transformers >= 5.13) for the project's
+chat template: visible text, then ``<tool_call>`` JSON objects, up to ``<|im_end|>``."""
+
 _JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict}
 
 
 class EpisodeOverError(RuntimeError):
     """A tool was called after the episode ended; TRL shows the message to the model as the tool output."""
+
+
+def trl_tokenizer(checkpoint_dir: str) -> Any:
+    """The checkpoint's tokenizer with ``RESPONSE_TEMPLATE`` set, for ``GRPOTrainer(processing_class=...)``.
+
+    Raises:
+        ValueError: the checkpoint's chat template is not the project's (a ``<tool_call>`` ChatML one), so the
+            response template would misread its turns; TRL's own ``add_response_schema`` may know it.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    template = tokenizer.chat_template or ""
+    if "<tool_call>" not in template or "<|im_start|>" not in template:
+        raise ValueError(f"{checkpoint_dir}: its chat template is not the project's <tool_call> ChatML template; "
+                         "use a checkpoint converted by rewardbox (base_checkpoint) or TRL's add_response_schema")
+    tokenizer.response_template = RESPONSE_TEMPLATE
+    return tokenizer
 
 
 def task_rows(base_url: str, task_uids: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

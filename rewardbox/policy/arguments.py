@@ -58,26 +58,31 @@ def type_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[st
             ``$ref`` already dereferenced (docs/thinkingbox.md, "Servers").
 
     Returns:
-        A new dict with every known property typed; unknown properties pass
-        through unless the schema sets ``additionalProperties: false``.
+        A new dict with every known property typed. An argument the tool does not declare is an
+        error when the tool declares its properties (``additionalProperties`` absent counts as
+        false at the top level, as in the strict schemas sent to endpoints: a tool server would
+        drop it silently); inside nested objects JSON Schema's default (allowed) holds.
 
     Raises:
         ArgumentError: a missing required argument, an unexpected one, or a
             value that cannot be typed. A policy failure, never a system error.
     """
-    return _type_object(arguments, schema or {}, path="")
+    schema = schema or {}
+    return _type_object(arguments, schema, path="", default_extra=not schema.get("properties"))
 
 
-def _type_object(value: dict[str, Any], schema: dict[str, Any], path: str) -> dict[str, Any]:
+def _type_object(value: dict[str, Any], schema: dict[str, Any], path: str,
+                 default_extra: bool = True) -> dict[str, Any]:
     props = schema.get("properties") or {}
-    extra = schema.get("additionalProperties", True)
+    extra = schema.get("additionalProperties", default_extra)
     out: dict[str, Any] = {}
     for key, item in value.items():
         where = f"{path}.{key}" if path else key
         if key in props:
             out[key] = _type_value(item, props[key], where)
         elif extra is False:
-            raise ArgumentError(f"unexpected argument '{where}'")
+            declared = ", ".join(props) or "none"
+            raise ArgumentError(f"unexpected argument '{where}' (declared: {declared})")
         elif isinstance(extra, dict):
             out[key] = _type_value(item, extra, where)
         else:

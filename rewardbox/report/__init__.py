@@ -6,6 +6,7 @@ from rewardbox.report.plots import (
     band_histogram_png,
     reliability_figure,
     reliability_png,
+    training_curve_figure,
     training_curve_png,
 )
 from rewardbox.report.tables import (
@@ -30,5 +31,6 @@ __all__ = [
     "reliability_png",
     "reliability_tables",
     "render_report_markdown",
+    "training_curve_figure",
     "training_curve_png",
 ]

@@ -107,6 +107,12 @@ def _step_columns(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> d
     return {"step": steps, **{key: [float("nan") if v is None else v for v in df[key].to_list()] for key in present}}
 
 
+PANELS_PER_ROW = 3
+PANEL_WIDTH_IN, PANEL_HEIGHT_IN = 3.4, 2.8
+"""Training-curve panel size (inches, at 110 dpi: 3 panels = about 1,130 px, inside the Dagster UI's
+metadata dialog, which is at most 80 % of a 1600 px window)."""
+
+
 def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> bytes:
     """One panel per training metric against step: mean reward, zero-variance share, loss, clip share, log-prob gap.
 
@@ -117,20 +123,36 @@ def training_curve_png(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]])
             ``clip_frac`` (0-1), ``logprob_gap_max`` (nats); all-null columns are skipped.
 
     Returns:
-        PNG bytes.
+        PNG bytes of :func:`training_curve_figure`.
 
     Raises:
         ValueError: no rows, or none of the metric columns.
     """
+    return _png(training_curve_figure(step_metrics))
+
+
+def training_curve_figure(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> Figure:
+    """The figure behind :func:`training_curve_png`: at most three panels a row (about 1,130 px wide at
+    110 dpi), integer step ticks only (a one-step run shows its one step, not -0.04..0.04)."""
     columns = _step_columns(step_metrics)
     keys = [key for key in TRAINING_CURVE_KEYS if key in columns]
-    fig = Figure(figsize=(4 * len(keys), 3.5), layout="constrained")
-    axes = fig.subplots(1, len(keys), squeeze=False)[0]
+    cols = min(len(keys), PANELS_PER_ROW)
+    rows = -(-len(keys) // cols)
+    fig = Figure(figsize=(PANEL_WIDTH_IN * cols, PANEL_HEIGHT_IN * rows), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
     titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss",
               "clip_frac": "clipped tokens (share)", "logprob_gap_max": "max |sampler - trainer| log-prob"}
+    steps = [int(s) for s in columns["step"]]
     for ax, key in zip(axes, keys):
-        ax.plot(columns["step"], columns[key], "-", marker=".")
+        ax.plot(steps, columns[key], "-", marker=".")
         ax.set_xlabel("step")
-        ax.set_title(titles[key])
+        ax.set_title(titles[key], fontsize="medium")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if min(steps) == max(steps):  # one step: matplotlib would pad the axis to +-0.04 around it
+            ax.set_xlim(steps[0] - 1, steps[0] + 1)
+            ax.set_xticks([steps[0]])
         ax.grid(alpha=0.3)
-    return _png(fig)
+    for ax in axes[len(keys):]:
+        ax.set_axis_off()
+    FigureCanvasAgg(fig)
+    return fig

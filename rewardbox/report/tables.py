@@ -28,10 +28,11 @@ from rewardbox.metrics.permutation import changed_tasks
 from rewardbox.metrics.rows import task_counts
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.report.changes import changed_tasks_table, fmt_p
+from rewardbox.report.domain_tables import domain_costs, domain_markdown
+from rewardbox.report.formats import NA, fmt_interval, fmt_pct, fmt_usd
 from rewardbox.report.splits import split_bootstrap
 from rewardbox.selection.difficulty import band_counts
 
-NA = "n/a"
 
 
 def markdown_table(df: pl.DataFrame, float_format: str | None = None) -> str:
@@ -60,25 +61,6 @@ def markdown_preview(df: pl.DataFrame, max_rows: int = 30) -> str:
     if df.height > max_rows:
         text += f"\n\n… {df.height - max_rows} more rows"
     return text
-
-
-def fmt_pct(value: float | None) -> str:
-    """A fraction as a percentage with two decimals; None -> ``n/a``."""
-    return NA if value is None else f"{100 * value:.2f}%"
-
-
-def fmt_interval(value: float | None, interval: tuple[float, float]) -> str:
-    """``51.70% [50.73, 52.67]`` (interval ends in percent)."""
-    if value is None:
-        return NA
-    return f"{fmt_pct(value)} [{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]"
-
-
-def fmt_usd(value: float | None) -> str:
-    """USD with 2 decimals from $1 up, 4 below; None -> ``n/a``."""
-    if value is None:
-        return NA
-    return f"${value:,.2f}" if abs(value) >= 1 else f"${value:.4f}"
 
 
 def _fmt_points(base: float | None, tuned: float | None) -> str:
@@ -119,11 +101,11 @@ def compute_reliability(
         ``k``, ``k_values``, ``base`` / ``tuned`` (``summarise_counts`` dicts),
         ``base_cost`` / ``tuned_cost`` (``campaign_cost`` dicts or None),
         ``comparison`` (``compare_counts``), ``bootstrap`` (``paired_bootstrap``
-        stratified by domain, with per-domain results), ``per_domain`` (DataFrame),
-        ``price_table_version``, ``per_split`` (``split_bootstrap``), ``changed_tasks`` (before/after), ``splits``.
+        stratified by domain, with per-domain results), ``per_domain`` (DataFrame), ``per_domain_cost``
+        (``domain_costs``; None without prices), ``price_table_version``, ``per_split`` (``split_bootstrap``),
+        ``changed_tasks`` (before/after), ``splits``.
 
-    Raises:
-        ValueError: bad rows, k or splits. KeyError: a model missing from the price table.
+    Raises: ValueError: bad rows, k or splits. KeyError: a model missing from the price table.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
@@ -133,8 +115,7 @@ def compute_reliability(
     boot = paired_bootstrap(base_counts, tuned_counts, k_values, confidence, resamples, seed, by_domain=True,
                             domain_k_values=[k])
     return {
-        "k": k,
-        "k_values": k_values,
+        "k": k, "k_values": k_values,
         "base": summarise_counts(base_counts, k_values, confidence),
         "tuned": summarise_counts(tuned_counts, k_values, confidence),
         "base_cost": campaign_cost(base_rows, price_table, base_model) if price_table else None,
@@ -142,6 +123,7 @@ def compute_reliability(
         "comparison": comparison,
         "bootstrap": boot,
         "per_domain": _per_domain(base_counts, tuned_counts, comparison, boot, k, confidence),
+        "per_domain_cost": domain_costs(base_rows, tuned_rows, price_table, base_model, tuned_model),
         "price_table_version": price_table.version if price_table else None,
         "base_truncation": truncation_summary(base_rows),
         "tuned_truncation": truncation_summary(tuned_rows),
@@ -283,32 +265,7 @@ def _cost_rows(rel: dict[str, Any]) -> list[tuple[str, str, str, str]]:
 
 
 def _domain_table(rel: dict[str, Any]) -> str:
-    k, per_domain = rel["k"], rel["per_domain"]
-    records = []
-    for r in per_domain.iter_rows(named=True):
-        records.append({
-            "domain": r["domain"],
-            "tasks (base/tuned)": f"{r['base_tasks']}/{r['tuned_tasks']}",
-            "pass@1 base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
-            "pass@1 tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
-            "pass@1 change": _fmt_change_cells(r),
-            f"pass@{k} base": fmt_pct(r["base_pass_at_k"]),
-            f"pass@{k} tuned": fmt_pct(r["tuned_pass_at_k"]),
-            f"pass^{k} base": fmt_pct(r["base_pass_hat_k"]),
-            f"pass^{k} tuned": fmt_pct(r["tuned_pass_hat_k"]),
-            "all-pass base": str(r["base_all_pass_tasks"]),
-            "all-pass tuned": str(r["tuned_all_pass_tasks"]),
-            "P(tuned better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
-        })
-    return markdown_table(pl.DataFrame(records)) if records else "(no tasks)"
-
-
-def _fmt_change_cells(r: dict[str, Any]) -> str:
-    if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
-        return NA
-    low, high = r["pass_at_1_change_interval"]
-    point, p = r["tuned_pass_at_1"] - r["base_pass_at_1"], r.get("pass_at_1_p")
-    return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {p + ', ' if p else ''}{r['pass_at_1_verdict']}"
+    return domain_markdown(rel, markdown_table)
 
 
 def _task_table(rel: dict[str, Any]) -> str:

@@ -144,3 +144,17 @@ def band_counts(difficulty_df: pl.DataFrame) -> pl.DataFrame:
     grid = pl.DataFrame({"domain": [d for d in domains for _ in bands], "band": bands * len(domains)})
     counts = df.group_by("domain", "band").agg(pl.len().cast(pl.Int64).alias("tasks"))
     return grid.join(counts, on=["domain", "band"], how="left").with_columns(pl.col("tasks").fill_null(0))
+
+
+def band_summary(difficulty_df: pl.DataFrame) -> pl.DataFrame:
+    """Tasks per band, one row per band in band order (hardest first, empty bands as 0, ``unbanded`` last
+    when present): ``band``, ``tasks`` (all domains), then one count column per domain (sorted).
+
+    Args:
+        difficulty_df: output of :func:`task_difficulty` (``band``; ``domain`` optional).
+    """
+    counts = band_counts(difficulty_df)
+    wide = counts.pivot(on="domain", index="band", values="tasks", sort_columns=True)
+    domains = [c for c in wide.columns if c != "band"]
+    per_domain = domains if domains != ["(all)"] else []  # no domain column: the total says it all
+    return wide.select("band", pl.sum_horizontal(domains).cast(pl.Int64).alias("tasks"), *per_domain)

@@ -241,3 +241,35 @@ def test_a_client_that_disconnects_mid_episode_gets_its_sandbox_torn_down(served
         assert closed == [True]
     finally:
         server.close()
+
+
+def test_http_step_and_reset_caller_errors_are_4xx_with_a_message_not_500(served):
+    """HTTP /step never has an episode waiting (a fresh environment per request): 409 saying to use /ws;
+    an unknown task 404; trial < 0 422. No traceback, the message in ``detail``."""
+    step = httpx.post(f"{served.url}/step", json={"action": {"message": "hello"}}, timeout=30)
+    assert step.status_code == 409
+    assert "call reset" in step.json()["detail"] and "/ws" in step.json()["detail"]
+    closed = httpx.post(f"{served.url}/step", json={"action": {"message": "hi"}, "episode_id": "gone"}, timeout=30)
+    assert closed.status_code == 409 and "Traceback" not in closed.text
+    unknown = httpx.post(f"{served.url}/reset", json={"task_uid": "nope"}, timeout=30)
+    assert unknown.status_code == 404 and "unknown task 'nope'" in unknown.json()["detail"]
+    for bad in (-1, 1.5, "2", True):
+        refused = httpx.post(f"{served.url}/reset", json={"task_uid": ADDRESS_TASK, "trial": bad}, timeout=30)
+        assert refused.status_code == 422 and "trial must be an integer >= 0" in refused.json()["detail"], bad
+    assert httpx.post(f"{served.url}/reset", json={"task_uid": ADDRESS_TASK, "trial": 3}, timeout=30).status_code == 200
+
+
+def test_bad_trial_and_undeclared_arguments_reach_the_ws_client(served):
+    async def play():
+        async with RewardboxEnv(base_url=served.url) as env:
+            with pytest.raises(RuntimeError, match="trial must be an integer >= 0, got -1"):
+                await env.reset(task_uid=ADDRESS_TASK, trial=-1)
+            await env.reset(task_uid=ADDRESS_TASK, trial=0)
+            extra = await env.step(RewardboxAction(tool_calls=[ToolCallAction(
+                name="find_customer", arguments={"email": "ana.diaz@mail.test", "include_deleted": True})]))
+            return extra
+
+    extra = run(play())
+    output = extra.observation.new_messages[-1]["content"]
+    assert output.startswith("Error:") and "unexpected argument 'include_deleted'" in output and "email" in output
+    assert extra.observation.status == "awaiting_action"  # a policy failure the agent sees; the episode goes on

@@ -54,3 +54,12 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     assert "sign-flip permutation test" in report_md and "## Tasks that changed" in report_md
     summary = json.loads((tmp_path / "test" / "report" / "verdict.json").read_text())  # make demo prints it
     assert summary["pass_at_1_verdict"] == check.metadata["verdict"].value
+    assert "**pass@1**" in report_md and "**pass^2**" in report_md
+    metadata = next(e for e in result.get_asset_materialization_events()
+                    if e.asset_key.to_user_string() == "reliability_report").materialization.metadata
+    assert isinstance(metadata["plot"], dg.MarkdownMetadataValue) and len(metadata["plot"].value) < 1000  # in place
+    assert metadata["plot"].value.startswith("![pass@k, pass^k](data:image/svg+xml;base64,")
+    pass_at_1 = metadata["per_domain pass@1"]
+    assert isinstance(pass_at_1, dg.TableMetadataValue)
+    assert [c.name for c in pass_at_1.schema.columns] == ["domain", "base", "tuned"]
+    assert {"per_domain pass@1 change", "per_domain pass@2", "per_domain pass^2"} <= set(metadata)

@@ -43,6 +43,19 @@ def _materialize_main_graph(tmp_path: Path, base_checkpoint: dg.AssetsDefinition
                           instance=dg.DagsterInstance.ephemeral())
 
 
+def _check_plots_in_place(metadata: dict) -> None:
+    """The band chart, the training curve and the report chart are markdown short enough for the Dagster UI
+    to show in place (under 1,000 characters); the band table has named columns and every band."""
+    for asset, key in (("task_difficulty", "band_plot"), ("grpo_checkpoint", "training_curve"),
+                       ("reliability_report", "plot")):
+        value = metadata[asset][key]
+        assert isinstance(value, dg.MarkdownMetadataValue) and len(value.value) < 1000, (asset, key)
+        assert "data:image/svg+xml;base64," in value.value
+    bands = metadata["task_difficulty"]["band_histogram"]
+    assert isinstance(bands, dg.TableMetadataValue) and [c.name for c in bands.schema.columns][:2] == ["band", "tasks"]
+    assert [r.data["band"] for r in bands.records] == ["too_hard", "hard", "medium", "easy", "too_easy"]
+
+
 def _check_main_graph(result, tmp_path: Path, audited: set[str]) -> None:
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
@@ -64,6 +77,8 @@ def _check_main_graph(result, tmp_path: Path, audited: set[str]) -> None:
     assert base.select("uid", "trial").n_unique() == base.height == 6 * 2
     report_md = (tmp_path / "test" / "report" / "reliability_report.md").read_text()
     assert "pass^2" in report_md and "| helpdesk |" in report_md
+    _check_plots_in_place({e.asset_key.to_user_string(): e.materialization.metadata
+                           for e in result.get_asset_materialization_events()})
     decode_rows = (tmp_path / "test" / "evaluation" / "evaluation_results.jsonl").read_text().splitlines()
     assert len(decode_rows) == 6 * 2 and '"test_result"' in decode_rows[0]  # ThinkingBox DecodeResult rows
     merged = tmp_path / "test" / "checkpoints" / "merged"

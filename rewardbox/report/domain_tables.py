@@ -1,0 +1,119 @@
+"""The per-domain comparison as four narrow tables: pass@1, pass@k, pass^k, cost (return values, no I/O).
+
+One wide table with every metric (a dozen columns of ``51.70% [50.73, 52.67]`` cells) wraps each
+cell over several lines at 1600 px in the Dagster UI; four tables of at most six columns do not.
+The same frames feed the report's markdown (:func:`domain_markdown`) and the asset's table
+metadata (``assets.report``), so both show the same numbers under the same column names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from rewardbox.metrics.campaign import NO_DOMAIN
+from rewardbox.metrics.cost import PriceTable, campaign_cost
+from rewardbox.report.formats import NA, fmt_interval, fmt_pct, fmt_usd
+
+def _points(base: float | None, tuned: float | None) -> str:
+    return NA if base is None or tuned is None else f"{100 * (tuned - base):+.2f} pts"
+
+
+def _pass_at_1_change(r: dict[str, Any]) -> str:
+    if r["base_pass_at_1"] is None or r["tuned_pass_at_1"] is None:
+        return NA
+    low, high = r["pass_at_1_change_interval"]
+    return f"{100 * (r['tuned_pass_at_1'] - r['base_pass_at_1']):+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
+
+
+def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
+                 base_model: str, tuned_model: str) -> pl.DataFrame | None:
+    """Cost per domain of each campaign (``campaign_cost`` on the domain's rows); None without a price table.
+
+    Returns:
+        One row per domain: ``domain``, ``{base,tuned}_cost_per_successful_trial_usd``,
+        ``{base,tuned}_campaign_cost_usd`` (USD; None where no trial passed).
+
+    Raises:
+        KeyError: a model missing from the price table (as ``campaign_cost``).
+    """
+    if price_table is None:
+        return None
+    sides = {"base": (base_rows, base_model), "tuned": (tuned_rows, tuned_model)}
+    domains = sorted({d for rows, _ in sides.values() for d in _domains(rows)})
+    records = []
+    for domain in domains:
+        record: dict[str, Any] = {"domain": domain}
+        for side, (rows, model) in sides.items():
+            sub = rows.filter(pl.col("domain") == domain) if "domain" in rows.columns else rows
+            cost = campaign_cost(sub, price_table, model) if sub.height else None
+            record[f"{side}_cost_per_successful_trial_usd"] = cost and cost["cost_per_successful_trial_usd"]
+            record[f"{side}_campaign_cost_usd"] = cost and cost["campaign_cost_usd"]
+        records.append(record)
+    return pl.DataFrame(records, infer_schema_length=None)
+
+
+def _domains(rows: pl.DataFrame) -> list[str]:
+    if "domain" not in rows.columns:
+        return [NO_DOMAIN]
+    return [d for d in rows["domain"].unique().to_list() if d is not None]
+
+
+def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
+    """The per-domain tables of a ``compute_reliability`` result, every cell a string.
+
+    Returns:
+        ``{"pass@1": ..., "pass@1 change": ..., "pass@k": ..., "pass^k": ..., "cost (USD, prices v)": ...}``
+        (titles name the headline k, e.g. ``pass@4``); cost only when the result has ``per_domain_cost``.
+        One row per domain (cost: per domain and policy). ``tasks b/t``: tasks with a clean trial, base/tuned;
+        ``all-pass b/t``: tasks passing all their clean trials; ``p``: the one-sided p-value of the exact
+        sign-flip test on per-task differences (``report.changes.fmt_p``); ``P(better)``: P(tuned better) (in the pass@k table, for width);
+        ``$/success``: cost per successful trial; ``total``: the campaign's cost. Every table stays within
+        the Dagster UI's metadata value column at a 1600 px window (about 560 px: at most about 55
+        characters a row in a few columns; measured by tests/ui/test_dagster_ui.py), so no cell wraps.
+        Empty dict when there are no domains.
+    """
+    k, per_domain = rel["k"], rel["per_domain"]
+    if per_domain.height == 0:
+        return {}
+    rows = list(per_domain.iter_rows(named=True))
+    frames = {
+        "pass@1": pl.DataFrame([{
+            "domain": r["domain"], "base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
+            "tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
+        } for r in rows]),
+        "pass@1 change": pl.DataFrame([{
+            "domain": r["domain"], "tuned - base (pts)": _pass_at_1_change(r),
+            "p": (r.get("pass_at_1_p") or NA).removeprefix("p = "), "verdict": r["pass_at_1_verdict"],
+        } for r in rows]),
+        f"pass@{k}": pl.DataFrame([{
+            "domain": r["domain"], "tasks b/t": f"{r['base_tasks']}/{r['tuned_tasks']}",
+            "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
+            "change": _points(r["base_pass_at_k"], r["tuned_pass_at_k"]),
+            "P(better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
+        } for r in rows]),
+        f"pass^{k}": pl.DataFrame([{
+            "domain": r["domain"], "base": fmt_pct(r["base_pass_hat_k"]), "tuned": fmt_pct(r["tuned_pass_hat_k"]),
+            "change": _points(r["base_pass_hat_k"], r["tuned_pass_hat_k"]),
+            "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
+        } for r in rows]),
+    }
+    costs = rel.get("per_domain_cost")
+    if costs is not None and costs.height:
+        version = rel.get("price_table_version")
+        frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
+            "domain": c["domain"], "policy": side,
+            "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
+            "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
+        } for c in costs.iter_rows(named=True) for side in ("base", "tuned")])
+    return frames
+
+
+def domain_markdown(rel: dict[str, Any], render) -> str:
+    """The per-domain tables as markdown, one bold title line before each (``render``: a DataFrame -> markdown
+    function, ``rewardbox.report.tables.markdown_table``); ``(no tasks)`` without domains."""
+    frames = domain_frames(rel)
+    if not frames:
+        return "(no tasks)"
+    return "\n\n".join(f"**{title}**\n\n{render(frame)}" for title, frame in frames.items())
