@@ -17,7 +17,8 @@ threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
 2. **Thread count** (``apply_thread_policy``): a fixed ``int`` from the config, or
    ``"auto"``: measured at start, the team size among ``1 .. usable cores`` that
    runs a decode-shaped matmul fastest (more threads only when >= 15% faster,
-   ``MIN_GAIN``); about 0.3 s. Inter-op threads are 1 (the policy runs one model
+   ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``), about
+   0.15 s each. Inter-op threads are 1 (the policy runs one model
    call at a time).
 
 Grading workers (``rewardbox.grading.testrunner``) are processes of their own
@@ -54,7 +55,9 @@ class ThreadPolicy:
         threads: torch intra-op threads (``torch.get_num_threads()`` after applying).
         wait_policy: ``OMP_WAIT_POLICY`` as set in the environment.
         wait_policy_applied: True when the environment was set before torch loaded OpenMP.
-        chosen_by: ``"config"`` (a fixed count) or ``"measured"`` (``"auto"``).
+        chosen_by: ``"config"`` (a fixed count), ``"measured"`` (``"auto"``), ``"environment"``
+            (``"auto"`` with ``OMP_NUM_THREADS`` set: the user's count, torch's reading of it, wins)
+            or ``"unchanged"`` (None).
         probe_s: seconds per probe matmul per candidate team size (``"auto"`` only).
     """
 
@@ -94,6 +97,16 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def candidate_team_sizes(cores: int) -> list[int]:
+    """Team sizes ``"auto"`` times: powers of two below ``cores``, then ``cores`` (1, 2, 4, ..., cores), so
+    the start-up probe grows with log2(cores), not with the core count (128 cores: 8 probes, not 128)."""
+    sizes, n = [], 1
+    while n < cores:
+        sizes.append(n)
+        n *= 2
+    return sizes + [max(1, cores)]
+
+
 def _probe_seconds(threads: int, repeats: int = 6) -> float:
     """Best wall time of a decode-shaped matmul (8 rows x 576 -> 1536, SmolLM2-135M's MLP) x 64 with ``threads``."""
     import torch
@@ -113,7 +126,8 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
     """Apply the thread policy to this process and return it (also kept for ``current_thread_policy``).
 
     Args:
-        num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc), or
+        num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc; when the
+            environment sets ``OMP_NUM_THREADS`` that count is kept instead), or
             None (leave torch's count; the wait policy still applies to later children).
 
     Raises:
@@ -127,9 +141,12 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
         log.warning("torch was imported before rewardbox: OpenMP keeps its default (spinning) wait policy "
                     "in this process; import rewardbox first or set OMP_WAIT_POLICY=PASSIVE")
     probe: dict[int, float] = {}
-    if num_threads == "auto":
+    if num_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").strip():
+        # the user's OMP_NUM_THREADS (read by torch at load) is an explicit choice; "auto" is only the default
+        count, chosen_by = torch.get_num_threads(), "environment"
+    elif num_threads == "auto":  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
         best = 1
-        for threads in range(1, usable_cores() + 1):
+        for threads in candidate_team_sizes(usable_cores()):
             probe[threads] = _probe_seconds(threads)
             if probe[threads] * MIN_GAIN <= probe[best]:
                 best = threads

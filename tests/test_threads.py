@@ -46,6 +46,7 @@ def test_auto_takes_more_threads_only_when_measurably_faster(monkeypatch):
     import torch
 
     before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a user's count would win over "auto"
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     try:
         monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.95}[n])
@@ -106,3 +107,33 @@ def test_grading_workers_run_single_threaded_with_passive_waits():
     finally:
         worker.stop(kill=True)
 
+
+
+def test_auto_keeps_the_users_omp_num_threads_in_a_fresh_process():
+    """OMP_NUM_THREADS=1 set by the user: "auto" (the default) must not measure and raise it."""
+    code = ("import rewardbox, torch; from rewardbox.threads import apply_thread_policy\n"
+            "p = apply_thread_policy('auto'); print('POLICY', p.threads, p.chosen_by, p.probe_s)\n"
+            "q = apply_thread_policy(2); print('CONFIG', q.threads, q.chosen_by)")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "POLICY 1 environment {}" in out.stdout
+    assert "CONFIG 2 config" in out.stdout  # an explicit config count still wins over the environment
+
+
+def test_auto_probes_log2_team_sizes_not_every_core_count(monkeypatch):
+    import torch
+
+    assert threads.candidate_team_sizes(1) == [1] and threads.candidate_team_sizes(2) == [1, 2]
+    assert threads.candidate_team_sizes(6) == [1, 2, 4, 6]
+    assert threads.candidate_team_sizes(128) == [1, 2, 4, 8, 16, 32, 64, 128]
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 96)
+    probed = []
+    monkeypatch.setattr(threads, "_probe_seconds", lambda n: probed.append(n) or 1.0 / min(n, 4))
+    try:
+        policy = apply_thread_policy("auto")
+        assert probed == [1, 2, 4, 8, 16, 32, 64, 96] and policy.threads == 4  # 8+ not 15 % faster than 4
+    finally:
+        torch.set_num_threads(before)

@@ -35,9 +35,13 @@ def changed_tasks_table(changed: pl.DataFrame, splits: Mapping[str, Sequence[str
 
 def fmt_p(entry: dict[str, Any] | None) -> str:
     """``p = 0.125`` (or ``p < 0.001``): the sign-flip test's one-sided p-value in the direction of the
-    change (``p_greater`` for a gain or no change, ``p_less`` for a loss); ``""`` without a test."""
+    change (``p_greater`` for a gain or no change, ``p_less`` for a loss); ``""`` without a test. A
+    Monte Carlo p-value (more than ``EXACT_MAX_CHANGED`` changed tasks, ``exact`` False) reads
+    ``p ≈ 0.012 (sampled)``, so an approximate value is never shown as an exact one."""
     test = (entry or {}).get("test")
     if not test or entry.get("difference") is None:
         return ""
     p = test["p_greater"] if entry["difference"][0] >= 0 else test["p_less"]
+    if not test.get("exact", True):
+        return ("p < 0.001" if p < 0.001 else f"p ≈ {p:.3f}") + " (sampled)"
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"

@@ -77,8 +77,8 @@ class GRPOConfig(BaseModel):
             long samples get fewer rows; None sizes by ``micro_batch_sequences`` alone.
         max_response_tokens: L_max of the ``"seq-mean-token-sum-norm"`` loss (Dr. GRPO's
             constant normaliser), tokens per sample (one agent turn); None: the episode's
-            token budget for a local policy (``training.local``), else each micro-batch's
-            padded width.
+            token budget for a local policy (``training.local``), else the step's longest
+            completion (never one micro-batch's padded width).
         max_grad_norm: gradient clipping.
         temperature: rollout sampling temperature; the trainer scores at the same one.
         seed: task sampling and torch seed.

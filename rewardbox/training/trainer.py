@@ -165,7 +165,9 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     """One optimiser step over all samples with the chosen aggregation over the whole step.
 
     Each micro-batch's loss is weighted by its share of the step's policy
-    tokens (token-mean, DAPO) or sequences (sequence means). Tokens are scored
+    tokens (token-mean, DAPO) or sequences (sequence means); the Dr. GRPO
+    normaliser is ``config.max_response_tokens``, unset: the step's longest
+    completion (the same for every micro-batch cut). Tokens are scored
     at ``config.temperature`` under the guide's masks; the PPO ratio is taken
     against the sampler's log-probs (``Sample.old_logprobs``).
 
@@ -174,6 +176,8 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
         this update), token-weighted clip fraction, mean ratio and k1 KL.
     """
     total_tokens = sum(len(s.completion_ids) for s in samples)
+    # L_max of seq-mean-token-sum-norm: a constant of the step, never one micro-batch's padded width
+    l_max = config.max_response_tokens or max((len(s.completion_ids) for s in samples), default=1)
     samples = sorted(samples, key=lambda s: s.prompt_ids)  # neighbours share prompt prefixes (computed once)
     model.train()
     optimizer.zero_grad(set_to_none=True)
@@ -189,7 +193,7 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
             gap = diff if gap is None else max(gap, diff)
         advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
         loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
-                                  aggregation=config.loss_aggregation, max_response_tokens=config.max_response_tokens)
+                                  aggregation=config.loss_aggregation, max_response_tokens=l_max)
         share = mask.sum().item() / total_tokens
         weight = share if config.loss_aggregation == "token-mean" else len(batch) / len(samples)
         (loss * weight).backward()

@@ -132,3 +132,25 @@ def test_make_demo_prints_the_reports_verdict_by_the_same_rule():
     assert summary["lines"][0].startswith("pass@1 change (tuned - base), all tasks: +4.44 pts [")
     assert summary["lines"][0].endswith(", p = 0.125, within noise")
     assert summary["lines"][1].startswith("pass@1 change, in_distribution: +4.44 pts")
+
+
+def test_sign_flip_counts_floating_point_ties_at_a_zero_mean_in_both_directions():
+    # observed mean 0 with magnitudes whose float sums only nearly cancel: scipy's enumeration misses
+    # some of the tied patterns (0.5 and 0.6055 here); the hand counts are 9/16 and 163/256
+    assert sign_flip_test([0.1, 0.2, 0.3, -0.6]) | {} == {"tasks": 4, "changed": 4, "exact": True,
+                                                            "p_greater": 9 / 16, "p_less": 9 / 16}
+    balanced = sign_flip_test([1 / 3] * 4 + [-1 / 3] * 4 + [0.0] * 3)
+    exact = stats.binomtest(4, 8, 0.5, alternative="greater").pvalue
+    assert balanced["p_greater"] == pytest.approx(exact) == pytest.approx(163 / 256)
+    assert balanced["p_less"] == pytest.approx(163 / 256)
+
+
+def test_a_sampled_p_value_is_shown_as_approximate_in_the_report():
+    d = [0.25] * 30 + [-0.25] * 10
+    test = sign_flip_test(d, seed=5)
+    assert not test["exact"] and test == sign_flip_test(d, seed=5)
+    assert fmt_p({"difference": (0.125, 0.05, 0.2), "test": test}).endswith("(sampled)")
+    loss = sign_flip_test([-x for x in d[:20]] + [0.1] * 20, seed=5)
+    assert fmt_p({"difference": (-0.05, -0.1, 0.0), "test": loss}) == f"p ≈ {loss['p_less']:.3f} (sampled)"
+    exact = sign_flip_test([1 / 3] * 3)
+    assert fmt_p({"difference": (0.1, 0.0, 0.2), "test": exact}) == "p = 0.125"

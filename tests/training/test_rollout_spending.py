@@ -231,3 +231,33 @@ def test_issue24_item6_a_short_step_reports_groups_kept_of_needed_and_rounds():
                        episodes=6, samples=6, policy_tokens=12, loss=0.1, duration_s=1.0, groups_wanted=3,
                        refill_rounds=1)
     assert "groups kept/needed=3/3 rounds=1" in step_note(full) and "SHORT" not in step_note(full)
+
+
+@pytest.mark.parametrize("refill,reruns", [("replace", 0), ("rerun", 2)])
+def test_trials_stay_fresh_with_system_error_reruns_refills_and_probe_history(refill, reruns):
+    """A task drawn twice per round, every third attempt a system error, refills, 3 steps on one
+    TrialNumbers started after the probe: a (uid, trial) runs again only as the re-run of a system error."""
+    attempts: list[tuple[tuple[str, int], bool]] = []
+
+    async def flaky(t, trial):
+        failed = len(attempts) % 3 == 1
+        attempts.append(((t.uid, trial), failed))
+        if failed:
+            return EpisodeResult(uid=t.uid, trial=trial, reward=None, system_error="sandbox: died")
+        return result(t.uid, trial, 1.0 if t.uid == "a" else 0.0)  # flat groups: every round refills
+
+    probe = ProbeHistory.from_rows(pl.DataFrame({"uid": ["a", "a", "b"], "trial": [0, 6, 1],
+                                                 "passed": [True, False, True], "system_error": [None, "x", None]}))
+    trials = TrialNumbers(first_trial=4, first_by_uid=probe.next_trial)
+    stream = iter([task("a"), task("a"), task("b")] * 50)
+    for _ in range(3):
+        _, stats = asyncio.run(collect_groups(stream, flaky, group_size=3, groups_wanted=2, max_refill_rounds=2,
+                                              system_error_refill=refill, max_system_error_reruns=reruns,
+                                              trials=trials))
+        assert stats.repeated_trials == 0
+    seen: dict[tuple[str, int], bool] = {}
+    for key, failed in attempts:
+        assert key not in seen or seen[key], f"{key} ran again after a clean attempt"
+        seen[key] = failed
+    assert min(t for (u, t) in seen if u == "a") == 7 and min(t for (u, t) in seen if u == "b") == 4
+    assert any(not failed for _, failed in attempts) and (reruns == 0 or len(seen) < len(attempts))
