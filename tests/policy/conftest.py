@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -29,3 +30,13 @@ def retail_tools() -> list[ToolSpec]:
                                "mode": {"type": "string", "enum": ["fast", "slow"]},
                                "note": {"anyOf": [{"type": "string"}, {"type": "null"}]}}, ["order_id", "quantity"]),
     ]
+
+
+def complete_once(policy, request):
+    """``policy.complete(request)`` in its own event loop, the policy's client closed after."""
+    async def go():
+        try:
+            return await policy.complete(request)
+        finally:
+            await policy.aclose()
+    return asyncio.run(go())

@@ -22,7 +22,7 @@ from rewardbox.policy.endpoint import EndpointPolicy
 from rewardbox.policy.endpoint_reply import finish_reason_of
 from tests.fixtures.verl_fakes import SANDBOXES, OrderSandbox, StatusGrader, episode_config, order_task
 
-from .conftest import chat_response
+from .conftest import chat_response, complete_once
 
 CALL = {"id": "call_1", "type": "function",
         "function": {"name": "cancel_order", "arguments": '{"order_id": "ORD-1"}'}}
@@ -46,15 +46,6 @@ def _request(tools, max_new_tokens: int = 64) -> ChatRequest:
                        max_new_tokens=max_new_tokens, temperature=0.0)
 
 
-def _complete(policy, request):
-    async def go():
-        try:
-            return await policy.complete(request)
-        finally:
-            await policy.aclose()
-    return asyncio.run(go())
-
-
 def _episode(policy, **limits):
     """One episode of the order task through the real runner and trial retries (sandbox and grader faked)."""
     runner = EpisodeRunner(policy, lambda: OrderSandbox(), None, StatusGrader(), episode_config(**limits))
@@ -75,7 +66,7 @@ def _sent_max_tokens(fake) -> list[int]:
 
 def test_issue24_item2_tool_calls_at_the_token_limit_is_length_and_the_raw_reason_is_kept(fake_openai, retail_tools):
     fake_openai.add(200, chat_response("", tool_calls=[CALL], finish_reason="tool_calls", usage=_usage(64)))
-    completion = _complete(_policy(fake_openai), _request(retail_tools))
+    completion = complete_once(_policy(fake_openai), _request(retail_tools))
     assert (completion.finish_reason, completion.raw_finish_reason) == ("length", "tool_calls")
     assert completion.interpretation.tool_calls == () and "truncated_call" in completion.interpretation.events
 
@@ -102,7 +93,7 @@ def test_issue24_item2_the_capped_budget_is_the_one_compared(fake_openai, retail
     # capped to the room (2) after a refusal: 2 tokens used is the whole budget, so "length"
     fake_openai.add(400, {"error": {"message": VLLM_TOO_LARGE.format(n=30), "type": "BadRequestError", "code": 400}})
     fake_openai.add(200, chat_response("Can", finish_reason="stop", usage=_usage(2)))
-    completion = _complete(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
+    completion = complete_once(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
     assert completion.finish_reason == "length" and _sent_max_tokens(fake_openai) == [10, 2]
 
 
@@ -140,7 +131,7 @@ def test_issue24_item3_a_refusal_without_the_context_reads_the_servers_model_lis
     fake_openai.add(400, {"error": {"message": "This request has 28 input tokens, over the context length."}})
     fake_openai.add(200, chat_response("Done. <DONE>", usage=_usage(3)))
     policy = _policy(fake_openai)
-    completion = _complete(policy, _request(retail_tools, max_new_tokens=10))
+    completion = complete_once(policy, _request(retail_tools, max_new_tokens=10))
     assert _sent_max_tokens(fake_openai) == [10, 4] and completion.interpretation.content == "Done. <DONE>"
     assert [r["path"] for r in fake_openai.model_requests] == ["/v1/models"] and policy.context_tokens == 32
 
@@ -148,7 +139,7 @@ def test_issue24_item3_a_refusal_without_the_context_reads_the_servers_model_lis
 def test_issue24_item3_an_unreadable_context_refusal_is_context_limit_after_one_request(fake_openai, retail_tools):
     fake_openai.add(400, {"error": {"message": "context length exceeded"}})
     with pytest.raises(ContextLengthError, match="unknown tokens left"):
-        _complete(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
+        complete_once(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
     assert len(fake_openai.requests) == 1  # no input count stated: nothing to compute a room from
 
 
@@ -156,7 +147,7 @@ def test_issue24_item3_a_configured_context_caps_every_request(fake_openai, reta
     fake_openai.add(200, chat_response("Done. <DONE>", usage=_usage(5)))
     policy = EndpointPolicy(**PolicyConfig(kind="endpoint", base_url=fake_openai.base_url, model="fake-model",
                                            context_tokens=32).constructor_kwargs())
-    _complete(policy, _request(retail_tools, max_new_tokens=4096))
+    complete_once(policy, _request(retail_tools, max_new_tokens=4096))
     assert _sent_max_tokens(fake_openai) == [31]
 
 
@@ -164,7 +155,7 @@ def test_issue24_item3_a_second_refusal_after_capping_is_context_limit(fake_open
     fake_openai.add(400, {"error": {"message": VLLM_TOO_LARGE.format(n=30)}})
     fake_openai.add(400, {"error": {"message": VLLM_TOO_LARGE.format(n=31)}})
     with pytest.raises(ContextLengthError):
-        _complete(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
+        complete_once(_policy(fake_openai), _request(retail_tools, max_new_tokens=10))
     assert _sent_max_tokens(fake_openai) == [10, 2]
 
 
@@ -176,7 +167,7 @@ BROKEN = b'{"id": "chatcmpl-1", "object": "chat.completion", "created": 0 "choic
 def test_issue27_broken_json_is_retried_then_served(fake_openai, retail_tools):
     fake_openai.add(200, BROKEN)
     fake_openai.add(200, chat_response("Hello. <DONE>"))
-    completion = _complete(_policy(fake_openai), _request(retail_tools))
+    completion = complete_once(_policy(fake_openai), _request(retail_tools))
     assert completion.interpretation.content == "Hello. <DONE>" and completion.extra["attempts"] == 2
 
 
@@ -186,7 +177,7 @@ def test_issue27_a_reply_that_is_not_a_completion_is_a_system_error_naming_url_a
                                                                                          body):
     fake_openai.default = (200, body, {})
     with pytest.raises(EndpointError) as info:
-        _complete(_policy(fake_openai, max_retries=2), _request(retail_tools))
+        complete_once(_policy(fake_openai, max_retries=2), _request(retail_tools))
     err = info.value
     assert err.error_kind == "endpoint_malformed_reply" and not err.permanent
     assert fake_openai.base_url in str(err) and "after 3 attempt(s)" in str(err) and len(fake_openai.requests) == 3
