@@ -42,15 +42,20 @@ def instance_profile(instance: dg.DagsterInstance) -> str | None:
 def claim_instance(instance: dg.DagsterInstance, profile: Profile) -> None:
     """Claim ``instance`` for ``profile`` on its first run; later runs check the claim.
 
+    An ephemeral instance (in-process ``materialize``, tests) holds no history beyond its process, so
+    it is never claimed: only a persistent instance (``DAGSTER_HOME``) has a history to keep apart.
+
     Raises:
         ProfileInstanceError: the instance serves another profile (or the same name with another data
             directory); the message names both and the ``DAGSTER_HOME`` to use instead.
     """
+    if not instance.is_persistent:
+        return
     wanted, claimed = profile_identity(profile), instance_profile(instance)
     if claimed is None:
         instance.run_storage.set_cursor_values({PROFILE_KEY: wanted})
     elif claimed != wanted:
-        raise _refusal(profile, instance.root_directory if instance.is_persistent else "this instance", claimed)
+        raise _refusal(profile, instance.root_directory, claimed)
 
 
 def _refusal(profile: Profile, where: str, claimed: str) -> ProfileInstanceError:

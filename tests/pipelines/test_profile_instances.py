@@ -102,3 +102,23 @@ def test_interleaved_profiles_each_audit_their_own_inputs(tmp_path):
     finally:
         for instance in instances.values():
             instance.dispose()
+
+
+def test_an_ephemeral_instance_is_never_claimed_and_a_persistent_one_is(tmp_path):
+    # in-process materialisations (tests, `dg.materialize`) run on an ephemeral instance that keeps no history
+    # beyond its process: two profiles may share it; a persistent instance refuses the second profile
+    from rewardbox.config.profile import load_profile
+    from resources.instance_profile import ProfileInstanceError, claim_instance, instance_profile
+
+    alpha = load_profile(_profile(tmp_path, "alpha", 2), data_dir=tmp_path / "data")
+    beta = load_profile(_profile(tmp_path, "beta", 3), data_dir=tmp_path / "data")
+    with dg.DagsterInstance.ephemeral() as instance:
+        claim_instance(instance, alpha)
+        claim_instance(instance, beta)
+        assert instance_profile(instance) is None
+    home = tmp_path / "home"
+    home.mkdir()
+    with dg.DagsterInstance.local_temp(str(home)) as instance:
+        claim_instance(instance, alpha)
+        with pytest.raises(ProfileInstanceError, match="serves profile alpha"):
+            claim_instance(instance, beta)
