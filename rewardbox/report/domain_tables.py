@@ -14,7 +14,11 @@ import polars as pl
 
 from rewardbox.metrics.campaign import NO_DOMAIN
 from rewardbox.metrics.cost import PriceTable, campaign_cost
-from rewardbox.report.formats import NA, fmt_interval, fmt_pct, fmt_usd
+from rewardbox.report.formats import NA, fmt_pct, fmt_usd
+
+def _interval(value: float | None, interval: tuple[float, float]) -> str:
+    return NA if value is None else f"[{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]"
+
 
 def _points(base: float | None, tuned: float | None) -> str:
     return NA if base is None or tuned is None else f"{100 * (tuned - base):+.2f} pts"
@@ -66,9 +70,10 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
     Returns:
         ``{"pass@1": ..., "pass@1 change": ..., "pass@k": ..., "pass^k": ..., "cost (USD, prices v)": ...}``
         (titles name the headline k, e.g. ``pass@4``); cost only when the result has ``per_domain_cost``.
-        One row per domain (cost: per domain and policy). ``tasks b/t``: tasks with a clean trial, base/tuned;
-        ``all-pass b/t``: tasks passing all their clean trials; ``p``: the one-sided p-value of the exact
-        sign-flip test on per-task differences (``report.changes.fmt_p``); ``P(better)``: P(tuned better) (in the pass@k table, for width);
+        One row per domain (pass@1 and cost: per domain and policy). ``tasks``: tasks with a clean trial;
+        ``all-pass b/t``: tasks passing all their clean trials; ``verdict``: the interval and the exact
+        sign-flip test agree (``metrics.permutation.combined_verdict``; the p-values are in the overall and
+        per-split tables, too wide for this one); ``P(better)``: P(tuned better) (in the pass@k table, for width);
         ``$/success``: cost per successful trial; ``total``: the campaign's cost. Every table stays within
         the Dagster UI's metadata value column at a 1600 px window (about 560 px: at most about 55
         characters a row in a few columns; measured by tests/ui/test_dagster_ui.py), so no cell wraps.
@@ -79,17 +84,16 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
         return {}
     rows = list(per_domain.iter_rows(named=True))
     frames = {
+        # one row per domain and policy: two "75.00% [50.00, 100.00]" cells side by side wrapped at 1600 px
         "pass@1": pl.DataFrame([{
-            "domain": r["domain"], "base": fmt_interval(r["base_pass_at_1"], r["base_pass_at_1_interval"]),
-            "tuned": fmt_interval(r["tuned_pass_at_1"], r["tuned_pass_at_1_interval"]),
-        } for r in rows]),
+            "domain": r["domain"], "policy": side, "pass@1": fmt_pct(r[f"{side}_pass_at_1"]),
+            "interval": _interval(r[f"{side}_pass_at_1"], r[f"{side}_pass_at_1_interval"]), "tasks": str(r[f"{side}_tasks"]),
+        } for r in rows for side in ("base", "tuned")]),
         "pass@1 change": pl.DataFrame([{
-            "domain": r["domain"], "tuned - base (pts)": _pass_at_1_change(r),
-            "p": (r.get("pass_at_1_p") or NA).removeprefix("p = "), "verdict": r["pass_at_1_verdict"],
+            "domain": r["domain"], "tuned - base (pts)": _pass_at_1_change(r), "verdict": r["pass_at_1_verdict"],
         } for r in rows]),
         f"pass@{k}": pl.DataFrame([{
-            "domain": r["domain"], "tasks b/t": f"{r['base_tasks']}/{r['tuned_tasks']}",
-            "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
+            "domain": r["domain"], "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
             "change": _points(r["base_pass_at_k"], r["tuned_pass_at_k"]),
             "P(better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
         } for r in rows]),

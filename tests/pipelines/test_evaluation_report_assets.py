@@ -61,5 +61,5 @@ def test_evaluations_stream_their_decode_results_and_the_check_reads_the_paired_
     assert metadata["plot"].value.startswith("![pass@k, pass^k](data:image/svg+xml;base64,")
     pass_at_1 = metadata["per_domain pass@1"]
     assert isinstance(pass_at_1, dg.TableMetadataValue)
-    assert [c.name for c in pass_at_1.schema.columns] == ["domain", "base", "tuned"]
+    assert [c.name for c in pass_at_1.schema.columns] == ["domain", "policy", "pass@1", "interval", "tasks"]
     assert {"per_domain pass@1 change", "per_domain pass@2", "per_domain pass^2"} <= set(metadata)
