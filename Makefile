@@ -81,7 +81,7 @@ $(VERL_VENV)/.installed:
 	$(VERL_VENV)/bin/python -m pip install -q cachetools uvicorn fastapi
 	touch $@
 
-# verl's V1 trainer (and so rewardbox's replay buffer, rewardbox/training/verl_sampler.py) imports
+# verl's V1 trainer (and so rewardbox's replay buffer, rewardbox/training/verl/sampler.py) imports
 # TransferQueue; verl declares it only in its verl-core extra. A stamp of its own, so that an existing
 # .venv-verl gets it without a rebuild.
 $(VERL_VENV)/.transferqueue: $(VERL_VENV)/.installed

@@ -14,7 +14,7 @@ from resources.vllm_server import VllmServerResource
 from rewardbox.episode.campaign import system_error_counts
 from rewardbox.episode.journal import campaign_journal
 from rewardbox.evaluation.benchmark import EVALUATION_JOURNAL_SCHEMA, check_coverage, run_evaluation
-from rewardbox.evaluation.interchange import write_decode_lines
+from rewardbox.thinkingbox.interchange import write_decode_lines
 from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy.parity import ParityRecorder

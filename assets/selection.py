@@ -15,8 +15,8 @@ from resources.vllm_server import VllmServerResource
 from rewardbox.episode.campaign import ROW_SCHEMA, system_error_counts
 from rewardbox.episode.journal import campaign_journal
 from rewardbox.episode.run import run_trials
-from rewardbox.evaluation.interchange import import_infer_report
-from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
+from rewardbox.thinkingbox.interchange import import_infer_report
+from rewardbox.selection.reference_probes import probe_reference, remaining_system_errors
 from rewardbox.metrics.campaign import summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy import build_policy

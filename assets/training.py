@@ -23,8 +23,8 @@ from rewardbox.training.probe_history import ProbeHistory
 
 GROUP = "training"
 TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
-MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl_job",
-                          "rewardbox.training.verl_merge_run", "rewardbox.training.verl_merge")
+MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl.job",
+                          "rewardbox.training.verl.merge_run", "rewardbox.training.verl.merge")
 
 
 @dg.asset(group_name=GROUP, code_version=TRAIN_CODE)

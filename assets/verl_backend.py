@@ -14,10 +14,10 @@ from assets.versions import files_version
 from resources.ray_cluster import RayClusterResource
 from rewardbox.config.profile import Profile
 from rewardbox.tasks.schema import Task
-from rewardbox.training.ray_job import JobFailedError
-from rewardbox.training.verl_config import dry_run
-from rewardbox.training.verl_job import merge_verl_checkpoint, prepare_launch, run_verl_training, verl_python
-from rewardbox.training.verl_merge_run import read_fidelity
+from rewardbox.training.verl.ray_job import JobFailedError
+from rewardbox.training.verl.config import dry_run
+from rewardbox.training.verl.job import merge_verl_checkpoint, prepare_launch, run_verl_training, verl_python
+from rewardbox.training.verl.merge_run import read_fidelity
 
 
 def verl_grpo(context: dg.AssetExecutionContext, ray_cluster: RayClusterResource, profile: Profile,
@@ -110,7 +110,7 @@ def verl_merge(profile: Profile, base_checkpoint: str, actor_dir: str, out_dir: 
 def merge_fidelity(profile: Profile, merged_dir: str) -> tuple[bool, dict]:
     """(passed, metadata) of a verl merge against the trained weights, for the blocking gate.
 
-    The merger's ``merge_fidelity.json`` (``rewardbox.training.verl_merge``) must exist for a
+    The merger's ``merge_fidelity.json`` (``rewardbox.training.verl.merge``) must exist for a
     ``grpo.backend: verl`` checkpoint, and say every saved weight is within the profile's
     tolerance (``verl.merge_rtol`` / ``merge_atol``, ``VerlBackendConfig.merge_tolerance``) of the
     trained one. The local backend has no such report: (True, {}).

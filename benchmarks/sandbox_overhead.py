@@ -1,7 +1,7 @@
 """Per-episode sandbox overhead, no model (issues #3 and #13).
 
 One episode = session create + init + 10 tool calls + effects + teardown, on the
-retail domain (``python -m rewardbox.domains.retail.server`` for the external
+retail domain (``python -m rewardbox.domains.server retail`` for the external
 paths). Paths, measured in one run:
 
 - ``inprocess``: the embedded servers in this process;
@@ -42,7 +42,7 @@ CALLS = [("find_customer", {"email": "maria.santos@example.com"}), ("get_custome
 
 
 def _external(episodes_per_process: int) -> ExternalSandboxFactory:
-    server = {"type": "mcp-process", "command": "{python} -m rewardbox.domains.retail.server",
+    server = {"type": "mcp-process", "command": "{python} -m rewardbox.domains.server retail",
               "episodes_per_process": episodes_per_process}
     return ExternalSandboxFactory(parse_servers_config({"servers": {SERVER: server}}))
 

@@ -159,7 +159,7 @@ class LogprobLengthError(ValueError):
 
     Never repaired (no cut, no padding): the turn's tokens could not be scored against the
     distribution that sampled them. Raised by the token stream a trainer scores
-    (``rewardbox.training.verl_tokens``: verl then drops the rollout, as for any rollout that
+    (``rewardbox.training.verl.tokens``: verl then drops the rollout, as for any rollout that
     raised) and by the local trainer's sample builder (``rewardbox.training.trainer``).
 
     Attributes:

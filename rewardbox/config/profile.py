@@ -34,8 +34,8 @@ from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.config import CandidateLoadPolicy, TaskSource, TaskSourcesConfig
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_guard import check_refill_bound
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.guard import check_refill_bound
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 PROFILE_ENV = "REWARDBOX_PROFILE"
@@ -83,7 +83,7 @@ class Profile(BaseModel):
 
     @model_validator(mode="after")
     def _verl_keeps_the_refill_bound(self) -> "Profile":
-        """``verl.extra_overrides`` may not lift ``grpo.max_refill_rounds`` (``training.verl_guard``)."""
+        """``verl.extra_overrides`` may not lift ``grpo.max_refill_rounds`` (``training.verl.guard``)."""
         check_refill_bound(self.verl.extra_overrides, self.grpo.max_refill_rounds)
         return self
 

@@ -1,23 +1,17 @@
 """Which embedded domain serves which MCP server name, and where its dataset lives.
 
 The keys are the ``world_state`` server names of the tasks (docs/thinkingbox.md,
-"Dataset layout"). Builders are stored as import paths so that importing the
-registry does not import every domain.
+"Dataset layout"). Every domain is served by ``rewardbox.domains.server``, imported only
+when a server is built, so importing the registry does not import every domain.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-SERVER_BUILDERS: dict[str, str] = {
-    "rewardbox_retail": "rewardbox.domains.retail.server:build_server",
-    "rewardbox_hotel": "rewardbox.domains.hotel.server:build_server",
-    "rewardbox_helpdesk": "rewardbox.domains.helpdesk.server:build_server",
-}
-"""Server name -> ``"module:function"`` of a zero-argument builder of a fresh MCP server."""
 
 DOMAIN_SERVERS: dict[str, str] = {"retail": "rewardbox_retail", "hotel": "rewardbox_hotel",
                                    "helpdesk": "rewardbox_helpdesk"}
@@ -28,21 +22,30 @@ _DOMAINS_ROOT = Path(__file__).resolve().parent
 
 def server_names() -> list[str]:
     """Every registered server name."""
-    return sorted(SERVER_BUILDERS)
+    return sorted(DOMAIN_SERVERS.values())
 
 
-def get_server_builder(server_name: str) -> Callable[[], Any]:
-    """The builder of a server name.
+def domain_of_server(server_name: str) -> str:
+    """The embedded domain (``retail``, ``hotel``, ``helpdesk``) that serves ``server_name``.
 
     Raises:
         KeyError: the name is not registered (the message lists the known names).
     """
-    try:
-        target = SERVER_BUILDERS[server_name]
-    except KeyError:
-        raise KeyError(f"no embedded server named {server_name!r}; known: {server_names()}") from None
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+    for domain, name in DOMAIN_SERVERS.items():
+        if name == server_name:
+            return domain
+    raise KeyError(f"no embedded server named {server_name!r}; known: {server_names()}")
+
+
+def get_server_builder(server_name: str) -> Callable[[], Any]:
+    """A zero-argument builder of a fresh MCP server for ``server_name``.
+
+    Raises:
+        KeyError: the name is not registered (the message lists the known names).
+    """
+    domain = domain_of_server(server_name)
+    server = importlib.import_module("rewardbox.domains.server")
+    return functools.partial(server.build_server, domain)
 
 
 def build_server(server_name: str) -> Any:

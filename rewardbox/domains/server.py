@@ -1,5 +1,9 @@
 """The MCP server of an embedded domain, with the ThinkingBox reserved tools.
 
+``python -m rewardbox.domains.server retail`` (or ``hotel``, ``helpdesk``) serves a fresh
+server of that domain on stdio, so it can be an ``mcp-process`` entry of a ThinkingBox
+``servers.yaml``: ``{type: mcp-process, command: "{python} -m rewardbox.domains.server retail"}``.
+
 ``build_domain_server(domain)`` returns a FRESH ``MCPServer`` (official ``mcp``
 SDK, 2.x) with a fresh episode state: nothing is shared between two servers, so
 no episode ever sees another's writes. Tools return ``strict_json.dumps(result)``; a
@@ -19,7 +23,9 @@ Reserved tools (docs/thinkingbox.md, "Reserved tools"), hidden from the agent by
 
 from __future__ import annotations
 
+import argparse
 import functools
+import importlib
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -202,3 +208,26 @@ def build_domain_server(domain: Domain) -> MCPServer:
     handlers = _handlers(state)
     tools = [t.model_copy(update={"fn": handlers[t.name]}) for t in _tool_templates(domain)]
     return DomainMCPServer(name=domain.server_name, tools=tools, log_level="WARNING")
+
+
+def build_server(domain_name: str) -> MCPServer:
+    """A fresh MCP server of the embedded domain ``domain_name`` (``retail``, ``hotel``, ``helpdesk``).
+
+    Raises:
+        ModuleNotFoundError: no embedded domain of that name.
+    """
+    return build_domain_server(importlib.import_module(f"rewardbox.domains.{domain_name}.domain").DOMAIN)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve one fresh server of the domain named on the command line on stdio until stdin closes."""
+    from rewardbox.domains.registry import DOMAIN_SERVERS
+
+    parser = argparse.ArgumentParser(prog="python -m rewardbox.domains.server",
+                                     description="Serve an embedded domain's MCP server on stdio.")
+    parser.add_argument("domain", choices=sorted(DOMAIN_SERVERS))
+    build_server(parser.parse_args(argv).domain).run("stdio")
+
+
+if __name__ == "__main__":
+    main()

@@ -122,16 +122,16 @@ def build_services(profile: Profile, tasks: Sequence[Task]) -> EnvServices:
 def verl_loop_services():
     """The verl agent loop's services for the profile named by ``REWARDBOX_PROFILE`` (default ``demo``).
 
-    The default ``services_factory`` of ``rewardbox.training.verl_agent_loop`` (named as
+    The default ``services_factory`` of ``rewardbox.training.verl.agent_loop`` (named as
     ``"module:function"``, called once per verl loop process): the same composition root as
     evaluation and this server, so a verl rollout is graded exactly as an evaluation episode.
 
     Returns:
-        ``rewardbox.training.verl_agent_loop.LoopServices``: sandbox factory, user simulator, grader, limits.
+        ``rewardbox.training.verl.agent_loop.LoopServices``: sandbox factory, user simulator, grader, limits.
     """
     from rewardbox.config.profile import profile_from_env
     from rewardbox.episode.compose import build_grader, build_sandbox, build_user_simulator
-    from rewardbox.training.verl_agent_loop import LoopServices
+    from rewardbox.training.verl.agent_loop import LoopServices
 
     profile = profile_from_env()
     return LoopServices(build_sandbox(profile), build_user_simulator(profile), build_grader(profile), profile.episode)

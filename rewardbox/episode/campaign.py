@@ -21,7 +21,6 @@ from rewardbox.tasks.schema import Task
 
 TrialFn = Callable[[Task, int], Awaitable[EpisodeResult]]
 """Runs one trial of a task: ``(task, trial) -> EpisodeResult`` (e.g. ``partial(run_trial, runner)``)."""
-AttemptFn = TrialFn  # kept for users of the old name
 
 ROW_SCHEMA = {
     "uid": pl.Utf8, "domain": pl.Utf8, "trial": pl.Int64, "reward": pl.Float64, "passed": pl.Boolean,

@@ -21,7 +21,7 @@ from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.interchange import decode_result_json
+from rewardbox.thinkingbox.interchange import decode_result_json
 from rewardbox.evaluation.repair import run_with_repair
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task

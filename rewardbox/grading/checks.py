@@ -132,13 +132,3 @@ def check_candidates(expect: Sequence[Answer], reject: Sequence[str]) -> None:
     clash = [r for r in reject if any(states(v, r) or states(r, v) for v in values)]
     if clash:
         raise ValueError(f"wrong candidates {clash!r} equal an expected answer of {list(expect)!r}")
-
-
-def __getattr__(name: str) -> Any:
-    """``validate_database`` and ``validate_response`` moved to ``rewardbox.grading.reward``;
-    test files generated before the move still import them from here."""
-    if name in ("validate_database", "validate_response"):
-        from rewardbox.grading import reward
-
-        return getattr(reward, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -134,7 +134,6 @@ def trial_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: i
     return usage_cost(input_tokens, cached_input_tokens, output_tokens, price).usd
 
 
-attempt_cost_usd = trial_cost_usd  # kept for users of the old name
 
 
 def row_costs(rows: pl.DataFrame, price: ModelPrice) -> pl.DataFrame:

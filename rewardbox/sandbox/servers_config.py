@@ -219,20 +219,20 @@ def internal_servers() -> dict[str, ProcessServer]:
     Upstream's meaning first (:func:`upstream_internal_servers`: ``tb/tools/mcp_*.py``,
     e.g. ``cloud_drive``, when ``{python}`` can import them); then rewardbox's embedded
     domain servers, by their ``world_state`` server name: each server in
-    ``rewardbox.domains.registry`` runs as ``{python} -m <its builder's module>``,
+    ``rewardbox.domains.registry`` runs as ``{python} -m rewardbox.domains.server <domain>``,
     which serves it on stdio. Their ``__reserved__init`` builds a fresh database,
     so a warm process may serve ``INTERNAL_EPISODES_PER_PROCESS`` episodes. A
     scenario that names a server neither adds fails with
     :data:`UPSTREAM_INTERNAL_NOTE` in the message when ``tb.tools`` is missing.
     """
-    from rewardbox.domains.registry import SERVER_BUILDERS
+    from rewardbox.domains.registry import DOMAIN_SERVERS
 
     root = str(Path(__file__).resolve().parents[2])  # so `-m rewardbox...` imports from any cwd
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     ours = {
-        name: ProcessServer(type="mcp-process", command=["{python}", "-m", target.partition(":")[0]],
+        name: ProcessServer(type="mcp-process", command=["{python}", "-m", "rewardbox.domains.server", domain],
                             env={"PYTHONPATH": pythonpath}, episodes_per_process=INTERNAL_EPISODES_PER_PROCESS)
-        for name, target in SERVER_BUILDERS.items()
+        for domain, name in DOMAIN_SERVERS.items()
     }
     return {**upstream_internal_servers(), **ours}
 

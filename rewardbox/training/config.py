@@ -35,7 +35,7 @@ class GRPOConfig(BaseModel):
     Attributes:
         backend: ``"local"`` trains here with the local trainer (``training.local``);
             ``"verl"`` submits verl's trainer as a Ray job to the cluster resource
-            (``training.verl_job``; its settings are the profile's ``verl`` section).
+            (``training.verl.job``; its settings are the profile's ``verl`` section).
         group_size: G, rollouts per task (= TRL ``num_generations`` = verl ``rollout.n``).
         tasks_per_step: B, groups per optimisation step.
         steps: optimisation steps.

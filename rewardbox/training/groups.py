@@ -28,7 +28,6 @@ from rewardbox.training.advantages import group_advantages_masked, is_zero_varia
 
 RolloutFn = Callable[[Task, int], Awaitable[EpisodeResult]]
 """Runs one rollout: ``(task, trial) -> EpisodeResult`` (system-error retries included)."""
-AttemptFn = RolloutFn  # kept for users of the old name
 ObserveFn = Callable[[Task, list[EpisodeResult]], None]
 
 

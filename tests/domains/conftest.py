@@ -17,7 +17,7 @@ import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, TypeVar
 
 import pytest
@@ -25,6 +25,7 @@ from mcp import Client, StdioServerParameters
 
 from rewardbox.domains import registry
 from rewardbox.domains.base import Domain, ToolRunner
+from rewardbox.domains.server import build_server
 from rewardbox.domains.database import EpisodeDatabase
 from rewardbox.grading.canonical import primary_keys
 from rewardbox.sandbox.inprocess import InProcessSandbox
@@ -42,7 +43,7 @@ class DomainUnderTest:
     name: str
     domain: Domain
     generator: ModuleType
-    server: ModuleType
+    server: SimpleNamespace
     seed: ModuleType
 
     @property
@@ -68,7 +69,8 @@ def domain_under_test(name: str) -> DomainUnderTest:
     package = f"rewardbox.domains.{name}"
     return DomainUnderTest(name, importlib.import_module(f"{package}.domain").DOMAIN,
                            importlib.import_module(f"{package}.generator"),
-                           importlib.import_module(f"{package}.server"), importlib.import_module(f"{package}.seed"))
+                           SimpleNamespace(build_server=functools.partial(build_server, name)),
+                           importlib.import_module(f"{package}.seed"))
 
 
 @functools.cache
@@ -186,8 +188,8 @@ def changed_foreign_rows(run: OracleRun, metadata: Any) -> list[tuple[str, tuple
 
 
 def run_stdio_server(module: str, session: Callable[[Client], Awaitable[T]], timeout_s: float = 60) -> T:
-    """Spawn ``python -m <module>`` (a domain's stdio server) and run ``session(client)`` against it."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", module], cwd=str(ROOT),
+    """Spawn ``python -m <module> [args]`` (a domain's stdio server) and run ``session(client)`` against it."""
+    params = StdioServerParameters(command=sys.executable, args=["-m", *module.split()], cwd=str(ROOT),
                                    env={**os.environ, "PYTHONPATH": str(ROOT)})
 
     async def go() -> T:

@@ -232,6 +232,6 @@ def test_every_tool_has_a_docstring_for_the_model(name):
 def test_registry_knows_the_server_and_dataset(name):
     d = domain_under_test(name)
     assert d.server_name == f"rewardbox_{name}" and d.server_name in registry.server_names()
-    assert registry.get_server_builder(d.server_name) is d.server.build_server
+    assert registry.get_server_builder(d.server_name).args == (d.name,)
     assert registry.DOMAIN_SERVERS[name] == d.server_name
     assert (registry.dataset_dir(name) / "scenario" / f"{name}.yaml").is_file()

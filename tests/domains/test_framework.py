@@ -15,7 +15,11 @@ from rewardbox.domains import registry
 from rewardbox.domains.base import DataPatchError, ToolRunner
 from rewardbox.domains.database import EpisodeDatabase
 from rewardbox.domains.retail.domain import DOMAIN
-from rewardbox.domains.retail.server import build_server
+from rewardbox.domains.server import build_server as build_domain
+
+
+def build_server_retail():
+    return build_domain("retail")
 from rewardbox.grading.canonical import state_hash
 
 from .conftest import ROOT, call_json, call_text, run_stdio_server
@@ -89,7 +93,7 @@ def test_runner_validates_like_the_sdk_and_rolls_back_failures():
 
 
 async def _session(world_config, calls=()):
-    async with Client(build_server()) as client:
+    async with Client(build_server_retail()) as client:
         init = (await client.call_tool("__reserved__init", {"config": world_config})).content[0].text
         outs = [(await client.call_tool(n, a)).content[0].text for n, a in calls]
         effects = json.loads((await client.call_tool("__reserved__geteffects", {})).content[0].text)
@@ -121,7 +125,7 @@ def test_init_rejects_bad_golden_blocks_and_patches():
 
 def test_every_build_is_a_fresh_server_with_fresh_state():
     async def go():
-        a, b = build_server(), build_server()
+        a, b = build_server_retail(), build_server_retail()
         assert a is not b
         async with Client(a) as ca, Client(b) as cb:
             for c in (ca, cb):
@@ -151,7 +155,8 @@ def test_effects_have_the_thinkingbox_keys_and_ungraded_parts_are_left_out():
 
 def test_registry():
     assert registry.server_names() == ["rewardbox_helpdesk", "rewardbox_hotel", "rewardbox_retail"]
-    assert registry.get_server_builder(SRV) is build_server
+    assert registry.get_server_builder(SRV).args == ("retail",)
+    assert registry.domain_of_server(SRV) == "retail"
     assert (registry.dataset_dir("retail") / "scenario" / "retail.yaml").is_file()
     with pytest.raises(KeyError, match="known"):
         registry.get_server_builder("nope")
@@ -167,7 +172,7 @@ def test_standalone_stdio_server():
         await client.call_tool("cancel_order", {"order_id": "ORD-1002"})
         return names, init, await call_json(client, "__reserved__geteffects", {})
 
-    names, init, effects = run_stdio_server("rewardbox.domains.retail.server", session)
+    names, init, effects = run_stdio_server("rewardbox.domains.server retail", session)
     assert "cancel_order" in names and "__reserved__init" in names
     assert init == "{}"
     assert effects["result_db_hash"] == effects["golden_db_hash"]

@@ -8,7 +8,7 @@ import json
 from mcp import Client
 
 from rewardbox.domains.helpdesk.domain import DOMAIN, SERVER_NAME
-from rewardbox.domains.helpdesk.server import build_server
+from rewardbox.domains.server import build_server as build_domain
 from rewardbox.grading.canonical import state_hash
 
 from .conftest import call_json, call_text, domain_tasks, run_stdio_server
@@ -20,7 +20,7 @@ def test_in_process_session_agent_writes_are_graded_against_the_golden_state():
     golden = config["golden_test_case"]["tool_interactions"]
 
     async def go():
-        async with Client(build_server()) as client:
+        async with Client(build_domain("helpdesk")) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             init = await call_text(client, "__reserved__init", {"config": config})
             for item in golden[:2]:  # only half of the work
@@ -45,7 +45,7 @@ def test_in_process_session_agent_writes_are_graded_against_the_golden_state():
 
 def test_every_build_is_a_fresh_server_with_fresh_state():
     async def go():
-        async with Client(build_server()) as a, Client(build_server()) as b:
+        async with Client(build_domain("helpdesk")) as a, Client(build_domain("helpdesk")) as b:
             for c in (a, b):
                 await c.call_tool("__reserved__init", {"config": {}})
             await a.call_tool("escalate_ticket", {"ticket_id": "TCK-0002"})
@@ -65,7 +65,7 @@ def test_standalone_stdio_server():
         await client.call_tool("reset_password", {"employee_id": "EMP-1011"})
         return names, init, verified, await call_json(client, "__reserved__geteffects", {})
 
-    names, init, verified, effects = run_stdio_server("rewardbox.domains.helpdesk.server", session)
+    names, init, verified, effects = run_stdio_server("rewardbox.domains.server helpdesk", session)
     assert "reset_password" in names and "__reserved__init" in names
     assert init == "{}" and verified["verified"] is True
     assert effects["result_db_hash"] == effects["golden_db_hash"]

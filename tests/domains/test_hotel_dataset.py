@@ -41,7 +41,7 @@ def test_standalone_stdio_server():
             await client.call_tool(item["tool"], item["parameters"])
         return names, init, await call_json(client, "__reserved__geteffects", {})
 
-    names, init, effects = run_stdio_server("rewardbox.domains.hotel.server", session)
+    names, init, effects = run_stdio_server("rewardbox.domains.server hotel", session)
     assert "change_room" in names and "__reserved__init" in names
     assert init == "{}"
     assert effects["result_db_hash"] == effects["golden_db_hash"] != state_hash(effects["initial_db_state"])

@@ -11,7 +11,7 @@ import pytest
 from rewardbox.episode.campaign import LEGACY_COLUMNS, ROW_SCHEMA, upgrade_rows
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.trajectory import EpisodeResult, TestOutcome
-from rewardbox.evaluation.interchange import export_decode_results, import_infer_results
+from rewardbox.thinkingbox.interchange import export_decode_results, import_infer_results
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.thinkingbox import load_dataset
 

@@ -31,25 +31,14 @@ def test_package_does_not_import_evaluation(package):
     assert {file: mods for file, mods in offenders.items() if mods} == {}
 
 
-@pytest.mark.parametrize(("old", "new", "names"), [
-    ("rewardbox.evaluation.services", "rewardbox.episode.run", ["run_trials", "run_trials_async"]),
-    ("rewardbox.evaluation.services", "rewardbox.episode.compose",
-     ["build_sandbox", "build_user_simulator", "episode_runner", "profile_servers_config", "check_policy_budget"]),
-    ("rewardbox.evaluation.campaign", "rewardbox.episode.campaign",
-     ["ROW_SCHEMA", "campaign_keys", "run_campaign", "results_frame", "coverage_problems", "repair_keys", "merge_repair"]),
-    ("rewardbox.evaluation.journal", "rewardbox.episode.journal", ["CampaignJournal", "campaign_journal"]),
-    ("rewardbox.evaluation.screening", "rewardbox.selection.screening", ["screen_tasks", "screen_verdict", "ungradable"]),
+@pytest.mark.parametrize("old", [
+    "rewardbox.evaluation.services", "rewardbox.evaluation.campaign", "rewardbox.evaluation.journal",
+    "rewardbox.evaluation.screening", "rewardbox.evaluation.tb_messages", "rewardbox.episode.attempt",
 ])
-def test_old_paths_re_export_the_new_objects(old, new, names):
-    old_module, new_module = importlib.import_module(old), importlib.import_module(new)
-    assert [getattr(old_module, n) is getattr(new_module, n) for n in names] == [True] * len(names)
-
-
-def test_old_name_of_a_trial_run():
-    from rewardbox.episode.attempt import run_attempt
-    from rewardbox.episode.trial import run_trial
-
-    assert run_attempt is run_trial
+def test_old_re_export_modules_are_gone(old):
+    """Each object has one import path: the re-export modules of earlier layouts are deleted."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(old)
 
 
 STAGE_PACKAGES = ("rewardbox.selection", "rewardbox.evaluation", "rewardbox.training")

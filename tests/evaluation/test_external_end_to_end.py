@@ -2,7 +2,7 @@
 
 The dataset directory is assembled in tmp_path from unchanged ThinkingBox-layout
 files (our retail domain's agent, scenario and two test files), plus test lists
-and a ``servers.yaml`` that runs ``{python} -m rewardbox.domains.retail.server``
+and a ``servers.yaml`` that runs ``{python} -m rewardbox.domains.server retail``
 as an ``mcp-process`` entry. The profile points the task sources at that
 directory (``servers`` per source) with ``sandbox.kind: external``; then
 screening -> probes -> difficulty / training pool -> evaluation -> report ->
@@ -26,7 +26,7 @@ from rewardbox.domains.registry import dataset_dir
 from rewardbox.episode.campaign import coverage_problems, results_frame
 from rewardbox.episode.compose import build_sandbox
 from rewardbox.episode.run import run_trials
-from rewardbox.evaluation.interchange import export_decode_results, import_infer_results
+from rewardbox.thinkingbox.interchange import export_decode_results, import_infer_results
 from rewardbox.policy.factory import build_policy
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.report.tables import reliability_tables
@@ -34,7 +34,7 @@ from rewardbox.selection import task_difficulty, training_pool
 from rewardbox.selection.screening import screen_tasks
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 
-SERVER_MODULE = "rewardbox.domains.retail.server"
+SERVER_MODULE = "rewardbox.domains.server"
 # Scripted-mix picks (golden on seeds 0..3): explicit_01 1/4, lookup_02 3/4, explicit_03 2/4.
 CANDIDATES = ["retail_cancel.py:test_retail_cancel_explicit_01", "retail_cancel.py:test_retail_cancel_lookup_02",
               "retail_cancel.py:test_retail_cancel_explicit_03"]
@@ -50,7 +50,7 @@ def _dataset(root):
     (root / "candidates.yaml").write_text(yaml.safe_dump(CANDIDATES))
     (root / "benchmark.yaml").write_text(yaml.safe_dump(BENCHMARK))
     (root / "servers.yaml").write_text(yaml.safe_dump({"servers": {"rewardbox_retail": {
-        "type": "mcp-process", "command": f"{{python}} -m {SERVER_MODULE}"}}}))
+        "type": "mcp-process", "command": f"{{python}} -m {SERVER_MODULE} retail"}}}))
     return root
 
 

@@ -6,7 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rewardbox.grading.checks import check_candidates, response_problems, states, validate_response
+from rewardbox.grading.checks import check_candidates, response_problems, states
+from rewardbox.grading.reward import validate_response
 
 
 @pytest.mark.parametrize(("text", "value", "stated"), [

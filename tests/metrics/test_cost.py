@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from rewardbox.metrics import ModelPrice, PriceTable, attempt_cost_usd, campaign_cost, trial_cost_usd
+from rewardbox.metrics import ModelPrice, PriceTable, campaign_cost, trial_cost_usd
 from rewardbox.metrics.cost import usage_cost
 
 PRICE = ModelPrice(usd_per_1m_input_tokens=2.0, usd_per_1m_cached_input_tokens=0.5, usd_per_1m_output_tokens=8.0)
@@ -114,7 +114,3 @@ def test_issue12_item8_own_case_bad_rows_inside_one_task_and_system_errors():
     assert again["campaign_cost_usd"] == pytest.approx(expected) and again["cached_above_input_rows"] == 1
     with pytest.raises(ValueError, match="uid='a', trial=1"):
         campaign_cost(rows.with_columns(pl.Series("output_tokens", [500, -1])), ISSUE12_TABLE, "m")
-
-
-def test_old_name_of_trial_cost_is_the_same_function():
-    assert attempt_cost_usd is trial_cost_usd

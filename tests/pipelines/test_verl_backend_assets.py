@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from rewardbox.config.profile import load_profile
-from rewardbox.training import verl_job
+from rewardbox.training.verl import job as verl_job
 from tests.resources.verl_job_support import grpo_assets, minimal_rows, no_agent_loop, resources, verl_profile
 
 

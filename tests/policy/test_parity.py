@@ -8,7 +8,7 @@ import json
 import pytest
 
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.services import run_trials
+from rewardbox.episode.run import run_trials
 from rewardbox.policy import parity
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.interpreter import interpret

@@ -20,7 +20,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rewardbox.training import verl_job  # noqa: E402
+from rewardbox.training.verl import job as verl_job  # noqa: E402
 from tests.resources.verl_job_support import grpo_assets, minimal_rows, no_agent_loop, resources, run_messages, verl_profile  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)  # each test < 20 s on an idle machine (Ray start included)
@@ -88,7 +88,7 @@ CANCELLED_RUN = textwrap.dedent("""
     from pathlib import Path
     import dagster as dg
     from dagster._utils.interrupts import setup_interrupt_handlers
-    from rewardbox.training import verl_job
+    from rewardbox.training.verl import job as verl_job
     from tests.resources.verl_job_support import grpo_assets, patch_verl_hooks, resources
 
     setup_interrupt_handlers()  # SIGTERM interrupts the step, as in a Dagster run worker being terminated

@@ -8,7 +8,7 @@ import json
 import pytest
 from mcp.server.mcpserver import MCPServer
 
-from rewardbox.domains.retail.server import build_server as build_retail
+from rewardbox.domains.server import build_server as build_domain
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.inprocess import InProcessSandbox, InProcessSandboxFactory, UnknownToolError
 from rewardbox.sandbox.schema import clean_schema
@@ -110,7 +110,7 @@ def _clash_server() -> MCPServer:
 
 
 def test_later_server_wins_a_name_clash_and_servers_without_reserved_tools_work():
-    builders = {SRV: build_retail, "clash": _clash_server}
+    builders = {SRV: lambda: build_domain("retail"), "clash": _clash_server}
 
     async def go(order):
         sb = InProcessSandbox(builders)

@@ -1,7 +1,7 @@
 """Warm server pools: reuse through teardown/init, episode cap, health check, isolation.
 
 Real stdio MCP servers: the embedded retail domain (``python -m
-rewardbox.domains.retail.server``) and ``tests/fixtures/servers/reaper_server.py``.
+rewardbox.domains.server retail``) and ``tests/fixtures/servers/reaper_server.py``.
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from rewardbox.training.ray_job import LOST_CONTACT, START_TIMED_OUT, stop_job, watch_job
-from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_job import run_verl_training
+from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, stop_job, watch_job
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.job import run_verl_training
 
 from .test_verl_job import _launch
 

@@ -17,8 +17,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rewardbox.training.checkpoint import merge_checkpoint
-from rewardbox.training.verl_adapter import normalize_verl_adapter, peft_key, target_module
-from rewardbox.training.verl_job import finish_verl_merge, merge_command
+from rewardbox.training.verl.adapter import normalize_verl_adapter, peft_key, target_module
+from rewardbox.training.verl.job import finish_verl_merge, merge_command
 
 from .test_checkpoint import _load, tiny_tied_base, trained_adapter
 

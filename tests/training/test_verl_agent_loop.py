@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardbox.training.verl_agent_loop import rollout_trial
+from rewardbox.training.verl.agent_loop import rollout_trial
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "tests" / "fixtures" / "verl_agent_loop_check.py"

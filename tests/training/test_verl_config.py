@@ -11,7 +11,7 @@ import yaml
 
 from rewardbox.training.config import GRPOConfig
 from rewardbox import strict_json
-from rewardbox.training.verl_config import (MAX_MODEL_LEN, VerlContextError, VerlLaunchConfig, dry_run,
+from rewardbox.training.verl.config import (MAX_MODEL_LEN, VerlContextError, VerlLaunchConfig, dry_run,
                                             format_override, launch_command, nested, verl_overrides)
 
 LAUNCH = VerlLaunchConfig(model_path="Qwen/Qwen3-8B", train_files="data/train.parquet", val_files="data/val.parquet")

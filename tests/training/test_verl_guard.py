@@ -7,10 +7,10 @@ import yaml
 
 from rewardbox.config.profile import PROFILE_DIR, load_profile
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_guard import REFILL_KEY, flat_overrides, refill_bound_problems
-from rewardbox.training.verl_job import prepare_launch
-from rewardbox.training.verl_sampler import SAMPLER_NAME, SAMPLER_PATH
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.guard import REFILL_KEY, flat_overrides, refill_bound_problems
+from rewardbox.training.verl.job import prepare_launch
+from rewardbox.training.verl.sampler import SAMPLER_NAME, SAMPLER_PATH
 
 
 def _profile(tmp_path, overrides, rounds=2):

@@ -12,9 +12,9 @@ import pytest
 import requests
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.ray_job import JobFailedError, watch_job
-from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_job import (
+from rewardbox.training.verl.ray_job import JobFailedError, watch_job
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.job import (
     PREFLIGHT, merge_command, merge_verl_checkpoint, prepare_launch, run_verl_training,
 )
 
@@ -64,7 +64,7 @@ def test_launch_without_preflight_and_with_extra_overrides(tmp_path):
 
 
 def test_the_jobs_default_python_depends_on_where_it_runs(tmp_path, monkeypatch):
-    from rewardbox.training.verl_job import job_python
+    from rewardbox.training.verl.job import job_python
 
     monkeypatch.delenv("REWARDBOX_VERL_PYTHON", raising=False)
     cfg = VerlBackendConfig(merge_python=str(tmp_path / "absent"))
@@ -119,7 +119,7 @@ class FakeJobs:
 
 
 def test_submission_waits_for_the_heads_agent_and_never_starts_a_job_twice():
-    from rewardbox.training.ray_job import submit_job
+    from rewardbox.training.verl.ray_job import submit_job
 
     class Jobs(FakeJobs):
         def __init__(self, answers):
@@ -200,9 +200,9 @@ def test_success_without_a_checkpoint_is_an_error_and_with_one_returns_the_lates
 
 
 def test_merge_command_is_verls_model_merger():
-    # verl's FSDPModelMerger through rewardbox.training.verl_merge (dtype kept, tie checked, fidelity measured)
+    # verl's FSDPModelMerger through rewardbox.training.verl.merge (dtype kept, tie checked, fidelity measured)
     assert merge_command("/v/python", "/c/global_step_3/actor", "/out") == [
-        "/v/python", "-m", "rewardbox.training.verl_merge", "merge", "--backend", "fsdp",
+        "/v/python", "-m", "rewardbox.training.verl.merge", "merge", "--backend", "fsdp",
         "--local_dir", "/c/global_step_3/actor", "--target_dir", "/out", "--dtype", "keep", "--rtol", "0.0",
         "--atol", "0.0"]
     assert merge_command("p", "a", "o", "bfloat16", 2**-8)[-6:] == ["--dtype", "bfloat16", "--rtol", "0.00390625",
@@ -246,7 +246,7 @@ def test_merge_failure_and_missing_inputs_are_clear(tmp_path):
 def test_a_real_launch_whose_context_cannot_hold_the_lengths_is_refused_before_rows_are_written(tmp_path):
     # the dry run's context rule (issue 24 item 1) applies to a real launch too: a launch is built only when
     # actor_rollout_ref.rollout.max_model_len holds data.max_prompt_length + data.max_response_length
-    from rewardbox.training.verl_config import MAX_MODEL_LEN, VerlContextError
+    from rewardbox.training.verl.config import MAX_MODEL_LEN, VerlContextError
 
     grpo = GRPOConfig(group_size=8, tasks_per_step=18, steps=50, finetune="full", learning_rate=1e-6)
     for limit, refused in ((12287, True), (12288, False)):

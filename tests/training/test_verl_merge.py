@@ -3,7 +3,7 @@
 ``tests/fixtures/verl_full_checkpoint.py`` runs in verl's environment (``REWARDBOX_VERL_PYTHON``, else
 ``.venv-verl``): verl's FSDP checkpoint manager saves two float32 full fine-tunes of a tiny model
 (one tied, one whose head differs from its embedding by 0.5 at one entry while its config says
-tied), then verl's model merger runs on them, through ``rewardbox.training.verl_merge`` and, for the
+tied), then verl's model merger runs on them, through ``rewardbox.training.verl.merge`` and, for the
 "before" figures, stock (``python -m verl.model_merger``). One fixture run serves every test here.
 """
 
@@ -21,8 +21,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from rewardbox.config.profile import PROFILE_DIR, load_profile
-from rewardbox.training.verl_job import finish_verl_merge, merge_command
-from rewardbox.training.verl_merge_run import read_fidelity
+from rewardbox.training.verl.job import finish_verl_merge, merge_command
+from rewardbox.training.verl.merge_run import read_fidelity
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "tests" / "fixtures" / "verl_full_checkpoint.py"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rewardbox.training.verl_progress import discover_checkpoints, latest_checkpoint, parse_progress_line
+from rewardbox.training.verl.progress import discover_checkpoints, latest_checkpoint, parse_progress_line
 
 
 def test_step_line_behind_rays_actor_prefix():

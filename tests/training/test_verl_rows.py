@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rewardbox.training.verl_agent_loop import AgentLoopBase, build_agent_loop_config, resolve_services
-from rewardbox.training.verl_rows import AGENT_NAME, pool_to_verl_rows, task_from_extra_info, write_verl_dataset
+from rewardbox.training.verl.agent_loop import AgentLoopBase, build_agent_loop_config, resolve_services
+from rewardbox.training.verl.rows import AGENT_NAME, pool_to_verl_rows, task_from_extra_info, write_verl_dataset
 from tests.fixtures.verl_fakes import order_task
 
 
@@ -42,17 +42,17 @@ def test_bad_pools_and_rows_are_refused_with_the_reason():
 def test_agent_loop_config_names_our_loop_and_refills_failed_groups(tmp_path):
     overrides = build_agent_loop_config(tmp_path, services_factory="my.module:services")
     entries = yaml.safe_load((tmp_path / "rewardbox_agent_loops.yaml").read_text())
-    assert entries == [{"name": AGENT_NAME, "_target_": "rewardbox.training.verl_agent_loop.RewardboxAgentLoop",
+    assert entries == [{"name": AGENT_NAME, "_target_": "rewardbox.training.verl.agent_loop.RewardboxAgentLoop",
                         "services_factory": "my.module:services"}]
     assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == AGENT_NAME
     assert overrides["trainer.v1.sampler.sync_refill_failed_groups"] is True
     assert overrides["actor_rollout_ref.rollout.calculate_log_probs"] is True
     with pytest.raises(ValueError, match="module:function"):
-        resolve_services("rewardbox.training.verl_rows")
+        resolve_services("rewardbox.training.verl.rows")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed in this environment")
 def test_the_module_imports_without_verl_and_defines_no_loop_class():
-    import rewardbox.training.verl_agent_loop as loop
+    import rewardbox.training.verl.agent_loop as loop
 
     assert AgentLoopBase is None and not hasattr(loop, "RewardboxAgentLoop")

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rewardbox.training.verl_config import format_override
-from rewardbox.training.verl_progress import parse_progress_line
-from rewardbox.training.verl_sampler import (KEPT_GROUPS_KEY, SAMPLED_GROUPS_KEY, SETTINGS, TRUNCATED_KEY,
+from rewardbox.training.verl.config import format_override
+from rewardbox.training.verl.progress import parse_progress_line
+from rewardbox.training.verl.sampler import (KEPT_GROUPS_KEY, SAMPLED_GROUPS_KEY, SETTINGS, TRUNCATED_KEY,
                                              TRUNCATED_TURNS_KEY, ZERO_VARIANCE_KEY, eviction_bound,
                                              replay_buffer_settings, sampler_overrides, truncation_metrics,
                                              zero_variance_metrics)
@@ -71,7 +71,7 @@ def test_eviction_bound_is_max_refill_rounds_batches_and_none_for_no_limit():
 
 def test_overrides_name_the_sampler_and_read_the_live_settings():
     formatted = [format_override(k, v) for k, v in sampler_overrides().items()]
-    assert "trainer.v1.sampler.custom_sampler.path=pkg://rewardbox.training.verl_sampler" in formatted
+    assert "trainer.v1.sampler.custom_sampler.path=pkg://rewardbox.training.verl.sampler" in formatted
     assert "trainer.v1.sampler.custom_sampler.name=ZeroVarianceReplayBuffer" in formatted
     kwargs = next(f for f in formatted if f.startswith("++trainer.v1.sampler.sampler_kwargs={"))
     assert "train_batch_size:${data.train_batch_size}" in kwargs and kwargs.count(":${") == len(SETTINGS)

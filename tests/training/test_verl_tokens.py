@@ -8,8 +8,8 @@ import pytest
 
 from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.errors import LogprobLengthError
-from rewardbox.training.verl_agent_loop import output_fields
-from rewardbox.training.verl_tokens import PromptTooLongError, Sampled, TurnTokens, play_episode, play_with_retries
+from rewardbox.training.verl.agent_loop import output_fields
+from rewardbox.training.verl.tokens import PromptTooLongError, Sampled, TurnTokens, play_episode, play_with_retries
 from tests.fixtures.verl_fakes import (GOLDEN_TURNS, SANDBOXES, CharTokenizer, OrderSandbox, ScriptedServer,
                                        ScriptedUser, StatusGrader, episode_config, order_task)
 
@@ -225,7 +225,7 @@ def test_issue24_item1_verls_stop_reason_is_kept_and_an_aborted_request_raises()
     from types import SimpleNamespace
 
     from rewardbox.errors import EndpointError
-    from rewardbox.training.verl_agent_loop import server_generate
+    from rewardbox.training.verl.agent_loop import server_generate
 
     class Manager:
         def __init__(self, reason):

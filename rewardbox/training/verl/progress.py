@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewardbox.training.verl_sampler import ZERO_VARIANCE_KEY
+from rewardbox.training.verl.sampler import ZERO_VARIANCE_KEY
 
 _STEP_LINE = re.compile(r"(?:^|[\s)])step:(\d+)((?:\s+-\s+\S+)+)\s*$")
 
@@ -31,7 +31,7 @@ STEP_TIME_KEY = "timing_s/step"
 ZERO_VARIANCE_KEYS = (ZERO_VARIANCE_KEY,)
 """The share (0-1) of the step's sampled groups whose rewards were all equal, counted before
 ``filter_groups`` evicts them. verl does not compute it; rewardbox's replay buffer adds it to the
-step line (``rewardbox.training.verl_sampler``). verl's own ``training/filter_groups/evicted_samples``
+step line (``rewardbox.training.verl.sampler``). verl's own ``training/filter_groups/evicted_samples``
 is the count of those groups, without the total to divide by."""
 LATEST_MARKER = "latest_checkpointed_iteration.txt"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")

@@ -28,7 +28,7 @@ system error (status ``failure``) is judged by neither. The figures appear only 
 
 **Truncation.** The same hook reports how many of the step's trained trajectories had an agent
 turn cut by a token or context limit (``finish_reason == "length"``, see
-``rewardbox.training.verl_tokens``): it reads the sampled trajectories' ``extra_fields`` from
+``rewardbox.training.verl.tokens``): it reads the sampled trajectories' ``extra_fields`` from
 TransferQueue (``kv_batch_get(..., select_fields=["extra_fields"])``, as verl's trainer reads its
 speculative-decoding stats) and adds :func:`truncation_metrics`: ``rewardbox/truncated_frac``
 (share 0-1 of trajectories) and ``rewardbox/truncated_turns_frac`` (share 0-1 of agent turns).
@@ -118,7 +118,7 @@ def replay_buffer_settings(sampler_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     missing = sorted(set(SETTINGS) - set(sampler_kwargs))
     if missing:
         raise ValueError(f"{SAMPLER_NAME} needs trainer.v1.sampler.sampler_kwargs {missing}: "
-                         "build the overrides with rewardbox.training.verl_sampler.sampler_overrides()")
+                         "build the overrides with rewardbox.training.verl.sampler.sampler_overrides()")
     metric = sampler_kwargs["filter_groups_metric"] if sampler_kwargs["filter_groups_enable"] else None
     if sampler_kwargs["filter_groups_enable"] and not metric:
         raise ValueError("algorithm.filter_groups.metric must be set when group filtering is enabled")

@@ -1,6 +1,6 @@
 """verl's FSDP model merger, made to reproduce the trained weights (run in verl's environment, never ours).
 
-``python -m rewardbox.training.verl_merge merge --backend fsdp --local_dir ACTOR --target_dir OUT
+``python -m rewardbox.training.verl.merge merge --backend fsdp --local_dir ACTOR --target_dir OUT
 [--dtype keep|bfloat16|float16|float32] [--rtol R] [--atol A]`` runs verl's own
 ``FSDPModelMerger`` (``verl/model_merger/fsdp_model_merger.py``: shard loading, DTensor
 placement merge, LoRA adapter export, Hugging Face save) with two corrections, then checks the
@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
     sys.argv = [sys.argv[0], *rest]
     config = generate_config_from_args(parse_args())
     if config.backend != "fsdp" or config.operation != "merge":
-        raise SystemExit("rewardbox.training.verl_merge merges FSDP checkpoints only (merge --backend fsdp)")
+        raise SystemExit("rewardbox.training.verl.merge merges FSDP checkpoints only (merge --backend fsdp)")
     merger = exact_merger_class()(config)
     merger.dtype_name = ours.dtype
     merger.merge_and_save()

@@ -37,7 +37,7 @@ class ReferenceProbeRun:
 
     Attributes:
         rows: one attempt row per (uid, trial), trial in ``0..min_clean_runs-1``
-            (``rewardbox.evaluation.campaign.ROW_SCHEMA``); a key still in system
+            (``rewardbox.episode.campaign.ROW_SCHEMA``); a key still in system
             error after the refills keeps its last system-error row.
         refilled_system_errors: system-error attempts that were re-run (each re-run counts once).
         refill_rounds: refill rounds run (0 when the first pass was clean).

@@ -34,7 +34,7 @@ from typing import Any
 
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.evaluation.tb_import import InterchangeError, import_infer_report, import_infer_results
+from rewardbox.thinkingbox.importer import InterchangeError, import_infer_report, import_infer_results
 from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import polars as pl
 
 from rewardbox.config.profile import load_profile
-from rewardbox.evaluation.campaign import ROW_SCHEMA
-from rewardbox.evaluation.journal import CampaignJournal
-from rewardbox.evaluation.reference_probes import probe_reference, remaining_system_errors
+from rewardbox.episode.campaign import ROW_SCHEMA
+from rewardbox.episode.journal import CampaignJournal
+from rewardbox.selection.reference_probes import probe_reference, remaining_system_errors
 from rewardbox.policy.factory import build_policy
 from rewardbox.selection.reference import reference_verdicts
 from rewardbox.selection.reference_config import ReferenceConfig

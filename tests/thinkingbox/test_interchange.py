@@ -11,7 +11,7 @@ import pytest
 
 from rewardbox.episode.campaign import ROW_SCHEMA, results_frame
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
-from rewardbox.evaluation.interchange import (
+from rewardbox.thinkingbox.interchange import (
     InterchangeError,
     export_decode_results,
     import_infer_report,

@@ -53,8 +53,8 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload([
     "polars", "mcp.client.session", "mcp.server.mcpserver", "rewardbox.episode.run",
     "rewardbox.grading.testrunner", "rewardbox.policy.scripted", "rewardbox.episode.journal",
-    "rewardbox.sandbox.inprocess", "rewardbox.domains.retail.server", "rewardbox.domains.hotel.server",
-    "rewardbox.domains.helpdesk.server",
+    "rewardbox.sandbox.inprocess", "rewardbox.domains.server", "rewardbox.domains.retail.domain",
+    "rewardbox.domains.hotel.domain", "rewardbox.domains.helpdesk.domain",
 ])
 
 

@@ -29,7 +29,7 @@ max_grad_norm, temperature      ``actor.grad_clip``, ``rollout.temperature``
 ==============================  ===================================================================
 
 Validation against verl's own schema runs in verl's environment (its pins clash
-with ours): ``rewardbox.training.verl_validate`` composes verl's config with these
+with ours): ``rewardbox.training.verl.validate`` composes verl's config with these
 overrides and calls verl's ``validate_config``; :func:`dry_run` invokes it when
 given that environment's Python.
 
@@ -56,7 +56,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardbox import strict_json
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.verl_sampler import sampler_overrides
+from rewardbox.training.verl.sampler import sampler_overrides
 
 ENTRY_POINT = "verl.trainer.main_ppo"
 VALIDATE_TIMEOUT_S = 300.0
@@ -269,8 +269,8 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
     if verl_python is None:
         return DryRun(command, overrides_path, None, False, "not validated: no verl environment given", skipped)
     resolved_path = out / "verl_resolved.yaml"
-    args = [verl_python, "-m", "rewardbox.training.verl_validate", str(resolved_path)]
-    root = str(Path(__file__).resolve().parents[2])
+    args = [verl_python, "-m", "rewardbox.training.verl.validate", str(resolved_path)]
+    root = str(Path(__file__).resolve().parents[3])
     proc = subprocess.run(args, input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
                           capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
                           env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
@@ -280,7 +280,7 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
     return DryRun(command, overrides_path, resolved_path, True, skipped_checks=skipped)
 
 
-if __name__ == "__main__":  # python -m rewardbox.training.verl_config OUT_DIR [VERL_PYTHON]: the reference run
+if __name__ == "__main__":  # python -m rewardbox.training.verl.config OUT_DIR [VERL_PYTHON]: the reference run
     reference = VerlLaunchConfig(model_path="Qwen/Qwen3-8B", train_files="data/train.parquet",
                                  val_files="data/val.parquet")
     result = dry_run(GRPOConfig(), reference, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)

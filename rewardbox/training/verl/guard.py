@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rewardbox.training.verl_sampler import sampler_overrides
+from rewardbox.training.verl.sampler import sampler_overrides
 
 REFILL_KEY = "algorithm.filter_groups.max_num_gen_batches"
 GUARDED = (REFILL_KEY, "trainer.v1.sampler.custom_sampler", "trainer.v1.sampler.sampler_kwargs")

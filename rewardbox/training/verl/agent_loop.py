@@ -1,9 +1,9 @@
 """verl's agent loop for rewardbox episodes: our sandbox, tools, user, parser and grader inside verl's rollout.
 
 verl (0.9.x) runs one ``AgentLoopBase.run(sampling_params, **row)`` per rollout; ``row``
-is a dataset row written by ``rewardbox.training.verl_rows.pool_to_verl_rows``. The
+is a dataset row written by ``rewardbox.training.verl.rows.pool_to_verl_rows``. The
 :class:`RewardboxAgentLoop` registered here as ``rewardbox_agent`` rebuilds the task from
-``extra_info.task_json`` and plays it with ``rewardbox.training.verl_tokens`` against
+``extra_info.task_json`` and plays it with ``rewardbox.training.verl.tokens`` against
 verl's LLM server manager (``server_manager.generate(request_id, prompt_ids=...,
 sampling_params=...)``, token ids and log-probs back). It returns verl's
 ``AgentLoopOutput``:
@@ -26,13 +26,13 @@ from the dataset with ``trainer.v1.sampler.sync_refill_failed_groups=true``, whi
 
 **Truncation.** A turn without an end-of-turn token was cut (by ``max_tokens``, the
 response budget or the engine's context ``rollout.max_model_len``) and is ``length``:
-counted, and its tool calls never run (``rewardbox.training.verl_tokens``, "Truncated
+counted, and its tool calls never run (``rewardbox.training.verl.tokens``, "Truncated
 turns"). verl's own ``response_length/clip_ratio`` counts only responses that filled
 ``response_length``, so a turn cut by the context is invisible there; the
 ``reward_extra_info`` keys above reach verl's validation metrics
 (``val-aux/<data_source>/truncated/mean@N``) on both trainers, and the V1 trainer's step
 line through rewardbox's replay buffer (``rewardbox/truncated_frac``,
-``rewardbox.training.verl_sampler``). Each turn's ``max_tokens`` is capped to the context
+``rewardbox.training.verl.sampler``). Each turn's ``max_tokens`` is capped to the context
 room left, so verl's server never gets a request without room (it raises for one).
 
 **Trials.** Every rollout of a group gets its own trial (:func:`rollout_trial`): half of the
@@ -68,8 +68,8 @@ from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.episode.user_simulator import UserSimulator
 from rewardbox.errors import EndpointError
 from rewardbox.sandbox.base import SandboxFactory
-from rewardbox.training.verl_rows import AGENT_NAME, task_from_extra_info
-from rewardbox.training.verl_tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
+from rewardbox.training.verl.rows import AGENT_NAME, task_from_extra_info
+from rewardbox.training.verl.tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
 
 DEFAULT_SERVICES = "rewardbox.envserver.services:verl_loop_services"
 AGENT_LOOP_FILE = "rewardbox_agent_loops.yaml"

@@ -1,6 +1,6 @@
 """Check verl overrides against verl's own config (run inside verl's environment, never ours).
 
-``python -m rewardbox.training.verl_validate OUT.yaml < overrides.json``: reads a
+``python -m rewardbox.training.verl.validate OUT.yaml < overrides.json``: reads a
 JSON list of Hydra overrides, composes verl's ``ppo_trainer`` config with them
 (an unknown key is an error), runs verl's ``validate_config`` (batch sizes against
 GPUs, micro-batch settings, the actor's dataclass) and builds verl's algorithm

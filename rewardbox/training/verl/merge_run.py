@@ -1,6 +1,6 @@
 """verl's actor checkpoint into a Hugging Face directory: the merger run in verl's environment, then finished here.
 
-:func:`merge_verl_checkpoint` runs verl's ``FSDPModelMerger`` through ``rewardbox.training.verl_merge``
+:func:`merge_verl_checkpoint` runs verl's ``FSDPModelMerger`` through ``rewardbox.training.verl.merge``
 (in verl's environment: the dtype the actor was saved in is kept, a tie that no longer holds is
 untied, and ``merge_fidelity.json`` says how far the saved weights are from the trained ones), then
 :func:`finish_verl_merge` makes ``out_dir`` of what it wrote (a LoRA adapter merged with peft).
@@ -17,16 +17,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
-MERGER_MODULE = "rewardbox.training.verl_merge"
+MERGER_MODULE = "rewardbox.training.verl.merge"
 FIDELITY_REPORT = "merge_fidelity.json"
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[3]
 
 
 def merge_command(python: str, actor_dir: str | Path, target_dir: str | Path, dtype: str = "keep",
                   rtol: float = 0.0, atol: float = 0.0) -> list[str]:
     """verl's model merger argv: an FSDP ``actor`` checkpoint into a Hugging Face directory.
 
-    Runs verl's ``FSDPModelMerger`` through ``rewardbox.training.verl_merge`` (dtype kept, a
+    Runs verl's ``FSDPModelMerger`` through ``rewardbox.training.verl.merge`` (dtype kept, a
     broken tie untied, ``merge_fidelity.json`` written: see that module).
     """
     return [python, "-m", MERGER_MODULE, "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
@@ -83,7 +83,7 @@ def finish_verl_merge(merger_dir: str | Path, base_dir: str | Path, out_dir: str
         ValueError: verl's adapter does not load into the base (see ``normalize_verl_adapter``).
     """
     from rewardbox.training.checkpoint import merge_checkpoint
-    from rewardbox.training.verl_adapter import ADAPTER_CONFIG, ADAPTER_DIR, normalize_verl_adapter
+    from rewardbox.training.verl.adapter import ADAPTER_CONFIG, ADAPTER_DIR, normalize_verl_adapter
 
     merger_dir, base_dir, out_dir = Path(merger_dir), Path(base_dir), Path(out_dir)
     report = merger_dir / FIDELITY_REPORT

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rewardbox.training.verl_config import VerlLaunchConfig
+from rewardbox.training.verl.config import VerlLaunchConfig
 
 _FILLED_IN = ("model_path", "train_files", "val_files", "checkpoint_dir")
 MERGE_RTOL = {"bfloat16": 2.0**-8, "float16": 2.0**-11}

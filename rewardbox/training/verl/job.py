@@ -34,15 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.ray_job import (
+from rewardbox.training.verl.ray_job import (
     LOST_CONTACT, START_TIMED_OUT, JobClient, JobContactLostError, JobFailedError, JobOutcome, JobStartTimeoutError,
     submit_job, watch_job,
 )
-from rewardbox.training.verl_backend_config import VerlBackendConfig
-from rewardbox.training.verl_config import VerlContextError, VerlLaunchConfig, context_problem, launch_command, verl_overrides
-from rewardbox.training.verl_guard import check_refill_bound
-from rewardbox.training.verl_merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
-from rewardbox.training.verl_progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.config import VerlContextError, VerlLaunchConfig, context_problem, launch_command, verl_overrides
+from rewardbox.training.verl.guard import check_refill_bound
+from rewardbox.training.verl.merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
+from rewardbox.training.verl.progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
 
 logger = logging.getLogger(__name__)
 NO_GPU_EXIT_CODE = 3
@@ -65,15 +65,15 @@ AgentFn = Callable[[Path], dict[str, Any]]
 
 
 def pool_rows(tasks: Sequence[Any]) -> list[dict[str, Any]]:
-    """verl dataset rows for the training pool (``rewardbox.training.verl_rows.pool_to_verl_rows``)."""
-    from rewardbox.training.verl_rows import pool_to_verl_rows
+    """verl dataset rows for the training pool (``rewardbox.training.verl.rows.pool_to_verl_rows``)."""
+    from rewardbox.training.verl.rows import pool_to_verl_rows
 
     return pool_to_verl_rows(tasks)
 
 
 def agent_loop_overrides(out_dir: Path) -> dict[str, Any]:
     """verl's overrides for the rewardbox agent loop (``verl_agent_loop.build_agent_loop_config``)."""
-    from rewardbox.training.verl_agent_loop import build_agent_loop_config
+    from rewardbox.training.verl.agent_loop import build_agent_loop_config
 
     return build_agent_loop_config(out_dir)
 
@@ -297,4 +297,4 @@ def verl_python(cfg: VerlBackendConfig) -> str:
         return cfg.merge_python
     if os.environ.get("REWARDBOX_VERL_PYTHON"):
         return os.environ["REWARDBOX_VERL_PYTHON"]
-    return str(Path(__file__).resolve().parents[2] / ".venv-verl" / "bin" / "python")
+    return str(Path(__file__).resolve().parents[3] / ".venv-verl" / "bin" / "python")

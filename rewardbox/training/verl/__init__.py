@@ -1,0 +1,1 @@
+"""The verl backend: configuration, Ray job, agent loop, rows, merge (docs/scale.md)."""
