@@ -12,7 +12,7 @@ from assets.versions import EPISODE_ENGINE, code_version, files_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
-from rewardbox.episode.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
+from rewardbox.runtime.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.tasks.exclusion import check_disjoint

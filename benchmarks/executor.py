@@ -29,7 +29,7 @@ from typing import Any
 from benchmarks.rows import row
 from rewardbox.config.profile import TaskSourcesConfig, load_profile
 from rewardbox.episode.campaign import campaign_keys, result_row, rows_frame, run_campaign
-from rewardbox.episode.compose import episode_runner
+from rewardbox.runtime.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import EpisodeExecutor, LocalExecutor
 from rewardbox.policy.scripted import GoldenReplayPolicy

@@ -1,7 +1,7 @@
 """What every session of the environment server shares: tasks, sandbox factory, user simulator, grader.
 
 Built once per server from a profile by the project's composition root
-(``rewardbox.episode.compose``: ``build_sandbox``, ``build_user_simulator``, ``build_grader``)
+(``rewardbox.runtime.compose``: ``build_sandbox``, ``build_user_simulator``, ``build_grader``)
 and the same ``TestRunner`` grading pool that evaluation uses, so a reward
 from the server is the reward evaluation would give the same episode.
 """
@@ -112,7 +112,7 @@ def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: S
 
 def build_services(profile: Profile, tasks: Sequence[Task]) -> EnvServices:
     """Shared parts from the profile's sandbox, user and grading sections (one composition root)."""
-    from rewardbox.episode.compose import build_grader, build_sandbox, build_user_simulator
+    from rewardbox.runtime.compose import build_grader, build_sandbox, build_user_simulator
 
     grader = build_grader(profile)
     return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=build_sandbox(profile),
@@ -130,7 +130,7 @@ def verl_loop_services():
         ``rewardbox.training.verl.agent_loop.LoopServices``: sandbox factory, user simulator, grader, limits.
     """
     from rewardbox.config.profile import profile_from_env
-    from rewardbox.episode.compose import build_grader, build_sandbox, build_user_simulator
+    from rewardbox.runtime.compose import build_grader, build_sandbox, build_user_simulator
     from rewardbox.training.verl.agent_loop import LoopServices
 
     profile = profile_from_env()

@@ -1,7 +1,7 @@
 """Run a campaign of episodes from the profile: ``run_trials`` (tasks x trials, or given keys).
 
 Screening, probes, evaluation and the checkpoint gate call this; GRPO rollouts
-use the same composition root (``rewardbox.episode.compose``) and executors.
+use the same composition root (``rewardbox.runtime.compose``) and executors.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from rewardbox.episode.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
-from rewardbox.episode.compose import check_policy_budget, episode_runner, preflight_step
+from rewardbox.runtime.compose import check_policy_budget, episode_runner, preflight_step
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.progress import Progress, ProgressSink, emit
@@ -72,7 +72,7 @@ async def run_trials_async(
         TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
         EndpointPreflightError: an endpoint the episodes would call (policy, user simulator, judge)
             does not answer or does not serve its model; raised before any episode, nothing written
-            (``rewardbox.episode.compose.preflight_step``).
+            (``rewardbox.runtime.compose.preflight_step``).
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
     check_policy_budget(policy, profile, tasks)

@@ -22,7 +22,7 @@ class TaskSource(BaseModel):
             ``sandbox.kind: external`` every source's file and ``sandbox.servers_yaml``
             are merged into one config: server names are global, and a name defined
             twice with different definitions is a config error naming both files
-            (``rewardbox.episode.compose.profile_servers_config``). Other kinds ignore it.
+            (``rewardbox.runtime.compose.profile_servers_config``). Other kinds ignore it.
         name: dataset (domain) name reported in tables; defaults to the directory name.
         limit: keep only the first ``limit`` tasks of this source (list order), for small profiles.
     """

@@ -88,7 +88,7 @@ def test_turn_budget_names_the_deepest_golden_trajectory_and_the_value_to_set():
 def test_model_policies_are_held_to_the_turn_budget_and_scripted_ones_are_not():
     from rewardbox.config.profile import load_profile
     from rewardbox.episode.budget import TurnBudgetError
-    from rewardbox.episode.compose import check_policy_budget
+    from rewardbox.runtime.compose import check_policy_budget
     from rewardbox.policy.scripted import GoldenReplayPolicy
 
     profile = load_profile("test")

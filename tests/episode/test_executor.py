@@ -11,7 +11,7 @@ import pytest
 
 from rewardbox.config.profile import load_profile
 from rewardbox.episode.campaign import campaign_keys, repair_keys
-from rewardbox.episode.compose import episode_runner
+from rewardbox.runtime.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import LocalExecutor, build_executor
 from rewardbox.episode.run import run_trials

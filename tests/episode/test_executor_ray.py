@@ -15,7 +15,7 @@ ray = pytest.importorskip("ray")
 import tests.fixtures.executor_policies as executor_policies  # noqa: E402
 from rewardbox.config.profile import load_profile  # noqa: E402
 from rewardbox.episode.campaign import campaign_keys, coverage_problems, repair_keys  # noqa: E402
-from rewardbox.episode.compose import episode_runner  # noqa: E402
+from rewardbox.runtime.compose import episode_runner  # noqa: E402
 from rewardbox.episode.config import ExecutorConfig  # noqa: E402
 from rewardbox.episode.executor import LocalExecutor  # noqa: E402
 from rewardbox.episode.executor_ray import RayExecutor, check_shippable  # noqa: E402

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from rewardbox.config.profile import Profile
-from rewardbox.episode.compose import build_sandbox, profile_servers_config
+from rewardbox.runtime.compose import build_sandbox, profile_servers_config
 from rewardbox.sandbox.servers_config import ServersConfigError, internal_servers, merge_servers_configs, parse_servers_config
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "tb_dataset"

@@ -24,7 +24,7 @@ import yaml
 from rewardbox.config.profile import Profile
 from rewardbox.domains.registry import dataset_dir
 from rewardbox.episode.campaign import coverage_problems, results_frame
-from rewardbox.episode.compose import build_sandbox
+from rewardbox.runtime.compose import build_sandbox
 from rewardbox.episode.run import run_trials
 from rewardbox.thinkingbox.interchange import export_decode_results, import_infer_results
 from rewardbox.policy.factory import build_policy

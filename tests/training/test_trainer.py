@@ -147,7 +147,7 @@ def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     from peft import PeftModel
 
     from rewardbox.config.profile import load_profile
-    from rewardbox.episode.compose import check_policy_budget, episode_runner
+    from rewardbox.runtime.compose import check_policy_budget, episode_runner
     from rewardbox.training.local import train_local_grpo
 
     base = tmp_path / "base"
