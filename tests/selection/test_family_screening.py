@@ -1,0 +1,84 @@
+"""Family-level screening (issue #23 item 8): a few instances per family first, more only where mixed."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from rewardbox.selection.family_screening import family_of, screen_families, supply_from
+from rewardbox.tasks.schema import Task
+
+BASE = Task(uid="", dataset="retail", scenario="retail", agent="", query="q", user_context="", init={},
+            world_state={}, tools=(), system_instructions="", bot_instructions="", test_code="", test_name="",
+            test_file="")
+
+
+def _tasks(family: str, count: int) -> list[Task]:
+    return [replace(BASE, uid=f"{family}.py:test_{family}_{k:02d}", tags=(f"family:{family}",)) for k in range(count)]
+
+
+class FakeProbe:
+    """Counts calls and probed tasks; ``c`` successes of 4 per task from a per-family table."""
+
+    def __init__(self, successes: dict[str, list[int]]):
+        self.successes, self.calls, self.probed = successes, 0, []
+
+    def __call__(self, tasks):
+        self.calls += 1
+        self.probed.extend(t.uid for t in tasks)
+        out = {}
+        for task in tasks:
+            family, k = task.uid.split(":")[1][len("test_"):-3], int(task.uid[-2:])
+            out[task.uid] = (self.successes[family][k], 4)
+        return out
+
+
+def test_only_mixed_families_get_more_instances_probed():
+    # all-pass family, all-fail family, a family mixed across instances, a family mixed within one
+    successes = {"easy": [4] * 6, "hard": [0] * 6, "across": [4, 0, 2, 1, 0, 3], "within": [0, 2, 4, 4, 4, 4]}
+    pool = [t for name in successes for t in _tasks(name, 6)]
+    families, supply = supply_from(pool)
+    probe = FakeProbe(successes)
+    screen = screen_families(families, supply, probe, first=2, more=3)
+    assert families == ["retail/easy", "retail/hard", "retail/across", "retail/within"]
+    assert probe.calls == 2  # one batched round each
+    assert len(probe.probed) == len(set(probe.probed)) == 2 * 4 + 3 * 2  # nothing probed twice
+    grown = {f: r.grown for f, r in screen.families.items()}
+    assert grown == {"retail/easy": False, "retail/hard": False, "retail/across": True, "retail/within": True}
+    assert (screen.families["retail/across"].c, screen.families["retail/across"].n) == (4 + 0 + 2 + 1 + 0, 20)
+    assert screen.families["retail/easy"].uids == ["easy.py:test_easy_00", "easy.py:test_easy_01"]
+    assert screen.counts["within.py:test_within_01"] == (2, 4) and screen.tasks_probed() == 14
+
+
+def test_no_mixed_family_means_one_probe_call_and_short_families_are_fine():
+    successes = {"easy": [4], "hard": [0, 0, 0]}
+    families, supply = supply_from(_tasks("easy", 1) + _tasks("hard", 3))
+    probe = FakeProbe(successes)
+    screen = screen_families(families, supply, probe, first=2, more=5)
+    assert probe.calls == 1 and probe.probed == ["easy.py:test_easy_00", "hard.py:test_hard_00", "hard.py:test_hard_01"]
+    assert not any(r.mixed or r.grown for r in screen.families.values())
+
+
+def test_a_supply_that_generates_on_demand_is_asked_only_for_mixed_families():
+    asked = []
+
+    def supply(family, count):
+        asked.append((family, count))
+        return _tasks(family.split("/")[1], count)
+
+    probe = FakeProbe({"easy": [4] * 4, "across": [4, 0, 1, 1]})
+    screen_families(["retail/easy", "retail/across"], supply, probe, first=2, more=2)
+    assert asked == [("retail/easy", 2), ("retail/across", 2), ("retail/across", 4)]
+
+
+def test_bad_arguments_and_a_broken_probe_are_errors():
+    families, supply = supply_from(_tasks("easy", 2))
+    with pytest.raises(ValueError, match="first must be"):
+        screen_families(families, supply, FakeProbe({"easy": [4, 4]}), first=0)
+    with pytest.raises(ValueError, match="no counts"):
+        screen_families(families, supply, lambda tasks: {})
+    with pytest.raises(ValueError, match="not 0 <= c <= n"):
+        screen_families(families, supply, lambda tasks: {t.uid: (5, 4) for t in tasks})
+    with pytest.raises(ValueError, match="family:<name>"):
+        family_of(BASE)
