@@ -94,8 +94,7 @@ def load_sources(sources, split: str, limit: int | None = None, domains: dict[st
 
     out = LoadedTasks(tasks=[])
     for source in sources:
-        _write_generated(source, split)
-        path = resolve_dataset(source.dataset)
+        path = source_dir(source, split)
         try:
             loaded = load_dataset(path, test_list=_resolve_list(path, source.test_list),
                                   dataset_name=_source_name(source, path), strict=False)
@@ -112,6 +111,17 @@ def load_sources(sources, split: str, limit: int | None = None, domains: dict[st
     if limit is not None:
         out.tasks = out.tasks[:limit]
     return out
+
+
+def source_dir(source, split: str = "candidate") -> Path:
+    """A source's dataset directory; a ``generate:`` source's is (re)written first (kept when up to date).
+
+    Raises:
+        TaskSetLoadError: a generated source outside the candidates, or one the generator refuses.
+        FileNotFoundError: a path source whose directory does not exist.
+    """
+    _write_generated(source, split)
+    return resolve_dataset(source.dataset)
 
 
 def _write_generated(source, split: str) -> None:
