@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -167,19 +168,36 @@ def render_files(domain: str, seed: int, per_family: int, families: Sequence[str
     return files
 
 
+def _stale(out: Path, files: dict[str, str]) -> list[Path]:
+    """Dataset files (``.py``, ``.yaml``) under ``out`` that the generation does not make (caches ignored)."""
+    if not out.is_dir():
+        return []
+    return [p for p in out.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml")
+            and "__pycache__" not in p.parts and p.relative_to(out).as_posix() not in files]
+
+
 def _up_to_date(out: Path, files: dict[str, str]) -> bool:
-    on_disk = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()} if out.is_dir() else set()
-    if on_disk != set(files):
+    if _stale(out, files):
         return False
-    return all((out / rel).read_text(encoding="utf-8") == text for rel, text in files.items())
+    return all((out / rel).is_file() and (out / rel).read_text(encoding="utf-8") == text
+               for rel, text in files.items())
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and ``os.replace``: a concurrent reader sees the old or the new file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8", newline="\n")
+    os.replace(tmp, path)
 
 
 def write_training_dataset(out: str | Path, domain: str, seed: int, per_family: int,
                            families: Sequence[str] | None = None) -> GeneratedPool:
     """Write (or keep, when byte-identical) the generated dataset under ``out``.
 
-    Files under ``out`` that the generation does not make are removed (``out`` belongs
-    to the generator). A rewrite first replays every golden in every order
+    Dataset files (``.py``, ``.yaml``) under ``out`` that the generation does not make are
+    removed (``out`` belongs to the generator); each file is replaced atomically, so a
+    stage reading the dataset while another loads it never sees a half-written file. A rewrite first replays every golden in every order
     (``DatasetRecipe.check_order_independence``).
 
     Raises:
@@ -192,14 +210,10 @@ def write_training_dataset(out: str | Path, domain: str, seed: int, per_family: 
     if _up_to_date(out, files):
         return pool
     domain_recipe(domain).check_order_independence(pool.tasks)
-    if out.is_dir():
-        for path in out.rglob("*"):
-            if path.is_file() and path.relative_to(out).as_posix() not in files:
-                path.unlink()
+    for path in _stale(out, files):
+        path.unlink()
     for rel, text in files.items():
-        path = out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", newline="\n")
+        _write_atomic(out / rel, text)
     return pool
 
 

@@ -61,8 +61,18 @@ RETAIL_DATASET = Path(generated.__file__).resolve().parents[1] / "domains" / "re
 
 def test_generation_is_deterministic_and_a_rewrite_keeps_identical_files(written):
     before = {p: p.read_bytes() for p in written.rglob("*") if p.is_file()}
-    (written / "stale.txt").write_text("x")
+    mtimes = {p: p.stat().st_mtime_ns for p in before}
+    cache = written / "test_case" / "__pycache__" / "retail_cancel.cpython.pyc"
+    cache.parent.mkdir()
+    cache.write_bytes(b"x")
     write_training_dataset(written, "retail", 7, 2, FAMILIES)
+    assert {p: p.stat().st_mtime_ns for p in before} == mtimes and cache.exists()  # up to date: untouched
+    stale = written / "test_case" / "retail_old.py"
+    stale.write_text("x")
+    (written / "test_case" / "retail_cancel.py").write_text("edited")
+    write_training_dataset(written, "retail", 7, 2, FAMILIES)
+    assert not stale.exists()
+    shutil.rmtree(cache.parent)
     assert {p: p.read_bytes() for p in written.rglob("*") if p.is_file()} == before
 
 
