@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rewardbox.tasks.schema import Task
 
@@ -91,6 +92,31 @@ def supply_from(tasks: Sequence[Task]) -> tuple[list[str], Supply]:
     for task in tasks:
         by_family.setdefault(family_of(task), []).append(task)
     return list(by_family), lambda family, count: by_family[family][:count]
+
+
+def generated_supply(domain: str, seed: int, out: str | Path) -> Supply:
+    """A supply that generates training-only instances on demand (``rewardbox.tasks.generated``).
+
+    ``supply("<domain>/<family>", count)`` writes the family's first ``count`` generated
+    instances under ``out/<family>`` and loads them; instance ``k`` depends only on
+    ``(seed, family, k)``, so these are the same tasks (uids and content) as a profile's
+    ``generate:`` source with that seed lists.
+
+    Raises:
+        ValueError: a family of another domain, or one the generator refuses.
+    """
+    from rewardbox.tasks.generated import write_training_dataset
+    from rewardbox.tasks.thinkingbox import load_dataset
+
+    def supply(family: str, count: int) -> list[Task]:
+        family_domain, _, name = family.partition("/")
+        if family_domain != domain:
+            raise ValueError(f"{family}: this supply generates {domain} families only")
+        path = Path(out) / name
+        write_training_dataset(path, domain, seed, count, [name])
+        return load_dataset(path, test_list=path / "testlists" / "candidates.yaml").tasks
+
+    return supply
 
 
 def _probe_round(screen: FamilyScreen, wanted: Mapping[str, Sequence[Task]], probe: Probe) -> None:

@@ -5,9 +5,11 @@ domain's ``DatasetRecipe``; their benchmark split is about one task in four. Thi
 module draws *more* instances of chosen families for training only
 (docs/learning_run.md, "A wider teachable pool"):
 
-* a **separate seed**: instance ``k`` of family ``f`` draws from
-  ``random.Random(f"{seed}:training:{f}:{k}")`` (the shipped draw is
-  ``f"{seed}:{f}:{k}"``), and the shipped seed itself is refused;
+* a **separate seed**: instance ``k`` of family ``f`` draws everything (its id range
+  included) from ``random.Random(f"{seed}:training:{f}:{k}")`` (the shipped draw is
+  ``f"{seed}:{f}:{k}"``), and the shipped seed itself is refused. So a family's
+  instances do not depend on which other families or how many are generated: asking
+  for more instances later extends the same list (family screening relies on it);
 * **twins skipped**: an instance whose content hash (``Task.content_hash``) equals a
   shipped task of the domain (benchmark or candidate) is skipped and the next ``k``
   drawn, so a generated pool never repeats a shipped task under another name;
@@ -117,15 +119,14 @@ def generate_training_tasks(domain: str, seed: int, per_family: int,
         families: family names (all non-held-out families when None).
 
     Raises:
-        ValueError: the shipped seed, ``per_family`` < 1, an unknown or held-out
-            family, or more than 999 tasks (the builders' id range).
+        ValueError: the shipped seed, ``per_family`` < 1, or an unknown or held-out family.
     """
     recipe = domain_recipe(domain)
     if seed == recipe.default_seed:
         raise ValueError(f"{domain}: seed {seed} is the shipped dataset's seed; training needs its own")
     chosen = _families(recipe, families)
-    if per_family < 1 or per_family * len(chosen) > 999:
-        raise ValueError(f"per_family must be in 1..{999 // max(1, len(chosen))} for {len(chosen)} families")
+    if per_family < 1:
+        raise ValueError(f"per_family must be >= 1, got {per_family}")
     shipped = {record_hash(t, domain): t["uid"] for t in recipe.generate_tasks()}
     pool = GeneratedPool(tasks=[])
     for family in chosen:
@@ -133,7 +134,8 @@ def generate_training_tasks(domain: str, seed: int, per_family: int,
         for k in range(per_family * MAX_DRAWS_PER_TASK):
             if made_here == per_family:
                 break
-            builder = recipe.new_builder(len(pool.tasks) + 1, random.Random(f"{seed}:training:{family.name}:{k}"))
+            rng = random.Random(f"{seed}:training:{family.name}:{k}")
+            builder = recipe.new_builder(rng.randint(1, 999), rng)  # the id range from the same draw
             record = task_record(family, k, family.build(builder, k), builder, recipe.domain)
             twin = shipped.get(record_hash(record, domain))
             if twin is not None:

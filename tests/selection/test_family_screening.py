@@ -82,3 +82,32 @@ def test_bad_arguments_and_a_broken_probe_are_errors():
         screen_families(families, supply, lambda tasks: {t.uid: (5, 4) for t in tasks})
     with pytest.raises(ValueError, match="family:<name>"):
         family_of(BASE)
+
+
+def test_generated_supply_makes_more_instances_only_for_mixed_families_and_matches_the_profile_source(tmp_path):
+    """Generation on demand: the all-pass family is generated once (2 instances), the mixed one grows to 4,
+    and the instances equal those of a two-family generated source with the same seed."""
+    from rewardbox.selection.family_screening import generated_supply
+    from rewardbox.tasks.generated import write_training_dataset
+    from rewardbox.tasks.thinkingbox import load_dataset
+
+    probe = FakeProbe({"cancel_explicit": [4, 4], "tell_value": [1, 4, 0, 2]})
+    probe_uid = probe.__call__
+
+    def by_suffix(tasks):  # the fake's table is indexed by the _gNN number - 1
+        out = probe_uid([replace(t, uid=f"x.py:test_{family_of(t).split('/')[1]}_{int(t.uid[-2:]) - 1:02d}")
+                         for t in tasks])
+        return {t.uid: out[f"x.py:test_{family_of(t).split('/')[1]}_{int(t.uid[-2:]) - 1:02d}"] for t in tasks}
+
+    supply = generated_supply("retail", 7, tmp_path / "screen")
+    screen = screen_families(["retail/cancel_explicit", "retail/tell_value"], supply, by_suffix, first=2, more=2)
+    assert probe.calls == 2 and len(screen.counts) == 6
+    assert len(list((tmp_path / "screen" / "cancel_explicit" / "test_case").glob("*.py"))) == 1
+    assert len(load_dataset(tmp_path / "screen" / "cancel_explicit").tasks) == 2
+    assert len(load_dataset(tmp_path / "screen" / "tell_value").tasks) == 4
+    write_training_dataset(tmp_path / "profile", "retail", 7, 4, ["cancel_explicit", "tell_value"])
+    profile_tasks = {t.uid: t.content_hash() for t in load_dataset(tmp_path / "profile").tasks}
+    screened = load_dataset(tmp_path / "screen" / "tell_value").tasks + load_dataset(tmp_path / "screen" / "cancel_explicit").tasks
+    assert all(profile_tasks[t.uid] == t.content_hash() for t in screened)
+    with pytest.raises(ValueError, match="retail families only"):
+        supply("hotel/cancel_explicit", 1)
