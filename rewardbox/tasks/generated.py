@@ -199,8 +199,8 @@ def write_training_dataset(out: str | Path, domain: str, seed: int, per_family: 
 
     Dataset files (``.py``, ``.yaml``) under ``out`` that the generation does not make are
     removed (``out`` belongs to the generator); each file is replaced atomically, so a
-    stage reading the dataset while another loads it never sees a half-written file. A rewrite first replays every golden in every order
-    (``DatasetRecipe.check_order_independence``).
+    stage reading the dataset while another loads it never sees a half-written file. A
+    rewrite first replays every golden in every order (``DatasetRecipe.check_order_independence``).
 
     Raises:
         ValueError: see :func:`generate_training_tasks`.

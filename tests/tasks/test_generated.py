@@ -17,7 +17,12 @@ from rewardbox.config.profile import TaskSourcesConfig
 from rewardbox.domains.retail.generator import RECIPE as RETAIL
 from rewardbox.errors import TaskSetLoadError
 from rewardbox.tasks import generated
-from rewardbox.tasks.generated import GENERATED_TAG, generate_training_tasks, record_hash, write_training_dataset
+from rewardbox.tasks.generated import (
+    GENERATED_TAG,
+    generate_training_tasks,
+    record_hash,
+    write_training_dataset,
+)
 from rewardbox.tasks.sources import check_generated_disjoint, load_candidates
 from rewardbox.tasks.thinkingbox import load_dataset
 
