@@ -142,3 +142,16 @@ def test_a_generated_source_is_never_held_out(written):
     config = TaskSourcesConfig.model_validate({"candidates": [], "benchmark": [_source(written)]})
     with pytest.raises(TaskSetLoadError, match="training-only"):
         load_candidates(config)
+
+
+def test_source_dir_writes_a_generated_source_before_anyone_reads_it(tmp_path):
+    """The sensor fingerprints candidate directories (pipelines/definitions.py): a generated one that is
+    not on disk yet is written first instead of failing the tick with FileNotFoundError."""
+    from rewardbox.tasks.config import TaskSource
+    from rewardbox.tasks.sources import source_dir
+
+    source = TaskSource.model_validate(_source(tmp_path / "fresh" / "retail"))
+    assert source_dir(source) == (tmp_path / "fresh" / "retail").resolve()
+    assert (tmp_path / "fresh" / "retail" / "testlists" / "candidates.yaml").is_file()
+    with pytest.raises(TaskSetLoadError, match="training-only"):
+        source_dir(source, "benchmark")
