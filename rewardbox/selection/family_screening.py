@@ -20,8 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rewardbox.tasks.schema import Task
+
+if TYPE_CHECKING:
+    import polars as pl
 
 Probe = Callable[[Sequence[Task]], Mapping[str, tuple[int, int]]]
 """``probe(tasks) -> {uid: (c, n)}``: clean successes ``c`` of ``n`` clean trials per task
@@ -170,3 +174,39 @@ def screen_families(families: Sequence[str], supply: Supply, probe: Probe, first
         screen.families[family].grown = True
     _probe_round(screen, {f: supply(f, first + more) for f in mixed}, probe)
     return screen
+
+
+def probe_rows_by_family(tasks: Sequence[Task], run_rows: Callable[[Sequence[Task]], pl.DataFrame],
+                         first: int = 2, more: int = 4) -> tuple[pl.DataFrame, FamilyScreen]:
+    """Family-level screening over probe *rows*: the shape the ``probe_results`` asset stores.
+
+    Args:
+        tasks: the screened candidates (each with a ``family:`` tag).
+        run_rows: runs the probe trials of a batch and returns one row per trial
+            (``episode.campaign.ROW_SCHEMA``: ``uid``, ``passed``, ``system_error``, ...).
+        first, more: as in :func:`screen_families`.
+
+    Returns:
+        Every round's rows concatenated (``task_difficulty`` reads them as one probe; an
+        instance never probed has no row and so never enters the training pool), and the screen.
+        Counts per task: ``n`` = rows without a system error, ``c`` = those that passed.
+
+    Raises:
+        ValueError: as :func:`screen_families`.
+    """
+    import polars as pl
+
+    frames: list[pl.DataFrame] = []
+
+    def probe(batch: Sequence[Task]) -> dict[str, tuple[int, int]]:
+        rows = run_rows(batch)
+        frames.append(rows)
+        clean = rows.filter(pl.col("system_error").is_null())
+        counts = {t.uid: (0, 0) for t in batch}
+        for row in clean.group_by("uid").agg(pl.col("passed").sum().alias("c"), pl.len().alias("n")).iter_rows():
+            counts[row[0]] = (int(row[1]), int(row[2]))
+        return counts
+
+    families, supply = supply_from(tasks)
+    screen = screen_families(families, supply, probe, first, more)
+    return pl.concat(frames, how="vertical_relaxed") if frames else pl.DataFrame(), screen

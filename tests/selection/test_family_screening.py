@@ -111,3 +111,28 @@ def test_generated_supply_makes_more_instances_only_for_mixed_families_and_match
     assert all(profile_tasks[t.uid] == t.content_hash() for t in screened)
     with pytest.raises(ValueError, match="retail families only"):
         supply("hotel/cancel_explicit", 1)
+
+
+def test_probe_rows_by_family_concatenates_the_rounds_and_counts_clean_trials_only():
+    """The row-level form the probe asset would call: system-error rows are stored but never counted."""
+    import polars as pl
+
+    from rewardbox.selection.family_screening import probe_rows_by_family
+
+    outcome = {"easy": [True, True], "across": [True, False]}  # per trial, the same for every instance
+    calls = []
+
+    def run_rows(batch):
+        calls.append([t.uid for t in batch])
+        rows = [{"uid": t.uid, "trial": i, "passed": ok, "system_error": None}
+                for t in batch for i, ok in enumerate(outcome[t.uid.split(".")[0]])]
+        rows += [{"uid": t.uid, "trial": 9, "passed": False, "system_error": "timeout"} for t in batch]
+        return pl.DataFrame(rows, schema={"uid": pl.Utf8, "trial": pl.Int64, "passed": pl.Boolean,
+                                          "system_error": pl.Utf8})
+
+    rows, screen = probe_rows_by_family(_tasks("easy", 5) + _tasks("across", 5), run_rows, first=1, more=2)
+    assert calls == [["easy.py:test_easy_00", "across.py:test_across_00"],
+                     ["across.py:test_across_01", "across.py:test_across_02"]]
+    assert rows.height == 4 * 3 and rows["uid"].n_unique() == 4
+    assert screen.counts["across.py:test_across_00"] == (1, 2) and screen.counts["easy.py:test_easy_00"] == (2, 2)
+    assert (screen.families["retail/across"].c, screen.families["retail/across"].n) == (3, 6)
