@@ -155,3 +155,14 @@ def test_source_dir_writes_a_generated_source_before_anyone_reads_it(tmp_path):
     assert (tmp_path / "fresh" / "retail" / "testlists" / "candidates.yaml").is_file()
     with pytest.raises(TaskSetLoadError, match="training-only"):
         source_dir(source, "benchmark")
+
+
+def test_generated_tasks_pass_the_real_validity_screen(written):
+    """Golden replay through the real loop and grader passes, a null run fails where a write is expected."""
+    from rewardbox.config.profile import load_profile
+    from rewardbox.selection.screening import screen_tasks
+
+    tasks = load_dataset(written).tasks
+    valid, rows = screen_tasks(tasks, load_profile("learn"))
+    assert [t.uid for t in valid] == [t.uid for t in tasks]
+    assert rows["golden_passed"].all() and rows.filter(rows["expects_write"])["null_passed"].not_().all()
