@@ -213,7 +213,7 @@ def write_training_dataset(out: str | Path, domain: str, seed: int, per_family: 
         return pool
     domain_recipe(domain).check_order_independence(pool.tasks)
     for path in _stale(out, files):
-        path.unlink()
+        path.unlink(missing_ok=True)  # another loader may have removed it first
     for rel, text in files.items():
         _write_atomic(out / rel, text)
     return pool
