@@ -23,7 +23,7 @@ from resources.vllm_server import VllmServerResource
 from rewardbox.config.profile import data_dir_from_env, load_profile, profile_name_from_env
 from rewardbox.config.provenance import benchmark_version, run_tags
 from rewardbox.policy.checkpoint import validate_checkpoint_dir
-from rewardbox.tasks.sources import load_candidates, resolve_dataset
+from rewardbox.tasks.sources import load_candidates, source_dir
 from sensors.checkpoints import build_checkpoint_sensor
 from sensors.schedules import build_reprobe_schedule
 from sensors.task_source import build_task_source_sensor, fingerprint_task_sources
@@ -59,7 +59,7 @@ def _tick_tags(job_name: str):
 
 
 def _candidate_fingerprint() -> str:
-    return fingerprint_task_sources([resolve_dataset(s.dataset) for s in REWARDBOX.load().tasks.candidates])
+    return fingerprint_task_sources([source_dir(s) for s in REWARDBOX.load().tasks.candidates])
 
 
 # Jobs carry the start-up profile's tags (visible while queued, for the run queue's limits); the

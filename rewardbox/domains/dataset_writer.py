@@ -124,7 +124,7 @@ def render_test_function(task: dict[str, Any], server_name: str) -> str:
             f'    """!\n{textwrap.indent(body, "    ")}    """\n' + "\n".join(checks) + "\n")
 
 
-def _task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuilder,
+def task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuilder,
                  domain: Domain) -> dict[str, Any]:
     """The spec of variant ``k`` of ``family`` from what its template ``made``.
 
@@ -193,7 +193,7 @@ class DatasetRecipe:
             for k in range(family.count):
                 builder = self.new_builder(len(tasks) + 1, random.Random(f"{seed}:{family.name}:{k}"))
                 made = family.build(builder, k)
-                tasks.append(_task_record(family, k, made, builder, self.domain))
+                tasks.append(task_record(family, k, made, builder, self.domain))
         if self.held_out:
             for task in tasks:
                 task["split"] = "benchmark"

@@ -10,6 +10,24 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class GeneratedSource(BaseModel):
+    """Training-only instances drawn from an embedded domain's family templates (``rewardbox.tasks.generated``).
+
+    Attributes:
+        domain: the embedded domain whose ``DatasetRecipe`` draws them.
+        seed: the training seed (the shipped dataset's seed is refused).
+        per_family: instances per family.
+        families: family names (``Family.name``); every non-held-out family when None.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    domain: str
+    seed: int
+    per_family: int = Field(ge=1)
+    families: list[str] | None = None
+
+
 class TaskSource(BaseModel):
     """One dataset: ``embedded:<domain>`` or a ThinkingBox dataset directory.
 
@@ -25,6 +43,9 @@ class TaskSource(BaseModel):
             (``rewardbox.runtime.compose.profile_servers_config``). Other kinds ignore it.
         name: dataset (domain) name reported in tables; defaults to the directory name.
         limit: keep only the first ``limit`` tasks of this source (list order), for small profiles.
+        generate: candidates only: ``dataset`` is a directory that loading (re)writes with these
+            generated training-only tasks (byte-identical files are kept); any of them that
+            shares a uid or content hash with a held-out task fails the load.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -34,6 +55,7 @@ class TaskSource(BaseModel):
     servers: str | None = None
     name: str | None = None
     limit: int | None = Field(None, ge=1)
+    generate: GeneratedSource | None = None
 
 
 class CandidateLoadPolicy(BaseModel):

@@ -126,15 +126,16 @@ class Task:
     def content_hash(self) -> str:
         """SHA-256 of the task's identity (the exclusion key; docs/thinkingbox.md, "Task identity").
 
-        Identity is what the agent faces and must do: the query (stripped), the
-        user context, the starting data (the test's ``init`` without its
+        Identity is what the agent faces and must do: the query and the user context
+        (whitespace runs collapsed to one space, ends stripped: a reflowed or
+        double-spaced twin is the same task), the starting data (the test's ``init`` without its
         grading-only keys, :data:`GRADING_ONLY_KEYS`) and the golden actions
         (``(server, tool, parameters)`` in order). Two tasks that differ only in
         how they are graded (e.g. one adds ``rubrics_yesno``) are the same task.
         """
         payload = canonical_json({
-            "query": self.query.strip(),
-            "user_context": self.user_context.strip(),
+            "query": " ".join(self.query.split()),
+            "user_context": " ".join(self.user_context.split()),
             "starting_data": starting_data(self.init),
             "golden_actions": [list(item) for item in self.golden_interactions()],
         })

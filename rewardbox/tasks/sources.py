@@ -8,7 +8,8 @@ is strict (one broken task fails the load), candidates follow
 ``tasks.candidate_loading`` (``fail`` by default, or ``skip`` up to a share).
 A failed load raises :class:`~rewardbox.errors.TaskSetLoadError`; it never
 returns a silently smaller set. Candidates are filtered against the benchmark
-by uid and by content hash.
+by uid and by content hash; a *generated* candidate (``TaskSource.generate``,
+``rewardbox.tasks.generated``) that collides fails the load instead.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def load_sources(sources, split: str, limit: int | None = None, domains: dict[st
 
     out = LoadedTasks(tasks=[])
     for source in sources:
-        path = resolve_dataset(source.dataset)
+        path = source_dir(source, split)
         try:
             loaded = load_dataset(path, test_list=_resolve_list(path, source.test_list),
                                   dataset_name=_source_name(source, path), strict=False)
@@ -110,6 +111,37 @@ def load_sources(sources, split: str, limit: int | None = None, domains: dict[st
     if limit is not None:
         out.tasks = out.tasks[:limit]
     return out
+
+
+def source_dir(source, split: str = "candidate") -> Path:
+    """A source's dataset directory; a ``generate:`` source's is (re)written first (kept when up to date).
+
+    Raises:
+        TaskSetLoadError: a generated source outside the candidates, or one the generator refuses.
+        FileNotFoundError: a path source whose directory does not exist.
+    """
+    _write_generated(source, split)
+    return resolve_dataset(source.dataset)
+
+
+def _write_generated(source, split: str) -> None:
+    """(Re)write a ``generate:`` source's dataset; only candidates may be generated.
+
+    Raises:
+        TaskSetLoadError: a generated source outside the candidates, or one the generator refuses.
+    """
+    spec = getattr(source, "generate", None)
+    if spec is None:
+        return
+    if split != "candidate":
+        raise TaskSetLoadError(split, [f"{source.dataset}: generate: {spec.domain} seed {spec.seed}"],
+                               "generated tasks are training-only; list them under tasks.candidates")
+    from rewardbox.tasks.generated import write_training_dataset
+
+    try:
+        write_training_dataset(source.dataset, spec.domain, spec.seed, spec.per_family, spec.families)
+    except (KeyError, ValueError) as exc:
+        raise TaskSetLoadError(split, [f"{source.dataset}: {exc}"], "the generator refused the source") from exc
 
 
 def _with_domain(task: Task, domains: dict[str, str]) -> Task:
@@ -170,10 +202,32 @@ def load_candidates(config) -> LoadedTasks:
     candidates = load_sources(config.candidates, "candidate", domains=getattr(config, "domains", {}))
     policy = config.candidate_loading
     check_load_policy(candidates, "candidate", policy.on_error, policy.max_skipped_frac)
-    kept, excluded = exclude_overlap(candidates.tasks, load_held_out(config).tasks)
+    held_out = load_held_out(config).tasks
+    check_generated_disjoint(candidates.tasks, held_out)
+    kept, excluded = exclude_overlap(candidates.tasks, held_out)
     if config.max_candidates is not None:
         kept = kept[: config.max_candidates]
     return replace(candidates, tasks=kept, excluded=[t.uid for t in excluded])
+
+
+def check_generated_disjoint(candidates: list[Task], held_out: list[Task]) -> None:
+    """Fail when a generated training task (tag ``generated``) is a held-out task, by uid or by content.
+
+    Shipped candidates that overlap the held-out set are dropped and reported
+    (``LoadedTasks.excluded``); a generated one is a generator fault (a seed that
+    reproduces a benchmark task under another name), so the load stops instead.
+
+    Raises:
+        TaskSetLoadError: one line per colliding task, naming both tasks
+            (``exclusion.check_disjoint``). Not a system error: change the seed or the source.
+    """
+    from rewardbox.tasks.exclusion import check_disjoint
+    from rewardbox.tasks.generated import GENERATED_TAG
+
+    problems = check_disjoint([t for t in candidates if GENERATED_TAG in t.tags], held_out)
+    if problems:
+        raise TaskSetLoadError("candidate", problems, f"{len(problems)} generated training task(s) are "
+                               "held-out tasks (same uid or same content hash)")
 
 
 def load_benchmark(config) -> LoadedTasks:

@@ -138,3 +138,14 @@ def test_the_leak_check_flags_a_benchmark_split_in_a_training_set(tasks):
     problems = check_disjoint([tasks[1], held_out])  # no benchmark given: splits only
     assert problems == [f"{held_out.uid}: split is 'benchmark', not 'candidate'"]
     assert check_disjoint(tasks[1:]) == []
+
+
+def test_content_hash_canonicalises_whitespace_but_not_words(tasks):
+    """Issue #23 item 8: a reflowed or double-spaced twin is the same task; a changed word is not."""
+    original = next(t for t in tasks if t.uid == "fake_shop_orders.py:test_refund_ok")
+    words = original.query.split()
+    reflowed = replace(original, query="  " + "\n".join(words) + "\t", user_context=original.user_context + "\n\n")
+    spaced = replace(original, query="  ".join(words))
+    assert reflowed.content_hash() == spaced.content_hash() == original.content_hash()
+    assert replace(original, query="".join(words)).content_hash() != original.content_hash()
+    assert replace(original, query=original.query + " now").content_hash() != original.content_hash()

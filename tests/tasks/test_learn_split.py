@@ -10,11 +10,12 @@ import re
 
 from rewardbox.config.profile import load_profile
 from rewardbox.tasks.exclusion import check_disjoint
+from rewardbox.tasks.generated import GENERATED_TAG
 from rewardbox.tasks.sources import load_benchmark, load_candidates
 
 
 def _family(uid: str) -> str:
-    return re.sub(r"_\d+$", "", uid.split(":")[-1])
+    return re.sub(r"_g?\d+$", "", uid.split(":")[-1])
 
 
 def test_learn_split_is_held_out_instances_of_trained_families_plus_an_untrained_domain():
@@ -22,7 +23,7 @@ def test_learn_split_is_held_out_instances_of_trained_families_plus_an_untrained
     candidates, benchmark = load_candidates(profile.tasks), load_benchmark(profile.tasks)
     assert not candidates.excluded, "a listed candidate is a benchmark task (uid or content hash)"
     assert check_disjoint(candidates.tasks, benchmark.tasks) == []
-    assert (len(candidates.tasks), len(benchmark.tasks)) == (58, 46)
+    assert (len(candidates.tasks), len(benchmark.tasks)) == (58 + 58, 57 + 16)
 
     splits = profile.report.splits
     by_split = {name: [t for t in benchmark.tasks if t.domain in domains] for name, domains in splits.items()}
@@ -36,3 +37,19 @@ def test_learn_split_is_held_out_instances_of_trained_families_plus_an_untrained
     assert held_out == trained, "every trained family has held-out instances, and only those"
     hashes = {t.content_hash() for t in candidates.tasks}
     assert not any(t.content_hash() in hashes for t in benchmark.tasks)
+
+
+def test_learn_profile_holds_out_at_least_45_in_distribution_tasks_disjoint_by_content_from_training():
+    """Issue #23: >= 45 in-distribution held-out tasks (power ~0.88 at 45 x 3), fixed in files, G = 8, and no
+    training task (shipped or generated) shares a content hash with any of them."""
+    profile = load_profile("learn")
+    candidates, benchmark = load_candidates(profile.tasks), load_benchmark(profile.tasks)
+    in_distribution = [t for t in benchmark.tasks if t.domain in profile.report.splits["in_distribution"]]
+    assert len(in_distribution) >= 45 and profile.grpo.group_size == 8
+    generated = [t for t in candidates.tasks if GENERATED_TAG in t.tags]
+    assert len(generated) == 58 and {_family(t.uid) for t in generated} == {_family(t.uid) for t in candidates.tasks}
+    held_out = {t.content_hash(): t.uid for t in benchmark.tasks}
+    assert [t.uid for t in candidates.tasks if t.content_hash() in held_out] == []
+    assert len({t.content_hash() for t in candidates.tasks}) == len(candidates.tasks)  # no twin inside the pool
+    for source in profile.tasks.benchmark:
+        assert source.generate is None and source.test_list and source.test_list.endswith(".yaml")
