@@ -150,6 +150,17 @@ class RunningBatch:
             self.rows = None
         return finished
 
+    def drop(self, slots: list[int]) -> None:
+        """Remove running rows (their requests were cancelled) without finishing them."""
+        if self.rows is None or not slots:
+            return
+        gone = set(slots)
+        keep = [i for i, slot in enumerate(self.rows.slots) if slot not in gone]
+        if keep:
+            keep_rows(self.rows, keep)
+        else:
+            self.rows = None
+
     def decode_all(self, specs: list[RowSpec]) -> list[FinishedRow]:
         """Admit ``specs`` into an empty batch and decode until every row finished (in ``specs`` order)."""
         slots, done = self.admit(specs)

@@ -67,9 +67,18 @@ class ContinuousWorker:
             joiners = self._joiners()
             if joiners:
                 self._admit(joiners)
+            self._drop_cancelled()
             if self._slots:
                 self._step()
         return stopping or stop
+
+    def _drop_cancelled(self) -> None:
+        """Rows whose caller cancelled (an episode's timeout) leave the batch without decoding on."""
+        cancelled = [slot for slot, pending in self._slots.items() if pending.future.cancelled()]
+        if cancelled:
+            self._batch.drop(cancelled)
+            for slot in cancelled:
+                del self._slots[slot]
 
     def _collect(self, block: bool, company: bool) -> bool:
         """Move queued requests to ``_waiting`` (tokenised); returns whether a stop was queued."""

@@ -186,3 +186,27 @@ def test_rows_decoding_when_the_weights_change_fail_as_system_errors():
     finally:
         loop.close()
     assert not policy._slots and len(policy._batch) == 0
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_others_keep_their_tokens():
+    policy = _tiny_policy(tiny_model())
+    widths = []
+    policy.model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
+    loop = asyncio.new_event_loop()
+    try:
+        pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(3)]
+        for pending in pendings:
+            policy._queue.put(pending)
+        policy._tick()
+        pendings[1].future.cancel()
+        while policy._slots:
+            policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        kept = [pendings[i].future.result() for i in (0, 2)]
+    finally:
+        loop.close()
+    assert widths[0] == 3 and set(widths[1:]) <= {1, 2}  # the cancelled row decoded one step, then left
+    alone = [policy.generate_batch([pendings[i].request], [pendings[i].prompt_ids])[0] for i in (0, 2)]
+    assert [c.completion_token_ids for c in kept] == [c.completion_token_ids for c in alone]
