@@ -41,9 +41,9 @@ STOP = object()
 
 
 class ContinuousWorker:
-    """The worker half of ``LocalPolicy``; the policy provides ``tokenizer``, ``context_tokens``,
+    """The worker half of ``LocalPolicy``; the policy provides ``name``, ``tokenizer``, ``context_tokens``,
     ``max_batch_size``, ``batch_wait_s``, ``prefix_cache``, ``generation_lock``, ``_weights_version``,
-    ``_new_batch()``, ``_spec(pending)`` and ``_finish(pending, row)``."""
+    ``_new_batch()``, ``_spec(request, prompt_ids)``, ``_temperature(request)`` and ``_completion(...)``."""
 
     def _start_worker(self) -> None:
         self._queue: queue.Queue = queue.Queue()

@@ -71,7 +71,7 @@ def test_embedded_model_batched_completion(smollm2_checkpoint, retail_tools):
     async def run():
         policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, batch_wait_ms=500, seed=0)
         try:
-            # requests sharing a prompt prefix are batched (and reuse its cached KV); others wait their turn
+            # requests sharing a prompt prefix are batched (and reuse its cached KV); the other joins when a row leaves
             requests = [ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=16, temperature=0.0),
                         ChatRequest(messages=messages[1:], tools=[], max_new_tokens=16, temperature=1.0),
                         ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=8, temperature=1.0)]
@@ -81,7 +81,8 @@ def test_embedded_model_batched_completion(smollm2_checkpoint, retail_tools):
 
     policy, completions = asyncio.run(run())
     stop_ids = set(policy.stop_token_ids)
-    assert [c.extra["batch_size"] for c in completions] == [2, 1, 2]
+    sizes = [c.extra["batch_size"] for c in completions]  # the most rows each decoded with
+    assert sizes[0] == sizes[2] == 2 and sizes[1] in (1, 2)  # the third joins the batch when a row leaves
     assert completions[0].cached_input_tokens > 300 and completions[1].cached_input_tokens == 0
     for completion, with_tools, budget in zip(completions, (True, False, True), (16, 16, 8)):
         ids = completion.completion_token_ids
