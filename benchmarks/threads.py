@@ -23,7 +23,6 @@ takes seconds per step on a 2-core machine).
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import subprocess
@@ -31,6 +30,7 @@ import sys
 import time
 
 from benchmarks.rows import row
+from rewardbox import strict_json
 
 STEPS = int(os.environ.get("REWARDBOX_BENCH_THREADS_STEPS", "20"))
 ANCHOR = "default waits, 2 threads"
@@ -41,11 +41,12 @@ SETUPS = {  # name -> (import torch first: OpenMP keeps its default waits, team 
     "passive, 1 thread": (False, 1),
 }
 CHILD = """
-import json, sys, time
+import sys, time
 if sys.argv[3] == "torch-first":
     import torch  # OpenMP loads with its default wait policy
 import rewardbox  # otherwise: sets the passive-wait environment before torch loads
 import torch
+from rewardbox import strict_json
 from rewardbox.threads import apply_thread_policy
 threads = sys.argv[2] if sys.argv[2] == "auto" else int(sys.argv[2])
 policy = apply_thread_policy(threads)
@@ -59,7 +60,7 @@ with torch.inference_mode():
         for _ in range(30):
             x = torch.tanh(x @ up) @ down
 steps = int(sys.argv[1])
-print(json.dumps({"wall_s": (time.perf_counter() - wall) / steps, "cpu_s": (time.process_time() - cpu) / steps,
+print(strict_json.dumps({"wall_s": (time.perf_counter() - wall) / steps, "cpu_s": (time.process_time() - cpu) / steps,
                   "threads": policy.threads, "wait_policy_applied": policy.wait_policy_applied}))
 """
 
@@ -77,7 +78,7 @@ def measure(setup: str, steps: int = STEPS) -> dict:
     order = "torch-first" if torch_first else "rewardbox-first"
     done = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(threads), order], env=env,
                           capture_output=True, text=True, timeout=900, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return strict_json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def paired(loaded: bool, steps: int = STEPS) -> dict[str, dict]:
