@@ -120,6 +120,17 @@ def model_rows(floor: dict, prompt: int, completion: int, groups: int, group_siz
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=resolve_dtype("auto"))
     model.eval()
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+    rows = _speed_rows(model, floor, prompt, completion, dtype)
+    if rows_step and checkpoint is not None:
+        measured = rows_per_decode_step(checkpoint)
+        rows.append(row("rows per decode step, 8 requests 0.15 s apart", measured["rows_per_step"], "rows", 8.0,
+                        "requests in flight", detail=measured))
+    rows.append(_grpo_row(model, floor, prompt, completion, groups, group_size, dtype))
+    return rows
+
+
+def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) -> list[dict]:
+    """Prefill at batch 1 and decode at ``DEMO_BATCH_SIZES`` against the GEMM and memory floors."""
     prefill_floor, (bandwidth, weight_bytes, kv_row) = _fractions(model, floor, prompt, completion)
     prefill = prefill_tok_s(model, 1, prompt)
     rows = [row(f"prefill {prompt} tokens, batch 1 ({dtype})", prefill, "tokens/s", prefill_floor,
@@ -129,17 +140,17 @@ def model_rows(floor: dict, prompt: int, completion: int, groups: int, group_siz
         floor_tok_s = bandwidth * batch / (weight_bytes + batch * kv_row)
         rows.append(row(f"decode, batch {batch}, {prompt}-token context ({dtype})", tok_s, "tokens/s", floor_tok_s,
                         "memory floor, this run"))
-    if rows_step and checkpoint is not None:
-        measured = rows_per_decode_step(checkpoint)
-        rows.append(row("rows per decode step, 8 requests 0.15 s apart", measured["rows_per_step"], "rows", 8.0,
-                        "requests in flight", detail=measured))
+    return rows
+
+
+def _grpo_row(model, floor: dict, prompt: int, completion: int, groups: int, group_size: int, dtype: str) -> dict:
+    """GRPO seconds per scored sample against 4 x matmul parameters x decoder tokens run / GEMM GFLOP/s."""
     samples = group_samples_like_grpo(groups, group_size, prompt, completion, model.config.vocab_size)
     per_sample_s, ran = grpo_seconds_per_sample(model, samples)
     head = model.get_output_embeddings().weight.numel()
     gflops = floor["gemm_bf16_gflops"] if dtype == "bfloat16" else floor["gemm_fp32_gflops"]
     flops = 4.0 * (matmul_params(model) - head) * ran + 4.0 * head * completion * len(samples)
     floor_s = flops / (gflops * 1e9) / len(samples)
-    rows.append(row(f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
-                    per_sample_s, "s", floor_s, "GEMM floor, this run",
-                    detail={"decoder_tokens_run": ran, "samples": len(samples)}))
-    return rows
+    return row(f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
+               per_sample_s, "s", floor_s, "GEMM floor, this run",
+               detail={"decoder_tokens_run": ran, "samples": len(samples)})

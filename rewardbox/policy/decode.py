@@ -1,4 +1,4 @@
-"""The local policy's batched decode loop: one prefill, then one forward pass per token.
+"""The local policy's decode primitives: one prefill, then one forward pass per token.
 
 ``transformers``' ``generate`` is general: every step it rebuilds its model
 inputs, runs its logits processors and stopping criteria through generic
@@ -6,7 +6,7 @@ lists, and, when sampling, draws a softmax and a multinomial over the whole
 batch from the global RNG, which the per-row sampler then has to override.
 On CPU with short prompts that per-step overhead is a visible share of a
 step (a step of SmolLM2-135M for 8 rows is a few tens of ms), so the policy
-decodes with this loop instead. Per step it does only:
+decodes with these primitives instead. Per step it does only:
 
 1. one forward pass for the active rows (logits of the last position only);
 2. the tool-call guide on the rows writing a tool name or key;
@@ -17,7 +17,10 @@ decodes with this loop instead. Per step it does only:
    not keep paying for them.
 
 The KV cache is preallocated for the prompt width plus the largest budget and
-written in place (``kv_cache``), not concatenated (copied) every step.
+written in place (``kv_cache``), not concatenated (copied) every step. Two
+``Rows`` decoding apart can be merged into one (``merge_rows``: continuous
+batching, ``running``): each side's columns are right-aligned in one buffer and
+the columns a row never had are masked out.
 
 A batch without padding (equal prompt lengths, or a shared prefix with equal
 suffixes) runs without an attention mask: causal attention alone is exact
@@ -26,19 +29,25 @@ there, and no per-step mask is built.
 Positions follow ``generate``'s convention (the attention mask's cumulative
 sum, pads at 0), so the trainer's scoring of the same tokens sees the same
 positions. A row's tokens depend only on its prompt, its seed and its
-settings, not on which rows share the batch or when they leave it (up to the
-float rounding of batched matrix products, as with ``generate``).
+settings, not on which rows share the batch or when they join or leave it (up
+to the float rounding of batched matrix products, as with ``generate``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
 
-from rewardbox.policy.kv_cache import preallocated_cache
+from rewardbox.policy.kv_cache import (
+    PreallocatedLayer,
+    merge_caches,
+    preallocated_cache,
+    trim_left,
+)
 from rewardbox.policy.sampling import PerRowSampler
 
 
@@ -50,10 +59,106 @@ class RowGuide(Protocol):
         ...
 
 
+@dataclass
+class Rows:
+    """The tensors of rows that decode together.
+
+    Attributes:
+        slots: the caller's id of each batch row, in batch order.
+        cache: their KV cache (``B`` rows, ``cache.get_seq_length()`` columns).
+        mask: ``[B, columns]`` attention mask, or None when no row has padding.
+        next_position: ``[B, 1]`` position id of each row's next token.
+        last: ``[B]`` each row's latest token (fed at the next step), or None before the first draw.
+    """
+
+    slots: list[int]
+    cache: Any
+    mask: torch.Tensor | None
+    next_position: torch.Tensor
+    last: torch.Tensor | None = None
+
+    @property
+    def mergeable(self) -> bool:
+        """Whether other rows can join (the cache is written in place; sliding windows cannot)."""
+        return all(isinstance(layer, PreallocatedLayer) for layer in self.cache.layers)
+
+
 def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     """Position ids of a left-padded batch, as ``generate`` derives them (shape: mask's; pads get 0)."""
     positions = attention_mask.long().cumsum(-1) - 1
     return positions.masked_fill(attention_mask == 0, 0)
+
+
+def prefill(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any | None,
+            capacity: int, slots: list[int]) -> tuple[Rows, torch.Tensor]:
+    """Run the prompts' uncached columns; returns the rows and the last position's logits ``[B, 1, V]``.
+
+    Args:
+        input_ids, attention_mask: ``[B, W]`` left-padded prompts (``[prefix | pad | suffix]`` with a cache).
+        cache: a KV cache already holding the first ``cache.get_seq_length()`` columns (a shared prefix), or None.
+        capacity: KV positions to reserve: ``W`` + the largest token budget.
+        slots: the caller's id of each row.
+    """
+    cache = _decode_cache(model.config, cache, capacity)
+    cached = cache.get_seq_length()
+    positions = prompt_positions(attention_mask)
+    mask = None if bool(attention_mask.all()) else attention_mask
+    logits = _forward(model, input_ids[:, cached:], mask, positions[:, cached:], cache)
+    return Rows(list(slots), cache, mask, positions[:, -1:] + 1), logits
+
+
+def advance(model: Any, rows: Rows) -> torch.Tensor:
+    """Feed each row's ``last`` token; returns logits ``[B, 1, V]`` (the cache, mask and positions move on)."""
+    if rows.mask is not None:
+        rows.mask = torch.cat([rows.mask, rows.mask.new_ones((len(rows.slots), 1))], dim=-1)
+    logits = _forward(model, rows.last[:, None], rows.mask, rows.next_position, rows.cache)
+    rows.next_position = rows.next_position + 1
+    return logits
+
+
+def keep_rows(rows: Rows, keep: list[int]) -> None:
+    """Keep only batch rows ``keep`` (indexes, in order); leading columns no kept row uses are dropped."""
+    if len(keep) == len(rows.slots):
+        return
+    index = torch.tensor(keep, device=rows.next_position.device)
+    rows.cache.batch_select_indices(index)
+    rows.slots = [rows.slots[i] for i in keep]
+    rows.next_position, rows.last = rows.next_position[index], rows.last[index]
+    if rows.mask is None:
+        return
+    rows.mask = rows.mask[index]
+    unused = int(rows.mask.any(dim=0).long().argmax()) if keep else 0
+    if unused and rows.mergeable:
+        trim_left(rows.cache, unused)
+        rows.mask = rows.mask[:, unused:]
+    if bool(rows.mask.all()):
+        rows.mask = None
+
+
+def merge_rows(a: Rows, b: Rows, capacity: int) -> Rows:
+    """One batch of ``a``'s rows then ``b``'s, columns right-aligned, ``capacity`` KV positions reserved."""
+    la, lb = a.cache.get_seq_length(), b.cache.get_seq_length()
+    width = max(la, lb)
+    if a.mask is None and b.mask is None and la == lb:
+        mask = None
+    else:
+        mask = torch.cat([_padded_mask(a, la, width), _padded_mask(b, lb, width)])
+    return Rows(a.slots + b.slots, merge_caches(a.cache, b.cache, capacity), mask,
+                torch.cat([a.next_position, b.next_position]), torch.cat([a.last, b.last]))
+
+
+def _padded_mask(rows: Rows, columns: int, width: int) -> torch.Tensor:
+    mask = rows.mask if rows.mask is not None else rows.next_position.new_ones((len(rows.slots), columns))
+    return torch.cat([mask.new_zeros((len(rows.slots), width - columns)), mask], dim=-1)
+
+
+def choose_tokens(logits: torch.Tensor, slots: Sequence[int], completions: Any, sampler: PerRowSampler,
+                  guides: Sequence[RowGuide] = ()) -> torch.Tensor:
+    """Each row's next token ``[B]`` (guides, then the sampler); ``completions[slot]`` is its tokens so far."""
+    scores = logits[:, -1].float()
+    for guide in guides:
+        scores = guide.apply([completions[s] for s in slots], scores, slots)
+    return sampler.draw(scores, slots)
 
 
 def decode_batch(
@@ -85,37 +190,21 @@ def decode_batch(
         Per row, the new token ids in order (length <= its budget). A model fault
         propagates (the caller turns it into a system error).
     """
-    rows, stops = list(range(input_ids.shape[0])), {int(t) for t in stop_token_ids}
-    completions: list[list[int]] = [[] for _ in rows]
-    cache = _decode_cache(model.config, cache, input_ids.shape[1] + max(budgets))
-    cached = cache.get_seq_length()  # columns the cache already holds (a shared prefix)
-    positions = prompt_positions(attention_mask)
-    if bool(attention_mask.all()):  # no padding: causal attention needs no mask (none is built per step)
-        attention_mask = None
-    logits = _forward(model, input_ids[:, cached:], attention_mask, positions[:, cached:], cache)
-    next_position = positions[:, -1:] + 1
+    stops = {int(t) for t in stop_token_ids}
+    completions: list[list[int]] = [[] for _ in budgets]
+    rows, logits = prefill(model, input_ids, attention_mask, cache, input_ids.shape[1] + max(budgets),
+                           list(range(len(budgets))))
     while True:
-        scores = logits[:, -1].float()
-        for guide in guides:
-            scores = guide.apply([completions[r] for r in rows], scores, rows)
-        tokens = sampler.draw(scores, rows)
+        rows.last = choose_tokens(logits, rows.slots, completions, sampler, guides)
         keep = []
-        for i, (row, token) in enumerate(zip(rows, tokens.tolist())):
-            completions[row].append(token)
-            if token not in stops and len(completions[row]) < budgets[row]:
+        for i, (slot, token) in enumerate(zip(rows.slots, rows.last.tolist())):
+            completions[slot].append(token)
+            if token not in stops and len(completions[slot]) < budgets[slot]:
                 keep.append(i)
         if not keep:
             return completions
-        if len(keep) < len(rows):
-            index = torch.tensor(keep, device=tokens.device)
-            cache.batch_select_indices(index)
-            tokens, next_position = tokens[index], next_position[index]
-            attention_mask = None if attention_mask is None else attention_mask[index]
-            rows = [rows[i] for i in keep]
-        if attention_mask is not None:
-            attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(rows), 1))], dim=-1)
-        logits = _forward(model, tokens[:, None], attention_mask, next_position, cache)
-        next_position = next_position + 1
+        keep_rows(rows, keep)
+        logits = advance(model, rows)
 
 
 def _decode_cache(config: Any, cache: Any | None, capacity: int) -> Any:

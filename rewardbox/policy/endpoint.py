@@ -33,25 +33,27 @@ from collections import Counter
 from typing import Any
 
 import openai
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_never, wait_random_exponential
-
-from rewardbox import strict_json
-from rewardbox.errors import ContextLengthError, EndpointError, endpoint_cause
-from rewardbox.policy.base import ChatRequest, Completion, Interpretation, ToolCall, ToolCallError
-from rewardbox.policy.endpoint_reply import (ContextRejected, ContextRejection, MalformedReplyError, check_reply,
-                                             context_rejection, finish_reason_of, served_context_tokens)
-from rewardbox.policy.interpreter import (
-    CALL_CLOSE,
-    CALL_OPEN,
-    EVENT_TRUNCATED_CALL,
-    EVENT_TRUNCATED_REASONING,
-    interpret,
-    type_tool_call,
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_never,
+    wait_random_exponential,
 )
+
+from rewardbox.errors import ContextLengthError, EndpointError, endpoint_cause
+from rewardbox.policy.base import ChatRequest, Completion
+from rewardbox.policy.endpoint_reply import (
+    ContextRejected,
+    ContextRejection,
+    MalformedReplyError,
+    check_reply,
+    context_rejection,
+    finish_reason_of,
+    served_context_tokens,
+)
+from rewardbox.policy.endpoint_wire import api_message, api_tool, combine, reasoning_of
 from rewardbox.sandbox.base import ToolSpec
-
-
-_MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
 
 
 class _RetryBudget:
@@ -93,7 +95,31 @@ def _retry_after_s(exc: BaseException | None) -> float | None:
 
 
 class EndpointPolicy:
-    """Chat completions from an OpenAI-compatible server, via the official ``openai`` client."""
+    """Chat completions from an OpenAI-compatible server, via the official ``openai`` client.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        model: the served model name.
+        api_key_env: environment variable holding the key (read now; the key
+            is never stored in config). Unset means the placeholder ``"EMPTY"``.
+        api_key: the key itself (the Dagster resource passes its ``dg.EnvVar`` value);
+            it wins over ``api_key_env`` and is never pickled (a Ray worker's copy reads
+            ``api_key_env`` from its own environment).
+        temperature, max_tokens: when set, override every request's values.
+        timeout_s: per-attempt timeout, seconds.
+        max_retries: retries on 5xx; max_timeout_retries: on timeouts and
+            connection errors; max_rate_limit_retries: on 429 (None: no limit).
+        backoff_max_s: cap of the backoff delay and of ``Retry-After``, seconds.
+        reasoning_field: message field holding reasoning (vLLM: ``reasoning_content``
+            or ``reasoning``).
+        reasoning_open: the served template's generation prompt opens ``<think>``
+            and the server splits no reasoning out, so ``content`` begins inside it.
+        extra_body: extra JSON fields sent with every request (e.g. ``reasoning_effort``).
+        name: policy name for records (default: the model name).
+        context_tokens: the served context (prompt + completion), tokens; None reads it from
+            a context-length refusal or, when that states no context, from ``GET /v1/models``
+            (vLLM's ``max_model_len``). See the module docstring, "Context".
+    """
 
     samples_from_a_model = True  # episode limits must fit the golden trajectories (check_policy_budget)
 
@@ -117,41 +143,12 @@ class EndpointPolicy:
         name: str | None = None,
         context_tokens: int | None = None,
     ):
-        """Create the client (no request is made here).
-
-        Args:
-            base_url: e.g. ``http://127.0.0.1:8000/v1``.
-            model: the served model name.
-            api_key_env: environment variable holding the key (read now; the key
-                is never stored in config). Unset means the placeholder ``"EMPTY"``.
-            api_key: the key itself (the Dagster resource passes its ``dg.EnvVar`` value);
-                it wins over ``api_key_env`` and is never pickled (a Ray worker's copy reads
-                ``api_key_env`` from its own environment).
-            temperature, max_tokens: when set, override every request's values.
-            timeout_s: per-attempt timeout, seconds.
-            max_retries: retries on 5xx; max_timeout_retries: on timeouts and
-                connection errors; max_rate_limit_retries: on 429 (None: no limit).
-            backoff_max_s: cap of the backoff delay and of ``Retry-After``, seconds.
-            reasoning_field: message field holding reasoning (vLLM: ``reasoning_content``
-                or ``reasoning``).
-            reasoning_open: the served template's generation prompt opens ``<think>``
-                and the server splits no reasoning out, so ``content`` begins inside it.
-            extra_body: extra JSON fields sent with every request (e.g. ``reasoning_effort``).
-            name: policy name for records (default: the model name).
-            context_tokens: the served context (prompt + completion), tokens; None reads it from
-                a context-length refusal or, when that states no context, from ``GET /v1/models``
-                (vLLM's ``max_model_len``). See the module docstring, "Context".
-        """
-        self.base_url = base_url
-        self.model = model
-        self.name = name or model
-        self.temperature = temperature
-        self.max_tokens = max_tokens
-        self.reasoning_field = reasoning_field
-        self.reasoning_open = reasoning_open
+        """Create the client; no request is made here (arguments: the class doc)."""
+        self.base_url, self.model, self.name = base_url, model, name or model
+        self.temperature, self.max_tokens = temperature, max_tokens
+        self.reasoning_field, self.reasoning_open = reasoning_field, reasoning_open
         self.extra_body = dict(extra_body or {})
-        self.backoff_max_s = backoff_max_s
-        self.context_tokens = context_tokens
+        self.backoff_max_s, self.context_tokens = backoff_max_s, context_tokens
         self._limits = (max_retries, max_timeout_retries, max_rate_limit_retries)
         self._api_key_env, self._api_key, self._timeout_s = api_key_env, api_key, timeout_s
         self._client = self._make_client()
@@ -262,7 +259,7 @@ class EndpointPolicy:
     def _completion(self, response: Any, tools: list[ToolSpec], max_completion_tokens: int) -> Completion:
         choice = response.choices[0]
         message = choice.message
-        reasoning = _reasoning(message, self.reasoning_field)
+        reasoning = reasoning_of(message, self.reasoning_field)
         usage = response.usage
         finish_reason = finish_reason_of(choice.finish_reason, getattr(usage, "completion_tokens", None),
                                          max_completion_tokens)
@@ -286,103 +283,3 @@ class EndpointPolicy:
                 "reasoning_tokens": int(getattr(out_details, "reasoning_tokens", 0) or 0),
             },
         )
-
-
-def combine(
-    content: str, reasoning: str, structured: list[Any], tools: list[ToolSpec], finish_reason: str,
-    *, reasoning_open: bool,
-) -> tuple[Interpretation, str]:
-    """Merge text calls and structured calls into one interpretation and a replayable raw text.
-
-    ``raw_text`` is ``<think>reasoning</think>`` + content + each structured call
-    written as ``<tool_call>`` markup, so ``interpret(raw_text)`` later yields the
-    same tool names and arguments (parser parity); only the call ids differ.
-    A turn cut at the length limit runs no call, structured or not. With
-    ``reasoning_open`` (see ``EndpointPolicy``) ``content`` is read as starting
-    inside reasoning. A turn cut at the length limit with reasoning and no
-    visible content or call (the server's parser split an unfinished reasoning
-    block out) records ``"truncated_reasoning"``.
-    """
-    text = interpret(content, tools, finish_reason=finish_reason, reasoning_open=reasoning_open)
-    calls: list[ToolCall] = list(text.tool_calls)
-    errors: list[ToolCallError] = list(text.errors)
-    events = list(text.events)
-    order = list(text.call_order)
-    rendered: list[str] = []
-    for call in structured:
-        name, arguments = call.function.name, call.function.arguments
-        rendered.append(_render_structured(name, arguments))
-        if finish_reason == "length":
-            continue
-        typed = type_tool_call(name, _model_value(arguments), tools, call.id)
-        (calls if isinstance(typed, ToolCall) else errors).append(typed)
-        order.append(call.id)
-    if structured and finish_reason == "length" and EVENT_TRUNCATED_CALL not in events:
-        events.append(EVENT_TRUNCATED_CALL)
-    cut_in_reasoning = finish_reason == "length" and reasoning.strip() and not content.strip() and not structured
-    if cut_in_reasoning and EVENT_TRUNCATED_REASONING not in events:
-        events.append(EVENT_TRUNCATED_REASONING)
-    thought = "\n".join(r for r in (reasoning.strip(), text.reasoning) if r)
-    thought_markup = f"<think>{reasoning}" + ("" if cut_in_reasoning else "</think>\n") if reasoning else ""
-    raw_text = thought_markup + content + "".join(rendered)
-    interpretation = Interpretation(thought, text.content, tuple(calls), tuple(errors), tuple(events), tuple(order))
-    return interpretation, raw_text
-
-
-def _model_value(arguments: Any) -> Any:
-    """The ``arguments`` value the model wrote: a structured call carries it JSON-encoded once by the server.
-
-    A server's tool parser (vLLM's hermes) encodes whatever the model wrote after ``"arguments":``, so a model
-    that wrote the arguments as a JSON string arrives encoded twice; decoding once here gives ``type_tool_call``
-    the same value ``interpret`` gives it from the text (parser parity). Text that is not JSON is kept as it
-    is (``type_tool_call`` reports it as invalid JSON, as for a text call).
-    """
-    if not isinstance(arguments, str) or not arguments.strip():
-        return arguments
-    try:
-        return strict_json.loads(arguments)
-    except ValueError:
-        return arguments
-
-
-def _render_structured(name: str, arguments: Any) -> str:
-    value = _model_value(arguments)
-    return f"{CALL_OPEN}{strict_json.dumps({'name': name, 'arguments': value}, ensure_ascii=False)}{CALL_CLOSE}"
-
-
-def _reasoning(message: Any, field: str) -> str:
-    value = getattr(message, field, None)
-    if value is None and getattr(message, "model_extra", None):
-        value = message.model_extra.get(field)
-    return value if isinstance(value, str) else ""
-
-
-def api_tool(tool: ToolSpec) -> dict[str, Any]:
-    """The ``tools`` entry for one tool, ``additionalProperties: false`` added
-    (docs/thinkingbox.md, "Model requests")."""
-    entry = tool.to_openai()
-    entry["function"]["parameters"] = {**(tool.input_schema or {"type": "object"}), "additionalProperties": False}
-    return entry
-
-
-def api_message(message: dict[str, Any]) -> dict[str, Any]:
-    """One history message in wire format: arguments as JSON strings, private keys dropped."""
-    role = message.get("role")
-    if role != "assistant":
-        out = {"role": role}
-        out.update({k: message[k] for k in _MESSAGE_KEYS.get(role, ("content",)) if k in message})
-        out.setdefault("content", "")
-        return out
-    out = {"role": "assistant", "content": message.get("content") or ""}
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", {})
-        args = fn.get("arguments", {})
-        calls.append({
-            "id": call.get("id", ""),
-            "type": "function",
-            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else strict_json.dumps(args, ensure_ascii=False)},
-        })
-    if calls:
-        out["tool_calls"] = calls
-    return out

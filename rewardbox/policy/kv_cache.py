@@ -94,3 +94,42 @@ def preallocated_cache(config, capacity: int, source: DynamicCache | None = None
             if filled.is_initialized and filled.get_seq_length() > 0:
                 layer.update(filled.keys, filled.values)
     return cache
+
+
+def merge_caches(a: DynamicCache, b: DynamicCache, capacity: int) -> DynamicCache:
+    """One cache of ``a``'s rows then ``b``'s (both of ``PreallocatedLayer``), columns right-aligned.
+
+    The result has ``max(len a, len b)`` columns; the shorter side's leading columns are zeros, which the
+    caller masks out (``decode.merge_rows``). ``capacity`` positions are reserved (at least the width).
+    """
+    width = max(a.get_seq_length(), b.get_seq_length())
+    out = DynamicCache()
+    out.layers = [_merged_layer(x, y, width, max(capacity, width)) for x, y in zip(a.layers, b.layers)]
+    return out
+
+
+def _merged_layer(a: PreallocatedLayer, b: PreallocatedLayer, width: int, capacity: int) -> PreallocatedLayer:
+    layer = PreallocatedLayer(capacity)
+    rows = a._keys.shape[0] + b._keys.shape[0]
+    layer._keys = a._keys.new_zeros((rows, a._keys.shape[1], capacity, a._keys.shape[-1]))
+    layer._values = a._values.new_zeros((rows, a._values.shape[1], capacity, a._values.shape[-1]))
+    for buffer, source in ((layer._keys, a._keys), (layer._values, a._values)):
+        buffer[: source.shape[0], :, width - a._length : width] = source[:, :, : a._length]
+    for buffer, source in ((layer._keys, b._keys), (layer._values, b._values)):
+        buffer[a._keys.shape[0] :, :, width - b._length : width] = source[:, :, : b._length]
+    layer.device, layer.is_initialized, layer._length = a.device, True, width
+    layer._views()
+    return layer
+
+
+def trim_left(cache: DynamicCache, columns: int) -> None:
+    """Drop the first ``columns`` columns of every ``PreallocatedLayer`` (no row attends to them any more)."""
+    for layer in cache.layers:
+        if layer.is_initialized and columns > 0:
+            keys, values = layer._keys, layer._values
+            layer._keys = keys.new_empty((*keys.shape[:2], keys.shape[2] - columns, keys.shape[-1]))
+            layer._values = values.new_empty((*values.shape[:2], values.shape[2] - columns, values.shape[-1]))
+            layer._length -= columns
+            layer._keys[:, :, : layer._length] = keys[:, :, columns : columns + layer._length]
+            layer._values[:, :, : layer._length] = values[:, :, columns : columns + layer._length]
+            layer._views()

@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletionMessage
 from rewardbox import strict_json
 from rewardbox.policy.base import Interpretation
 from rewardbox.policy.config import PolicyConfig
-from rewardbox.policy.endpoint import combine
+from rewardbox.policy.endpoint_wire import combine
 from rewardbox.policy.interpreter import interpret, split_reasoning
 from rewardbox.policy.serving_config import HERMES_PARSER, ServingConfig
 from rewardbox.sandbox.base import ToolSpec

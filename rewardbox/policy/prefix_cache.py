@@ -63,25 +63,14 @@ class PrefixCache:
         n = common_prefix_len(prompts)
         if n < self.min_tokens:
             return None
-        key = tuple(prompts[0][:n])
-        cache = self._entries.get(key)
-        if cache is None:
-            self.misses += 1
-            with torch.inference_mode():
-                out = model(input_ids=torch.tensor([list(key)], device=device), use_cache=True)
-            cache = out.past_key_values
-            self._entries[key] = cache
-            if len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
-        else:
-            self.hits += 1
-            self._entries.move_to_end(key)
+        key, cache = self._lookup(model, prompts[0][:n], device, extend=len(prompts) > 1)
+        n = len(key)
         batch_cache = copy.deepcopy(cache)
         batch_cache.batch_repeat_interleave(len(prompts))
         width = max(len(p) for p in prompts) - n
         ids = torch.full((len(prompts), n + width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
-        ids[:, :n] = torch.tensor(list(key))
+        ids[:, :n] = torch.tensor(key)
         mask[:, :n] = 1
         for row, prompt in enumerate(prompts):
             suffix = prompt[n:]
@@ -89,3 +78,51 @@ class PrefixCache:
             mask[row, n + width - len(suffix):] = 1
         inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "cache": batch_cache}
         return inputs, n + width
+
+    def _lookup(self, model, shared: list[int], device, *, extend: bool) -> tuple[list[int], object]:
+        """The longest cached prefix of ``shared`` (a hit), cropped and kept as its own entry when an entry
+        holds more than ``shared``; extended at batch 1 to all of ``shared`` when ``extend`` (rows > 1).
+        A miss computes all of ``shared``. Returns (the prefix's tokens, its cache; never modified later)."""
+        best, length = None, 0
+        for key in self._entries:
+            common = _common_len(key, shared)
+            if common > length:
+                best, length = key, common
+        if best is None or length < self.min_tokens:
+            self.misses += 1
+            return shared, self._store(shared, self._run(model, shared, None, device))
+        self.hits += 1
+        self._entries.move_to_end(best)
+        cache = self._entries[best]
+        if length < len(best):
+            cache = copy.deepcopy(cache)
+            cache.crop(length - len(best))
+            self._store(shared[:length], cache)
+        if extend and length < len(shared):
+            return shared, self._store(shared, self._run(model, shared[length:], copy.deepcopy(cache), device))
+        return shared[:length], cache
+
+    def _run(self, model, tokens: list[int], cache, device):
+        """The KV cache of ``tokens`` at batch 1, after ``cache``'s columns (None: from the start)."""
+        with torch.inference_mode():
+            start = 0 if cache is None else cache.get_seq_length()
+            positions = torch.arange(start, start + len(tokens), device=device)[None]
+            out = model(input_ids=torch.tensor([tokens], device=device), position_ids=positions,
+                        cache=cache, use_cache=True)
+        return out.cache
+
+    def _store(self, tokens: list[int], cache):
+        self._entries[tuple(tokens)] = cache
+        self._entries.move_to_end(tuple(tokens))
+        if len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+        return cache
+
+
+def _common_len(a, b) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -44,11 +44,19 @@ class PerRowSampler(LogitsProcessor):
 
     def __init__(self, seeds: list[int], device: torch.device | str = "cpu",
                  temperatures: Sequence[float] | None = None):
+        self.device = device
         self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
         self.temperatures = [1.0] * len(seeds) if temperatures is None else [float(t) for t in temperatures]
         if len(self.temperatures) != len(seeds):
             raise ValueError(f"{len(self.temperatures)} temperatures for {len(seeds)} rows")
         self.logprobs: list[list[float]] = [[] for _ in seeds]
+
+    def add_row(self, seed: int, temperature: float) -> int:
+        """A new row (a request joining a running batch); returns its index."""
+        self.generators.append(torch.Generator(device=self.device).manual_seed(int(seed)))
+        self.temperatures.append(float(temperature))
+        self.logprobs.append([])
+        return len(self.generators) - 1
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         """``LogitsProcessor`` form over every row: one-hot scores (0 at the chosen token, ``-inf`` elsewhere)."""

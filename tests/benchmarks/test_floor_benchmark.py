@@ -60,3 +60,15 @@ def test_gpu_script_without_cuda_says_so(argv, capsys):
     spec.loader.exec_module(script)
     assert script.main(argv) == 2
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_thread_benchmark_setups_are_what_they_say():
+    """benchmarks/threads.py: each setup's fresh process reports its team size and whether passive waits
+    reached OpenMP (the default-waits anchor imports torch first, so they must not)."""
+    from benchmarks import threads
+
+    product = threads.measure("passive, 1 thread", steps=1)
+    anchor = threads.measure(threads.ANCHOR, steps=1)
+    assert product["threads"] == 1 and product["wait_policy_applied"] is True
+    assert anchor["threads"] == 2 and anchor["wait_policy_applied"] is False
+    assert product["wall_s"] > 0 and product["cpu_s"] > 0 and anchor["wall_s"] > 0

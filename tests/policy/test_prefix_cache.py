@@ -57,3 +57,30 @@ def test_short_prefix_and_invalidate():
     cache.invalidate()
     cache.prepare(model, prompts, 0, torch.device("cpu"))
     assert cache.misses == 2
+
+
+def test_longest_cached_prefix_is_cropped_or_extended_and_tokens_stay_plain():
+    """A lone prompt caches itself; a later prompt sharing only the domain prefix reuses a cropped copy
+    (kept as its own entry); two rows sharing more than that extend it once. Tokens equal plain decoding."""
+    model = tiny_model()
+    domain = [int(x) for x in torch.randint(3, 64, (30,), generator=torch.Generator().manual_seed(3))]
+    lone, other = domain + [7, 8, 9, 10], domain + [11, 12]
+    pair = [domain + [20, 21, 22, 23, 24, 5], domain + [20, 21, 22, 23, 24, 6, 7]]
+    cache = PrefixCache(min_tokens=16)
+
+    def tokens(prompts):
+        inputs, width = cache.prepare(model, prompts, 0, torch.device("cpu"))
+        prefix_len = inputs["cache"].get_seq_length()  # generate extends the batch's copy in place
+        ids, mask = left_pad(prompts, pad=0)
+        with torch.inference_mode():
+            cached = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=0)[:, width:]
+            plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False,
+                                   pad_token_id=0)[:, ids.shape[1]:]
+        assert torch.equal(cached, plain)
+        return prefix_len
+
+    assert tokens([lone]) == len(lone) - 1 and cache.misses == 1  # a lone prompt: all but its last token
+    assert tokens([other]) == len(domain) and cache.hits == 1  # the shared part, cropped from that entry
+    assert tuple(domain) in cache._entries
+    assert tokens(pair) == len(domain) + 5 and cache.hits == 2  # extended once past the cached part
+    assert tuple(pair[0][: len(domain) + 5]) in cache._entries and cache.misses == 1

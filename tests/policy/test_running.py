@@ -1,0 +1,212 @@
+"""Continuous batching on a tiny real Llama built from a config (random weights, no download).
+
+Rows that join a running batch mid-decode must give the tokens they give alone
+(greedy: plain ``generate``; sampled: the same seed alone), with the same sampler
+log-probs; a prefix-cache hit joins without prefilling the prefix; staggered
+requests through the policy's worker share decode steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import random
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rewardbox.policy.base import ChatRequest  # noqa: E402
+from rewardbox.policy.batching import Pending  # noqa: E402
+from rewardbox.policy.local import LocalPolicy  # noqa: E402
+from rewardbox.policy.prefix_cache import PrefixCache  # noqa: E402
+from rewardbox.policy.running import RowSpec, RunningBatch  # noqa: E402
+from rewardbox.training.logprobs import Sample, completion_logprobs  # noqa: E402
+
+PAD = 0
+
+
+def tiny_model():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    return LlamaForCausalLM(cfg).eval()
+
+
+PROMPTS = [[5, 9, 13, 2, 7], [3, 4], [11, 12, 13, 14, 15, 16, 17, 18, 19], [8], [21, 22, 23]]
+
+
+def _staggered(batch: RunningBatch, specs: list[RowSpec], joins_at: list[int]) -> dict[int, object]:
+    """Admit ``specs[i]`` before decode step ``joins_at[i]``; run to the end. Returns finished rows by spec index."""
+    done, slot_of, step = {}, {}, 0
+    with torch.inference_mode():
+        while len(done) < len(specs):
+            now = [i for i, at in enumerate(joins_at) if at == step]
+            if now:
+                slots, finished = batch.admit([specs[i] for i in now])
+                slot_of.update(zip(slots, now))
+                done.update((slot_of[r.slot], r) for r in finished)
+            done.update((slot_of[r.slot], r) for r in batch.step())
+            step += 1
+    return done
+
+
+def test_greedy_rows_joining_mid_batch_equal_plain_generate():
+    model = tiny_model()
+    eos = model.generation_config.eos_token_id
+    budgets = [14, 10, 14, 6, 12]
+    with torch.inference_mode():
+        plain = [model.generate(input_ids=torch.tensor([p]), max_new_tokens=b, do_sample=False, pad_token_id=PAD,
+                                eos_token_id=eos)[0, len(p):].tolist() for p, b in zip(PROMPTS, budgets)]
+    batch = RunningBatch(model, [eos], PAD, "cpu")
+    specs = [RowSpec(p, b, 0.0, i) for i, (p, b) in enumerate(zip(PROMPTS, budgets))]
+    done = _staggered(batch, specs, joins_at=[0, 2, 2, 5, 9])
+    assert [done[i].tokens for i in range(5)] == plain
+    assert all(done[i].logprobs == [0.0] * len(plain[i]) for i in range(5))
+    assert max(r.peak_rows for r in done.values()) >= 3  # rows really shared steps
+    assert batch.row_steps / batch.steps > 1.5
+
+
+def test_seeded_sampled_rows_are_the_same_joined_or_alone_and_logprobs_match_the_trainer():
+    model = tiny_model()
+    specs = [RowSpec(p, 12, t, 40 + i) for i, (p, t) in enumerate(zip(PROMPTS, [0.7, 1.0, 0.0, 0.7, 1.3]))]
+    with torch.inference_mode():
+        alone = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0] for spec in specs]
+    done = _staggered(RunningBatch(model, [], PAD, "cpu"), specs, joins_at=[0, 1, 4, 4, 7])
+    for i in range(5):
+        assert done[i].tokens == alone[i].tokens, i
+        assert done[i].logprobs == pytest.approx(alone[i].logprobs, abs=1e-5)
+    assert len(set(done[0].tokens)) > 1
+    samples = [Sample(PROMPTS[i], done[i].tokens, 1.0) for i in (0, 3)]
+    with torch.no_grad():
+        scored, mask = completion_logprobs(model, samples, PAD, temperature=0.7)
+    for k, i in enumerate((0, 3)):
+        assert scored[k, : int(mask[k].sum())].tolist() == pytest.approx(done[i].logprobs, abs=1e-4)
+
+
+def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix():
+    model = tiny_model()
+    prefix = [int(x) for x in torch.randint(3, 64, (40,), generator=torch.Generator().manual_seed(1))]
+    prompts = [prefix + [7, 8, 9], prefix + [10], prefix + [11, 12, 13, 14]]
+    specs = [RowSpec(p, 8, 0.0, i) for i, p in enumerate(prompts)]
+    with torch.inference_mode():
+        plain = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0].tokens for spec in specs]
+    cache = PrefixCache(min_tokens=16)
+    widths = []
+    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)),
+                                           with_kwargs=True)
+    try:
+        done = _staggered(RunningBatch(model, [], PAD, "cpu", prefix_cache=cache), specs, joins_at=[0, 0, 3])
+    finally:
+        hook.remove()
+    assert [done[i].tokens for i in range(3)] == plain
+    assert (cache.misses, cache.hits) == (1, 1)  # the first two rows computed it; the third reused it
+    assert widths[0] == (1, 40) and widths[1] == (2, 3)  # prefix once at batch 1, then the suffixes only
+    assert (1, 4) in widths  # the joiner prefilled its 4-token suffix, not 44 tokens
+    assert done[2].cached_tokens == 40
+
+
+class _CharTokenizer:
+    """One token per character (ids 3..63); enough of a tokenizer for the policy's worker."""
+
+    def __call__(self, texts, add_special_tokens=False):
+        class Encoded:
+            input_ids = [[3 + ord(ch) % 61 for ch in text][-40:] for text in texts]
+
+        return Encoded()
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(chr(97 + i % 26) for i in ids)
+
+
+def _tiny_policy(model) -> LocalPolicy:
+    policy = LocalPolicy.__new__(LocalPolicy)
+    policy.name, policy.max_batch_size, policy.batch_wait_s = "tiny", 8, 0.0
+    policy.model, policy.tokenizer, policy.device = model, _CharTokenizer(), torch.device("cpu")
+    policy.context_tokens, policy.stop_token_ids, policy.pad_token_id = 512, [1], PAD
+    policy.temperature = policy.max_new_tokens = None
+    policy._rng, policy.guided_tool_calls, policy._vocabulary = random.Random(0), False, None
+    policy.prefix_cache = PrefixCache(min_tokens=10_000)
+    policy.generation_lock, policy._weights_version = threading.RLock(), 0
+    policy._queue, policy._waiting, policy._slots = queue.Queue(), [], {}
+    policy._batch, policy._batch_version = policy._new_batch(), 0
+    return policy
+
+
+def _request(i: int) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": f"turn {i} of an episode"}], tools=[],
+                       max_new_tokens=10, temperature=0.0 if i % 2 else 0.8, seed=100 + i)
+
+
+def test_staggered_requests_share_decode_steps_and_keep_their_tokens():
+    """One request arrives per worker tick (as episodes' turns do): they decode together, each row's
+    tokens equal the same request decoded alone; the old batch-to-its-end worker gave 1 row per step."""
+    policy = _tiny_policy(tiny_model())
+    widths = []
+    policy.model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
+    loop = asyncio.new_event_loop()
+    try:
+        pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(6)]
+        for pending in pendings:
+            policy._queue.put(pending)
+            policy._tick()
+        while policy._slots:
+            policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        joined = [p.future.result() for p in pendings]
+    finally:
+        loop.close()
+    rows_per_step = sum(widths) / len(widths)
+    assert rows_per_step >= 3.0, widths
+    alone = [policy.generate_batch([p.request], [p.prompt_ids])[0] for p in pendings]
+    assert [c.completion_token_ids for c in joined] == [c.completion_token_ids for c in alone]
+    assert max(c.extra["batch_size"] for c in joined) >= 4
+
+
+def test_rows_decoding_when_the_weights_change_fail_as_system_errors():
+    from rewardbox.errors import EndpointError
+
+    policy = _tiny_policy(tiny_model())
+    loop = asyncio.new_event_loop()
+    try:
+        pending = Pending(_request(1), None, loop.create_future(), loop, 0.0)
+        policy._queue.put(pending)
+        policy._tick()
+        assert policy._slots
+        policy.weights_changed()
+        policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        with pytest.raises(EndpointError, match="weights"):
+            pending.future.result()
+    finally:
+        loop.close()
+    assert not policy._slots and len(policy._batch) == 0
+
+
+def test_a_cancelled_request_leaves_the_batch_and_the_others_keep_their_tokens():
+    policy = _tiny_policy(tiny_model())
+    widths = []
+    policy.model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
+        with_kwargs=True)
+    loop = asyncio.new_event_loop()
+    try:
+        pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(3)]
+        for pending in pendings:
+            policy._queue.put(pending)
+        policy._tick()
+        pendings[1].future.cancel()
+        while policy._slots:
+            policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        kept = [pendings[i].future.result() for i in (0, 2)]
+    finally:
+        loop.close()
+    assert widths[0] == 3 and set(widths[1:]) <= {1, 2}  # the cancelled row decoded one step, then left
+    alone = [policy.generate_batch([pendings[i].request], [pendings[i].prompt_ids])[0] for i in (0, 2)]
+    assert [c.completion_token_ids for c in kept] == [c.completion_token_ids for c in alone]
