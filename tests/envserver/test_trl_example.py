@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "environment_server.md"
 
 
 def trl_block() -> str:
-    return next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    return next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
                 if "GRPOTrainer(" in b)
 
 
@@ -32,9 +32,9 @@ def test_the_doc_names_the_trl_version_it_was_run_with():
 
 
 def test_trl_tokenizer_reads_our_template_s_tool_calls(smollm2_checkpoint):
-    from rewardbox.envserver.trl import trl_tokenizer
-
     from trl.chat_template_utils import parse_response
+
+    from rewardbox.envserver.trl import trl_tokenizer
 
     tokenizer = trl_tokenizer(str(smollm2_checkpoint))
     prefix = tokenizer.apply_chat_template([{"role": "user", "content": "Cancel order 6021."}], tokenize=False,
