@@ -23,7 +23,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "environment_server.md"
 
 
 def trl_block() -> str:
-    return next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    return next(b for b in re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
                 if "GRPOTrainer(" in b)
 
 
@@ -32,9 +32,9 @@ def test_the_doc_names_the_trl_version_it_was_run_with():
 
 
 def test_trl_tokenizer_reads_our_template_s_tool_calls(smollm2_checkpoint):
-    from rewardbox.envserver.trl import trl_tokenizer
-
     from trl.chat_template_utils import parse_response
+
+    from rewardbox.envserver.trl import trl_tokenizer
 
     tokenizer = trl_tokenizer(str(smollm2_checkpoint))
     prefix = tokenizer.apply_chat_template([{"role": "user", "content": "Cancel order 6021."}], tokenize=False,
@@ -55,10 +55,15 @@ def test_trl_tokenizer_reads_our_template_s_tool_calls(smollm2_checkpoint):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("REWARDBOX_TRL_EXAMPLE"),
-                    reason="opt-in (REWARDBOX_TRL_EXAMPLE=1): not yet seen to finish a step on a 2-core CPU "
-                           "(docs/environment_server.md says what was run)")
-@pytest.mark.timeout(3600)  # two GRPO steps of 8 multi-turn episodes on CPU: tens of minutes on a loaded 2-core box
-def test_the_documented_grpo_example_trains_on_cpu_with_a_gradient(served, smollm2_checkpoint, tmp_path):
+                    reason="opt-in (REWARDBOX_TRL_EXAMPLE=1): one GRPO step takes 5-9 min on a loaded 2-core CPU "
+                           "(docs/environment_server.md gives the measured times)")
+@pytest.mark.timeout(1800)
+def test_the_documented_grpo_example_trains_one_step_on_cpu(served, smollm2_checkpoint, tmp_path):
+    """One real GRPO step: episodes played on the server, graded, a loss and a gradient norm logged.
+
+    GRPO's advantage is the reward minus its group's mean, so a group whose rewards are all equal gives loss 0
+    and gradient 0 exactly, and a group with mixed rewards a non-zero gradient; both are checked as they occur.
+    """
     block = trl_block()
     for doc_value in ('"http://127.0.0.1:8000"', '"checkpoints/base"', '"checkpoints/trl_grpo"'):
         assert doc_value in block, doc_value
@@ -68,9 +73,19 @@ def test_the_documented_grpo_example_trains_on_cpu_with_a_gradient(served, smoll
     namespace: dict = {}
     exec(compile(code, str(DOC), "exec"), namespace)  # noqa: S102 - the doc's own example
     steps = [entry for entry in namespace["trainer"].state.log_history if "grad_norm" in entry]
-    assert steps, namespace["trainer"].state.log_history
-    print([{k: e.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm")}
-           for e in steps])
-    mixed = [e for e in steps if e["frac_reward_zero_std"] < 1]
-    assert mixed, f"no group with mixed rewards in {len(steps)} steps: {steps}"
-    assert all(e["grad_norm"] > 0 and math.isfinite(e["grad_norm"]) for e in mixed), mixed
+    print([{k: e.get(k) for k in ("step", "reward", "reward_std", "frac_reward_zero_std", "loss", "grad_norm",
+                                  "tools/call_frequency", "step_time")} for e in steps])
+    assert [e["step"] for e in steps] == [1], namespace["trainer"].state.log_history
+    for e in steps:
+        assert 0.0 <= e["reward"] <= 1.0 and math.isfinite(e["loss"]) and math.isfinite(e["grad_norm"]), e
+        if e["frac_reward_zero_std"] < 1:
+            assert e["grad_norm"] > 0, e
+        else:
+            assert e["loss"] == 0 and e["grad_norm"] == 0, e
+    envs = [env for env in _instances(namespace["trainer"]) if env.observation is not None]
+    assert envs and all(env.reward is not None and env.observation.status == "finished" for env in envs)
+
+
+def _instances(trainer) -> list:
+    """The environment instances TRL made (one per generation)."""
+    return list(getattr(trainer, "environments", None) or [])
