@@ -45,12 +45,11 @@ from typing import Protocol
 
 from rewardbox.episode.stepwise import AwaitingAction, Finished, Pause, StepwiseEpisode
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.trial import retry_system_errors
 from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.base import ChatRequest, Completion
-from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
+from rewardbox.policy.chat_template import END_OF_TURN, prompt_opens_reasoning, render_prompt
 from rewardbox.policy.interpreter import interpret
-
-END_OF_TURN = "<|im_end|>"
 
 
 @dataclass(frozen=True)
@@ -295,16 +294,17 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
                             max_context_tokens: int | None = None) -> TokenTrajectory:
     """:func:`play_episode`, played again from scratch after a transient system error.
 
-    A permanent system error (``system_error_permanent``) is returned at once, as ``rewardbox.episode.trial.run_trial`` does.
+    The retry rule is ``rewardbox.episode.trial.retry_system_errors``, the one ``run_trial`` plays by: a
+    permanent system error is returned at once; the result records the tries and the kinds of the
+    retried tries (``retried_system_error_kinds``).
 
     Returns:
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
-    for attempt in range(1, max_system_error_retries + 2):
-        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
-                                        max_context_tokens)
-        trajectory.tries = attempt
-        result = trajectory.result
-        if result is None or result.system_error is None or result.system_error_permanent:
-            break
+    async def play() -> TokenTrajectory:
+        return await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
+                                  max_context_tokens)
+
+    trajectory, tries = await retry_system_errors(play, max_system_error_retries, lambda played: played.result)
+    trajectory.tries = tries
     return trajectory
