@@ -100,12 +100,12 @@ def _reference_source(config) -> str:
 
 def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                     tasks: list[Task]) -> tuple[pl.DataFrame, int]:
-    """The reference's attempt rows (imported, or probed live with refills) and the refilled system errors."""
+    """The reference's trial rows (imported, or probed live with refills) and the refilled system errors."""
     profile = rewardbox.load()
     config = profile.reference
     if config.import_results:
         rows, left_out = import_infer_report(config.import_results, tasks)
-        context.log.info(f"reference results imported from {config.import_results}: {rows.height} attempts")
+        context.log.info(f"reference results imported from {config.import_results}: {rows.height} trials")
         for line in left_out:
             context.log.warning(f"reference import left out {line}")
         require_clean_trials(rows, profile, "reference_probe_results")
@@ -123,7 +123,7 @@ def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                             ray_cluster: RayClusterResource, screened_candidates: list[Task]) -> pl.DataFrame:
-    """The reference policy's attempts at every candidate (probe-row schema), the pool's first gate:
+    """The reference policy's trials of every candidate (probe-row schema), the pool's first gate:
     ``reference.min_clean_runs`` trials with system errors re-run, or an imported ``tb infer`` run.
     Without a ``reference`` section: no rows, and metadata saying it was skipped."""
     profile = rewardbox.load()
@@ -138,7 +138,7 @@ def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: Reward
     counts = verdict_counts(verdicts)
     context.add_output_metadata({
         "status": f"probed ({config.rule} rule)", "source": _reference_source(config),
-        "tasks_probed": verdicts.height, "attempts": rows.height, **counts,
+        "tasks_probed": verdicts.height, "trials": rows.height, **counts,
         "tasks_not_probed": len({t.uid for t in screened_candidates} - set(verdicts["uid"])),
         "system_errors": remaining_system_errors(rows), "system_errors_refilled": refilled,
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),

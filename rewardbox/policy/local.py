@@ -250,7 +250,7 @@ class LocalPolicy:
         now = time.perf_counter()
         for pending, (completion, error) in zip(batch, outcomes):
             if completion is not None:
-                completion.seconds = now - pending.enqueued_s
+                completion.duration_s = now - pending.enqueued_s
             settle(pending, completion, error)
 
     def generate_batch(self, requests: list[ChatRequest], prompt_ids: list[list[int]]) -> list[Completion]:
