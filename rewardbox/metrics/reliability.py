@@ -92,38 +92,44 @@ def compute_reliability(
 
     Args:
         base_rows, tuned_rows: trial rows of the two campaigns (``rewardbox.metrics.rows``).
-        k: the headline k (usually the trials per task).
-        price_table: prices for ``base_model`` and ``tuned_model``; None skips costs.
-        base_model, tuned_model: model names looked up in ``price_table``.
-        k_values: the k for curves; default 1..k.
-        confidence: level of the bootstrap (and Wilson) intervals.
+        k: the headline k (usually the trials per task); ``k_values``: the k of curves (default 1..k).
+        price_table: prices of ``base_model`` and ``tuned_model``; None skips costs.
+        confidence: level of the bootstrap (and Wilson) intervals; ``resamples``: task-level resamples.
         draws, seed: Monte Carlo settings of P(tuned better); ``seed`` also seeds the bootstrap.
-        resamples: task-level bootstrap resamples.
         splits: ``{split: [domain, ...]}`` (``report.splits``): a paired bootstrap per split, or none.
-
     Raises: ValueError: bad rows, k or splits. KeyError: a model missing from the price table.
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     k_values = sorted(set(k_values or range(1, k + 1)) | {1, k})
-    base_counts, tuned_counts = task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows")
-    comparison = compare_counts(base_counts, tuned_counts, draws=draws, seed=seed)
-    boot = paired_bootstrap(base_counts, tuned_counts, k_values, confidence, resamples, seed, by_domain=True,
-                            domain_k_values=[k])
-    costs = {}
-    if price_table:
-        costs = {"base_cost": campaign_cost(base_rows, price_table, base_model),
-                 "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model),
-                 "per_domain_cost": domain_costs(base_rows, tuned_rows, price_table, base_model, tuned_model),
-                 "price_table_version": price_table.version}
-    return Reliability(
-        k=k, k_values=k_values, confidence=confidence,
-        base=summarise_counts(base_counts, k_values, confidence), tuned=summarise_counts(tuned_counts, k_values, confidence),
-        comparison=comparison, bootstrap=boot,
-        per_domain=_per_domain(base_counts, tuned_counts, comparison, boot, k, confidence),
-        per_split=split_bootstrap(base_counts, tuned_counts, splits or {}, k_values, confidence, resamples, seed),
-        changed_tasks=changed_tasks(base_counts, tuned_counts), splits={s: list(d) for s, d in (splits or {}).items()},
-        base_truncation=truncation_summary(base_rows), tuned_truncation=truncation_summary(tuned_rows), **costs)
+    base, tuned = task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows")
+    comparison = compare_counts(base, tuned, draws=draws, seed=seed)
+    boot = paired_bootstrap(
+        base, tuned, k_values, confidence, resamples, seed, by_domain=True, domain_k_values=[k]
+    )
+    numbers = {
+        "base": summarise_counts(base, k_values, confidence),
+        "tuned": summarise_counts(tuned, k_values, confidence),
+        "per_domain": _per_domain(base, tuned, comparison, boot, k, confidence),
+        "per_split": split_bootstrap(base, tuned, splits or {}, k_values, confidence, resamples, seed),
+        "changed_tasks": changed_tasks(base, tuned),
+        "splits": {split: list(domains) for split, domains in (splits or {}).items()},
+        "base_truncation": truncation_summary(base_rows),
+        "tuned_truncation": truncation_summary(tuned_rows),
+    }
+    costs = _costs(base_rows, tuned_rows, price_table, base_model, tuned_model)
+    return Reliability(k, k_values, confidence, comparison=comparison, bootstrap=boot, **numbers, **costs)
+
+
+def _costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
+           base_model: str, tuned_model: str) -> dict[str, Any]:
+    """The cost fields of a :class:`Reliability` (USD); ``{}`` (all None) without a price table."""
+    if not price_table:
+        return {}
+    return {"base_cost": campaign_cost(base_rows, price_table, base_model),
+            "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model),
+            "per_domain_cost": domain_costs(base_rows, tuned_rows, price_table, base_model, tuned_model),
+            "price_table_version": price_table.version}
 
 
 def _with_domain(counts: pl.DataFrame) -> pl.DataFrame:
