@@ -292,19 +292,13 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
                             max_response_tokens: int, max_system_error_retries: int,
                             max_prompt_tokens: int | None = None,
                             max_context_tokens: int | None = None) -> TokenTrajectory:
-    """:func:`play_episode`, played again from scratch after a transient system error.
-
-    The retry rule is ``rewardbox.episode.trial.retry_system_errors``, the one ``run_trial`` plays by: a
-    permanent system error is returned at once; the result records the tries and the kinds of the
-    retried tries (``retried_system_error_kinds``).
+    """:func:`play_episode`, played again from scratch after a transient system error by
+    ``rewardbox.episode.trial.retry_system_errors``, ``run_trial``'s rule (tries and retried kinds recorded).
 
     Returns:
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
-    async def play() -> TokenTrajectory:
-        return await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
-                                  max_context_tokens)
-
-    trajectory, tries = await retry_system_errors(play, max_system_error_retries, lambda played: played.result)
-    trajectory.tries = tries
+    trajectory, trajectory.tries = await retry_system_errors(
+        lambda: play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
+                             max_context_tokens), max_system_error_retries, lambda played: played.result)
     return trajectory
