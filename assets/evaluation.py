@@ -5,7 +5,7 @@ import dagster as dg
 import polars as pl
 
 from assets.clean_trials import require_clean_trials
-from assets.metadata import md_table, parser_parity_result, tasks_hash
+from assets.metadata import md_table, parser_parity_result
 from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
@@ -18,7 +18,7 @@ from rewardbox.thinkingbox.interchange import write_decode_lines
 from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
 from rewardbox.metrics.truncation import truncation_summary
 from rewardbox.policy.parity import ParityRecorder
-from rewardbox.tasks.schema import Task
+from rewardbox.tasks.schema import Task, task_set_version
 
 GROUP = "evaluation"
 CODE = code_version(__name__, *EPISODE_ENGINE)
@@ -46,7 +46,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     config_hash = profile.section_hash("evaluation", "policy", "episode")
     served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
     journal = campaign_journal(rewardbox.path("campaigns", name).parent, name,
-                               [config_hash, tasks_hash(tasks), checkpoint, *served], EVALUATION_JOURNAL_SCHEMA)
+                               [config_hash, task_set_version(tasks), checkpoint, *served], EVALUATION_JOURNAL_SCHEMA)
     recorder = ParityRecorder()
     with vllm_server.policy_config(profile, checkpoint, context.log) as policy_config:
         run = run_evaluation(tasks, trials, lambda: rewardbox.policy(checkpoint, policy_config), profile, journal,
@@ -64,7 +64,7 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
         "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": run.repaired_keys,
         **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
-        "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": tasks_hash(tasks),
+        "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": task_set_version(tasks),
         "policy_kind": policy_config.kind, **gate,
     })
     record_versions(context, frame_version(rows))

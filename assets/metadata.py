@@ -1,9 +1,8 @@
-"""Metadata helpers shared by the asset modules: tables, images, hashes."""
+"""Metadata helpers shared by the asset modules: tables, images, task counts, the parser-parity check."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -54,14 +53,6 @@ def table_value(df: pl.DataFrame, max_rows: int = 50) -> dg.MetadataValue:
     records = [dg.TableRecord({k: (v if isinstance(v, (int, float, bool)) or v is None else str(v))
                                for k, v in row.items()}) for row in df.iter_rows(named=True)]
     return dg.MetadataValue.table(records, schema)
-
-
-def tasks_hash(tasks: Iterable[Task]) -> str:
-    """Short SHA-256 over the tasks' uids and content hashes (the input identity)."""
-    digest = hashlib.sha256()
-    for task in sorted(tasks, key=lambda t: t.uid):
-        digest.update(f"{task.uid}:{task.content_hash()}\n".encode())
-    return digest.hexdigest()[:16]
 
 
 def tasks_frame(tasks: Iterable[Task]) -> pl.DataFrame:

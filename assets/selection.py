@@ -7,8 +7,8 @@ import dagster as dg
 import polars as pl
 
 from assets.clean_trials import require_clean_trials
-from assets.metadata import md_chart, md_image, md_table, parser_parity_result, table_value, tasks_hash
-from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions, tasks_version
+from assets.metadata import md_chart, md_image, md_table, parser_parity_result, table_value
+from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
@@ -28,7 +28,7 @@ from rewardbox.selection import teachable
 from rewardbox.selection.difficulty import band_summary
 from rewardbox.selection import training_pool as select_pool
 from rewardbox.selection.reference import gate_pool, reference_verdicts, successes_histogram, verdict_counts
-from rewardbox.tasks.schema import Task, canonical_json
+from rewardbox.tasks.schema import Task, canonical_json, task_set_version
 
 GROUP = "selection"
 PROBE_CODE = code_version(__name__, *EPISODE_ENGINE)
@@ -53,7 +53,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
             context.log.warning(f"probe import left out {line}")
         ParityRecorder().write(rewardbox.path("parity", "probe_results.json"))  # no raw text imported: corpus only
     else:
-        identity = [profile.section_hash("probe", "policy", "episode"), tasks_hash(screened_candidates), base_checkpoint,
+        identity = [profile.section_hash("probe", "policy", "episode"), task_set_version(screened_candidates), base_checkpoint,
                     *([profile.section_hash("serving")] if profile.serving.kind != "none" else [])]
         journal = campaign_journal(rewardbox.path("campaigns", "probe_results").parent, "probe_results", identity,
                                    ROW_SCHEMA)  # a killed probe run resumes where it stopped
@@ -76,7 +76,7 @@ def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
         "system_errors": int(rows["system_error"].is_not_null().sum()),
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "termination_reasons": md_table(summary), "sample": md_table(rows.head(20)), **truncation_summary(rows),
-        "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": tasks_hash(screened_candidates),
+        "config_hash": profile.section_hash("probe", "policy", "episode"), "input_hash": task_set_version(screened_candidates),
         **gate,
     })
     record_versions(context, frame_version(rows))
@@ -100,17 +100,17 @@ def _reference_source(config) -> str:
 
 def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
                     tasks: list[Task]) -> tuple[pl.DataFrame, int]:
-    """The reference's attempt rows (imported, or probed live with refills) and the refilled system errors."""
+    """The reference's trial rows (imported, or probed live with refills) and the refilled system errors."""
     profile = rewardbox.load()
     config = profile.reference
     if config.import_results:
         rows, left_out = import_infer_report(config.import_results, tasks)
-        context.log.info(f"reference results imported from {config.import_results}: {rows.height} attempts")
+        context.log.info(f"reference results imported from {config.import_results}: {rows.height} trials")
         for line in left_out:
             context.log.warning(f"reference import left out {line}")
         require_clean_trials(rows, profile, "reference_probe_results")
         return rows, 0
-    identity = [_reference_hash(profile), profile.section_hash("sandbox", "user", "grading"), tasks_hash(tasks)]
+    identity = [_reference_hash(profile), profile.section_hash("sandbox", "user", "grading"), task_set_version(tasks)]
     journal = campaign_journal(rewardbox.path("campaigns", "reference_probe_results").parent,
                                "reference_probe_results", identity, ROW_SCHEMA)
     run = probe_reference(tasks, config, build_policy(config.policy), profile, journal=journal, log=context.log,
@@ -123,7 +123,7 @@ def _reference_rows(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
 def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                             ray_cluster: RayClusterResource, screened_candidates: list[Task]) -> pl.DataFrame:
-    """The reference policy's attempts at every candidate (probe-row schema), the pool's first gate:
+    """The reference policy's trials of every candidate (probe-row schema), the pool's first gate:
     ``reference.min_clean_runs`` trials with system errors re-run, or an imported ``tb infer`` run.
     Without a ``reference`` section: no rows, and metadata saying it was skipped."""
     profile = rewardbox.load()
@@ -138,12 +138,12 @@ def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: Reward
     counts = verdict_counts(verdicts)
     context.add_output_metadata({
         "status": f"probed ({config.rule} rule)", "source": _reference_source(config),
-        "tasks_probed": verdicts.height, "attempts": rows.height, **counts,
+        "tasks_probed": verdicts.height, "trials": rows.height, **counts,
         "tasks_not_probed": len({t.uid for t in screened_candidates} - set(verdicts["uid"])),
         "system_errors": remaining_system_errors(rows), "system_errors_refilled": refilled,
         "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)),
         "successes_histogram": md_table(successes_histogram(verdicts)), "verdicts": md_table(verdicts),
-        "config_hash": _reference_hash(profile), "input_hash": tasks_hash(screened_candidates),
+        "config_hash": _reference_hash(profile), "input_hash": task_set_version(screened_candidates),
     })
     record_versions(context, frame_version(rows))
     return rows
@@ -192,9 +192,9 @@ def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResourc
     context.add_output_metadata({
         "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)), **gate,
         "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
-        "table": md_table(pool_rows), "input_hash": tasks_hash(pool),
+        "table": md_table(pool_rows), "input_hash": task_set_version(pool),
     })
     config_hash = (profile.section_hash("selection") if profile.reference is None
                    else _reference_hash(profile, "selection"))
-    record_versions(context, tasks_version(pool), config_hash)
+    record_versions(context, task_set_version(pool), config_hash)
     return pool

@@ -4,13 +4,13 @@
 import dagster as dg
 
 from assets.clean_trials import require_screened_candidates
-from assets.metadata import md_table, per_domain, tasks_frame, tasks_hash
-from assets.versions import EPISODE_ENGINE, code_version, record_versions, tasks_version
+from assets.metadata import md_table, per_domain, tasks_frame
+from assets.versions import EPISODE_ENGINE, code_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.selection.screening import screen_tasks, ungradable, write_evidence_counts
 from rewardbox.tasks.exclusion import check_disjoint
-from rewardbox.tasks.schema import Task
+from rewardbox.tasks.schema import Task, task_set_version
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
 
 GROUP = "tasks"
@@ -43,9 +43,9 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "excluded_as_benchmark": len(loaded.excluded), "load_errors": dg.MetadataValue.json(loaded.errors),
         "failed_to_load": loaded.failed, "load_policy": dg.MetadataValue.json(profile.tasks.candidate_loading.model_dump()),
         "table": md_table(tasks_frame(loaded.tasks)), "config_hash": profile.section_hash("tasks"),
-        "input_hash": tasks_hash(loaded.tasks),
+        "input_hash": task_set_version(loaded.tasks),
     })
-    record_versions(context, tasks_version(loaded.tasks))
+    record_versions(context, task_set_version(loaded.tasks))
     return loaded.tasks
 
 
@@ -75,9 +75,9 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
         "read_only": int(report["read_only"].fill_null(False).sum()),
         "write_unknown": write_evidence_counts(report)["write_unknown"],
         "load_errors": dg.MetadataValue.json(loaded.errors), "config_hash": profile.section_hash("tasks"),
-        "input_hash": tasks_hash(valid),
+        "input_hash": task_set_version(valid),
     })
-    record_versions(context, tasks_version(valid))
+    record_versions(context, task_set_version(valid))
     return valid
 
 
@@ -101,9 +101,9 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
         "null_pass_read_only": int((report["read_only"].fill_null(False) & report["null_passed"].fill_null(False)).sum()),
         "write_unknown": write_evidence_counts(report)["write_unknown"],
         "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
-        "input_hash": tasks_hash(candidate_tasks), **gate,
+        "input_hash": task_set_version(candidate_tasks), **gate,
     })
-    record_versions(context, tasks_version(valid), profile.section_hash("tasks", "sandbox", "grading", "episode"))
+    record_versions(context, task_set_version(valid), profile.section_hash("tasks", "sandbox", "grading", "episode"))
     return valid
 
 

@@ -6,7 +6,7 @@ import shutil
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_table, tasks_hash, training_curve_metadata
+from assets.metadata import md_table, training_curve_metadata
 from assets.verl_backend import merge_fidelity, verl_grpo, verl_merge
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.ray_cluster import RayClusterResource
@@ -16,7 +16,7 @@ from rewardbox.runtime.compose import check_policy_budget, episode_runner, polic
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.tasks.exclusion import check_disjoint
-from rewardbox.tasks.schema import Task
+from rewardbox.tasks.schema import Task, task_set_version
 from rewardbox.training.checkpoint import merge_checkpoint
 from rewardbox.training.local import train_local_grpo
 from rewardbox.training.probe_history import ProbeHistory
@@ -41,7 +41,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     if profile.grpo.backend == "verl":
         path, metadata, version = verl_grpo(context, ray_cluster, profile, training_pool, base_checkpoint,
                                             profile.data_path / profile.name)
-        context.add_output_metadata(metadata | {"pool_tasks": len(training_pool), "input_hash": tasks_hash(training_pool),
+        context.add_output_metadata(metadata | {"pool_tasks": len(training_pool), "input_hash": task_set_version(training_pool),
                                                 "config_hash": profile.section_hash("grpo", "verl")})
         record_versions(context, version)
         return path
@@ -58,7 +58,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     metadata = {"path": dg.MetadataValue.path(str(adapter)), "steps": len(summary.steps),
                 "trained": bool(summary.steps),
                 "pool_tasks": len(training_pool), "config_hash": profile.section_hash("grpo"),
-                "input_hash": tasks_hash(training_pool)}
+                "input_hash": task_set_version(training_pool)}
     if summary.steps:
         metadata |= {"step_metrics": md_table(steps),
                      **training_curve_metadata([m.as_dict() for m in summary.steps])}

@@ -4,7 +4,7 @@
   engine packages its result depends on (syntax trees without docstrings, see
   ``rewardbox.config.provenance.source_version``). A comment or docstring edit leaves it alone.
 - ``data_version`` (on each materialisation): a hash of the output's *content*
-  (:func:`tasks_version`, :func:`frame_version`, :func:`files_version`). An identical
+  (``rewardbox.tasks.schema.task_set_version``, :func:`frame_version`, :func:`files_version`). An identical
   re-materialisation reports the same data version, so Dagster does not flag the assets below it
   as having new upstream data.
 - ``config_hash`` (metadata): the profile sections that produced the output.
@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import io
-from collections.abc import Iterable
 from pathlib import Path
 
 import dagster as dg
 import polars as pl
 
-from assets.metadata import tasks_hash
 from rewardbox.config.provenance import source_version
-from rewardbox.tasks.schema import Task
 
 #: The engine that runs and grades episodes; every stage that runs episodes depends on all of it.
 EPISODE_ENGINE = ("rewardbox.episode", "rewardbox.sandbox", "rewardbox.grading", "rewardbox.domains",
@@ -40,11 +37,6 @@ def code_version(asset_module: str, *engine: str) -> str:
         12 hex characters (see ``rewardbox.config.provenance.source_version``).
     """
     return source_version(asset_module, *engine)
-
-
-def tasks_version(tasks: Iterable[Task]) -> str:
-    """Data version of a task list: its uids and content hashes (order-free)."""
-    return tasks_hash(tasks)
 
 
 def frame_version(frame: pl.DataFrame) -> str:
@@ -77,7 +69,7 @@ def record_versions(context: dg.AssetExecutionContext, data_version: str, config
 
     Args:
         context: the asset's execution context (single-asset ``@asset``).
-        data_version: from :func:`tasks_version`, :func:`frame_version` or :func:`files_version`.
+        data_version: from ``task_set_version``, :func:`frame_version` or :func:`files_version`.
         config_hash: ``profile.section_hash(...)`` of the sections that produced the output; give it
             where the asset's own metadata does not already carry ``config_hash``.
     """

@@ -16,7 +16,8 @@ import numpy as np
 import polars as pl
 
 from benchmarks.rows import row
-from rewardbox.report import compute_reliability, format_reliability_tables
+from rewardbox.metrics import compute_reliability
+from rewardbox.report import format_reliability_tables
 
 ISSUE_IDLE_S = 1.31
 GOAL_S = 1.0

@@ -37,11 +37,11 @@ from dagster import (
 )
 
 from rewardbox import strict_json
+from rewardbox.config.provenance import TAG_TASK_SET_VERSION
 from rewardbox.errors import TaskFormatError, TaskSetLoadError
 
 CHECKPOINT_MARKER = "config.json"
 TAG_CHECKPOINT_PATH = "rewardbox/checkpoint_path"
-TAG_TASK_SET_VERSION = "rewardbox/task_set_version"
 
 
 def checkpoint_run_key(checkpoint_name: str, task_set_version: str) -> str:

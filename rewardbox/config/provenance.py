@@ -8,7 +8,8 @@ Three identities, each a short SHA-256 hex digest:
   are left out: the task-set version and the assets' data versions cover them.
 - **config hash** (:func:`profile_config_hash`): every profile section except the name and
   ``data_dir`` (where artifacts go does not change what they are).
-- **task-set version**: computed by the caller from the tasks' uids and content hashes.
+- **task-set version** (``rewardbox.tasks.schema.task_set_version``): a hash of the tasks' uids and
+  content hashes.
 
 :func:`run_tags` turns them into the run tags that the Dagster jobs, sensors and schedule attach
 to every run (see ``docs/audit.md``), plus the resource tags that the Postgres instance's
@@ -21,13 +22,12 @@ import ast
 import hashlib
 import importlib.util
 import subprocess
-from collections.abc import Iterable
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from rewardbox.config.profile import Profile
-from rewardbox.tasks.schema import Task, canonical_json
+from rewardbox.tasks.schema import canonical_json, task_set_version
 
 TAG_PROFILE = "rewardbox/profile"
 TAG_CONFIG_HASH = "rewardbox/config_hash"
@@ -122,12 +122,6 @@ def profile_config_hash(profile: Profile) -> str:
     """Short SHA-256 of every profile section except ``name`` and ``data_dir`` (16 hex)."""
     payload = canonical_json(profile.model_dump(mode="json", exclude={"name", "data_dir"}))
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
-
-
-def task_set_version(tasks: Iterable[Task]) -> str:
-    """Version of a task set: SHA-256 of its sorted ``uid:content hash`` pairs (12 hex)."""
-    digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in tasks)).encode())
-    return digest.hexdigest()[:12]
 
 
 def benchmark_version(profile: Profile) -> str:

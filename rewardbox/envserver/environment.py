@@ -25,10 +25,10 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from rewardbox.envserver.models import RewardboxAction, RewardboxObservation, RewardboxState
 from rewardbox.envserver.services import EnvServices, check_trial
-from rewardbox.episode.runner import DONE_MARKER
 from rewardbox.episode.stepwise import (
     AwaitingAction, EpisodeClosedError, Finished, Pause, StepwiseEpisode, completion_from_calls, completion_from_text,
 )
+from rewardbox.grading.tb_messages import DONE_MARKER
 from rewardbox.policy.base import ChatRequest, Completion
 
 _HIDDEN_KEYS = ("is_user_llm", "reasoning_content")

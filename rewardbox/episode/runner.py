@@ -29,12 +29,11 @@ from rewardbox.episode.termination import TerminationReason
 from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.episode.user_simulator import UserSimulator, split_stop_marker
 from rewardbox.errors import ContextLengthError, GraderError, InfrastructureError
+from rewardbox.grading.tb_messages import DONE_MARKER
 from rewardbox.policy.base import ChatRequest, Completion, Interpretation, Policy, ToolCall, ToolCallError
 from rewardbox.policy.chat_template import assistant_message
 from rewardbox.sandbox.base import Sandbox, SandboxFactory, ToolSpec
 from rewardbox.tasks.schema import Task
-
-DONE_MARKER = "<DONE>"
 
 
 class Grader(Protocol):

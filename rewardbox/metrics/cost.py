@@ -35,6 +35,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rewardbox.metrics.campaign import NO_DOMAIN
 from rewardbox.metrics.rows import TOKEN_COLUMNS, task_counts, with_outcome
 
 WILDCARD_MODEL = "*"
@@ -200,3 +201,36 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
         "cost_per_dependable_task_usd": campaign_usd / dependable if dependable else None,
         "cached_above_input_rows": int(costed["cached_above_input"].sum()),
     }
+
+
+def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
+                 base_model: str, tuned_model: str) -> pl.DataFrame | None:
+    """Cost per domain of each campaign (``campaign_cost`` on the domain's rows); None without a price table.
+
+    Returns:
+        One row per domain: ``domain``, ``{base,tuned}_cost_per_successful_trial_usd``,
+        ``{base,tuned}_campaign_cost_usd`` (USD; None where no trial passed).
+
+    Raises:
+        KeyError: a model missing from the price table (as ``campaign_cost``).
+    """
+    if price_table is None:
+        return None
+    sides = {"base": (base_rows, base_model), "tuned": (tuned_rows, tuned_model)}
+    domains = sorted({d for rows, _ in sides.values() for d in _domains(rows)})
+    records = []
+    for domain in domains:
+        record: dict[str, Any] = {"domain": domain}
+        for side, (rows, model) in sides.items():
+            sub = rows.filter(pl.col("domain") == domain) if "domain" in rows.columns else rows
+            cost = campaign_cost(sub, price_table, model) if sub.height else None
+            record[f"{side}_cost_per_successful_trial_usd"] = cost and cost["cost_per_successful_trial_usd"]
+            record[f"{side}_campaign_cost_usd"] = cost and cost["campaign_cost_usd"]
+        records.append(record)
+    return pl.DataFrame(records, infer_schema_length=None)
+
+
+def _domains(rows: pl.DataFrame) -> list[str]:
+    if "domain" not in rows.columns:
+        return [NO_DOMAIN]
+    return [d for d in rows["domain"].unique().to_list() if d is not None]

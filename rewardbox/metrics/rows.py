@@ -1,4 +1,4 @@
-"""Attempt rows -> per-task clean counts (the one place that reads the row schema).
+"""Trial rows -> per-task clean counts (the one place that reads the row schema).
 
 A *trial row* is one (uid, trial) outcome, as written by
 ``EpisodeResult.to_row``: ``uid``, ``trial``, ``reward``, ``passed``,

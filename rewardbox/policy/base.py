@@ -103,7 +103,7 @@ class Completion:
         raw_finish_reason: the server's or sampler's own reason (``"tool_calls"``, ``"completed"``,
             ...), kept as given; None when the policy has none.
         input_tokens, cached_input_tokens, output_tokens: token usage of this call.
-        seconds: wall time of the call, seconds.
+        duration_s: wall time of the call, seconds (a local policy: from enqueueing the request).
         prompt_token_ids, completion_token_ids: local policies only; the exact
             token ids, so training can score policy tokens without re-tokenising.
         completion_logprobs: local policies only; per completion token, its
@@ -118,7 +118,7 @@ class Completion:
     input_tokens: int = 0
     cached_input_tokens: int = 0
     output_tokens: int = 0
-    seconds: float = 0.0
+    duration_s: float = 0.0
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None

@@ -51,6 +51,8 @@ from rewardbox.sandbox.base import ToolSpec
 TEMPLATE_FILE = "chat_template.jinja"
 EXAMPLE_TOOL_NAME = "pause_subscription"
 TURN_START = "<|im_start|>"
+#: The token that closes every turn (ChatML); a sampled turn that ends with it stopped on its own.
+END_OF_TURN = "<|im_end|>"
 
 
 class ChatTemplateError(ValueError):

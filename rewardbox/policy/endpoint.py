@@ -192,7 +192,7 @@ class EndpointPolicy:
                 raise ContextLengthError(f"{self.base_url} ({self.model}): {again.rejection.message}") from again
             attempts = rejected.attempts + more
         completion = self._completion(response, request.tools, body["max_completion_tokens"])
-        completion.seconds = time.perf_counter() - started
+        completion.duration_s = time.perf_counter() - started
         completion.extra["attempts"] = attempts
         return completion
 

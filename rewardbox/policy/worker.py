@@ -195,7 +195,7 @@ class ContinuousWorker:
             except Exception as exc:  # noqa: BLE001 - a completion that cannot be built is a system error
                 self._fail_rows([pending], exc)
                 continue
-            completion.seconds = now - pending.enqueued_s
+            completion.duration_s = now - pending.enqueued_s
             settle(pending, completion)
 
     def _finish(self, request: Any, prompt_ids: list[int], row: FinishedRow) -> Any:

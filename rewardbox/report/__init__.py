@@ -11,7 +11,6 @@ from rewardbox.report.plots import (
 )
 from rewardbox.report.tables import (
     band_table,
-    compute_reliability,
     format_reliability_tables,
     markdown_preview,
     markdown_table,
@@ -23,7 +22,6 @@ __all__ = [
     "PNG_MAGIC",
     "band_histogram_png",
     "band_table",
-    "compute_reliability",
     "format_reliability_tables",
     "markdown_preview",
     "markdown_table",

@@ -11,7 +11,7 @@ from typing import Any
 
 import polars as pl
 
-from rewardbox.report.splits import domain_to_split
+from rewardbox.metrics.splits import domain_to_split
 
 
 def changed_tasks_table(changed: pl.DataFrame, splits: Mapping[str, Sequence[str]] | None = None) -> str:

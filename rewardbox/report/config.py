@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rewardbox.metrics.cost import PriceTable
-from rewardbox.report.splits import domain_to_split
+from rewardbox.metrics.splits import domain_to_split
 
 UNPRICED = {"usd_per_1m_input_tokens": 0.0, "usd_per_1m_cached_input_tokens": 0.0, "usd_per_1m_output_tokens": 0.0}
 
@@ -24,7 +24,7 @@ class ReportConfig(BaseModel):
             the ``tuned_not_worse_than_base`` check.
         splits: named groups of domains, e.g. ``{in_distribution: [retail, hotel],
             out_of_distribution: [helpdesk]}``; each gets its own base-vs-tuned table
-            (``rewardbox.report.splits``). A domain may be in one split only.
+            (``rewardbox.metrics.splits``). A domain may be in one split only.
     """
 
     model_config = ConfigDict(extra="forbid")

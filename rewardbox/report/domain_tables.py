@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from rewardbox.metrics.campaign import NO_DOMAIN
-from rewardbox.metrics.cost import PriceTable, campaign_cost
+from rewardbox.metrics.reliability import Reliability
 from rewardbox.report.formats import NA, fmt_pct, fmt_usd
+
 
 def _interval(value: float | None, interval: tuple[float, float]) -> str:
     return NA if value is None else f"[{100 * interval[0]:.2f}, {100 * interval[1]:.2f}]"
@@ -31,41 +31,8 @@ def _pass_at_1_change(r: dict[str, Any]) -> str:
     return f"{100 * (r['tuned_pass_at_1'] - r['base_pass_at_1']):+.2f} [{100 * low:+.2f}, {100 * high:+.2f}]"
 
 
-def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
-                 base_model: str, tuned_model: str) -> pl.DataFrame | None:
-    """Cost per domain of each campaign (``campaign_cost`` on the domain's rows); None without a price table.
-
-    Returns:
-        One row per domain: ``domain``, ``{base,tuned}_cost_per_successful_trial_usd``,
-        ``{base,tuned}_campaign_cost_usd`` (USD; None where no trial passed).
-
-    Raises:
-        KeyError: a model missing from the price table (as ``campaign_cost``).
-    """
-    if price_table is None:
-        return None
-    sides = {"base": (base_rows, base_model), "tuned": (tuned_rows, tuned_model)}
-    domains = sorted({d for rows, _ in sides.values() for d in _domains(rows)})
-    records = []
-    for domain in domains:
-        record: dict[str, Any] = {"domain": domain}
-        for side, (rows, model) in sides.items():
-            sub = rows.filter(pl.col("domain") == domain) if "domain" in rows.columns else rows
-            cost = campaign_cost(sub, price_table, model) if sub.height else None
-            record[f"{side}_cost_per_successful_trial_usd"] = cost and cost["cost_per_successful_trial_usd"]
-            record[f"{side}_campaign_cost_usd"] = cost and cost["campaign_cost_usd"]
-        records.append(record)
-    return pl.DataFrame(records, infer_schema_length=None)
-
-
-def _domains(rows: pl.DataFrame) -> list[str]:
-    if "domain" not in rows.columns:
-        return [NO_DOMAIN]
-    return [d for d in rows["domain"].unique().to_list() if d is not None]
-
-
-def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
-    """The per-domain tables of a ``compute_reliability`` result, every cell a string.
+def domain_frames(rel: Reliability) -> dict[str, pl.DataFrame]:
+    """The per-domain tables of a ``rewardbox.metrics.reliability.Reliability``, every cell a string.
 
     Returns:
         ``{"pass@1": ..., "pass@1 change": ..., "pass@k": ..., "pass^k": ..., "cost (USD, prices v)": ...}``
@@ -79,7 +46,7 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
         characters a row in a few columns; measured by tests/ui/test_dagster_ui.py), so no cell wraps.
         Empty dict when there are no domains.
     """
-    k, per_domain = rel["k"], rel["per_domain"]
+    k, per_domain = rel.k, rel.per_domain
     if per_domain.height == 0:
         return {}
     rows = list(per_domain.iter_rows(named=True))
@@ -103,9 +70,9 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
             "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
         } for r in rows]),
     }
-    costs = rel.get("per_domain_cost")
+    costs = rel.per_domain_cost
     if costs is not None and costs.height:
-        version = rel.get("price_table_version")
+        version = rel.price_table_version
         frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
             "domain": c["domain"], "policy": side,
             "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
@@ -114,7 +81,7 @@ def domain_frames(rel: dict[str, Any]) -> dict[str, pl.DataFrame]:
     return frames
 
 
-def domain_markdown(rel: dict[str, Any], render) -> str:
+def domain_markdown(rel: Reliability, render) -> str:
     """The per-domain tables as markdown, one bold title line before each (``render``: a DataFrame -> markdown
     function, ``rewardbox.report.tables.markdown_table``); ``(no tasks)`` without domains."""
     frames = domain_frames(rel)

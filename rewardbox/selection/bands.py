@@ -140,7 +140,7 @@ def band_masses(c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
 def assign_band(c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> str:
     """The band with the largest Jeffreys posterior mass; ties go to the harder band.
 
-    The posterior is ``Beta(k + 1/2, n - k + 1/2)`` (Jeffreys prior; docs/method.md,
+    The posterior is ``Beta(c + 1/2, n - c + 1/2)`` (Jeffreys prior; docs/method.md,
     "Difficulty bands"); its mass per band is ``I_x(a, b)`` at the cut points.
     Examples: ``assign_band(0, 4) == "too_hard"``, ``assign_band(2, 4) == "medium"``. Degenerate
     case: ``n = 0`` uses the prior's masses alone (``assign_band(0, 0) == "hard"``);

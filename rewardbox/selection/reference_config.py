@@ -23,7 +23,7 @@ class ReferenceConfig(BaseModel):
             the fields of ``PolicyConfig``). It samples with the profile's ``episode``
             settings (``max_new_tokens``, ``temperature``), as probes do.
         import_results: a ``tb infer`` JSONL file (ThinkingBox ``DecodeResult`` rows)
-            holding the reference's attempts; nothing is run.
+            holding the reference's trials; nothing is run.
         min_clean_runs: clean runs (system errors excluded) the reference gets per
             task; live probing runs this many trials and re-runs system-error
             trials (``max_refill_rounds``). A task with fewer clean runs has no
@@ -31,8 +31,8 @@ class ReferenceConfig(BaseModel):
         min_successes: successes the counts rule needs among the first
             ``min_clean_runs`` clean runs (by trial). Default 1: solved at least once.
         posterior_threshold, posterior_q: set both to replace the counts rule by the
-            posterior rule: P(p > posterior_threshold | k, n) >= posterior_q under the
-            Jeffreys posterior Beta(k + 1/2, n - k + 1/2) of all clean runs (the one
+            posterior rule: P(p > posterior_threshold | c, n) >= posterior_q under the
+            Jeffreys posterior Beta(c + 1/2, n - c + 1/2) of all clean runs (the one
             the difficulty bands use).
         max_refill_rounds: live probing only; rounds that re-run the trials still
             in system error after the episode's own retries.

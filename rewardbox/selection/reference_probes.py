@@ -36,10 +36,10 @@ class ReferenceProbeRun:
     """What a live reference probe produced.
 
     Attributes:
-        rows: one attempt row per (uid, trial), trial in ``0..min_clean_runs-1``
+        rows: one trial row per (uid, trial), trial in ``0..min_clean_runs-1``
             (``rewardbox.episode.campaign.ROW_SCHEMA``); a key still in system
             error after the refills keeps its last system-error row.
-        refilled_system_errors: system-error attempts that were re-run (each re-run counts once).
+        refilled_system_errors: system-error trials that were re-run (each re-run counts once).
         refill_rounds: refill rounds run (0 when the first pass was clean).
     """
 

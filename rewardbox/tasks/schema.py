@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -151,3 +152,15 @@ class Task:
         data["builtin_tools"] = tuple(data.get("builtin_tools", ()))
         data["tags"] = tuple(data.get("tags", ()))
         return cls(**data)
+
+
+def task_set_version(tasks: Iterable[Task]) -> str:
+    """The version of a task set: SHA-256 of its sorted ``uid:content hash`` pairs, 12 hex characters.
+
+    Order-free and the one identity of a task set wherever one is needed: the run tag
+    ``rewardbox/task_set_version`` and the checkpoint sensor's run key, the assets' data versions and
+    ``input_hash`` metadata, and the campaign journals' identities (docs/audit.md). Two sets with the
+    same tasks (by :meth:`Task.content_hash`) under the same uids have the same version.
+    """
+    digest = hashlib.sha256("".join(sorted(f"{t.uid}:{t.content_hash()}" for t in tasks)).encode())
+    return digest.hexdigest()[:12]

@@ -21,7 +21,7 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import Policy
-from rewardbox.policy.chat_template import render_prompt
+from rewardbox.policy.chat_template import END_OF_TURN, render_prompt
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
 from rewardbox.threads import apply_thread_policy
@@ -34,7 +34,6 @@ from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummar
 if TYPE_CHECKING:  # the profile composes training's config, so training reads it without importing it
     from rewardbox.config.profile import Profile
 
-END_OF_TURN = "<|im_end|>"
 
 EpisodeRunnerFactory = Callable[["Profile", Policy], AbstractAsyncContextManager[Any]]
 """``(profile, policy) -> async context of an EpisodeRunner``: the composition root's ``episode_runner``."""

@@ -120,7 +120,7 @@ def _rows(task_counts_: pl.DataFrame) -> pl.DataFrame:
 
 
 def test_make_demo_prints_the_reports_verdict_by_the_same_rule():
-    from rewardbox.report.tables import compute_reliability
+    from rewardbox.metrics.reliability import compute_reliability
     from rewardbox.report.verdict import verdict_summary
     from rewardbox.strict_json import dumps, loads
 

@@ -7,10 +7,10 @@ import json
 import dagster as dg
 import polars as pl
 
-from assets.metadata import tasks_hash
 from rewardbox.config.profile import load_profile
 from rewardbox.episode.campaign import ROW_SCHEMA
 from rewardbox.episode.journal import campaign_journal
+from rewardbox.tasks.schema import task_set_version
 from rewardbox.tasks.sources import load_benchmark
 from tests.fixtures.fake_openai import chat_response
 from tests.pipelines.test_secrets_never_written import KEY, KEY_ENV, _profile, no_checkpoint
@@ -43,7 +43,7 @@ def test_a_killed_evaluation_resumes_and_its_exports_stay_whole(tmp_path, fake_o
     # What a run killed after two attempts leaves behind: their rows in the journal.
     profile = load_profile(profile_path)
     identity = [profile.section_hash("evaluation", "policy", "episode"),
-                tasks_hash(load_benchmark(profile.tasks).tasks), ""]
+                task_set_version(load_benchmark(profile.tasks).tasks), ""]
     journal = campaign_journal(data / "secret_scan" / "campaigns", "base_evaluation_results", identity,
                                {**ROW_SCHEMA, "decode_result": pl.Utf8})
     for row, line in list(zip(full.to_dicts(), lines))[:2]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rewardbox.metrics import ModelPrice, PriceTable, summarise_campaign
+from rewardbox.metrics import ModelPrice, PriceTable, compute_reliability, summarise_campaign
 from rewardbox.report import (
     PNG_MAGIC,
     band_histogram_png,
     band_table,
-    compute_reliability,
     markdown_preview,
     markdown_table,
     reliability_png,
@@ -109,7 +108,7 @@ def test_omitted_k_and_missing_prices_are_explained():
 def test_unmatched_tasks_are_listed_and_missing_price_raises():
     tuned = TUNED.filter(pl.col("uid") != "b")
     result = compute_reliability(BASE, tuned, 4, None)
-    assert result["comparison"]["unmatched_tasks"] == ["b"]
+    assert result.comparison["unmatched_tasks"] == ["b"]
     with pytest.raises(KeyError, match="base"):
         reliability_tables(BASE, TUNED, 4, PRICES)  # default model names are not in the table
 

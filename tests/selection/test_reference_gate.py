@@ -47,7 +47,7 @@ def test_counts_rule_needs_min_successes_in_the_first_clean_runs():
     }), config))
     assert {uid: v["verdict"] for uid, v in verdicts.items()} == {
         "two": "passed", "one": "failed", "late": "failed", "early": "passed"}
-    assert verdicts["late"]["k"] == 2 and verdicts["late"]["k_first_runs"] == 0 and verdicts["late"]["n"] == 6
+    assert verdicts["late"]["c"] == 2 and verdicts["late"]["c_first_runs"] == 0 and verdicts["late"]["n"] == 6
     assert verdicts["two"]["exceedance_prob"] is None  # counts rule: no posterior
 
 
@@ -67,9 +67,9 @@ def test_system_errors_are_neither_runs_nor_failures():
 
 
 def test_exceedance_matches_scipy_and_the_arcsine_law():
-    k, n = np.array([3, 1, 0, 4, 2, 0]), np.array([4, 4, 4, 4, 8, 0])
-    got = exceedance_probability(k, n, 0.5)
-    want = [stats.beta(kk + 0.5, nn - kk + 0.5).sf(0.5) for kk, nn in zip(k, n)]
+    c, n = np.array([3, 1, 0, 4, 2, 0]), np.array([4, 4, 4, 4, 8, 0])
+    got = exceedance_probability(c, n, 0.5)
+    want = [stats.beta(cc + 0.5, nn - cc + 0.5).sf(0.5) for cc, nn in zip(c, n)]
     np.testing.assert_allclose(got, want, rtol=1e-12)
     assert got[0] == pytest.approx(0.8395305452627101, abs=1e-12)  # Beta(3.5, 1.5)
     assert got[3] == pytest.approx(0.9850436360895858, abs=1e-12)  # Beta(4.5, 0.5)
@@ -88,7 +88,7 @@ def test_exceedance_rejects_bad_input():
 
 
 def test_posterior_rule_uses_every_clean_run():
-    # P(p > 0.5 | k, n=4): k=3 -> 0.8395, k=4 -> 0.9850; q = 0.9 keeps only 4 of 4
+    # P(p > 0.5 | c, n=4): c=3 -> 0.8395, c=4 -> 0.9850; q = 0.9 keeps only 4 of 4
     config = ReferenceConfig(**IMPORT, min_clean_runs=4, posterior_threshold=0.5, posterior_q=0.9)
     verdicts = by_uid(reference_verdicts(rows({"three": "PPPF", "four": "PPPP", "errors": "PPEE",
                                                "four_of_5": "PEPPPF"}), config))

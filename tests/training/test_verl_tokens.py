@@ -85,6 +85,8 @@ def test_a_sandbox_crash_is_replayed_then_reported_as_a_system_error_never_a_rew
                                          4096, max_system_error_retries=2))
     assert traj.system_error and traj.result.system_error_kind == "sandbox_crash"
     assert traj.reward is None and traj.tries == 3 and len(SANDBOXES) == 3 and len(server.calls) == 3
+    # the one retry rule (rewardbox.episode.trial.retry_system_errors) records what run_trial records
+    assert traj.result.tries == 3 and traj.result.retried_system_error_kinds == ["sandbox_crash"] * 2
     assert all(s.closed for s in SANDBOXES)
 
 

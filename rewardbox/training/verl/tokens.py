@@ -45,12 +45,11 @@ from typing import Protocol
 
 from rewardbox.episode.stepwise import AwaitingAction, Finished, Pause, StepwiseEpisode
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.episode.trial import retry_system_errors
 from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.base import ChatRequest, Completion
-from rewardbox.policy.chat_template import prompt_opens_reasoning, render_prompt
+from rewardbox.policy.chat_template import END_OF_TURN, prompt_opens_reasoning, render_prompt
 from rewardbox.policy.interpreter import interpret
-
-END_OF_TURN = "<|im_end|>"
 
 
 @dataclass(frozen=True)
@@ -293,18 +292,13 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
                             max_response_tokens: int, max_system_error_retries: int,
                             max_prompt_tokens: int | None = None,
                             max_context_tokens: int | None = None) -> TokenTrajectory:
-    """:func:`play_episode`, played again from scratch after a transient system error.
-
-    A permanent system error (``system_error_permanent``) is returned at once, as ``rewardbox.episode.trial.run_trial`` does.
+    """:func:`play_episode`, played again from scratch after a transient system error by
+    ``rewardbox.episode.trial.retry_system_errors``, ``run_trial``'s rule (tries and retried kinds recorded).
 
     Returns:
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
-    for attempt in range(1, max_system_error_retries + 2):
-        trajectory = await play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
-                                        max_context_tokens)
-        trajectory.tries = attempt
-        result = trajectory.result
-        if result is None or result.system_error is None or result.system_error_permanent:
-            break
+    trajectory, trajectory.tries = await retry_system_errors(
+        lambda: play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
+                             max_context_tokens), max_system_error_retries, lambda played: played.result)
     return trajectory

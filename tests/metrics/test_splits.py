@@ -10,7 +10,7 @@ from rewardbox.metrics.bootstrap import paired_bootstrap
 from rewardbox.metrics.rows import task_counts
 from rewardbox.report import render_report_markdown, reliability_tables
 from rewardbox.report.config import ReportConfig
-from rewardbox.report.splits import domain_to_split, split_bootstrap
+from rewardbox.metrics.splits import domain_to_split, split_bootstrap
 from rewardbox.report.tables import split_rows
 
 from tests.report.test_report import make_rows
