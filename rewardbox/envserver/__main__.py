@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rewardbox.config.profile import load_profile
     from rewardbox.envserver.app import build_app
-    from rewardbox.envserver.services import build_services, load_served_tasks
+    from rewardbox.envserver.services import build_services
+    from rewardbox.runtime.verl_services import load_served_tasks, loop_services
 
     args = parse_args(argv)
     profile = load_profile(args.profile)
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_agent_turns": args.max_agent_turns, "max_agent_steps_per_user_turn": args.max_steps_per_user_turn,
     })
     tasks = load_served_tasks(profile, args.domain, args.dataset)
-    services = build_services(profile.model_copy(update={"episode": episode}), tasks)
+    services = build_services(tasks, loop_services(profile.model_copy(update={"episode": episode})))
     print(f"serving {len(tasks)} tasks on http://{args.host}:{args.port} (WebSocket /ws, GET /tasks)", flush=True)
     uvicorn.run(build_app(services, args.max_sessions, args.session_timeout_s), host=args.host, port=args.port)
     return 0
