@@ -10,9 +10,11 @@ would give the same episode.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from rewardbox.config.profile import Profile, profile_from_env
+from rewardbox.config.profile import Profile, load_profile, profile_from_env
+from rewardbox.episode.config import EpisodeConfig
 from rewardbox.runtime.compose import build_grader, build_sandbox, build_user_simulator
 from rewardbox.tasks.config import TaskSource
 from rewardbox.tasks.schema import Task
@@ -37,6 +39,24 @@ def loop_services(profile: Profile) -> LoopServices:
     """What every episode of one process shares, from the profile's ``sandbox``, ``user``, ``grading``
     and ``episode`` sections: sandbox factory, user simulator, grader (the caller closes it), limits."""
     return LoopServices(build_sandbox(profile), build_user_simulator(profile), build_grader(profile), profile.episode)
+
+
+def server_parts(profile_name: str, domains: Sequence[str] = (), datasets: Sequence[str] = (),
+                 limits: Mapping[str, Any] | None = None) -> tuple[list[Task], LoopServices]:
+    """The environment server's tasks and shared parts for a profile (name or YAML path).
+
+    Args:
+        domains, datasets: what to serve (:func:`load_served_tasks`; none: the profile's candidates).
+        limits: ``EpisodeConfig`` fields that override the profile's ``episode`` section.
+
+    Raises:
+        FileNotFoundError: no such profile. pydantic.ValidationError: a bad limit (before serving).
+        ValueError: no task loaded (:func:`load_served_tasks`).
+    """
+    profile = load_profile(profile_name)
+    episode = EpisodeConfig.model_validate({**profile.episode.model_dump(), **(limits or {})})
+    tasks = load_served_tasks(profile, domains, datasets)
+    return tasks, loop_services(profile.model_copy(update={"episode": episode}))
 
 
 def verl_loop_services() -> LoopServices:
