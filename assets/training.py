@@ -16,7 +16,6 @@ from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.runtime import train
 from rewardbox.tasks.schema import Task
-from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.verl.ray_job import JobFailedError
 
 GROUP = "training"
@@ -59,7 +58,7 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
 def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results):
     """(path, metadata, data version) of ``runtime.train.train_local``."""
     adapter, summary = train.train_local(profile, pool, base_checkpoint, rewardbox.path("checkpoints", "grpo_adapter"),
-                                         probe=ProbeHistory.from_rows(probe_results), log=context.log.info,
+                                         probe_rows=probe_results, log=context.log.info,
                                          policy_api_key=rewardbox.policy_api_key)
     if not pool:
         context.log.warning("training pool is empty: no GRPO step was taken; the tuned model equals the base")

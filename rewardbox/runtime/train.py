@@ -76,12 +76,15 @@ def rollout_parts(profile: Profile) -> RolloutParts:
 
 
 def train_local(profile: Profile, pool: Sequence[Task], base_checkpoint: str | Path, out_dir: Path, *,
-                probe: ProbeHistory | None = None, log: ProgressSink | None = None,
+                probe_rows: Any = None, log: ProgressSink | None = None,
                 policy_api_key: str | None = None) -> tuple[Path, TrainingSummary]:
     """``grpo.backend: local``: a LoRA adapter trained on ``pool`` into ``out_dir`` (emptied first).
 
     Before anything is written the rollouts' endpoints must answer and serve their models
     (``compose.preflight_step``; the endpoint policy's key: ``policy_api_key``, else its env var).
+    ``probe_rows`` (the probe's trial rows: ``uid``, ``trial``, ``passed``, ``system_error``) start
+    the task sampler from the probe's ``(c, n)`` and every task's trials after the probe's
+    (``training.probe_history.ProbeHistory``); None: no probe.
 
     Returns:
         (adapter directory, per-step metrics): ``training.local.train_local_grpo``.
@@ -96,7 +99,7 @@ def train_local(profile: Profile, pool: Sequence[Task], base_checkpoint: str | P
         preflight_step(profile, extra=policy_config_endpoint(profile.policy, api_key=policy_api_key))
     shutil.rmtree(out_dir, ignore_errors=True)
     return train_local_grpo(pool, Path(base_checkpoint), out_dir, profile.grpo, rollout_parts(profile),
-                            log=log, probe=probe)
+                            log=log, probe=None if probe_rows is None else ProbeHistory.from_rows(probe_rows))
 
 
 @dataclass
