@@ -214,9 +214,20 @@ def train_local_grpo(
     """
     if not pool:
         return _untrained_adapter(base_dir, out_dir, cfg, log)
-    policy, model, pad_id, tokenize, guide_index = _trainee(cfg, rollouts.policy, base_dir, pool,
-                                                            rollouts.check_budget)
-    probe, cfg = probe or ProbeHistory(), _loss_budget(cfg, policy, rollouts.episode.max_new_tokens, tokenize is None)
+    trainee = _trainee(cfg, rollouts.policy, base_dir, pool, rollouts.check_budget)
+    policy, model, tokenize = trainee[0], trainee[1], trainee[3]
+    cfg = _loss_budget(cfg, policy, rollouts.episode.max_new_tokens, on_policy=tokenize is None)
+    summary = asyncio.run(_run(pool, cfg, rollouts, probe or ProbeHistory(), trainee, log))
+    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
+    return Path(out_dir), summary
+
+
+async def _run(pool: Sequence[Task], cfg: GRPOConfig, rollouts: RolloutParts, probe: ProbeHistory,
+               trainee: tuple, log: ProgressSink | None) -> TrainingSummary:
+    """GRPO's steps in one executor session (the trainee of :func:`_trainee`, closed after): the
+    rollouts of a step (B x G, plus refills) wait for a free slot, so at most
+    ``episode.concurrency`` sandboxes are open at once, whatever B x G is."""
+    policy, model, pad_id, tokenize, guide_index = trainee
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
@@ -224,23 +235,13 @@ def train_local_grpo(
             policy.weights_changed()  # on-policy: the cached prefix KV was computed with the old weights
         progress.update(note=step_note(metrics))  # one line per step as it ends
 
-    train = partial(train_grpo, model, pad_id, _tasks(pool, cfg, rollouts.boundaries, probe), config=cfg,
-                    on_step=after_step, tokenize=tokenize, guide_index=guide_index,
-                    trials=run_trials_after_probe(rollouts.first_trial, probe), budget_fits_golden=tokenize is None)
-    try:
-        summary = asyncio.run(_run(train, policy, rollouts))
-    finally:
-        progress.close()
-    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
-    return Path(out_dir), summary
-
-
-async def _run(train: Callable[..., Any], policy: Policy, rollouts: RolloutParts) -> TrainingSummary:
-    """``train(run_one)`` inside one executor session: the rollouts of a step (B x G, plus refills)
-    wait for a free slot, so at most ``episode.concurrency`` sandboxes are open at once."""
     executor = LocalExecutor(rollouts.episode.concurrency)
     try:
         async with executor.session(rollouts.runner_factory, policy) as session:
-            return await train(session.run_one)
+            return await train_grpo(model, pad_id, _tasks(pool, cfg, rollouts.boundaries, probe), session.run_one,
+                                    cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index,
+                                    trials=run_trials_after_probe(rollouts.first_trial, probe),
+                                    budget_fits_golden=tokenize is None)
     finally:
         await policy.aclose()
+        progress.close()
