@@ -1,30 +1,28 @@
-"""GRPO training and the merged checkpoint, with the gate that the merge loads and runs."""
+"""GRPO training and the merged checkpoint, with the gate that the merge loads and runs.
 
+The stage lives in ``rewardbox.runtime.train`` (local and verl backends, merge, the gate's two
+halves); these assets load the profile, call it, write metadata and turn its errors into
+``dg.Failure``.
+"""
 
-import shutil
+from functools import partial
 
 import dagster as dg
 import polars as pl
 
 from assets.metadata import md_table, training_curve_metadata
-from assets.verl_backend import merge_fidelity, verl_grpo, verl_merge
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.episode.executor import LocalExecutor
-from rewardbox.runtime.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
-from rewardbox.episode.run import run_trials
-from rewardbox.policy import PolicyConfig, build_policy
-from rewardbox.tasks.exclusion import check_disjoint
+from rewardbox.runtime import train
 from rewardbox.tasks.schema import Task, task_set_version
-from rewardbox.training.checkpoint import merge_checkpoint
-from rewardbox.training.local import train_local_grpo
-from rewardbox.training.probe_history import ProbeHistory
+from rewardbox.training.verl.ray_job import JobFailedError
 
 GROUP = "training"
-TRAIN_CODE = code_version(__name__, "rewardbox.training", *EPISODE_ENGINE)
-MERGE_CODE = code_version(__name__, "rewardbox.training.checkpoint", "rewardbox.training.verl.job",
-                          "rewardbox.training.verl.merge_run", "rewardbox.training.verl.merge")
+TRAIN_CODE = code_version(__name__, "rewardbox.training", "rewardbox.runtime.train", *EPISODE_ENGINE)
+MERGE_CODE = code_version(__name__, "rewardbox.runtime.train", "rewardbox.training.checkpoint",
+                          "rewardbox.training.verl.job", "rewardbox.training.verl.merge_run",
+                          "rewardbox.training.verl.merge")
 
 
 @dg.asset(group_name=GROUP, code_version=TRAIN_CODE)
@@ -33,54 +31,104 @@ def grpo_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """GRPO on the training pool (never on benchmark tasks): a LoRA adapter trained locally
     (``grpo.backend: local``; its task sampler starts from the probe's counts and its trials
     after the probe's, ``rewardbox.training.probe_history``), or verl's latest ``global_step_N/actor`` checkpoint from a Ray job
-    (``grpo.backend: verl``; with ``verl.dry_run``, the launch and verl's resolved config only)."""
+    (``grpo.backend: verl``; with ``verl.dry_run``, the launch and verl's resolved config only).
+
+    Raises:
+        dg.Failure: benchmark tasks in the pool; the Ray job failed, never started or went out of
+            contact (its id and status in the metadata, its log tail in the message); verl's schema
+            rejected the dry run's config (``rewardbox.runtime.train``).
+    """
     profile = rewardbox.load()
-    leaked = check_disjoint(training_pool)
-    if leaked:
-        raise dg.Failure(f"benchmark tasks in the training pool: {leaked[:5]}")
-    if profile.grpo.backend == "verl":
-        path, metadata, version = verl_grpo(context, ray_cluster, profile, training_pool, base_checkpoint,
-                                            profile.data_path / profile.name)
-        context.add_output_metadata(metadata | {"pool_tasks": len(training_pool), "input_hash": task_set_version(training_pool),
-                                                "config_hash": profile.section_hash("grpo", "verl")})
-        record_versions(context, version)
-        return path
-    if training_pool:  # the rollouts' endpoints answer and serve their models, before anything is written
-        preflight_step(profile, extra=policy_config_endpoint(profile.policy, api_key=rewardbox.policy_api_key))
-    out = rewardbox.path("checkpoints", "grpo_adapter")
-    shutil.rmtree(out, ignore_errors=True)
-    adapter, summary = train_local_grpo(training_pool, base_checkpoint, out, profile, episode_runner=episode_runner,
-                                        check_policy_budget=check_policy_budget, log=context.log.info,
-                                        probe=ProbeHistory.from_rows(probe_results))
-    steps = pl.DataFrame([m.as_dict() for m in summary.steps]) if summary.steps else pl.DataFrame()
-    if not training_pool:
+    backend = _train_verl if profile.grpo.backend == "verl" else _train_local
+    try:
+        path, metadata, version = backend(context, rewardbox, ray_cluster, profile, training_pool,
+                                          base_checkpoint, probe_results)
+    except JobFailedError as exc:
+        raise dg.Failure(description=str(exc), metadata={"job_id": exc.outcome.job_id,
+                                                         "status": exc.outcome.status}) from exc
+    except (train.LeakedTasksError, train.VerlConfigRejectedError) as exc:
+        raise dg.Failure(description=str(exc)) from exc
+    section = ("grpo", "verl") if profile.grpo.backend == "verl" else ("grpo",)
+    context.add_output_metadata(metadata | {"pool_tasks": len(training_pool), "input_hash": task_set_version(training_pool),
+                                            "config_hash": profile.section_hash(*section)})
+    record_versions(context, version)
+    return path
+
+
+def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results):
+    """(path, metadata, data version) of ``runtime.train.train_local``."""
+    adapter, summary = train.train_local(profile, pool, base_checkpoint, rewardbox.path("checkpoints", "grpo_adapter"),
+                                         probe_rows=probe_results, log=context.log.info,
+                                         policy_api_key=rewardbox.policy_api_key)
+    if not pool:
         context.log.warning("training pool is empty: no GRPO step was taken; the tuned model equals the base")
-    metadata = {"path": dg.MetadataValue.path(str(adapter)), "steps": len(summary.steps),
-                "trained": bool(summary.steps),
-                "pool_tasks": len(training_pool), "config_hash": profile.section_hash("grpo"),
-                "input_hash": task_set_version(training_pool)}
-    if summary.steps:
-        metadata |= {"step_metrics": md_table(steps),
-                     **training_curve_metadata([m.as_dict() for m in summary.steps])}
-    context.add_output_metadata(metadata)
-    record_versions(context, files_version(adapter))
-    return str(adapter)
+    steps = [m.as_dict() for m in summary.steps]
+    metadata = {"path": dg.MetadataValue.path(str(adapter)), "steps": len(steps), "trained": bool(steps)}
+    if steps:
+        metadata |= {"step_metrics": md_table(pl.DataFrame(steps)), **training_curve_metadata(steps)}
+    return str(adapter), metadata, files_version(adapter)
+
+
+def _train_verl(context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results):
+    """(path, metadata, data version) of ``runtime.train.train_verl``; the job id is recorded as an
+    ``AssetObservation`` as soon as the job is submitted, so a run that fails later still names it."""
+    def submitted(job_id: str, checkpoint_dir) -> None:
+        context.log_event(dg.AssetObservation(asset_key=context.asset_key, metadata={
+            "job_id": job_id, "status": "SUBMITTED", "attached": bool(profile.verl.attach_job_id),
+            "checkpoint_dir": dg.MetadataValue.path(str(checkpoint_dir))}))
+
+    out = train.train_verl(profile, pool, base_checkpoint, job_client=partial(ray_cluster.job_client, profile, context),
+                           local_head=ray_cluster.job_address is None, log=context.log.info, on_submit=submitted)
+    launch = out.launch
+    metadata = {"backend": "verl", "rows": launch.rows, "train_files": dg.MetadataValue.path(str(launch.train_path)),
+                "command": dg.MetadataValue.md(f"```sh\n{launch.entrypoint}\n```"),
+                "path": dg.MetadataValue.path(str(out.path))}
+    if out.dry is not None:
+        if out.unvalidated:
+            context.log.warning(out.unvalidated)
+        return str(out.path), metadata | _dry_run_metadata(out.dry), files_version(out.path)
+    return str(out.path), metadata | _run_metadata(out.run), out.job_version
+
+
+def _dry_run_metadata(dry) -> dict:
+    metadata = {"dry_run": True, "trained": False, "validated": dry.validated, "problem": dry.problem,
+                "skipped_checks": dg.MetadataValue.json(dry.skipped_checks),
+                "overrides": dg.MetadataValue.md(f"```yaml\n{dry.overrides_path.read_text()}```")}
+    if dry.resolved_path is not None:
+        metadata["resolved_config"] = dg.MetadataValue.path(str(dry.resolved_path))
+    return metadata
+
+
+def _run_metadata(run) -> dict:
+    rows = [{"step": s.step, **s.headline()} for s in run.steps]
+    metadata = {"job_id": run.job_id, "global_step": run.checkpoint.step, "steps": len(run.steps), "trained": True,
+                "elapsed_s": round(run.elapsed_s, 1), "log_lines": run.log_lines}
+    if rows:
+        last = {k: v for k, v in rows[-1].items() if v is not None and k != "step"}
+        metadata |= {"step_metrics": md_table(pl.DataFrame(rows)), **{f"last_{k}": float(v) for k, v in last.items()},
+                     **training_curve_metadata([{"step": r["step"], "mean_reward": r["mean_reward"],
+                                                 "zero_variance_frac": r["zero_variance_frac"]} for r in rows])}
+    return metadata
 
 
 @dg.asset(group_name=GROUP, code_version=MERGE_CODE)
 def merged_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
                       base_checkpoint: str, grpo_checkpoint: str) -> str:
-    """The adapter merged into the base weights: an HF safetensors directory transformers loads."""
-    out = rewardbox.path("checkpoints", "merged")
-    shutil.rmtree(out, ignore_errors=True)
+    """The adapter merged into the base weights: an HF safetensors directory transformers loads.
+
+    Raises:
+        dg.Failure: verl only: a dry run (nothing trained), the merger failed, or verl's LoRA
+            adapter does not load into the base (``rewardbox.runtime.train.merge``).
+    """
     profile = rewardbox.load()
-    if profile.grpo.backend == "verl":
-        merged = verl_merge(profile, base_checkpoint, grpo_checkpoint, out, log=context.log.info)
-    else:
-        merged = merge_checkpoint(base_checkpoint, grpo_checkpoint, out)
+    try:
+        merged = train.merge(profile, base_checkpoint, grpo_checkpoint, rewardbox.path("checkpoints", "merged"),
+                             log=context.log.info)
+    except train.MergeError as exc:
+        raise dg.Failure(description=str(exc)) from exc
     context.add_output_metadata({"path": dg.MetadataValue.path(str(merged)),
                                  "files": dg.MetadataValue.json(sorted(p.name for p in merged.iterdir()))})
-    record_versions(context, files_version(merged), rewardbox.load().section_hash("grpo"))
+    record_versions(context, files_version(merged), profile.section_hash("grpo"))
     return str(merged)
 
 
@@ -91,22 +139,24 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
 
     A checkpoint that does not load fails the check with transformers' error in its metadata.
     A verl merge must also reproduce the trained weights within ``verl.merge_rtol`` /
-    ``merge_atol`` (``verl_backend.merge_fidelity``), else the check fails before loading.
+    ``merge_atol`` (``rewardbox.runtime.train.merge_fidelity``), else the check fails before loading.
     """
     profile = rewardbox.load()
-    faithful, fidelity = merge_fidelity(profile, merged_checkpoint)
-    if not faithful:
-        return dg.AssetCheckResult(passed=False, metadata=fidelity)
-    local = profile.policy if profile.policy.kind == "local" else PolicyConfig(kind="local")
-    try:
-        policy = build_policy(local, checkpoint_dir=merged_checkpoint)  # loads with transformers
-    except (OSError, ValueError) as exc:
-        return dg.AssetCheckResult(passed=False, metadata={"load_error": f"{type(exc).__name__}: {exc}"})
-    n_params = sum(p.numel() for p in policy.model.parameters())
-    # the local model runs in this process whatever executor.kind says (it is not shipped to Ray workers)
-    rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile, executor=LocalExecutor(1))
-    ok = bool(results) and results[0].system_error is None and results[0].turns > 0
-    return dg.AssetCheckResult(passed=ok, metadata={
-        "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",
-        **fidelity,
-    })
+    fidelity = fidelity_metadata(train.merge_fidelity(profile, merged_checkpoint))
+    if not fidelity[0]:
+        return dg.AssetCheckResult(passed=False, metadata=fidelity[1])
+    run = train.run_merged(profile, merged_checkpoint, benchmark_tasks)
+    if run.load_error is not None:
+        return dg.AssetCheckResult(passed=False, metadata={"load_error": run.load_error})
+    return dg.AssetCheckResult(passed=run.passed, metadata={
+        "parameters": run.parameters, "episode": md_table(run.rows), "system_error": run.system_error, **fidelity[1]})
+
+
+def fidelity_metadata(fidelity: train.MergeFidelity) -> tuple[bool, dict]:
+    """(passed, metadata) of a verl merge's fidelity for the blocking gate: none for the local backend."""
+    if not fidelity.checked:
+        return True, {}
+    if fidelity.report is None:
+        return False, {"merge_fidelity": "missing: merge_fidelity.json was not written by the verl merger"}
+    return fidelity.passed, {"merge_fidelity": dg.MetadataValue.json(fidelity.report),
+                             "merge_rtol": fidelity.rtol, "merge_atol": fidelity.atol}

@@ -91,7 +91,7 @@ def test_the_non_local_trainee_applies_the_thread_policy(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(training_local, "apply_thread_policy", lambda n: seen.append(n))
     profile = load_profile("test")
-    training_local._trainee(profile, write_tiny_checkpoint(tmp_path / "ckpt"), [], lambda *a: None)
+    training_local._trainee(profile.grpo, profile.policy, write_tiny_checkpoint(tmp_path / "ckpt"), [], lambda *a: None)
     assert seen == ["auto"]
 
 

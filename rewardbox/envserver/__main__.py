@@ -33,18 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     """Load the tasks, build the shared services and serve until interrupted."""
     import uvicorn
 
-    from rewardbox.config.profile import load_profile
     from rewardbox.envserver.app import build_app
-    from rewardbox.envserver.services import build_services, load_served_tasks
+    from rewardbox.envserver.services import build_services
+    from rewardbox.runtime.verl_services import server_parts
 
     args = parse_args(argv)
-    profile = load_profile(args.profile)
-    episode = EpisodeConfig.model_validate({  # validated: a bad limit is a clear error before serving
-        **profile.episode.model_dump(), "max_user_turns": args.max_user_turns,
-        "max_agent_turns": args.max_agent_turns, "max_agent_steps_per_user_turn": args.max_steps_per_user_turn,
-    })
-    tasks = load_served_tasks(profile, args.domain, args.dataset)
-    services = build_services(profile.model_copy(update={"episode": episode}), tasks)
+    limits = {"max_user_turns": args.max_user_turns, "max_agent_turns": args.max_agent_turns,
+              "max_agent_steps_per_user_turn": args.max_steps_per_user_turn}
+    tasks, parts = server_parts(args.profile, args.domain, args.dataset, limits)  # a bad limit fails before serving
+    services = build_services(tasks, parts)
     print(f"serving {len(tasks)} tasks on http://{args.host}:{args.port} (WebSocket /ws, GET /tasks)", flush=True)
     uvicorn.run(build_app(services, args.max_sessions, args.session_timeout_s), host=args.host, port=args.port)
     return 0

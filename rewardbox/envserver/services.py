@@ -1,9 +1,9 @@
 """What every session of the environment server shares: tasks, sandbox factory, user simulator, grader.
 
-Built once per server from a profile by the project's composition root
-(``rewardbox.runtime.compose``: ``build_sandbox``, ``build_user_simulator``, ``build_grader``)
-and the same ``TestRunner`` grading pool that evaluation uses, so a reward
-from the server is the reward evaluation would give the same episode.
+Built once per server from parts (:func:`build_services`) that the runtime floor builds from a
+profile (``rewardbox.runtime.verl_services``: the composition root's sandbox, user simulator and
+the same ``TestRunner`` grading pool that evaluation uses), so a reward from the server is the
+reward evaluation would give the same episode. Nothing here reads a profile.
 """
 
 from __future__ import annotations
@@ -11,19 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from rewardbox.tasks.config import TaskSource
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import Grader
 from rewardbox.episode.stepwise import StepwiseEpisode
 from rewardbox.episode.user_simulator import UserSimulator
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.tasks.schema import Task
-from rewardbox.tasks.sources import load_sources
-
-if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
 
 
 class UnknownTaskError(LookupError):
@@ -97,41 +92,17 @@ class EnvServices:
             close()
 
 
-def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: Sequence[str] = ()) -> list[Task]:
-    """Tasks to serve: the named embedded domains and ThinkingBox dataset directories, else the profile's candidates.
+class SharedParts(Protocol):
+    """The parts every session shares (``rewardbox.training.verl.agent_loop.LoopServices`` has them)."""
 
-    Raises:
-        ValueError: nothing loaded; the message carries the loaders' errors (file, line, field).
-    """
-    sources = [TaskSource(dataset=f"embedded:{d}") for d in domains] + [TaskSource(dataset=p) for p in datasets]
-    loaded = load_sources(sources or profile.tasks.candidates, "candidate")
-    if not loaded.tasks:
-        raise ValueError("no task loaded: " + ("; ".join(loaded.errors) or "the sources are empty"))
-    return loaded.tasks
+    sandbox_factory: SandboxFactory
+    user_simulator: UserSimulator | None
+    grader: Grader
+    config: EpisodeConfig
 
 
-def build_services(profile: Profile, tasks: Sequence[Task]) -> EnvServices:
-    """Shared parts from the profile's sandbox, user and grading sections (one composition root)."""
-    from rewardbox.runtime.compose import build_grader, build_sandbox, build_user_simulator
-
-    grader = build_grader(profile)
-    return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=build_sandbox(profile),
-                       user_simulator=build_user_simulator(profile), grader=grader, config=profile.episode)
-
-
-def verl_loop_services():
-    """The verl agent loop's services for the profile named by ``REWARDBOX_PROFILE`` (default ``demo``).
-
-    The default ``services_factory`` of ``rewardbox.training.verl.agent_loop`` (named as
-    ``"module:function"``, called once per verl loop process): the same composition root as
-    evaluation and this server, so a verl rollout is graded exactly as an evaluation episode.
-
-    Returns:
-        ``rewardbox.training.verl.agent_loop.LoopServices``: sandbox factory, user simulator, grader, limits.
-    """
-    from rewardbox.config.profile import profile_from_env
-    from rewardbox.runtime.compose import build_grader, build_sandbox, build_user_simulator
-    from rewardbox.training.verl.agent_loop import LoopServices
-
-    profile = profile_from_env()
-    return LoopServices(build_sandbox(profile), build_user_simulator(profile), build_grader(profile), profile.episode)
+def build_services(tasks: Sequence[Task], parts: SharedParts) -> EnvServices:
+    """The server's shared services: ``tasks`` served by uid, on ``parts``
+    (``rewardbox.runtime.verl_services.loop_services`` of a profile)."""
+    return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=parts.sandbox_factory,
+                       user_simulator=parts.user_simulator, grader=parts.grader, config=parts.config)

@@ -1,4 +1,8 @@
-"""Glue for the ``grpo_checkpoint`` stage: policy + LoRA + episodes + trainer.
+"""Local GRPO: policy + LoRA + episodes + trainer, on explicit parts (never the profile).
+
+The runtime floor (``rewardbox.runtime.train``) reads the profile and hands this module
+``GRPOConfig`` and a :class:`RolloutParts` bundle (rollout policy config, episode limits, the
+composition root's runner factory and budget check, band boundaries, first trial).
 
 With ``policy.kind == "local"`` the rollouts come from the model being trained
 (on-policy GRPO, exact token ids). With any other kind (scripted policies in
@@ -13,33 +17,57 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import Policy
 from rewardbox.policy.chat_template import END_OF_TURN, render_prompt
+from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.guided import VocabularyIndex
 from rewardbox.tasks.schema import Task
 from rewardbox.threads import apply_thread_policy
 from rewardbox.training.checkpoint import save_trained, trainable
+from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import TrialNumbers, task_stream
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
-if TYPE_CHECKING:  # the profile composes training's config, so training reads it without importing it
-    from rewardbox.config.profile import Profile
+
+RunnerFactory = Callable[[Policy], AbstractAsyncContextManager[Any]]
+"""``policy -> async context of an EpisodeRunner`` (the composition root's ``episode_runner``, bound
+to the rollout settings by the runtime floor)."""
+
+BudgetCheck = Callable[[Policy, Sequence[Task]], None]
+"""``(policy, tasks) -> None``, raising when the budgets cannot hold a golden call of ``tasks``."""
 
 
-EpisodeRunnerFactory = Callable[["Profile", Policy], AbstractAsyncContextManager[Any]]
-"""``(profile, policy) -> async context of an EpisodeRunner``: the composition root's ``episode_runner``."""
+@dataclass(frozen=True)
+class RolloutParts:
+    """What GRPO's rollouts run with, wired by ``rewardbox.runtime.train`` from a profile.
 
-BudgetCheck = Callable[[Policy, "Profile", Sequence[Task]], None]
-"""``(policy, profile, tasks) -> None``, raising when the token budget is below a golden call."""
+    Attributes:
+        policy: the rollout policy's config (``local``: on-policy GRPO on the model being trained).
+        episode: episode limits; ``concurrency`` bounds open sandboxes, ``max_new_tokens`` is the
+            token budget per agent turn when the policy has none of its own.
+        runner_factory: ``policy -> async context of an EpisodeRunner`` (:data:`RunnerFactory`).
+        check_budget: raises when the budgets cannot hold a golden call (:data:`BudgetCheck`).
+        boundaries: the band boundaries task selection cuts at (the posterior sampler's bands).
+        first_trial: the first trial number of every task (the probe's ``trials``).
+    """
+
+    policy: PolicyConfig
+    episode: EpisodeConfig
+    runner_factory: RunnerFactory
+    check_budget: BudgetCheck
+    boundaries: tuple[float, ...]
+    first_trial: int
 
 
 def chat_tokenizer(tokenizer) -> TokenizeTurn:
@@ -80,19 +108,19 @@ def step_note(metrics: StepMetrics) -> str:
             f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)")
 
 
-def _tasks(pool: Sequence[Task], profile: Profile, probe: ProbeHistory):
-    """The task stream ``grpo.task_sampling`` asks for (bands cut where task selection cuts them);
-    the posterior sampler starts from the probe's ``(c, n)`` of each task."""
-    cfg = profile.grpo
+def _tasks(pool: Sequence[Task], cfg: GRPOConfig, boundaries: Sequence[float], probe: ProbeHistory):
+    """The task stream ``grpo.task_sampling`` asks for (bands cut at ``boundaries``, where task
+    selection cuts them); the posterior sampler starts from the probe's ``(c, n)`` of each task."""
     if cfg.task_sampling == "uniform":
         return task_stream(pool, cfg.seed)
-    return PosteriorTaskSampler(pool, cfg.seed, prior_counts=probe.counts, boundaries=profile.selection.boundaries)
+    return PosteriorTaskSampler(pool, cfg.seed, prior_counts=probe.counts, boundaries=boundaries)
 
 
-def run_trials_after_probe(profile: Profile, probe: ProbeHistory) -> TrialNumbers:
-    """GRPO's trial numbers: every task starts after its probe trials (``probe.trials`` and the
-    highest trial in the probe rows, whichever is later), so step 0 never replays a probe."""
-    return TrialNumbers(first_trial=profile.probe.trials, first_by_uid=probe.next_trial)
+def run_trials_after_probe(first_trial: int, probe: ProbeHistory) -> TrialNumbers:
+    """GRPO's trial numbers: every task starts after its probe trials (``first_trial``, the probe's
+    ``trials``, and the highest trial in the probe rows, whichever is later), so step 0 never
+    replays a probe."""
+    return TrialNumbers(first_trial=first_trial, first_by_uid=probe.next_trial)
 
 
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
@@ -104,20 +132,20 @@ def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, T
     return Path(out_dir), TrainingSummary()
 
 
-def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_policy_budget: BudgetCheck):
+def _trainee(cfg: GRPOConfig, policy_config: PolicyConfig, base_dir: Path, pool: Sequence[Task],
+             check_budget: BudgetCheck):
     """The rollout policy and the model being trained: (policy, model, pad_id, tokenize, guide_index).
 
     On-policy (``policy.kind == "local"``) they are one model and ``tokenize`` is None (the
     sampler's exact token ids are trained); otherwise the base checkpoint is trained on the
-    re-tokenised completions of the profile's policy. On-policy, the token budget has been
-    checked against every golden call of the pool (``check_policy_budget``): ``train_local_grpo``
+    re-tokenised completions of ``policy_config``'s policy. On-policy, the token budget has been
+    checked against every golden call of the pool (``check_budget``): ``train_local_grpo``
     then scores cut completions as failures (``budget_fits_golden``); off-policy nothing was
     checked and ``grpo.mask_truncated`` decides.
     """
     from rewardbox.policy import build_policy
 
-    cfg = profile.grpo
-    if profile.policy.kind != "local":
+    if policy_config.kind != "local":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         apply_thread_policy("auto")  # this process runs the model being trained (LocalPolicy applies it itself)
@@ -125,9 +153,9 @@ def _trainee(profile: Profile, base_dir: Path, pool: Sequence[Task], check_polic
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
         pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
-        return build_policy(profile.policy), model, pad_id, chat_tokenizer(tokenizer), None
-    policy = build_policy(on_policy_config(profile.policy), checkpoint_dir=base_dir)
-    check_policy_budget(policy, profile, pool)
+        return build_policy(policy_config), model, pad_id, chat_tokenizer(tokenizer), None
+    policy = build_policy(on_policy_config(policy_config), checkpoint_dir=base_dir)
+    check_budget(policy, pool)
     policy.model = trainable(policy.model, cfg)
     guide_index = None
     if policy.guided_tool_calls:
@@ -146,29 +174,22 @@ def on_policy_config(policy_config):
     return policy_config.model_copy(update={"dtype": "float32"}) if policy_config.dtype == "auto" else policy_config
 
 
-def _loss_budget(cfg, policy: Policy, profile: Profile, on_policy: bool):
-    """``cfg`` with Dr. GRPO's ``L_max`` set to the policy's token budget per agent turn when unset (on-policy)."""
+def _loss_budget(cfg: GRPOConfig, policy: Policy, max_new_tokens: int, on_policy: bool) -> GRPOConfig:
+    """``cfg`` with Dr. GRPO's ``L_max`` set to the policy's token budget per agent turn when unset
+    (on-policy); ``max_new_tokens`` (the episode's) when the policy has no budget of its own."""
     if cfg.max_response_tokens is not None or not on_policy:
         return cfg
-    budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
+    budget = getattr(policy, "max_new_tokens", None) or max_new_tokens
     return cfg.model_copy(update={"max_response_tokens": int(budget)})
-
-
-def rollout_profile(profile: Profile) -> Profile:
-    """The profile GRPO rollouts run with: episodes sample at ``grpo.temperature``, the temperature
-    the trainer scores at (``episode.temperature`` is for probes, screening and evaluation)."""
-    episode = profile.episode.model_copy(update={"temperature": profile.grpo.temperature})
-    return profile.model_copy(update={"episode": episode})
 
 
 def train_local_grpo(
     pool: Sequence[Task],
     base_dir: Path,
     out_dir: Path,
-    profile: Profile,
+    cfg: GRPOConfig,
+    rollouts: RolloutParts,
     *,
-    episode_runner: EpisodeRunnerFactory,
-    check_policy_budget: BudgetCheck,
     log: ProgressSink | None = None,
     probe: ProbeHistory | None = None,
 ) -> tuple[Path, TrainingSummary]:
@@ -177,26 +198,35 @@ def train_local_grpo(
     Args:
         pool: training tasks (never benchmark tasks; the assets enforce it).
         base_dir, out_dir: HF checkpoint of the base policy; where the adapter and ``training_metrics.json`` go.
-        profile: ``grpo`` sets the method and the rollout temperature, ``policy``/``episode``
-            the rollouts (:func:`rollout_profile`).
-        episode_runner, check_policy_budget: the composition root's runner factory and token-budget check.
+        cfg: the method (``GRPOConfig``); rollouts: the rollouts' parts (:class:`RolloutParts`),
+            their episodes sampling at ``cfg.temperature`` (``rewardbox.runtime.train`` binds it).
         probe: the probe's counts and trials (``ProbeHistory``): the sampler starts from its ``(c, n)``,
-            trials start after its trials; None: prior Beta(1/2, 1/2), trials from ``probe.trials``.
+            trials start after its trials; None: prior Beta(1/2, 1/2), trials from ``rollouts.first_trial``.
 
     Returns:
-        (adapter directory, per-step metrics). With ``grpo.finetune == "full"`` the
-        directory holds the whole fine-tuned checkpoint instead of an adapter.
+        (adapter directory, per-step metrics); with ``grpo.finetune == "full"`` the directory holds
+        the whole fine-tuned checkpoint. An empty pool is not an error: the adapter is saved untrained
+        (LoRA's B matrices are zero: merged equals base) with zero steps, and the caller reports it.
 
-    An empty pool (every candidate outside the kept bands) is not an error: the
-    adapter is saved untrained (LoRA's B matrices are zero, so the merged model
-    equals the base) with zero steps, and the caller reports it.
+    Raises:
+        TokenBudgetError, TurnBudgetError: on-policy, the budgets cannot hold a golden call (config error).
     """
-    cfg = profile.grpo
     if not pool:
         return _untrained_adapter(base_dir, out_dir, cfg, log)
-    profile = rollout_profile(profile)
-    policy, model, pad_id, tokenize, guide_index = _trainee(profile, base_dir, pool, check_policy_budget)
-    probe, cfg = probe or ProbeHistory(), _loss_budget(cfg, policy, profile, on_policy=tokenize is None)
+    trainee = _trainee(cfg, rollouts.policy, base_dir, pool, rollouts.check_budget)
+    policy, model, tokenize = trainee[0], trainee[1], trainee[3]
+    cfg = _loss_budget(cfg, policy, rollouts.episode.max_new_tokens, on_policy=tokenize is None)
+    summary = asyncio.run(_run(pool, cfg, rollouts, probe or ProbeHistory(), trainee, log))
+    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
+    return Path(out_dir), summary
+
+
+async def _run(pool: Sequence[Task], cfg: GRPOConfig, rollouts: RolloutParts, probe: ProbeHistory,
+               trainee: tuple, log: ProgressSink | None) -> TrainingSummary:
+    """GRPO's steps in one executor session (the trainee of :func:`_trainee`, closed after): the
+    rollouts of a step (B x G, plus refills) wait for a free slot, so at most
+    ``episode.concurrency`` sandboxes are open at once, whatever B x G is."""
+    policy, model, pad_id, tokenize, guide_index = trainee
     progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
 
     def after_step(metrics: StepMetrics) -> None:
@@ -204,20 +234,13 @@ def train_local_grpo(
             policy.weights_changed()  # on-policy: the cached prefix KV was computed with the old weights
         progress.update(note=step_note(metrics))  # one line per step as it ends
 
-    # the rollouts of a step (B x G, plus refills) wait for a free slot: at most episode.concurrency
-    # sandboxes are open at once, whatever B x G is
-    executor = LocalExecutor(profile.episode.concurrency)
-
-    async def main() -> TrainingSummary:
-        try:
-            async with executor.session(partial(episode_runner, profile), policy) as session:
-                return await train_grpo(model, pad_id, _tasks(pool, profile, probe), session.run_one, cfg,
-                                        on_step=after_step, tokenize=tokenize, guide_index=guide_index,
-                                        trials=run_trials_after_probe(profile, probe), budget_fits_golden=tokenize is None)
-        finally:
-            await policy.aclose()
-            progress.close()
-
-    summary = asyncio.run(main())
-    save_trained(model, out_dir, [m.as_dict() for m in summary.steps], cfg)
-    return Path(out_dir), summary
+    executor = LocalExecutor(rollouts.episode.concurrency)
+    try:
+        async with executor.session(rollouts.runner_factory, policy) as session:
+            return await train_grpo(model, pad_id, _tasks(pool, cfg, rollouts.boundaries, probe), session.run_one,
+                                    cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index,
+                                    trials=run_trials_after_probe(rollouts.first_trial, probe),
+                                    budget_fits_golden=tokenize is None)
+    finally:
+        await policy.aclose()
+        progress.close()

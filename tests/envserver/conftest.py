@@ -64,10 +64,11 @@ def serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
 
 
 def _services(domains: list[str]) -> "EnvServices":
-    from rewardbox.envserver.services import build_services, load_served_tasks
+    from rewardbox.envserver.services import build_services
+    from rewardbox.runtime.verl_services import load_served_tasks, loop_services
 
     profile = load_profile("test")
-    return build_services(profile, load_served_tasks(profile, domains))
+    return build_services(load_served_tasks(profile, domains), loop_services(profile))
 
 
 @pytest.fixture(scope="module")

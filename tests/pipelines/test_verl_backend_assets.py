@@ -64,23 +64,45 @@ def test_dry_run_is_validated_by_verls_schema_when_its_environment_exists(tmp_pa
     assert Path(metadata["resolved_config"].value).read_text().count("save_freq: 2") == 1
 
 
-def test_merge_refuses_a_dry_run_with_a_clear_message(tmp_path):
-    from assets.verl_backend import verl_merge
+def _merge(tmp_path, profile: Path, grpo_checkpoint: str):
+    """``merged_checkpoint`` materialised alone on ``profile``, its inputs stood in for."""
+    from assets.training import merged_checkpoint
 
-    profile = load_profile(_dry_run_profile(tmp_path, "/nowhere/python"))
-    with pytest.raises(dg.Failure, match="verl.dry_run is true"):
-        verl_merge(profile, "/models/base", str(tmp_path / "dry_run"), tmp_path / "merged")
+    @dg.asset(name="base_checkpoint")
+    def base_checkpoint():
+        return "/models/base"
+
+    @dg.asset(name="grpo_checkpoint")
+    def trained():
+        return grpo_checkpoint
+
+    (tmp_path / "home").mkdir()
+    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
+        return dg.materialize([base_checkpoint, trained, merged_checkpoint], instance=instance,
+                              resources=resources(profile, tmp_path, job_address=None), raise_on_error=False)
+
+
+def _failure(result) -> str:
+    [event] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"
+               and e.step_key == "merged_checkpoint"]
+    return str(event.event_specific_data.error)
+
+
+def test_merge_refuses_a_dry_run_with_a_clear_message(tmp_path):
+    result = _merge(tmp_path, _dry_run_profile(tmp_path, "/nowhere/python"), str(tmp_path / "dry_run"))
+    assert not result.success and "verl.dry_run is true" in _failure(result)
+    assert "Failure" in _failure(result)  # a dg.Failure: the asset turned the engine's MergeError into one
 
 
 def test_merge_of_a_missing_verl_environment_is_a_dagster_failure(tmp_path):
-    from assets.verl_backend import verl_merge
-
-    profile = load_profile(_dry_run_profile(tmp_path, str(tmp_path / "no-python")))
-    profile.verl.dry_run = False
+    path = _dry_run_profile(tmp_path, str(tmp_path / "no-python"))
+    data = yaml.safe_load(path.read_text())
+    data["verl"]["dry_run"] = False
+    path.write_text(yaml.safe_dump(data))
     actor = tmp_path / "global_step_2" / "actor"
     actor.mkdir(parents=True)
-    with pytest.raises(dg.Failure, match="make verl-env"):
-        verl_merge(profile, "/models/base", str(actor), tmp_path / "merged")
+    result = _merge(tmp_path, path, str(actor))
+    assert not result.success and "make verl-env" in _failure(result) and "Failure" in _failure(result)
 
 
 def test_local_stays_the_default_backend():

@@ -107,7 +107,7 @@ def test_issue23_item2_step_zero_never_replays_a_probe_trial():
     probe = ProbeHistory.from_rows(probe_rows())
     assert probe.counts == {"a": (2, 4), "b": (1, 5)} and probe.next_trial == {"a": 4, "b": 6}
     first = max(profile.probe.trials, 6)
-    trials = run_trials_after_probe(profile, probe)
+    trials = run_trials_after_probe(profile.probe.trials, probe)
     config = GRPOConfig(group_size=4, tasks_per_step=2, steps=2, learning_rate=1e-2, max_refill_rounds=0)
     rec = Recorder()
     asyncio.run(train_grpo(tiny_lora(config), 0, task_stream([task("a"), task("b")], 0), rec, config, trials=trials))
@@ -171,12 +171,13 @@ def test_issue23_item3_train_grpo_trains_on_cut_rollouts_only_when_the_budget_fi
 def test_issue23_item4_posterior_sampler_starts_from_the_probe_counts():
     profile = load_profile("test")
     pool = [task("a"), task("b"), task("c")]
-    sampler = _tasks(pool, profile, ProbeHistory.from_rows(probe_rows()))
+    sampler = _tasks(pool, profile.grpo, profile.selection.boundaries, ProbeHistory.from_rows(probe_rows()))
     assert sampler.counts == {"a": (2, 4), "b": (1, 5), "c": (0, 0)}  # before: every task at (0, 0)
     # own case: a task the probe saw fail 0 of 8 weighs far less than one at 4 of 8 from the first draw
     rows = pl.DataFrame([("x", t, False, None) for t in range(8)] + [("y", t, t < 4, None) for t in range(8)],
                         schema=["uid", "trial", "passed", "system_error"], orient="row")
-    sampler = _tasks([task("x"), task("y")], profile, ProbeHistory.from_rows(rows))
+    sampler = _tasks([task("x"), task("y")], profile.grpo, profile.selection.boundaries,
+                     ProbeHistory.from_rows(rows))
     drawn = []
     for _ in range(400):
         t = next(sampler)
@@ -210,10 +211,11 @@ def test_issue23_item6_local_training_sets_l_max_to_the_turn_budget():
     class Policy:
         max_new_tokens = 96
 
-    assert _loss_budget(cfg, Policy(), profile, on_policy=True).max_response_tokens == 96
-    assert _loss_budget(cfg, object(), profile, on_policy=True).max_response_tokens == profile.episode.max_new_tokens
-    assert _loss_budget(cfg, Policy(), profile, on_policy=False).max_response_tokens is None
-    assert _loss_budget(cfg.model_copy(update={"max_response_tokens": 50}), Policy(), profile,
+    budget = profile.episode.max_new_tokens
+    assert _loss_budget(cfg, Policy(), budget, on_policy=True).max_response_tokens == 96
+    assert _loss_budget(cfg, object(), budget, on_policy=True).max_response_tokens == budget
+    assert _loss_budget(cfg, Policy(), budget, on_policy=False).max_response_tokens is None
+    assert _loss_budget(cfg.model_copy(update={"max_response_tokens": 50}), Policy(), budget,
                         on_policy=True).max_response_tokens == 50
 
 

@@ -147,13 +147,13 @@ def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     from peft import PeftModel
 
     from rewardbox.config.profile import load_profile
-    from rewardbox.runtime.compose import check_policy_budget, episode_runner
+    from rewardbox.runtime.train import rollout_parts
     from rewardbox.training.local import train_local_grpo
 
     base = tmp_path / "base"
     tiny_model().save_pretrained(base)
-    adapter, summary = train_local_grpo([], base, tmp_path / "adapter", load_profile("test"),
-                                        episode_runner=episode_runner, check_policy_budget=check_policy_budget)
+    profile = load_profile("test")
+    adapter, summary = train_local_grpo([], base, tmp_path / "adapter", profile.grpo, rollout_parts(profile))
     assert summary.steps == [] and (adapter / "adapter_config.json").exists()
     merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
     original = AutoModelForCausalLM.from_pretrained(base)

@@ -127,15 +127,16 @@ def _profile(tmp_path, **verl):
 
 
 def test_the_blocking_gate_enforces_the_profiles_tolerance(merged, tmp_path):
-    from assets.verl_backend import merge_fidelity
+    from assets.training import fidelity_metadata
+    from rewardbox.runtime.train import merge_fidelity
 
     kept = _profile(tmp_path)
-    assert merge_fidelity(kept, str(merged / "tied" / "merged"))[0]
-    assert merge_fidelity(kept, str(merged / "untied" / "merged"))[0]
-    assert not merge_fidelity(kept, str(merged / "tied" / "bf16_exact"))[0]   # rounded beyond tolerance 0
-    assert not merge_fidelity(kept, str(merged / "tied" / "bf16"))[0]         # a looser tolerance than configured
+    assert merge_fidelity(kept, str(merged / "tied" / "merged")).passed
+    assert merge_fidelity(kept, str(merged / "untied" / "merged")).passed
+    assert not merge_fidelity(kept, str(merged / "tied" / "bf16_exact")).passed   # rounded beyond tolerance 0
+    assert not merge_fidelity(kept, str(merged / "tied" / "bf16")).passed         # a looser tolerance than configured
     stated = _profile(tmp_path, merge_dtype="bfloat16")
     assert stated.verl.merge_tolerance() == (BF16_RTOL, 0.0)
-    assert merge_fidelity(stated, str(merged / "tied" / "bf16"))[0]
-    passed, metadata = merge_fidelity(kept, str(merged / "tied" / "stock"))    # no report: not ours
+    assert merge_fidelity(stated, str(merged / "tied" / "bf16")).passed
+    passed, metadata = fidelity_metadata(merge_fidelity(kept, str(merged / "tied" / "stock")))  # no report: not ours
     assert not passed and "missing" in metadata["merge_fidelity"]

@@ -71,7 +71,7 @@ from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.training.verl.rows import AGENT_NAME, task_from_extra_info
 from rewardbox.training.verl.tokens import Sampled, TokenTrajectory, TurnTokens, play_with_retries
 
-DEFAULT_SERVICES = "rewardbox.envserver.services:verl_loop_services"
+DEFAULT_SERVICES = "rewardbox.runtime.verl_services:verl_loop_services"
 AGENT_LOOP_FILE = "rewardbox_agent_loops.yaml"
 FALLBACK_GROUPS = 65536
 """Groups the fallback trial counter remembers per process (the oldest is forgotten first)."""

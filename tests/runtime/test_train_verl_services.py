@@ -12,9 +12,9 @@ import pytest
 
 from rewardbox.config.profile import load_profile
 from rewardbox.episode.stepwise import StepwiseEpisode
-from rewardbox.envserver.services import load_served_tasks
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
-from rewardbox.envserver.services import verl_loop_services as services_from_profile
+from rewardbox.runtime.verl_services import load_served_tasks
+from rewardbox.runtime.verl_services import verl_loop_services as services_from_profile
 from rewardbox.training.verl.tokens import Sampled, TurnTokens, play_with_retries
 from tests.fixtures.verl_fakes import CharTokenizer
 
