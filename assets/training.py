@@ -12,7 +12,7 @@ from assets.versions import EPISODE_ENGINE, code_version, files_version, record_
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from rewardbox.episode.executor import LocalExecutor
-from rewardbox.runtime.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
+from rewardbox.runtime.compose import campaign_parts, check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
 from rewardbox.tasks.exclusion import check_disjoint
@@ -104,7 +104,7 @@ def merged_checkpoint_runs(rewardbox: RewardboxResource, merged_checkpoint: str,
         return dg.AssetCheckResult(passed=False, metadata={"load_error": f"{type(exc).__name__}: {exc}"})
     n_params = sum(p.numel() for p in policy.model.parameters())
     # the local model runs in this process whatever executor.kind says (it is not shipped to Ray workers)
-    rows, results = run_trials(benchmark_tasks[:1], 1, policy, profile, executor=LocalExecutor(1))
+    rows, results = run_trials(benchmark_tasks[:1], 1, policy, campaign_parts(profile), executor=LocalExecutor(1))
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     return dg.AssetCheckResult(passed=ok, metadata={
         "parameters": n_params, "episode": md_table(rows), "system_error": str(results[0].system_error) if results else "none",
