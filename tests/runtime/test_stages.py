@@ -21,6 +21,7 @@ from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.runtime.evaluate import evaluate
 from rewardbox.runtime.stages import REFERENCE_SKIPPED, StageIO, probe, reference_probe, screen
 from rewardbox.tasks.schema import canonical_json
+from rewardbox.tasks.sources import load_candidates
 from rewardbox.tasks.thinkingbox import load_dataset
 
 
@@ -122,3 +123,16 @@ def test_evaluate_writes_decode_results_and_parity_then_discards_the_journal(pro
     lines = meta["decode_results_jsonl"].read_text().splitlines()
     assert len(lines) == 4 and (tmp_path / "parity" / "evaluation_results.json").exists()
     assert not list((tmp_path / "campaigns").iterdir())
+
+
+def test_the_external_sandbox_report_reaches_the_stage_metadata(tmp_path):
+    """#25: the per-server decision of a real external server (template start or fallback, reuse status)
+    is in the stage's metadata, which the asset writes."""
+    from tests.evaluation.test_external_end_to_end import _dataset, _profile
+
+    profile = _profile(_dataset(tmp_path / "tb_retail"), tmp_path)
+    tasks = load_candidates(profile.tasks).tasks[:1]
+    run = screen(profile, tasks, Lent(tmp_path).io())
+    servers = run.metadata["sandbox_servers"]
+    assert run.metadata["tasks"] == 1 and "rewardbox_retail" in servers
+    assert set(servers["rewardbox_retail"]) & {"start", "reuse"} and isinstance(servers["(pool)"], dict)
