@@ -21,7 +21,7 @@ import polars as pl
 
 from assets.metadata import md_table
 from rewardbox.config.profile import Profile
-from rewardbox.episode.clean_trials import UncleanCampaignError, clean_trial_verdict
+from rewardbox.episode.clean_trials import UncleanCampaignError, require_clean
 from rewardbox.runtime.stages import StageIO
 
 
@@ -37,11 +37,9 @@ def require_clean_trials(rows: pl.DataFrame, profile: Profile, label: str,
             their counts and up to 3 causes (a system error, never a policy failure).
     """
     uids = list(expected_uids) if expected_uids is not None else None
-    verdict = clean_trial_verdict(rows, profile.system_errors, expected_uids=uids)
-    gate = dg.MetadataValue.json(verdict.metadata())
-    if not verdict.passed:
-        raise dg.Failure(description=verdict.message(label), metadata={"clean_trial_gate": gate})
-    return {"clean_trial_gate": gate}
+    with failure_on_unclean():
+        verdict = require_clean(rows, profile.system_errors, label, uids)
+    return {"clean_trial_gate": dg.MetadataValue.json(verdict.metadata())}
 
 
 def require_screened_candidates(report: pl.DataFrame, valid: int, profile: Profile, label: str) -> dict[str, dg.MetadataValue]:
