@@ -1,4 +1,5 @@
-"""The clean-trial gate on every campaign asset (``rewardbox.episode.clean_trials``).
+"""The clean-trial gate on every campaign asset (``rewardbox.episode.clean_trials``), and what an asset lends a
+campaign stage (``rewardbox.runtime.stages.StageIO``) and writes from it (:func:`as_metadata`).
 
 A campaign whose trials are mostly system errors fails its asset: nothing is stored, the last good
 materialisation stays current, downstream assets do not run, and the failure names the counts
@@ -9,13 +10,19 @@ were not clean.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from rewardbox.episode.clean_trials import clean_trial_verdict
+from assets.metadata import md_table
 from rewardbox.config.profile import Profile
+from rewardbox.episode.clean_trials import UncleanCampaignError, require_clean
+from rewardbox.runtime.stages import StageIO
 
 
 def require_clean_trials(rows: pl.DataFrame, profile: Profile, label: str,
@@ -30,11 +37,9 @@ def require_clean_trials(rows: pl.DataFrame, profile: Profile, label: str,
             their counts and up to 3 causes (a system error, never a policy failure).
     """
     uids = list(expected_uids) if expected_uids is not None else None
-    verdict = clean_trial_verdict(rows, profile.system_errors, expected_uids=uids)
-    gate = dg.MetadataValue.json(verdict.metadata())
-    if not verdict.passed:
-        raise dg.Failure(description=verdict.message(label), metadata={"clean_trial_gate": gate})
-    return {"clean_trial_gate": gate}
+    with failure_on_unclean():
+        verdict = require_clean(rows, profile.system_errors, label, uids)
+    return {"clean_trial_gate": dg.MetadataValue.json(verdict.metadata())}
 
 
 def require_screened_candidates(report: pl.DataFrame, valid: int, profile: Profile, label: str) -> dict[str, dg.MetadataValue]:
@@ -54,3 +59,35 @@ def require_screened_candidates(report: pl.DataFrame, valid: int, profile: Profi
                                      + "\n".join(lines),
                          metadata={"reasons": dg.MetadataValue.json(dict(reasons.most_common(20)))})
     return metadata
+
+
+@contextmanager
+def failure_on_unclean() -> Iterator[None]:
+    """Turn a stage's ``UncleanCampaignError`` into ``dagster.Failure`` (same description and gate metadata)."""
+    try:
+        yield
+    except UncleanCampaignError as exc:
+        gate = dg.MetadataValue.json(exc.verdict.metadata())
+        raise dg.Failure(description=str(exc), metadata={"clean_trial_gate": gate}) from exc
+
+
+def stage_io(context: Any, rewardbox: Any, profile: Profile, ray_cluster: Any = None, vllm_server: Any = None) -> StageIO:
+    """What the asset's resources lend a stage: paths under the profile's data directory, the executor
+    (``ray_cluster``, built on first use; None: the profile's local one), vLLM serving (``vllm_server``; None: the profile's
+    policy), the policy builder with the resource's API key, and ``context.log``."""
+    executor = partial(ray_cluster.executor, profile, context) if ray_cluster is not None else None
+    return StageIO(path=rewardbox.path, make_executor=executor,
+                   log=context.log, make_policy=rewardbox.policy,
+                   **({"serve": vllm_server.policy_config} if vllm_server is not None else {}))
+
+
+def as_metadata(values: dict[str, Any]) -> dict[str, Any]:
+    """A stage's plain metadata as Dagster metadata: tables as markdown, dicts and lists as JSON, paths as paths."""
+    def wrap(value: Any) -> Any:
+        if isinstance(value, pl.DataFrame):
+            return md_table(value)
+        if isinstance(value, (dict, list, tuple)):
+            return dg.MetadataValue.json(value)
+        return dg.MetadataValue.path(str(value)) if isinstance(value, Path) else value
+
+    return {key: wrap(value) for key, value in values.items()}

@@ -4,20 +4,15 @@
 import dagster as dg
 import polars as pl
 
-from assets.clean_trials import require_clean_trials
-from assets.metadata import md_table, parser_parity_result
+from assets.clean_trials import as_metadata, failure_on_unclean, stage_io
+from assets.metadata import parser_parity_result
 from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
-from rewardbox.episode.campaign import system_error_counts
-from rewardbox.episode.journal import campaign_journal
-from rewardbox.evaluation.benchmark import EVALUATION_JOURNAL_SCHEMA, check_coverage, run_evaluation
-from rewardbox.thinkingbox.interchange import write_decode_lines
-from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign
-from rewardbox.metrics.truncation import truncation_summary
-from rewardbox.policy.parity import ParityRecorder
+from rewardbox.evaluation.benchmark import check_coverage
+from rewardbox.runtime.evaluate import evaluate as evaluate_stage
 from rewardbox.tasks.schema import Task, task_set_version
 
 GROUP = "evaluation"
@@ -32,7 +27,7 @@ def parity_path(rewardbox: RewardboxResource, name: str):
 
 def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, vllm_server: VllmServerResource,
              tasks: list[Task], checkpoint: str) -> pl.DataFrame:
-    """Every benchmark task x n trials, one repair pass (``rewardbox.evaluation.benchmark.run_evaluation``).
+    """Every benchmark task x n trials, one repair pass (``rewardbox.runtime.evaluate.evaluate``).
 
     Trials go to a crash-safe journal first, so a run that is killed resumes where it stopped
     (same config, tasks and checkpoint); the journal is removed once the rows are complete.
@@ -41,34 +36,14 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     for the campaign (``vllm_server``) and the episodes use an endpoint policy at it.
     """
     profile = rewardbox.load()
-    trials = profile.evaluation.trials
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
-    config_hash = profile.section_hash("evaluation", "policy", "episode")
-    served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
-    journal = campaign_journal(rewardbox.path("campaigns", name).parent, name,
-                               [config_hash, task_set_version(tasks), checkpoint, *served], EVALUATION_JOURNAL_SCHEMA)
-    recorder = ParityRecorder()
-    with vllm_server.policy_config(profile, checkpoint, context.log) as policy_config:
-        run = run_evaluation(tasks, trials, lambda: rewardbox.policy(checkpoint, policy_config), profile, journal,
-                             executor=ray_cluster.executor(profile, context), log=context.log,
-                             label=context.asset_key.to_user_string(), on_result=recorder.record)
-    rows = run.rows
-    gate = require_clean_trials(rows, profile, name, [t.uid for t in tasks])  # the journal stays for a rerun
-    recorder.write(parity_path(rewardbox, name))
-    decode_path = write_decode_lines(run.decode_lines, rewardbox.path("evaluation", f"{name}.jsonl"))
-    journal.discard()
-    by_domain = summarise_by_domain(rows, [1]).select("domain", "pass_at_1", "clean_trials", "system_errors")
-    context.add_output_metadata({
-        "episodes": rows.height, "tasks": len(tasks), "trials": trials, "checkpoint": checkpoint,
-        "pass_at_1": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
-        "system_errors": int(rows["system_error"].is_not_null().sum()),
-        "system_errors_by_kind": dg.MetadataValue.json(system_error_counts(rows)), "repaired_keys": run.repaired_keys,
-        **truncation_summary(rows), "decode_results_jsonl": dg.MetadataValue.path(str(decode_path)),
-        "per_domain": md_table(by_domain), "config_hash": config_hash, "input_hash": task_set_version(tasks),
-        "policy_kind": policy_config.kind, **gate,
-    })
-    record_versions(context, frame_version(rows))
-    return rows
+    io = stage_io(context, rewardbox, profile, ray_cluster, vllm_server)
+    with failure_on_unclean():
+        run = evaluate_stage(profile, tasks, checkpoint, name, task_set_version(tasks), io,
+                             label=context.asset_key.to_user_string())
+    context.add_output_metadata(as_metadata(run.metadata))
+    record_versions(context, frame_version(run.rows))
+    return run.rows
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)

@@ -3,12 +3,13 @@
 
 import dagster as dg
 
-from assets.clean_trials import require_screened_candidates
+from assets.clean_trials import as_metadata, require_screened_candidates, stage_io
 from assets.metadata import md_table, per_domain, tasks_frame
 from assets.versions import EPISODE_ENGINE, code_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.selection.screening import screen_tasks, ungradable, write_evidence_counts
+from rewardbox.runtime.stages import screen
+from rewardbox.selection.screening import ungradable
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task, task_set_version
 from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
@@ -61,24 +62,17 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    valid, report = screen_tasks(loaded.tasks, profile, ray_cluster.executor(profile, context), log=context.log)
-    failures = ungradable(report)
+    run = screen(profile, loaded.tasks, stage_io(context, rewardbox, profile, ray_cluster), label="benchmark task")
+    failures = ungradable(run.rows)
     if failures:
         raise dg.Failure(description=f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures),
                          metadata={"ungradable": dg.MetadataValue.json(failures)})
-    invalid = report.filter(~report["valid"])
-    for row in invalid.iter_rows(named=True):
-        context.log.warning(f"invalid benchmark task {row['uid']}: {row['reason']}")
-    context.add_output_metadata({
-        "tasks": len(valid), "per_domain": per_domain(valid), "invalid": invalid.height,
-        "invalid_tasks": md_table(invalid.select("uid", "reason")), "table": md_table(tasks_frame(valid)),
-        "read_only": int(report["read_only"].fill_null(False).sum()),
-        "write_unknown": write_evidence_counts(report)["write_unknown"],
-        "load_errors": dg.MetadataValue.json(loaded.errors), "config_hash": profile.section_hash("tasks"),
-        "input_hash": task_set_version(valid),
-    })
-    record_versions(context, task_set_version(valid))
-    return valid
+    context.add_output_metadata(as_metadata({
+        **run.metadata, "per_domain": per_domain(run.extra), "table": tasks_frame(run.extra),
+        "read_only": run.metadata["read_only_tasks"], "load_errors": loaded.errors,
+        "config_hash": profile.section_hash("tasks"), "input_hash": task_set_version(run.extra)}))
+    record_versions(context, task_set_version(run.extra))
+    return run.extra
 
 
 @dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
@@ -90,21 +84,13 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
     command that does not exist makes every episode a system error) or no candidate is valid; the
     failure names the kinds, counts and causes (``assets.clean_trials``)."""
     profile = rewardbox.load()
-    valid, report = screen_tasks(candidate_tasks, profile, ray_cluster.executor(profile, context), log=context.log)
-    invalid = report.filter(~report["valid"])
-    for row in invalid.iter_rows(named=True):
-        context.log.warning(f"invalid task {row['uid']}: {row['reason']}")
-    gate = require_screened_candidates(report, len(valid), profile, "screened_candidates")
-    context.add_output_metadata({
-        "tasks": len(valid), "invalid": invalid.height, "per_domain": per_domain(valid),
-        "read_only_tasks": int(report["read_only"].fill_null(False).sum()),
-        "null_pass_read_only": int((report["read_only"].fill_null(False) & report["null_passed"].fill_null(False)).sum()),
-        "write_unknown": write_evidence_counts(report)["write_unknown"],
-        "invalid_tasks": md_table(invalid.select("uid", "reason")), "screen": md_table(report),
-        "input_hash": task_set_version(candidate_tasks), **gate,
-    })
-    record_versions(context, task_set_version(valid), profile.section_hash("tasks", "sandbox", "grading", "episode"))
-    return valid
+    run = screen(profile, candidate_tasks, stage_io(context, rewardbox, profile, ray_cluster))
+    gate = require_screened_candidates(run.rows, len(run.extra), profile, "screened_candidates")
+    context.add_output_metadata(as_metadata({
+        **run.metadata, "per_domain": per_domain(run.extra), "screen": run.rows,
+        "input_hash": task_set_version(candidate_tasks)}) | gate)
+    record_versions(context, task_set_version(run.extra), profile.section_hash("tasks", "sandbox", "grading", "episode"))
+    return run.extra
 
 
 @dg.asset_check(asset=benchmark_tasks, blocking=True)

@@ -22,6 +22,7 @@ from rewardbox.config.profile import load_profile
 from rewardbox.episode.run import run_trials_async
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark, load_candidates
+from rewardbox.runtime.compose import campaign_parts
 
 ISSUE_EPISODES_PER_S = 35.0
 ISSUE_KIB_PER_EPISODE = 245.0
@@ -72,7 +73,7 @@ def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False
     start_kib = rss_kib()
     cpu0 = _cpu_s()
     t0 = time.perf_counter()
-    rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), profile, keys=keys, on_result=on_result,
+    rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), campaign_parts(profile), keys=keys, on_result=on_result,
                                                   **({} if keep_results else {"keep_results": False})))
     total_s = time.perf_counter() - t0
     cpu_s = _cpu_s() - cpu0  # this process and its finished children (the grading workers): load-independent
@@ -107,7 +108,7 @@ def write_rows(path: str, trials: int = 3) -> None:
     profile, tasks, _ = campaign_setup(0, 8)
     keys = [(t.uid, trial) for t in tasks for trial in range(trials)]
     policy = build_policy(PolicyConfig(kind="scripted_mix", golden_frac=0.5))
-    rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, profile, keys=keys))
+    rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, campaign_parts(profile), keys=keys))
     rows.select("uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns").sort("uid", "trial").write_parquet(path)
     print(f"{rows.height} rows -> {path}")
 

@@ -98,8 +98,12 @@ class Profile(BaseModel):
         return self.data_path / self.name
 
     def section_hash(self, *sections: str) -> str:
-        """Short SHA-256 of the named sections' config (asset metadata: what produced it)."""
-        payload = canonical_json({s: getattr(self, s).model_dump(mode="json") for s in sections})
+        """Short SHA-256 of the named sections' config (asset metadata: what produced it).
+
+        An optional section that is absent (``reference: null``) hashes as null.
+        """
+        values = {s: getattr(self, s) for s in sections}
+        payload = canonical_json({s: v.model_dump(mode="json") if v is not None else None for s, v in values.items()})
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 

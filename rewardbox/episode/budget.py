@@ -16,6 +16,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.policy.base import Policy
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.tasks.schema import Task
 
@@ -140,3 +142,29 @@ def check_turn_budget(max_agent_turns: int, max_agent_steps_per_user_turn: int,
                 f"({deepest.completions - 1} calls and the answer: {deepest.completions} agent completions); "
                 f"set it to at least {deepest.completions}, or a correct agent ends at the limit with reward 0")
     return deepest
+
+
+def check_policy_budget(policy: Policy, episode: EpisodeConfig, tasks: Sequence[Task]) -> None:
+    """Fail before any episode when ``episode``'s budgets cannot hold a golden trajectory of ``tasks``.
+
+    Token budget: a policy with a known tokenizer (local) must fit the longest golden call
+    (:func:`check_token_budget`, with the policy's own ``max_new_tokens``, else ``episode.max_new_tokens``);
+    endpoints are not checked. Turn budget: for a policy that samples from a model
+    (``samples_from_a_model``: local and endpoint), ``episode``'s agent limits must fit the deepest
+    golden trajectory (:func:`check_turn_budget`); scripted policies (golden replay, null) are exempt,
+    screening lifts the limits for them.
+
+    Args:
+        policy: the policy about to run.
+        episode: the campaign's ``EpisodeConfig``.
+        tasks: the campaign's tasks.
+
+    Raises:
+        TokenBudgetError: the budget cannot hold the longest golden call (a config error).
+        TurnBudgetError: the agent limits cannot hold the deepest golden trajectory (a config error).
+    """
+    tokenizer = getattr(policy, "tokenizer", None)
+    if tokenizer is not None:
+        check_token_budget(getattr(policy, "max_new_tokens", None) or episode.max_new_tokens, tasks, tokenizer)
+    if getattr(policy, "samples_from_a_model", False):
+        check_turn_budget(episode.max_agent_turns, episode.max_agent_steps_per_user_turn, tasks)

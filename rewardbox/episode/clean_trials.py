@@ -113,3 +113,31 @@ def clean_trial_verdict(rows: pl.DataFrame, bound: SystemErrorBound, *, expected
     return CleanTrialVerdict(trials=rows.height, system_errors=errors.height, system_error_frac=frac,
                              by_kind=dict(sorted(Counter(kinds).items())), tasks_without_clean_trial=without,
                              problems=problems, causes=causes)
+
+
+class UncleanCampaignError(RuntimeError):
+    """A campaign broke the ``system_errors`` bound: a system error of the stage, never a policy failure.
+
+    The message is :meth:`CleanTrialVerdict.message`; ``verdict`` holds the counts. The Dagster layer
+    turns it into ``dagster.Failure`` (nothing stored, the campaign's journal kept for a rerun).
+    """
+
+    def __init__(self, verdict: CleanTrialVerdict, label: str):
+        super().__init__(verdict.message(label))
+        self.verdict, self.label = verdict, label
+
+
+def require_clean(rows: pl.DataFrame, bound: SystemErrorBound, label: str,
+                  expected_uids: list[str] | None = None) -> CleanTrialVerdict:
+    """:func:`clean_trial_verdict`, raising when the campaign fails it.
+
+    Returns:
+        The passing verdict (its ``metadata()`` goes into the asset's metadata).
+
+    Raises:
+        UncleanCampaignError: the bound is broken (names the problems, kinds and causes).
+    """
+    verdict = clean_trial_verdict(rows, bound, expected_uids=expected_uids)
+    if not verdict.passed:
+        raise UncleanCampaignError(verdict, label)
+    return verdict

@@ -16,9 +16,9 @@ count the sandboxes actually open (started and not yet closed) with a
 :class:`SandboxGauge`, and report the peak.
 
 The runner itself is built by a *runner factory*, ``policy -> async context
-manager of EpisodeRunner`` (``functools.partial(rewardbox.runtime.compose.episode_runner,
-profile)``), so this module needs no knowledge of profiles, and a Ray worker
-can build its own runner from the same picklable factory.
+manager of EpisodeRunner`` (``rewardbox.episode.parts.CampaignParts.runner_factory``, which
+binds the composition root's ``episode_runner``), so this module needs no knowledge of
+profiles, and a Ray worker can build its own runner from the same picklable factory.
 """
 
 from __future__ import annotations

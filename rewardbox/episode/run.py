@@ -1,7 +1,9 @@
-"""Run a campaign of episodes from the profile: ``run_trials`` (tasks x trials, or given keys).
+"""Run a campaign of episodes with explicit parts: ``run_trials`` (tasks x trials, or given keys).
 
-Screening, probes, evaluation and the checkpoint gate call this; GRPO rollouts
-use the same composition root (``rewardbox.runtime.compose``) and executors.
+Screening, probes, evaluation and the checkpoint gate call this with the
+:class:`~rewardbox.episode.parts.CampaignParts` that the composition root
+(``rewardbox.runtime.compose.campaign_parts``) builds from a profile; GRPO
+rollouts use the same parts and executors. Nothing here reads a profile.
 """
 
 from __future__ import annotations
@@ -9,29 +11,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
-
 import polars as pl
 
 from rewardbox.episode.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
-from rewardbox.runtime.compose import check_policy_budget, episode_runner, preflight_step
-from rewardbox.episode.executor import EpisodeExecutor, build_executor
+from rewardbox.episode.budget import check_policy_budget
+from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.journal import CampaignJournal
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.progress import Progress, ProgressSink, emit
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
 
-if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
-
 OnResult = Callable[[EpisodeResult], None]
 JournalExtra = Callable[[EpisodeResult, Task], dict]
 
 
 async def run_trials_async(
-    tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile,
+    tasks: Sequence[Task], trials: int, policy: Policy, parts: CampaignParts,
     *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
     label: str = "episodes",
     keep_results: bool = True, on_result: OnResult | None = None,
@@ -39,50 +37,35 @@ async def run_trials_async(
     journal_extra: JournalExtra | None = None,
     executor: EpisodeExecutor | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
-    """Run ``tasks x trials`` (or the given keys) with ``policy``; one row per trial.
+    """Run ``tasks x trials`` (or the given ``keys``) with ``policy`` and ``parts``; one row per trial.
 
-    With a ``journal``, keys that already have a clean row there are not run
-    again (resume after a crash), every finished trial is made durable at
-    once, and the rows returned are the journal's: one per expected key.
+    With a ``journal``, keys that already have a clean row there are not run again (resume after a
+    crash), every finished trial is made durable at once, and the rows returned are the journal's.
 
     Args:
-        log: where progress lines go (a ``logging.Logger`` such as Dagster's ``context.log``, or a
-            ``str -> None`` callable): episodes done / total, running pass rate, system errors and
-            ETA at a steady cadence (``rewardbox.episode.progress.Progress``).
+        log: progress sink (a ``logging.Logger`` such as Dagster's ``context.log``, or ``str -> None``):
+            episodes done / total, pass rate, system errors and ETA (``episode.progress.Progress``).
         label: names the stage in the progress lines.
-        keep_results: keep every full ``EpisodeResult`` (messages, effects with
-            three database states: hundreds of KiB each); False keeps only the
-            rows, so memory stays flat however many trials run.
+        keep_results: keep every full ``EpisodeResult`` (hundreds of KiB each); False keeps only rows.
         on_result: called with each finished trial.
         journal: the campaign's crash-safe journal, or None.
-        grader: replaces the profile's grading worker pool (not closed here;
-            local executor only: a worker pool does not travel to Ray workers).
-        journal_extra: ``(result, task) -> dict`` of extra columns for each
-            journal row (e.g. the trial's DecodeResult JSON, so an export
-            after a resume is complete).
-        executor: where the episodes run; None builds the profile's
-            (``executor.kind``, bounded by ``episode.concurrency``) and closes it after.
+        grader: replaces the parts' grading worker pool (not closed here; local executor only).
+        journal_extra: ``(result, task) -> dict`` of extra columns for each journal row.
+        executor: where the episodes run; None builds ``parts.build_executor()`` and closes it after.
 
     Returns:
-        (rows in ``campaign.ROW_SCHEMA``, the full episode results run by this
-        call, or ``[]`` without ``keep_results``).
+        (rows in ``campaign.ROW_SCHEMA``, the full results run by this call, or ``[]`` without ``keep_results``).
 
     Raises:
         ValueError: ``executor.kind: ray`` with the local model policy (in-process only).
-        TokenBudgetError: a local policy's token budget cannot hold the tasks' golden calls.
-        EndpointPreflightError: an endpoint the episodes would call (policy, user simulator, judge)
-            does not answer or does not serve its model; raised before any episode, nothing written
-            (``rewardbox.runtime.compose.preflight_step``).
+        TokenBudgetError, TurnBudgetError: the budgets cannot hold the tasks' golden trajectories.
+        EndpointPreflightError: an endpoint the episodes would call does not answer or does not serve
+            its model (``parts.preflight``); raised before any episode, nothing written.
     """
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
-    check_policy_budget(policy, profile, tasks)
-    keys = journal.todo(expected) if journal is not None else expected
-    if keys:
-        await asyncio.to_thread(preflight_step, profile, policy)
-    if journal is not None and len(keys) < len(expected):
-        emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}")
+    keys = await _keys_to_run(tasks, expected, policy, parts, journal, log)
     finished = partial(_on_finished, {t.uid: t for t in tasks}, on_result, journal, journal_extra)
-    collected = await _run_keys(tasks, keys, policy, profile, executor, grader,
+    collected = await _run_keys(tasks, keys, policy, parts, executor, grader,
                                 progress=(label, log), finished=finished, keep_results=keep_results)
     if journal is not None:
         journal.flush()
@@ -92,21 +75,33 @@ async def run_trials_async(
     return results_frame(collected, tasks), collected
 
 
+async def _keys_to_run(tasks: Sequence[Task], expected: list[tuple[str, int]], policy: Policy, parts: CampaignParts,
+                       journal: CampaignJournal | None, log: ProgressSink | None) -> list[tuple[str, int]]:
+    """The keys still to run (not clean in the journal), after the budget check and, when any, the preflight."""
+    check_policy_budget(policy, parts.episode, tasks)
+    keys = journal.todo(expected) if journal is not None else expected
+    if keys:
+        await asyncio.to_thread(parts.preflight, policy)
+    if journal is not None and len(keys) < len(expected):
+        emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}")
+    return keys
+
+
 async def _run_keys(
-    tasks: Sequence[Task], keys: Sequence[tuple[str, int]], policy: Policy, profile: Profile,
+    tasks: Sequence[Task], keys: Sequence[tuple[str, int]], policy: Policy, parts: CampaignParts,
     executor: EpisodeExecutor | None, grader: TestRunner | None, *, progress: tuple[str, ProgressSink | None],
     finished: Callable[[Progress, EpisodeResult], None], keep_results: bool,
 ) -> list:
     """Run ``keys`` in one executor session; returns the results, or their rows without ``keep_results``.
 
-    ``progress`` is the (label, sink) of the progress lines; ``executor`` None builds and closes the profile's.
+    ``progress`` is the (label, sink) of the progress lines; ``executor`` None builds and closes the parts'.
     """
     owned = executor is None
-    executor = executor or build_executor(profile.executor, profile.episode.concurrency)
+    executor = executor or parts.build_executor()
     domain = {t.uid: t.domain for t in tasks}
     try:
         with Progress(len(keys), *progress) as counter:
-            async with executor.session(partial(episode_runner, profile, grader=grader), policy) as session:
+            async with executor.session(parts.runner_factory(grader), policy) as session:
                 return await run_campaign(tasks, keys, session.run_one, concurrency=session.width,
                                           on_result=partial(finished, counter),
                                           collect=None if keep_results else partial(result_row, domain=domain))
@@ -126,7 +121,7 @@ def _on_finished(by_uid: dict[str, Task], on_result: OnResult | None, journal: C
     progress.episode(result)
 
 
-def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, profile: Profile, **kwargs):
+def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, parts: CampaignParts, **kwargs):
     """Synchronous wrapper of ``run_trials_async`` (closes the policy's resources after).
 
     Returns:
@@ -135,7 +130,7 @@ def run_trials(tasks: Sequence[Task], trials: int, policy: Policy, profile: Prof
 
     async def main():
         try:
-            return await run_trials_async(tasks, trials, policy, profile, **kwargs)
+            return await run_trials_async(tasks, trials, policy, parts, **kwargs)
         finally:
             await policy.aclose()
 

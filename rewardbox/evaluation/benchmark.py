@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from rewardbox.episode.campaign import ROW_SCHEMA, campaign_keys, coverage_problems
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.journal import CampaignJournal
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.thinkingbox.interchange import decode_result_json
 from rewardbox.evaluation.repair import run_with_repair
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
-
-if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
 
 DECODE_COLUMN = "decode_result"
 EVALUATION_JOURNAL_SCHEMA = {**ROW_SCHEMA, DECODE_COLUMN: pl.Utf8}
@@ -55,7 +52,7 @@ def _decode_column(result: EpisodeResult, task: Task) -> dict[str, str]:
 
 
 def run_evaluation(
-    tasks: Sequence[Task], trials: int, make_policy: Callable[[], Policy], profile: Profile,
+    tasks: Sequence[Task], trials: int, make_policy: Callable[[], Policy], parts: CampaignParts,
     journal: CampaignJournal, *, executor: EpisodeExecutor | None = None, log: ProgressSink | None = None,
     label: str = "evaluation", on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> EvaluationRun:
@@ -68,9 +65,10 @@ def run_evaluation(
         tasks: the benchmark tasks.
         trials: n, trials per task (trial ``0..n-1``).
         make_policy: builds a fresh policy per pass (``run_trials`` closes the one it is given).
-        profile: sandbox, user, grader, episode and executor settings.
+        parts: the campaign's runner, episode limits and executor config
+            (``rewardbox.runtime.compose.campaign_parts``).
         journal: the campaign's journal, opened with ``EVALUATION_JOURNAL_SCHEMA``.
-        executor: where episodes run (None: the profile's).
+        executor: where episodes run (None: the parts').
         log: progress sink; label: names the first pass in it.
         on_result: called with every finished episode (e.g. the parser-parity recorder).
 
@@ -83,7 +81,7 @@ def run_evaluation(
         What ``run_trials`` raises (a config error, a token budget too small).
     """
 
-    rows, repaired = run_with_repair(tasks, trials, make_policy, profile, log=log, label=label, journal=journal,
+    rows, repaired = run_with_repair(tasks, trials, make_policy, parts, log=log, label=label, journal=journal,
                                      journal_extra=_decode_column, keep_results=False, executor=executor,
                                      on_result=on_result)
     return EvaluationRun(rows.drop(DECODE_COLUMN), repaired, rows[DECODE_COLUMN].to_list())

@@ -8,25 +8,23 @@ rows in their place, so the coverage gate sees every key exactly once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.episode.campaign import campaign_keys, merge_repair, repair_keys
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.run import run_trials
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
-
-if TYPE_CHECKING:  # the profile composes this package's config; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
 
 
 def run_with_repair(
     tasks: Sequence[Task],
     trials: int,
     make_policy: Callable[[], Policy],
-    profile: Profile,
+    parts: CampaignParts,
     *,
     log: ProgressSink | None = None,
     label: str = "",
@@ -38,7 +36,8 @@ def run_with_repair(
         tasks: the campaign's tasks.
         trials: k, trials per task (keys ``(uid, 0..k-1)``).
         make_policy: returns a fresh policy; called once per pass (``run_trials`` closes the one it gets).
-        profile: the run's profile (episode limits, sandbox, grading).
+        parts: the campaign's runner, episode limits and executor config
+            (``rewardbox.runtime.compose.campaign_parts``).
         log: progress sink; the repair pass announces how many keys it re-runs.
         label: progress label of the first pass (the repair pass is labelled ``repair``).
         **run_kwargs: passed to ``run_trials`` on both passes (``journal``, ``journal_extra``,
@@ -53,10 +52,10 @@ def run_with_repair(
     Raises:
         Whatever ``run_trials`` raises for a bad configuration; episode faults are rows, not errors.
     """
-    rows = run_trials(tasks, trials, make_policy(), profile, log=log, label=label, **run_kwargs)[0]
+    rows = run_trials(tasks, trials, make_policy(), parts, log=log, label=label, **run_kwargs)[0]
     redo = repair_keys(rows, campaign_keys(tasks, trials))
     if redo:
         emit(log, f"repair run: {len(redo)} missing or system-error keys")
-        repaired = run_trials(tasks, trials, make_policy(), profile, keys=redo, log=log, label="repair", **run_kwargs)[0]
+        repaired = run_trials(tasks, trials, make_policy(), parts, keys=redo, log=log, label="repair", **run_kwargs)[0]
         rows = merge_repair(rows, repaired)
     return rows, len(redo)

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from openai.types.chat import ChatCompletionMessage
 
@@ -41,8 +41,28 @@ from rewardbox.policy.interpreter import interpret, split_reasoning
 from rewardbox.policy.serving_config import HERMES_PARSER, ServingConfig
 from rewardbox.sandbox.base import ToolSpec
 
-if TYPE_CHECKING:  # the episode layer sits above policy; a runtime import would be a cycle
-    from rewardbox.episode.trajectory import EpisodeResult
+
+
+class RecordedTurn(Protocol):
+    """What the recorder reads of one agent turn (``rewardbox.episode.trajectory.AgentTurn`` has it)."""
+
+    raw_text: str
+    finish_reason: str
+
+
+class RecordedEpisode(Protocol):
+    """What the recorder reads of one episode (``rewardbox.episode.trajectory.EpisodeResult`` has it).
+
+    The episode layer sits above ``policy``, so the type is named by what is read, not imported.
+    """
+
+    uid: str
+    trial: int
+    tools: Sequence[ToolSpec]
+    messages: Sequence[dict[str, Any]]
+    agent_turns: Sequence[RecordedTurn]
+    system_error: Any
+
 
 CORPUS_FILE = "parity_corpus.json"
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
@@ -208,7 +228,7 @@ def shipped_corpus() -> list[RecordedCompletion]:
     return [RecordedCompletion.from_json({"tools": data["tools"], **entry}) for entry in data["completions"]]
 
 
-def recorded_turns(result: EpisodeResult, limit: int | None = None) -> list[RecordedCompletion]:
+def recorded_turns(result: RecordedEpisode, limit: int | None = None) -> list[RecordedCompletion]:
     """The agent turns of one episode as recorded completions, with the calls the run executed.
 
     Turn ``i`` is the ``i``-th assistant message (as ``training.local.chat_tokenizer`` pairs them); a turn whose
@@ -234,7 +254,7 @@ class ParityRecorder:
         self.with_calls: list[RecordedCompletion] = []
         self.without_calls: list[RecordedCompletion] = []
 
-    def record(self, result: EpisodeResult) -> None:
+    def record(self, result: RecordedEpisode) -> None:
         if result.system_error is not None:
             return
         for rec in recorded_turns(result):

@@ -3,19 +3,22 @@
 This is the one place where the embedded defaults and the real external
 components are picked from config. Every stage that runs episodes (screening,
 probes, GRPO rollouts, evaluation, the environment server) asks this module for
-its parts and none rebuilds them; ``rewardbox.episode.run.run_trials`` runs a
-campaign with them.
+its parts and none rebuilds them; :func:`campaign_parts` bundles them for
+``rewardbox.episode.run.run_trials`` and the stages below ``runtime``, which never
+read the profile themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
 import os
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from rewardbox.episode.budget import check_token_budget, check_turn_budget
+from rewardbox.episode.budget import check_policy_budget as check_episode_budget
+from rewardbox.episode.config import EpisodeConfig
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.user_simulator import EndpointUser, ScriptedUser, UserSimulator
 from rewardbox.grading.testrunner import TestRunner
@@ -30,8 +33,10 @@ from rewardbox.tasks.config import TaskSource
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import resolve_dataset
 
-if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
+from rewardbox.config.profile import Profile
+
+SandboxReportSink = Callable[[dict], None]
+"""Receives a sandbox factory's ``report()`` when a runner closes (``ExternalSandboxFactory.report``)."""
 
 
 def build_user_simulator(profile: Profile) -> UserSimulator:
@@ -110,44 +115,52 @@ def build_sandbox(profile: Profile) -> SandboxFactory:
 
 
 @asynccontextmanager
-async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | None = None) -> AsyncIterator[EpisodeRunner]:
+async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | None = None, *,
+                         episode: EpisodeConfig | None = None,
+                         on_sandbox_report: SandboxReportSink | None = None) -> AsyncIterator[EpisodeRunner]:
     """An ``EpisodeRunner`` for ``policy`` with the profile's sandbox, user and grader.
 
     The grading worker pool is created here unless one is passed, and closed on exit,
-    as is the sandbox factory's warm server pool (when it has one).
+    as is the sandbox factory's warm server pool (when it has one). ``episode`` replaces
+    ``profile.episode`` (screening lifts the agent limits); ``on_sandbox_report`` receives the
+    sandbox factory's ``report()`` on exit, when it has one (``ExternalSandboxFactory``: per server,
+    template start or fallback, reuse status, retirement reason).
     """
     own = grader is None
     if own:
         grader = build_grader(profile)
     sandboxes = build_sandbox(profile)
     try:
-        yield EpisodeRunner(policy, sandboxes, build_user_simulator(profile), grader, profile.episode)
+        yield EpisodeRunner(policy, sandboxes, build_user_simulator(profile), grader, episode or profile.episode)
     finally:
+        if on_sandbox_report is not None and hasattr(sandboxes, "report"):
+            on_sandbox_report(sandboxes.report())
         if hasattr(sandboxes, "aclose"):
             await sandboxes.aclose()
         if own:
             grader.close()
 
 
-def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
-    """Fail before any episode when the profile's budgets cannot hold a golden trajectory of ``tasks``.
+def campaign_parts(profile: Profile, on_sandbox_report: SandboxReportSink | None = None) -> CampaignParts:
+    """The explicit parts a campaign below ``runtime`` runs with (``rewardbox.episode.parts``).
 
-    Token budget: a policy with a known tokenizer (local) must fit the longest golden call
-    (``episode.budget.check_token_budget``); endpoints are not checked. Turn budget: for a policy
-    that samples from a model (``samples_from_a_model``: local and endpoint), the episode's agent
-    limits must fit the deepest golden trajectory (``episode.budget.check_turn_budget``); scripted
-    policies (golden replay, null) are exempt, screening lifts the limits for them.
+    The runner is :func:`episode_runner` bound to ``profile`` (picklable for Ray workers when
+    ``on_sandbox_report`` is, e.g. None), the executor is ``profile.executor`` bounded by
+    ``episode.concurrency``, and the preflight is :func:`preflight_step` for the profile's endpoints.
+    """
+    return CampaignParts(episode=profile.episode,
+                         runner=partial(episode_runner, profile, on_sandbox_report=on_sandbox_report),
+                         executor=profile.executor, preflight=partial(preflight_step, profile))
+
+
+def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
+    """``rewardbox.episode.budget.check_policy_budget`` with ``profile.episode``.
 
     Raises:
         TokenBudgetError: the budget cannot hold the longest golden call (a config error).
         TurnBudgetError: the agent limits cannot hold the deepest golden trajectory (a config error).
     """
-    tokenizer = getattr(policy, "tokenizer", None)
-    if tokenizer is not None:
-        budget = getattr(policy, "max_new_tokens", None) or profile.episode.max_new_tokens
-        check_token_budget(budget, tasks, tokenizer)
-    if getattr(policy, "samples_from_a_model", False):
-        check_turn_budget(profile.episode.max_agent_turns, profile.episode.max_agent_steps_per_user_turn, tasks)
+    check_episode_budget(policy, profile.episode, tasks)
 
 
 def step_endpoints(profile: Profile, policy: Policy | None = None, role: str = "policy") -> list[Endpoint]:

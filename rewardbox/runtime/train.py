@@ -21,7 +21,8 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
-from rewardbox.runtime.compose import check_policy_budget, episode_runner, policy_config_endpoint, preflight_step
+from rewardbox.runtime.compose import (campaign_parts, check_policy_budget, episode_runner, policy_config_endpoint,
+                                       preflight_step)
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
@@ -262,7 +263,7 @@ def run_merged(profile: Profile, merged_dir: str, tasks: Sequence[Task]) -> Merg
     except (OSError, ValueError) as exc:
         return MergedRun(passed=False, load_error=f"{type(exc).__name__}: {exc}")
     parameters = sum(p.numel() for p in policy.model.parameters())
-    rows, results = run_trials(list(tasks)[:1], 1, policy, profile, executor=LocalExecutor(1))
+    rows, results = run_trials(list(tasks)[:1], 1, policy, campaign_parts(profile), executor=LocalExecutor(1))
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     error = str(results[0].system_error) if results else "none"
     return MergedRun(passed=ok, parameters=parameters, rows=rows, system_error=error)

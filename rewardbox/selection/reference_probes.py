@@ -13,22 +13,19 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from rewardbox.episode.campaign import campaign_keys, merge_repair, repair_keys
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.journal import CampaignJournal
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.episode.run import run_trials_async
 from rewardbox.metrics.rows import system_error_expr
 from rewardbox.policy.base import Policy
 from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.schema import Task
-
-if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
 
 
 @dataclass(frozen=True)
@@ -49,7 +46,7 @@ class ReferenceProbeRun:
 
 
 async def probe_reference_async(
-    tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, profile: Profile, *,
+    tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, parts: CampaignParts, *,
     journal: CampaignJournal | None = None, log: ProgressSink | None = None,
     executor: EpisodeExecutor | None = None,
 ) -> ReferenceProbeRun:
@@ -59,10 +56,11 @@ async def probe_reference_async(
         tasks: the screened candidates.
         config: the reference section (``min_clean_runs``, ``max_refill_rounds``).
         policy: the reference policy (not closed here).
-        profile: sandbox, user simulator, grader and episode settings.
+        parts: the campaign's runner, episode limits and executor config
+            (``rewardbox.runtime.compose.campaign_parts``).
         journal: the campaign's crash-safe journal (a killed run resumes), or None.
         log: progress sink (Dagster's ``context.log`` or a callable).
-        executor: where episodes run; None builds the profile's.
+        executor: where episodes run; None builds the parts'.
 
     Returns:
         A :class:`ReferenceProbeRun`.
@@ -72,7 +70,7 @@ async def probe_reference_async(
     """
     expected = campaign_keys(tasks, config.min_clean_runs)
     kwargs = {"log": log, "journal": journal, "keep_results": False, "executor": executor}
-    rows, _ = await run_trials_async(tasks, config.min_clean_runs, policy, profile, keys=expected,
+    rows, _ = await run_trials_async(tasks, config.min_clean_runs, policy, parts, keys=expected,
                                      label="reference_probe_results", **kwargs)
     refilled, rounds = 0, 0
     while rounds < config.max_refill_rounds:
@@ -82,19 +80,19 @@ async def probe_reference_async(
         rounds += 1
         refilled += len(keys)
         emit(log, f"reference refill round {rounds}: re-running {len(keys)} system-error trial(s)")
-        repaired, _ = await run_trials_async(tasks, config.min_clean_runs, policy, profile, keys=keys,
+        repaired, _ = await run_trials_async(tasks, config.min_clean_runs, policy, parts, keys=keys,
                                              label=f"reference_refill_{rounds}", **kwargs)
         rows = merge_repair(rows, repaired)
     return ReferenceProbeRun(rows.sort("uid", "trial"), refilled, rounds)
 
 
-def probe_reference(tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, profile: Profile,
+def probe_reference(tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, parts: CampaignParts,
                     **kwargs) -> ReferenceProbeRun:
     """Synchronous :func:`probe_reference_async`; closes the policy's resources after."""
 
     async def main() -> ReferenceProbeRun:
         try:
-            return await probe_reference_async(tasks, config, policy, profile, **kwargs)
+            return await probe_reference_async(tasks, config, policy, parts, **kwargs)
         finally:
             await policy.aclose()
 

@@ -38,20 +38,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 import json
-from typing import TYPE_CHECKING
 
 import polars as pl
 
 from rewardbox.episode.executor import EpisodeExecutor
+from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.run import run_trials
 from rewardbox.episode.termination import TerminationReason
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy
 from rewardbox.tasks.schema import Task
-
-if TYPE_CHECKING:  # the profile composes the episode/selection configs; a runtime import would be a cycle
-    from rewardbox.config.profile import Profile
 
 WRITE_TAG, NO_WRITE_TAG = "expects_write", "no_write"
 """Task tags that state whether the golden actions must change the state."""
@@ -150,26 +147,26 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     return row
 
 
-def screen_tasks(tasks: Sequence[Task], profile: Profile, executor: EpisodeExecutor | None = None, *,
+def screen_tasks(tasks: Sequence[Task], parts: CampaignParts, executor: EpisodeExecutor | None = None, *,
                  log: ProgressSink | None = None) -> tuple[list[Task], pl.DataFrame]:
     """Run the golden and null policies once per task through the real loop and grader.
 
-    ``executor`` runs the episodes (None: the profile's, see ``run_trials``);
+    ``parts`` are the campaign's (``rewardbox.runtime.compose.campaign_parts``); ``executor`` runs the
+    episodes (None: the parts', see ``run_trials``);
     ``log`` receives the progress lines of both passes (see ``run_trials_async``).
 
     Returns:
         (valid tasks in input order, one screening row per task).
     """
     longest = max((len(t.golden_interactions()) for t in tasks), default=0)
-    # the golden replay writes one call per completion, then answers: the profile's agent limits (which
+    # the golden replay writes one call per completion, then answers: the campaign's agent limits (which
     # bound the policy under test) must not cut it, or a valid deep task reads as ungradable
-    episode = profile.episode.model_copy(update={
-        "max_agent_turns": max(profile.episode.max_agent_turns, longest + 2),
-        "max_agent_steps_per_user_turn": max(profile.episode.max_agent_steps_per_user_turn, longest + 2)})
-    profile = profile.model_copy(update={"episode": episode})
-    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), profile, executor=executor, log=log,
+    parts = parts.with_episode(max_agent_turns=max(parts.episode.max_agent_turns, longest + 2),
+                               max_agent_steps_per_user_turn=max(parts.episode.max_agent_steps_per_user_turn,
+                                                                 longest + 2))
+    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), parts, executor=executor, log=log,
                            label="screen (golden replay)")
-    _, null = run_trials(tasks, 1, NullPolicy(), profile, executor=executor, log=log, label="screen (null run)")
+    _, null = run_trials(tasks, 1, NullPolicy(), parts, executor=executor, log=log, label="screen (null run)")
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
     rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
     valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]

@@ -27,6 +27,7 @@ from rewardbox.episode.run import run_trials_async
 from rewardbox.grading.testrunner import evaluate_test_code
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark
+from rewardbox.runtime.compose import campaign_parts
 
 TRIALS = 12
 KILLS = 20
@@ -44,7 +45,7 @@ def _campaign(journal_dir: str, tasks, profile, started: str) -> None:
     """One campaign process: announces its start (with the time), then runs or resumes the campaign."""
     journal = CampaignJournal.open(journal_dir, ROW_SCHEMA)
     Path(started).write_text(str(time.perf_counter()))
-    asyncio.run(run_trials_async(tasks, TRIALS, GoldenReplayPolicy(), profile, journal=journal, grader=InlineGrader()))
+    asyncio.run(run_trials_async(tasks, TRIALS, GoldenReplayPolicy(), campaign_parts(profile), journal=journal, grader=InlineGrader()))
     Path(started).with_suffix(".done").write_text(str(time.perf_counter()))
     os._exit(0)
 

@@ -18,6 +18,7 @@ from rewardbox.episode.run import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_candidates
 from rewardbox.training.groups import collect_groups
+from rewardbox.runtime.compose import campaign_parts
 from tests.fixtures.executor_policies import SlowGoldenPolicy
 
 
@@ -110,13 +111,13 @@ def test_grpo_groups_through_the_executor_respect_the_bound(profile, tasks):
 
 
 def test_rerun_fills_only_missing_and_system_error_keys(profile, tasks):
-    rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), profile)
+    rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile))
     broken = rows.with_columns(system_error=(rows["trial"] == 1).map_elements(
         lambda bad: "sandbox: lost" if bad else None, return_dtype=rows["system_error"].dtype))
     redo = repair_keys(broken.filter(~((broken["uid"] == tasks[0].uid) & (broken["trial"] == 0))),
                        campaign_keys(tasks[:2], 2))
     assert sorted(redo) == sorted([(tasks[0].uid, 0), (tasks[0].uid, 1), (tasks[1].uid, 1)])
     executor = LocalExecutor(2)
-    repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), profile, keys=redo, executor=executor)
+    repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), keys=redo, executor=executor)
     assert sorted(repaired.select("uid", "trial").rows()) == sorted(redo)
     assert 1 <= executor.gauge_peak <= 2

@@ -22,6 +22,7 @@ from rewardbox.episode.executor_ray import RayExecutor, check_shippable  # noqa:
 from rewardbox.episode.run import run_trials  # noqa: E402
 from rewardbox.policy.scripted import GoldenReplayPolicy  # noqa: E402
 from rewardbox.tasks.sources import load_candidates  # noqa: E402
+from rewardbox.runtime.compose import campaign_parts
 
 pytestmark = pytest.mark.timeout(300)
 CONFIG = ExecutorConfig(kind="ray", num_cpus=2, workers=2, worker_num_cpus=0.5)
@@ -48,10 +49,10 @@ def tasks(profile):
 
 
 def test_ray_rows_equal_local_rows_and_open_sandboxes_stay_bounded(embedded_ray, profile, tasks):
-    local_rows, _ = run_trials(tasks, 3, GoldenReplayPolicy(), profile, executor=LocalExecutor(3))
+    local_rows, _ = run_trials(tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(3))
     executor = RayExecutor(CONFIG, concurrency=3)
     try:
-        ray_rows, results = run_trials(tasks, 3, GoldenReplayPolicy(), profile, executor=executor)
+        ray_rows, results = run_trials(tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=executor)
         peak = executor.gauge_peak
     finally:
         executor.close()
@@ -63,11 +64,11 @@ def test_ray_rows_equal_local_rows_and_open_sandboxes_stay_bounded(embedded_ray,
 
 
 def test_rerun_on_ray_fills_only_the_repair_keys(embedded_ray, profile, tasks):
-    rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), profile, executor=LocalExecutor(2))
+    rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(2))
     redo = repair_keys(rows.filter(rows["trial"] == 0), campaign_keys(tasks[:2], 2))
     executor = RayExecutor(CONFIG.model_copy(update={"workers": 1}), concurrency=2)
     try:
-        repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), profile, keys=redo, executor=executor)
+        repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), keys=redo, executor=executor)
     finally:
         executor.close()
     assert sorted(repaired.select("uid", "trial").rows()) == sorted(redo) == [(t.uid, 1) for t in tasks[:2]]
@@ -76,7 +77,7 @@ def test_rerun_on_ray_fills_only_the_repair_keys(embedded_ray, profile, tasks):
 def test_a_dead_worker_is_a_system_error_never_a_reward(embedded_ray, profile, tasks):
     executor = RayExecutor(CONFIG.model_copy(update={"workers": 1}), concurrency=1)
     try:
-        rows, _ = run_trials(tasks[:1], 1, executor_policies.WorkerKillingPolicy(), profile, executor=executor)
+        rows, _ = run_trials(tasks[:1], 1, executor_policies.WorkerKillingPolicy(), campaign_parts(profile), executor=executor)
     finally:
         executor.close()
     assert rows["reward"].to_list() == [None]
@@ -131,10 +132,10 @@ def test_an_endpoint_policy_travels_without_its_key_and_gives_the_local_rows(emb
     fake_openai.default = (200, chat_response("I cannot help with that. <DONE>"), {})
     policy = EndpointPolicy(fake_openai.base_url, "fake-model", api_key_env="REWARDBOX_TEST_KEY")
     assert b"sk-test-secret" not in ray.cloudpickle.dumps(policy)
-    local_rows, _ = run_trials(tasks[:2], 2, policy, profile, executor=LocalExecutor(2))
+    local_rows, _ = run_trials(tasks[:2], 2, policy, campaign_parts(profile), executor=LocalExecutor(2))
     executor = RayExecutor(CONFIG, concurrency=2)
     try:
-        ray_rows, _ = run_trials(tasks[:2], 2, policy, profile, executor=executor)
+        ray_rows, _ = run_trials(tasks[:2], 2, policy, campaign_parts(profile), executor=executor)
     finally:
         executor.close()
     assert ray_rows["system_error"].null_count() == 4 and ray_rows["reward"].to_list() == [0.0] * 4

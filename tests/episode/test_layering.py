@@ -56,6 +56,7 @@ def test_screening_and_probing_never_call_up_from_the_episode_layer():
     from rewardbox.episode.executor import LocalExecutor
     from rewardbox.episode.run import run_trials
     from rewardbox.policy.scripted import GoldenReplayPolicy
+    from rewardbox.runtime.compose import campaign_parts
     from rewardbox.selection import task_difficulty
     from rewardbox.selection.screening import screen_tasks
     from rewardbox.tasks.thinkingbox import load_dataset
@@ -81,8 +82,8 @@ def test_screening_and_probing_never_call_up_from_the_episode_layer():
     sys.setprofile(watch)
     threading.setprofile(watch)
     try:
-        valid, _ = screen_tasks(tasks, profile, LocalExecutor(1))
-        rows, _ = run_trials(valid, 1, GoldenReplayPolicy(), profile, executor=LocalExecutor(1))
+        valid, _ = screen_tasks(tasks, campaign_parts(profile), LocalExecutor(1))
+        rows, _ = run_trials(valid, 1, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(1))
         difficulty = task_difficulty(rows)
     finally:
         sys.setprofile(None)

@@ -33,6 +33,7 @@ from rewardbox.report.tables import reliability_tables
 from rewardbox.selection import task_difficulty, training_pool
 from rewardbox.selection.screening import screen_tasks
 from rewardbox.tasks.sources import load_benchmark, load_candidates
+from rewardbox.runtime.compose import campaign_parts
 
 SERVER_MODULE = "rewardbox.domains.server"
 # Scripted-mix picks (golden on seeds 0..3): explicit_01 1/4, lookup_02 3/4, explicit_03 2/4.
@@ -117,11 +118,11 @@ def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
     assert not candidates.errors and not candidates.excluded
 
     with _ServerWatch() as watch:
-        valid, screen = screen_tasks(candidates.tasks + benchmark.tasks, profile)
+        valid, screen = screen_tasks(candidates.tasks + benchmark.tasks, campaign_parts(profile))
         assert len(valid) == 5 and screen["valid"].all(), screen.filter(~pl.col("valid"))["reason"].to_list()
         assert screen["expects_write"].all()
 
-        probe_rows, _ = run_trials(candidates.tasks, profile.probe.trials, build_policy(profile.policy), profile)
+        probe_rows, _ = run_trials(candidates.tasks, profile.probe.trials, build_policy(profile.policy), campaign_parts(profile))
         assert coverage_problems(probe_rows, [(u, t) for u in CANDIDATES for t in range(4)]) == []
         assert probe_rows["system_error"].null_count() == probe_rows.height
 
@@ -131,8 +132,8 @@ def test_thinkingbox_dataset_with_external_server_runs_end_to_end(tmp_path):
         assert training_pool(difficulty, profile.selection)["uid"].to_list() == sorted(CANDIDATES)
 
         trials = profile.evaluation.trials
-        base_rows, base_results = run_trials(benchmark.tasks, trials, build_policy(profile.policy), profile)
-        tuned_rows, _ = run_trials(benchmark.tasks, trials, GoldenReplayPolicy(), profile)
+        base_rows, base_results = run_trials(benchmark.tasks, trials, build_policy(profile.policy), campaign_parts(profile))
+        tuned_rows, _ = run_trials(benchmark.tasks, trials, GoldenReplayPolicy(), campaign_parts(profile))
     for rows in (base_rows, tuned_rows):
         assert coverage_problems(rows, [(u, t) for u in BENCHMARK for t in range(trials)]) == []
         assert rows["system_error"].null_count() == rows.height

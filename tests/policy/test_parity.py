@@ -24,6 +24,7 @@ from rewardbox.policy.parity import (
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.policy.serving_config import ServingConfig
 from rewardbox.sandbox.base import ToolSpec
+from rewardbox.runtime.compose import campaign_parts
 
 GET_ORDER = ToolSpec("get_order", "Look up an order.",
                      {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]})
@@ -97,7 +98,7 @@ def test_a_golden_run_is_recorded_with_its_executed_calls_and_reads_alike(tmp_pa
 
     tasks = load_benchmark(profile.tasks).tasks[:2]
     recorder = ParityRecorder(limit=50)
-    rows, _ = run_trials(tasks, 1, GoldenReplayPolicy(), profile, on_result=recorder.record, keep_results=False)
+    rows, _ = run_trials(tasks, 1, GoldenReplayPolicy(), campaign_parts(profile), on_result=recorder.record, keep_results=False)
     assert rows.height == 2 and rows["system_error"].is_null().all()
     records = recorder.records
     assert records and all(r.executed is not None for r in records)

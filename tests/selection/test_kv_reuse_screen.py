@@ -17,6 +17,7 @@ from rewardbox.config.profile import Profile
 from rewardbox.selection.difficulty import teachable
 from rewardbox.selection.screening import screen_tasks, write_evidence_counts
 from rewardbox.tasks.sources import load_benchmark
+from rewardbox.runtime.compose import campaign_parts
 from tests.fixtures.fake_judge import Judge200
 
 KV = Path(__file__).resolve().parents[1] / "fixtures" / "tb_kv"
@@ -45,7 +46,7 @@ def kv_profile(tmp_path: Path, servers: Path, test_list: str = "testlists/repro.
 
 def _screen(profile: Profile) -> dict[str, dict]:
     tasks = load_benchmark(profile.tasks).tasks
-    _, report = screen_tasks(tasks, profile)
+    _, report = screen_tasks(tasks, campaign_parts(profile))
     return {r["uid"].split(":")[1]: r for r in report.iter_rows(named=True)}
 
 
@@ -72,7 +73,7 @@ def test_server_without_hashes_leaves_write_and_read_only_unknown(tmp_path):
         profile = kv_profile(tmp_path, servers, "testlists/judged.yaml", judge_base_url=judge.config["base_url"],
                              judge_model="j")
         tasks = load_benchmark(profile.tasks).tasks
-        valid, report = screen_tasks(tasks, profile)
+        valid, report = screen_tasks(tasks, campaign_parts(profile))
     finally:
         judge.close()
     row = report.row(0, named=True)

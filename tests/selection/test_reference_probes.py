@@ -12,6 +12,7 @@ from rewardbox.policy.factory import build_policy
 from rewardbox.selection.reference import reference_verdicts
 from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.sources import load_candidates
+from rewardbox.runtime.compose import campaign_parts
 from tests.fixtures.fake_reference import FakeReference
 
 
@@ -37,7 +38,7 @@ def test_system_errors_are_rerun_until_clean_or_out_of_rounds(tmp_path):
                          broken={broken.uid})
     try:
         config = _config(fake.base_url)
-        run = probe_reference([flaky, wrong, broken], config, build_policy(config.policy), profile)
+        run = probe_reference([flaky, wrong, broken], config, build_policy(config.policy), campaign_parts(profile))
     finally:
         fake.close()
     rows = run.rows
@@ -58,9 +59,9 @@ def test_a_resumed_probe_reruns_only_what_has_no_clean_row(tmp_path):
     fake = FakeReference(tasks, solvable={tasks[0].uid})
     try:
         config = _config(fake.base_url)
-        first = probe_reference(tasks, config, build_policy(config.policy), profile, journal=journal)
+        first = probe_reference(tasks, config, build_policy(config.policy), campaign_parts(profile), journal=journal)
         requests_first = len(fake.requests)
-        second = probe_reference(tasks, config, build_policy(config.policy), profile, journal=journal)
+        second = probe_reference(tasks, config, build_policy(config.policy), campaign_parts(profile), journal=journal)
     finally:
         fake.close()
     assert requests_first > 0 and len(fake.requests) == requests_first  # every key already clean: nothing re-run

@@ -11,6 +11,7 @@ from rewardbox.config.profile import load_profile
 from rewardbox.domains import registry
 from rewardbox.selection.screening import screen_tasks
 from rewardbox.tasks.thinkingbox import load_dataset
+from rewardbox.runtime.compose import campaign_parts
 
 ADDRESS = "retail_address.py:test_retail_address_change_01"
 # its golden actions: find_customer(email), then update_shipping_address(ORD-6171, ADR-2017-W)
@@ -34,7 +35,7 @@ def _variant(task, suffix: str, interactions=None, tags=None):
 
 
 def _screen(tasks):
-    valid, rows = screen_tasks(tasks, load_profile("test"))
+    valid, rows = screen_tasks(tasks, campaign_parts(load_profile("test")))
     return [t.uid for t in valid], {r["uid"]: r for r in rows.iter_rows(named=True)}
 
 
@@ -75,7 +76,7 @@ def test_deep_golden_trajectories_are_screened_whatever_the_profiles_agent_limit
     assert deep, "the embedded retail set has tasks of 5+ golden calls"
     profile = load_profile("test")
     profile.episode.max_agent_turns = profile.episode.max_agent_steps_per_user_turn = 3
-    valid, rows = screen_tasks(deep, profile)
+    valid, rows = screen_tasks(deep, campaign_parts(profile))
     assert [t.uid for t in valid] == [t.uid for t in deep], rows["reason"].to_list()
 
 

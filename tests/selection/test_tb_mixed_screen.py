@@ -18,6 +18,7 @@ from rewardbox.episode.run import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.selection.screening import screen_tasks, ungradable
 from rewardbox.tasks.sources import load_benchmark
+from rewardbox.runtime.compose import campaign_parts
 from tests.fixtures.fake_judge import Judge200
 
 MIXED = Path(__file__).resolve().parents[1] / "fixtures" / "tb_mixed"
@@ -52,7 +53,7 @@ def _profile(tmp_path: Path, judge: Judge200, test_list: str) -> Profile:
 def test_mixed_dataset_screen_counts(tmp_path, judge):
     profile = _profile(tmp_path, judge, "testlists/benchmark.yaml")
     tasks = load_benchmark(profile.tasks).tasks
-    valid, report = screen_tasks(tasks, profile)
+    valid, report = screen_tasks(tasks, campaign_parts(profile))
     print("\n" + str(report.select("uid", "valid", "read_only", "golden_passed", "null_passed", "reason")))
     print(f"golden-pass {int(report['golden_passed'].sum())}/{report.height}, "
           f"null-pass {int(report['null_passed'].sum())}/{report.height}, valid {len(valid)}, "
@@ -73,11 +74,11 @@ def test_ungradable_benchmark_task_is_listed_by_uid_and_cause(tmp_path, judge):
         "- mixed_orders.py:test_total_read_only\n- mixed_broken.py:test_needs_proxy_client\n")
     profile = _profile(tmp_path, judge, "testlists/two.yaml")
     profile.tasks.benchmark[0].dataset = str(tmp_path / "ds")
-    valid, report = screen_tasks(load_benchmark(profile.tasks).tasks, profile)
+    valid, report = screen_tasks(load_benchmark(profile.tasks).tasks, campaign_parts(profile))
     assert [t.uid for t in valid] == ["mixed_orders.py:test_total_read_only"]
     failures = ungradable(report)
     assert len(failures) == 1 and failures[0].startswith("mixed_broken.py:test_needs_proxy_client: grader: ")
     assert "No module named 'thinkingbox.common.mcp_proxy_client'" in failures[0]
     broken = [t for t in load_benchmark(profile.tasks).tasks if t.uid.startswith("mixed_broken.py")]
-    _, results = run_trials(broken, 1, GoldenReplayPolicy(), profile)
+    _, results = run_trials(broken, 1, GoldenReplayPolicy(), campaign_parts(profile))
     assert results[0].system_error_permanent and results[0].tries == 1  # permanent: not retried
