@@ -11,7 +11,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
+.PHONY: setup demo learn lint test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,8 +52,14 @@ learn:
 
 # the full suite includes the verl schema check and the verl agent-loop test, so it builds verl's own
 # environment first (minutes once; docs/scale.md)
-test: setup verl-env chromium
+test: lint setup verl-env chromium
 	$(VENV)/bin/pytest -q -ra
+
+# the formatter and linter, ruff at the version pinned in the dev extra, configured in pyproject.toml
+# ([tool.ruff]: 100 columns, the rule set, the generated datasets left out)
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 
 # headless Chromium for the browser test (tests/ui): Debian's package, installed when missing and possible;
 # the test skips with a message where it is not

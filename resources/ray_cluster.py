@@ -35,7 +35,7 @@ from pydantic import Field, PrivateAttr
 from rewardbox import strict_json
 from rewardbox.config.profile import Profile
 from rewardbox.episode.executor import EpisodeExecutor, build_executor
-from rewardbox.training.verl.ray_job import JobClient, job_client
+from rewardbox.training.verl.ray_client import JobClient, job_client
 
 LOCAL = "local"
 RAY_ADDRESS_ENV = "RAY_ADDRESS"

@@ -131,27 +131,43 @@ def paired_bootstrap(
     Raises:
         ValueError: confidence outside (0, 1) or ``resamples < 1``.
     """
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1, got {resamples}")
-    ks = sorted({int(k) for k in k_values if int(k) >= 1})
-    tasks = _tasks(base_counts, tuned_counts)
-    out: dict[str, Any] = {"metrics": {}, "tasks": tasks.height, "resamples": resamples, "seed": seed,
-                           "confidence": confidence}
-    if by_domain:
-        out["domains"] = {}
+    _check_levels(confidence, resamples)
+    ks, tasks = _ks(k_values), _tasks(base_counts, tuned_counts)
+    out: dict[str, Any] = dict(metrics={}, tasks=tasks.height, resamples=resamples, seed=seed, confidence=confidence)
+    out |= {"domains": {}} if by_domain else {}
     if not tasks.height:
         return out
     rng = np.random.default_rng(seed)
     uids, alpha = tasks["uid"].to_list(), (1 - confidence) / 2
     out["metrics"] = _compare(base_counts, tuned_counts, uids, _weights(len(uids), resamples, rng), ks, alpha)
-    domains = tasks["domain"].to_list()
-    for domain in sorted(set(domains)) if by_domain else []:
+    if by_domain:
+        domain_ks = ks if domain_k_values is None else _ks(domain_k_values)
+        out["domains"] = _compare_domains(base_counts, tuned_counts, tasks, resamples, rng, domain_ks, alpha)
+    return out
+
+
+def _check_levels(confidence: float, resamples: int) -> None:
+    """ValueError unless ``0 < confidence < 1`` and ``resamples >= 1``."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+
+
+def _ks(k_values: Sequence[int]) -> list[int]:
+    """The distinct k >= 1 of ``k_values``, ascending."""
+    return sorted({int(k) for k in k_values if int(k) >= 1})
+
+
+def _compare_domains(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, tasks: pl.DataFrame, resamples: int,
+                     rng: np.random.Generator, ks: list[int], alpha: float) -> dict[str, Any]:
+    """``{domain: metrics}``, each domain from its own resamples of its tasks, domains in sorted order."""
+    uids, domains = tasks["uid"].to_list(), tasks["domain"].to_list()
+    out = {}
+    for domain in sorted(set(domains)):
         members = [uid for uid, d in zip(uids, domains) if d == domain]
         weights = _weights(len(members), resamples, rng)
-        domain_ks = ks if domain_k_values is None else sorted({int(k) for k in domain_k_values if int(k) >= 1})
-        out["domains"][domain] = _compare(base_counts, tuned_counts, members, weights, domain_ks, alpha)
+        out[domain] = _compare(base_counts, tuned_counts, members, weights, ks, alpha)
     return out
 
 

@@ -233,6 +233,14 @@ def prob_better_by_group(
         member[:, 1:] = np.asarray(groups, dtype=object)[:, None] == np.asarray(labels, dtype=object)[None, :]
     bs, bn = _check_rate_arrays([c[0] for c in base_counts], [c[1] for c in base_counts])
     ts, tn = _check_rate_arrays([c[0] for c in tuned_counts], [c[1] for c in tuned_counts])
+    probs = _prob_mean_better_columns(bs, bn, ts, tn, member, draws, seed)
+    return float(probs[0]), {label: float(probs[1 + i]) for i, label in enumerate(labels)}
+
+
+def _prob_mean_better_columns(bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, tn: np.ndarray, member: np.ndarray,
+                              draws: int, seed: int) -> np.ndarray:
+    """P(mean p_tuned > mean p_base) over the tasks of each column of ``member`` (tasks x groups, bool):
+    exact for one task, Gil-Pelaez inversion otherwise, Monte Carlo where the inversion gives up."""
     probs = np.full(member.shape[1], np.nan)
     for j in range(member.shape[1]):
         rows = member[:, j]
@@ -243,7 +251,7 @@ def prob_better_by_group(
     todo = np.flatnonzero(np.isnan(probs))
     if todo.size:
         probs[todo] = _prob_mean_better_monte_carlo(bs, bn, ts, tn, member[:, todo], draws, seed)
-    return float(probs[0]), {label: float(probs[1 + i]) for i, label in enumerate(labels)}
+    return probs
 
 
 def _beta_cf_log(a: np.ndarray, b: np.ndarray, omega: np.ndarray, nodes: int) -> np.ndarray:

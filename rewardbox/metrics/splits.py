@@ -44,6 +44,24 @@ def _relabel(counts: pl.DataFrame, owner: Mapping[str, str]) -> pl.DataFrame:
     return counts.with_columns(domain=split).filter(pl.col("domain").is_not_null())
 
 
+def _domains_seen(counts: pl.DataFrame) -> set[str]:
+    """The domains of a campaign's per-task counts (``NO_DOMAIN`` for rows without one)."""
+    if "domain" in counts.columns:
+        return set(counts["domain"].cast(pl.Utf8).fill_null(NO_DOMAIN).to_list())
+    return {NO_DOMAIN} if counts.height else set()
+
+
+def _split_task_counts(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, owner: Mapping[str, str],
+                       splits: Mapping[str, Sequence[str]]) -> dict[str, int]:
+    """``{split: tasks with a clean trial in either campaign}``, every split of ``splits`` present."""
+    counts = {name: 0 for name in splits}
+    relabelled = pl.concat([_relabel(c, owner).filter(pl.col("n") > 0).select("uid", "domain")
+                            for c in (base_counts, tuned_counts)]).unique()
+    for split, tasks in relabelled.group_by("domain").len().iter_rows():
+        counts[split] = tasks
+    return counts
+
+
 def split_bootstrap(
     base_counts: pl.DataFrame,
     tuned_counts: pl.DataFrame,
@@ -72,23 +90,14 @@ def split_bootstrap(
         ValueError: invalid ``splits`` (see :func:`domain_to_split`), confidence or resamples.
     """
     owner = domain_to_split(splits)
-    seen = set()
-    for counts in (base_counts, tuned_counts):
-        if "domain" in counts.columns:
-            seen |= set(counts["domain"].cast(pl.Utf8).fill_null(NO_DOMAIN).to_list())
-        elif counts.height:
-            seen.add(NO_DOMAIN)
+    seen = _domains_seen(base_counts) | _domains_seen(tuned_counts)
     out: dict[str, Any] = {"splits": {}, "confidence": confidence,
                            "unassigned_domains": sorted(seen - set(owner))}
     if not splits:
         return out
     boot = paired_bootstrap(_relabel(base_counts, owner), _relabel(tuned_counts, owner), k_values, confidence,
                             resamples, seed, by_domain=True)
-    counts = {name: 0 for name in splits}
-    relabelled = pl.concat([_relabel(c, owner).filter(pl.col("n") > 0).select("uid", "domain")
-                            for c in (base_counts, tuned_counts)]).unique()
-    for split, tasks in relabelled.group_by("domain").len().iter_rows():
-        counts[split] = tasks
+    counts = _split_task_counts(base_counts, tuned_counts, owner, splits)
     for split in splits:
         out["splits"][split] = {"tasks": counts[split], "metrics": boot.get("domains", {}).get(split, {})}
     return out

@@ -49,8 +49,21 @@ def domain_frames(rel: Reliability) -> dict[str, pl.DataFrame]:
     k, per_domain = rel.k, rel.per_domain
     if per_domain.height == 0:
         return {}
-    rows = list(per_domain.iter_rows(named=True))
-    frames = {
+    frames = _metric_frames(list(per_domain.iter_rows(named=True)), k)
+    costs = rel.per_domain_cost
+    if costs is not None and costs.height:
+        version = rel.price_table_version
+        frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
+            "domain": c["domain"], "policy": side,
+            "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
+            "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
+        } for c in costs.iter_rows(named=True) for side in ("base", "tuned")])
+    return frames
+
+
+def _metric_frames(rows: list[dict[str, Any]], k: int) -> dict[str, pl.DataFrame]:
+    """The pass@1, pass@1 change, pass@k and pass^k tables of :func:`domain_frames` from its per-domain rows."""
+    return {
         # one row per domain and policy: two "75.00% [50.00, 100.00]" cells side by side wrapped at 1600 px
         "pass@1": pl.DataFrame([{
             "domain": r["domain"], "policy": side, "pass@1": fmt_pct(r[f"{side}_pass_at_1"]),
@@ -70,15 +83,6 @@ def domain_frames(rel: Reliability) -> dict[str, pl.DataFrame]:
             "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
         } for r in rows]),
     }
-    costs = rel.per_domain_cost
-    if costs is not None and costs.height:
-        version = rel.price_table_version
-        frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
-            "domain": c["domain"], "policy": side,
-            "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
-            "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
-        } for c in costs.iter_rows(named=True) for side in ("base", "tuned")])
-    return frames
 
 
 def domain_markdown(rel: Reliability, render) -> str:

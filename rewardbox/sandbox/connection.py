@@ -24,7 +24,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,11 +31,29 @@ import anyio
 import mcp_types
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from rewardbox.errors import SandboxError
-from rewardbox.sandbox.reaper import TrackedProcess, kill_now, launcher_argv, reap, wait_dead
+from rewardbox.sandbox.config import SandboxTimeouts
+from rewardbox.sandbox.reaper import (
+    TrackedProcess,
+    kill_now,
+    launcher_argv,
+    reap,
+    wait_dead,
+)
 from rewardbox.sandbox.servers_config import ProcessServer, RemoteServer
+from rewardbox.sandbox.transport import (
+    OpenedTransport,
+    consume_exception,
+    describe_failure,
+    remote_transport,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,51 +63,8 @@ _LIST_PAGE_CAP = 100
 _DEATH_WAIT_S = 0.5
 
 
-@dataclass(frozen=True)
-class SandboxTimeouts:
-    """Time limits of one episode's servers, in seconds.
-
-    Attributes:
-        connect_s: spawn + MCP handshake + ``tools/list``, per attempt.
-        init_s: one ``__reserved__init`` call.
-        tool_s: one tool call; a hung call is cancelled here (system error).
-        effects_s: one ``__reserved__geteffects`` call.
-        teardown_s: one ``__reserved__teardown`` call (failures only logged).
-        exit_grace_s: after stdin closes, how long a server may take to exit by itself.
-        term_grace_s: between SIGTERM and SIGKILL.
-    """
-
-    connect_s: float = 60.0
-    init_s: float = 120.0
-    tool_s: float = 30.0
-    effects_s: float = 60.0
-    teardown_s: float = 2.0
-    exit_grace_s: float = 1.0
-    term_grace_s: float = 2.0
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"SandboxTimeouts.{name} must be a positive number of seconds, got {value!r}")
-
-
 class _TransientConnectError(Exception):
     """A connect attempt failed in a way worth retrying (spawn, handshake, listing)."""
-
-
-def _consume(future: asyncio.Future[Any]) -> None:
-    """Mark a future's exception as retrieved (the failure is reported elsewhere)."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _describe(exc: BaseException) -> str:
-    """A one-line account of a failure; exception groups are unwrapped to their first leaf."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    if isinstance(exc, TimeoutError):
-        return "timed out"
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 class ServerConnection:
@@ -175,11 +149,11 @@ class ServerConnection:
                 self._client = await asyncio.shield(ready)
                 self.tools = await self._list_tools()
         except BaseException as exc:
-            ready.add_done_callback(_consume)
+            ready.add_done_callback(consume_exception)
             self._track_pid()
             await self._stop_attempt(graceful=False)
             if isinstance(exc, Exception):
-                raise _TransientConnectError(_describe(exc) + self.stderr_tail()) from exc
+                raise _TransientConnectError(describe_failure(exc) + self.stderr_tail()) from exc
             raise
         self._track_pid()
 
@@ -192,7 +166,7 @@ class ServerConnection:
         try:
             async with self._open_transport() as transport, transport as streams:
                 try:
-                    async with Client(_OpenedTransport(streams), mode=self.mode, cache=None) as client:
+                    async with Client(OpenedTransport(streams), mode=self.mode, cache=None) as client:
                         if not ready.done():
                             ready.set_result(client)
                         await stop.wait()
@@ -206,12 +180,12 @@ class ServerConnection:
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("connection cancelled"))
             if not isinstance(exc, Exception):
                 raise
-            logger.debug("server %s: transport ended with %s", self.name, _describe(exc))
+            logger.debug("server %s: transport ended with %s", self.name, describe_failure(exc))
 
     @asynccontextmanager
     async def _open_transport(self) -> AsyncIterator[Any]:
         if isinstance(self.config, RemoteServer):
-            async with _remote_transport(self.config, **self._spawn) as transport:
+            async with remote_transport(self.config, **self._spawn) as transport:
                 yield transport
             return
         if self.forked:  # attach.py hands the pipes to a forked child, which writes its own pid
@@ -263,7 +237,7 @@ class ServerConnection:
                 self.state = "dead"
             what = "exited mid-call" if died else "failed"
             raise SandboxError(
-                f"server {self.name!r} {what} during {tool!r}: {_describe(exc)}{self.stderr_tail()}", cause="crash"
+                f"server {self.name!r} {what} during {tool!r}: {describe_failure(exc)}{self.stderr_tail()}", cause="crash"
             ) from exc
 
     async def ping(self, timeout_s: float) -> bool:
@@ -286,7 +260,7 @@ class ServerConnection:
             async with asyncio.timeout(timeout_s):
                 await self._client.list_tools()
         except Exception as exc:  # noqa: BLE001 - any failure means unhealthy
-            logger.info("server %s: health check failed: %s", self.name, _describe(exc))
+            logger.info("server %s: health check failed: %s", self.name, describe_failure(exc))
             return False
         return True
 
@@ -341,7 +315,7 @@ class ServerConnection:
             task.cancel()
             await asyncio.wait({task}, timeout=self.timeouts.term_grace_s + 3.0)
         if task.done() and not task.cancelled() and task.exception() is not None:
-            logger.debug("server %s: owner task ended with %s", self.name, _describe(task.exception()))
+            logger.debug("server %s: owner task ended with %s", self.name, describe_failure(task.exception()))
 
     # ----- processes and logs ---------------------------------------------
     def _pidfile(self) -> Path:
@@ -366,32 +340,3 @@ class ServerConnection:
         except OSError:
             return ""
         return f"; stderr: ...{text[-_STDERR_TAIL_CHARS:]}" if text else ""
-
-
-class _OpenedTransport:
-    """An already-open pair of streams presented as an ``mcp`` Transport (no-op exit)."""
-
-    def __init__(self, streams: Any):
-        self._streams = streams
-
-    async def __aenter__(self) -> Any:
-        return self._streams
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        return None
-
-
-@asynccontextmanager
-async def _remote_transport(config: RemoteServer, url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    """A transport context for an ``mcp-remote`` server (streamable HTTP or SSE)."""
-    if config.transport == "sse":
-        from mcp.client.sse import sse_client
-
-        yield sse_client(url, headers=headers, timeout=config.timeout)
-        return
-    import httpx2  # the HTTP client the mcp SDK is built on (its documented way to set headers)
-    from mcp.client.streamable_http import streamable_http_client
-
-    timeout = httpx2.Timeout(config.timeout, read=max(config.timeout, 300.0))
-    async with httpx2.AsyncClient(headers=headers, timeout=timeout) as http:
-        yield streamable_http_client(url, http_client=http)

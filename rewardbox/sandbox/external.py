@@ -35,22 +35,27 @@ from typing import Any
 
 from rewardbox.errors import SandboxError
 from rewardbox.sandbox.base import ToolSpec
-from rewardbox.sandbox.canary import canary_verdict
-from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
+from rewardbox.sandbox.config import SandboxTimeouts
+from rewardbox.sandbox.connection import ServerConnection
+from rewardbox.sandbox.external_reuse import ReuseMixin
 from rewardbox.sandbox.pool import ServerPool
-from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
+from rewardbox.sandbox.reserved import (
+    INIT_TOOL,
+    RESERVED_PREFIX,
+    SERVER_TOOL,
+    TEARDOWN_TOOL,
+    first_text,
+    parse_init_reply,
+)
 from rewardbox.sandbox.schema import clean_schema
-from rewardbox.sandbox.servers_config import ProcessServer, ServersConfig, load_servers_config
+from rewardbox.sandbox.servers_config import (
+    ServersConfig,
+    load_servers_config,
+)
 from rewardbox.sandbox.template import TemplateSet
 
 logger = logging.getLogger(__name__)
-
-
-INIT_TOOL = "__reserved__init"
-EFFECTS_TOOL = "__reserved__geteffects"
-TEARDOWN_TOOL = "__reserved__teardown"
-SERVER_TOOL = "__reserved__server_tool"
 
 
 class _Lease:
@@ -62,7 +67,7 @@ class _Lease:
         self.tools: dict = {}
 
 
-class ExternalSandbox:
+class ExternalSandbox(ReuseMixin):
     """One episode's tool servers from a servers.yaml (implements ``Sandbox``).
 
     Args:
@@ -141,13 +146,6 @@ class ExternalSandbox:
                 raise SandboxError(f"sandbox start failed: {type(exc).__name__}: {exc}") from exc
             raise
 
-    def _abandon_canaries(self) -> None:
-        """A start that failed before a canary's check hands that canary to the next episode."""
-        for conn in self._conns:
-            if isinstance(conn, ServerConnection) and conn.canary and self._pool is not None:
-                conn.canary = False
-                self._pool.ledger.abandon(conn.name)
-
     def _make_connections(self, world_state: dict[str, Any]) -> list[ServerConnection]:
         if not isinstance(world_state, dict) or not world_state:
             raise SandboxError(f"world_state must be a non-empty mapping of server names, got {world_state!r}")
@@ -193,27 +191,6 @@ class ExternalSandbox:
         finally:
             self._procs.extend(p for p in conn.processes if p not in self._procs)
 
-    async def _fork_if_templated(self, conn: ServerConnection) -> None:
-        """Point ``conn`` at its server's template when there is one and the canary allows it."""
-        if self._templates is None or self._pool is None or not isinstance(conn.config, ProcessServer):
-            return
-        attach = await self._templates.attach_argv(conn.name)
-        if attach is None:
-            self._fallback_event(conn.name)
-            return
-        claim = self._pool.ledger.claim(conn.name, unchecked=conn.config.reuse_unchecked)
-        if claim != "fresh":
-            conn.use_template(attach)
-            conn.canary = claim == "canary"
-
-    def _fallback_event(self, name: str) -> None:
-        """Record a server's template fallback in this episode's events, once per campaign."""
-        assert self._templates is not None
-        if name in self._templates.new_fallbacks:
-            self._templates.new_fallbacks.remove(name)
-            self.events.append(f"sandbox: server {name}: no template, fresh processes from now on: "
-                               f"{self._templates.fallbacks[name]}")
-
     def _fresh(self, name: str) -> ServerConnection:
         return ServerConnection(name, self.config.get(name), workdir=self._workdir, timeouts=self.timeouts,
                                 connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source)
@@ -243,56 +220,6 @@ class ExternalSandbox:
             if conn.canary:
                 await self._canary(index, conn, arguments)
         return init_results
-
-    async def _canary(self, index: int, conn: ServerConnection, arguments: dict[str, Any] | None) -> None:
-        """Check a reused process right after init against a fresh one (``rewardbox.sandbox.canary``).
-
-        On a mismatch the fresh process serves this episode and reuse of the server is retired.
-        ``arguments`` None: the server has no ``__reserved__init``; both are compared right after connect.
-        """
-        assert self._pool is not None
-        ledger, fresh = self._pool.ledger, None
-        try:
-            reused = await self._effects_of(conn)
-            fresh = self._fresh(conn.name)
-            try:
-                await fresh.connect()
-            finally:
-                self._procs.extend(p for p in fresh.processes if p not in self._procs)
-            if arguments is not None:
-                parse_init_reply(conn.name, first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)))
-            server = self.config.get(conn.name)
-            verdict = canary_verdict(reused, await self._effects_of(fresh),
-                                     unchecked_ok=getattr(server, "reuse_unchecked", False))
-        except BaseException:
-            ledger.abandon(conn.name)
-            if fresh is not None:
-                await fresh.shutdown(None)
-            raise
-        conn.canary = False
-        if verdict is None:
-            ledger.passed(conn.name)
-            await fresh.shutdown(TEARDOWN_TOOL)
-            return
-        await self._pool.retire_reuse(conn.name, verdict)
-        self.events.append(f"sandbox: server {conn.name}: reuse retired by the canary: {verdict}")
-        self._conns[index] = fresh
-        await self._drop_reused(conn)
-
-    async def _effects_of(self, conn: ServerConnection) -> dict[str, Any]:
-        if EFFECTS_TOOL not in conn.tools:
-            return {}
-        return parse_effects_reply(first_text(await conn.call(EFFECTS_TOOL, {}, self.timeouts.effects_s)))
-
-    async def _drop_reused(self, conn: ServerConnection) -> None:
-        """End a reused process the canary found unfit (back to the pool as not reusable, or shut down)."""
-        assert self._pool is not None
-        if self._pooled.get(conn.name) is conn:
-            del self._pooled[conn.name]
-            await self._pool.release(conn, reusable=False)
-        else:
-            self._procs.extend(p for p in conn.processes if p not in self._procs)
-            await conn.shutdown(TEARDOWN_TOOL)
 
     # ----- tools ----------------------------------------------------------
     async def list_tools(self) -> list[ToolSpec]:

@@ -29,7 +29,7 @@ KINDS = ("external", "inprocess", "proxy")
 
 
 def _external(servers: str | Path | Any, timeouts: Any = None, **options: Any) -> Callable[[], Sandbox]:
-    from rewardbox.sandbox.connection import SandboxTimeouts
+    from rewardbox.sandbox.config import SandboxTimeouts
     from rewardbox.sandbox.pool import ExternalSandboxFactory
     from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config
 

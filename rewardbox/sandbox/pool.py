@@ -46,15 +46,15 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.sandbox.canary import ReuseLedger
-from rewardbox.sandbox.connection import SandboxTimeouts, ServerConnection
+from rewardbox.sandbox.config import SandboxTimeouts
+from rewardbox.sandbox.connection import ServerConnection
 from rewardbox.sandbox.reaper import TrackedProcess, kill_now
+from rewardbox.sandbox.reserved import INIT_TOOL, TEARDOWN_TOOL
 from rewardbox.sandbox.servers_config import ProcessServer, ServersConfig
 from rewardbox.sandbox.template import TemplateSet
 
 logger = logging.getLogger(__name__)
 
-INIT_TOOL = "__reserved__init"
-TEARDOWN_TOOL = "__reserved__teardown"
 
 
 def _cleanup(procs: list[TrackedProcess], workdir: list[Path]) -> None:

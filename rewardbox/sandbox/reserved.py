@@ -10,6 +10,10 @@ import mcp_types
 from rewardbox.errors import SandboxError
 
 RESERVED_PREFIX = "__reserved__"
+INIT_TOOL = "__reserved__init"
+EFFECTS_TOOL = "__reserved__geteffects"
+TEARDOWN_TOOL = "__reserved__teardown"
+SERVER_TOOL = "__reserved__server_tool"
 
 
 def first_text(result: mcp_types.CallToolResult) -> str:

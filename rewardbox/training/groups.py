@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from functools import partial
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -237,17 +238,16 @@ async def collect_groups(
 ) -> tuple[list[Group], GroupStats]:
     """Draw groups until ``groups_wanted`` have reward variance, or refills run out.
 
-    Each round draws as many fresh tasks as groups are still missing and runs
-    their ``group_size`` rollouts concurrently. Every (task, draw) gets fresh trials from
-    ``trials`` (a :class:`TrialNumbers` shared by the run's steps; default a new one from
-    ``trial_offset``), so a task drawn twice never replays a group. A group with system errors is
-    either replaced by a fresh task (``system_error_refill="replace"``) or
-    has only its failed rollouts re-run (``"rerun"``, at most
-    ``max_system_error_reruns`` rounds), those still failing masked: advantage 0
-    and statistics over the clean rollouts (``group_advantages_masked``).
-    ``observe(task, rollouts)`` sees every drawn group, kept or not (the
-    curriculum's running posterior, ``curriculum.PosteriorTaskSampler``).
-    ``truncation_fails``: cut rollouts count as failures (:func:`training_rewards`).
+    Each round draws as many fresh tasks as groups are still missing and runs their ``group_size``
+    rollouts concurrently. Every (task, draw) gets fresh trials from ``trials`` (a
+    :class:`TrialNumbers` shared by the run's steps; default a new one from ``trial_offset``), so a
+    task drawn twice never replays a group. A group with system errors is either replaced by a fresh
+    task (``system_error_refill="replace"``) or has only its failed rollouts re-run (``"rerun"``, at
+    most ``max_system_error_reruns`` rounds), those still failing masked: advantage 0 and statistics
+    over the clean rollouts (``group_advantages_masked``). ``observe(task, rollouts)`` sees every
+    drawn group, kept or not (the curriculum's running posterior,
+    ``curriculum.PosteriorTaskSampler``). ``truncation_fails``: cut rollouts count as failures
+    (:func:`training_rewards`).
 
     Returns:
         (accepted groups with advantages, sampling stats). Fewer groups than wanted when every
@@ -259,23 +259,24 @@ async def collect_groups(
     if system_error_refill not in ("rerun", "replace"):
         raise ValueError(f"system_error_refill must be 'rerun' or 'replace', got {system_error_refill!r}")
     trials = TrialNumbers(trial_offset) if trials is None else trials
-    accepted: list[Group] = []
-    stats = GroupStats()
-    for _ in range(max_refill_rounds + 1):
-        missing = groups_wanted - len(accepted)
-        if missing <= 0:
-            break
-        drawn = [next(tasks) for _ in range(missing)]
-        runs = [[rollout_fn(task, trial) for trial in trials.draw(task.uid, group_size)] for task in drawn]
-        results = await asyncio.gather(*(asyncio.gather(*group) for group in runs))
-        stats.rounds += 1
-        stats.drawn += len(drawn)
-        stats.episodes += sum(len(r) for r in results)
-        stats.repeated_trials += trials.record([r for group in results for r in group])
-        settled = await asyncio.gather(*(
-            _settle(task, list(rollouts), rollout_fn, system_error_refill, max_system_error_reruns, estimator, stats,
-                    observe, truncation_fails)
-            for task, rollouts in zip(drawn, results)
-        ))
-        accepted += [g for g in settled if g is not None]
+    accepted, stats = [], GroupStats()
+    settle = partial(_settle, rollout_fn=rollout_fn, refill=system_error_refill, reruns=max_system_error_reruns,
+                     estimator=estimator, stats=stats, observe=observe, truncation_fails=truncation_fails)
+    while (missing := groups_wanted - len(accepted)) > 0 and stats.rounds <= max_refill_rounds:
+        accepted += await _round(tasks, missing, rollout_fn, trials, group_size, stats, settle)
     return accepted, stats
+
+
+async def _round(tasks: Iterator[Task], missing: int, rollout_fn: RolloutFn, trials: TrialNumbers, group_size: int,
+                 stats: GroupStats, settle: Callable[..., Awaitable[Group | None]]) -> list[Group]:
+    """One round of :func:`collect_groups` (rounds count in ``stats.rounds``): ``missing`` fresh tasks, a
+    group of rollouts each, settled; the usable groups."""
+    drawn = [next(tasks) for _ in range(missing)]
+    runs = [[rollout_fn(task, trial) for trial in trials.draw(task.uid, group_size)] for task in drawn]
+    results = await asyncio.gather(*(asyncio.gather(*group) for group in runs))
+    stats.rounds += 1
+    stats.drawn += len(drawn)
+    stats.episodes += sum(len(r) for r in results)
+    stats.repeated_trials += trials.record([r for group in results for r in group])
+    settled = await asyncio.gather(*(settle(task, list(rollouts)) for task, rollouts in zip(drawn, results)))
+    return [g for g in settled if g is not None]

@@ -203,6 +203,20 @@ def completion_logprobs(
         raise ValueError(f"every prompt must start with the {prefix.length}-token shared prefix and extend it")
     hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared, prefix)
     t_max = max(len(s.completion_ids) for s in batch)
+    positions, targets, mask = _completion_index(batch, t_max, shared, device)
+    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
+    logits = model.get_output_embeddings()(picked).float() / temperature  # [B, T, V]
+    allowed = _allowed(batch, t_max, logits.shape[-1], device)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    return torch.where(mask > 0, logprobs, torch.zeros_like(logprobs)), mask
+
+
+def _completion_index(batch: Sequence[Sample], t_max: int, shared: int,
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(positions, targets, mask)``, each ``[B, t_max]``: the hidden-state position that predicts each
+    completion token (``shared`` prefix positions are not in ``hidden``), the token, 1.0 on real tokens."""
     positions = torch.zeros((len(batch), t_max), dtype=torch.long)
     targets = torch.zeros((len(batch), t_max), dtype=torch.long)
     mask = torch.zeros((len(batch), t_max))
@@ -211,11 +225,4 @@ def completion_logprobs(
         positions[i, :n] = torch.arange(start - 1 - shared, start - 1 - shared + n)
         targets[i, :n] = torch.tensor(s.completion_ids)
         mask[i, :n] = 1.0
-    positions, targets, mask = positions.to(device), targets.to(device), mask.to(device)
-    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))  # [B, T, H]
-    logits = model.get_output_embeddings()(picked).float() / temperature  # [B, T, V]
-    allowed = _allowed(batch, t_max, logits.shape[-1], device)
-    if allowed is not None:
-        logits = logits.masked_fill(~allowed, float("-inf"))
-    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
-    return torch.where(mask > 0, logprobs, torch.zeros_like(logprobs)), mask
+    return positions.to(device), targets.to(device), mask.to(device)

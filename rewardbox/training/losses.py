@@ -171,16 +171,21 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     per_token = -torch.minimum(unclipped, clipped)
     loss = LOSS_AGGREGATIONS[aggregation](per_token, mask_f, max_response_tokens=max_response_tokens)
-    with torch.no_grad():
-        tokens = mask_f.sum()
-        denom = tokens.clamp_min(1.0)
-        stats = {
-            "clip_frac": float(((clipped < unclipped).float() * mask_f).sum() / denom),
-            "ratio_mean": float((ratio * mask_f).sum() / denom),
-            "approx_kl": float((-log_ratio * mask_f).sum() / denom),
-            "tokens": float(tokens),
-        }
-    return loss, stats
+    return loss, _clip_stats(ratio, log_ratio, clipped, unclipped, mask_f)
+
+
+@torch.no_grad()
+def _clip_stats(ratio: torch.Tensor, log_ratio: torch.Tensor, clipped: torch.Tensor, unclipped: torch.Tensor,
+                mask_f: torch.Tensor) -> dict[str, float]:
+    """The stats of :func:`policy_loss` over masked tokens: clip_frac, ratio_mean, approx_kl, tokens."""
+    tokens = mask_f.sum()
+    denom = tokens.clamp_min(1.0)
+    return {
+        "clip_frac": float(((clipped < unclipped).float() * mask_f).sum() / denom),
+        "ratio_mean": float((ratio * mask_f).sum() / denom),
+        "approx_kl": float((-log_ratio * mask_f).sum() / denom),
+        "tokens": float(tokens),
+    }
 
 
 def token_mean_policy_loss(

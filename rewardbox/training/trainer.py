@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 import torch
 
@@ -34,69 +32,15 @@ from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
-from rewardbox.training.groups import Group, RolloutFn, TrialNumbers, collect_groups, is_truncated
+from rewardbox.training.groups import Group, GroupStats, RolloutFn, TrialNumbers, collect_groups, is_truncated
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
 from rewardbox.training.shared_prefix import scored_micro_batches
+from rewardbox.training.step_metrics import OptimiseStats, StepMetrics, TrainingSummary, step_metrics
 
 __all__ = ["Sample", "StepMetrics", "TrainingSummary", "completion_logprobs", "group_samples",
            "optimise_step", "train_grpo"]
-
-
-@dataclass
-class OptimiseStats:
-    """One optimiser step: loss and surrogate statistics over its policy tokens.
-
-    ``logprob_gap_max``: max over scored tokens of |sampler log-prob - trainer
-    log-prob| before the update (None when no sample carried sampler log-probs).
-    """
-
-    loss: float
-    logprob_gap_max: float | None = None
-    clip_frac: float = 0.0
-    ratio_mean: float = 1.0
-    approx_kl: float = 0.0
-
-
-@dataclass
-class StepMetrics:
-    """Per-step training metrics (logged and shown in the asset metadata)."""
-
-    step: int
-    mean_reward: float | None
-    zero_variance_frac: float
-    system_error_groups: int
-    groups: int
-    episodes: int
-    samples: int
-    policy_tokens: int
-    loss: float | None
-    duration_s: float
-    scored_rollouts: int = 0
-    reruns: int = 0
-    masked_system_errors: int = 0
-    truncated_completions: int = 0
-    completions: int = 0
-    truncated_rollouts: int = 0
-    logprob_gap_max: float | None = None
-    clip_frac: float | None = None
-    ratio_mean: float | None = None
-    approx_kl: float | None = None
-    peak_memory_bytes: int = 0
-    band_histogram: str = ""
-    groups_wanted: int = 0
-    refill_rounds: int = 0
-    repeated_trials: int = 0
-    truncated_failures: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class TrainingSummary:
-    steps: list[StepMetrics] = field(default_factory=list)
 
 
 TokenizeTurn = Callable[[EpisodeResult, int], tuple[list[int], list[int]]]
@@ -187,23 +131,34 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     budget = None if config.micro_batch_memory_mib is None else config.micro_batch_memory_mib << 20
     for batch, logprobs, mask in scored_micro_batches(model, samples, pad_id, config.temperature,
                                                       config.micro_batch_sequences, memory_budget_bytes=budget):
-        old, known = _old_logprobs(batch, logprobs)
-        if known:
-            diff = ((logprobs.detach() - old).abs() * mask).max().item()
+        diff = _micro_step(batch, logprobs, mask, config, l_max, total_tokens, len(samples), totals)
+        if diff is not None:
             gap = diff if gap is None else max(gap, diff)
-        advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
-        loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
-                                  aggregation=config.loss_aggregation, max_response_tokens=l_max)
-        share = mask.sum().item() / total_tokens
-        weight = share if config.loss_aggregation == "token-mean" else len(batch) / len(samples)
-        (loss * weight).backward()
-        totals["loss"] += loss.item() * weight
-        for key in ("clip_frac", "ratio_mean", "approx_kl"):
-            totals[key] += stats[key] * share
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
     optimizer.step()
     model.eval()
     return OptimiseStats(logprob_gap_max=gap, **totals)
+
+
+def _micro_step(batch: Sequence[Sample], logprobs: torch.Tensor, mask: torch.Tensor, config: GRPOConfig, l_max: int,
+                total_tokens: int, total_samples: int, totals: dict[str, float]) -> float | None:
+    """Back-propagate one micro-batch's weighted loss and add its share to ``totals``.
+
+    Returns the largest sampler-vs-trainer log-prob gap on its tokens, None when no sample
+    carried sampler log-probs.
+    """
+    old, known = _old_logprobs(batch, logprobs)
+    diff = ((logprobs.detach() - old).abs() * mask).max().item() if known else None
+    advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
+    loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
+                              aggregation=config.loss_aggregation, max_response_tokens=l_max)
+    share = mask.sum().item() / total_tokens
+    weight = share if config.loss_aggregation == "token-mean" else len(batch) / total_samples
+    (loss * weight).backward()
+    totals["loss"] += loss.item() * weight
+    for key in ("clip_frac", "ratio_mean", "approx_kl"):
+        totals[key] += stats[key] * share
+    return diff
 
 
 def _optimise_epochs(model, optimizer, samples, config: GRPOConfig, pad_id: int) -> OptimiseStats | None:
@@ -215,28 +170,6 @@ def _optimise_epochs(model, optimizer, samples, config: GRPOConfig, pad_id: int)
         last = optimise_step(model, optimizer, samples, config, pad_id)
     last.logprob_gap_max = first.logprob_gap_max
     return last
-
-
-def _step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None, peak: int, t0: float,
-                  groups_wanted: int = 0):
-    rollouts = [r for g in groups for r in g.rollouts]
-    turns = [t for r in rollouts for t in r.agent_turns]
-    return StepMetrics(
-        step=step, mean_reward=stats.mean_reward,
-        zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
-        groups=len(groups), groups_wanted=groups_wanted, episodes=stats.episodes, samples=len(samples),
-        policy_tokens=sum(len(s.completion_ids) for s in samples),
-        loss=None if result is None else result.loss, duration_s=time.perf_counter() - t0,
-        reruns=stats.reruns, masked_system_errors=stats.masked_system_errors,
-        truncated_completions=sum(t.finish_reason == "length" for t in turns), completions=len(turns),
-        truncated_rollouts=sum(is_truncated(r) for r in rollouts),
-        logprob_gap_max=None if result is None else result.logprob_gap_max,
-        clip_frac=None if result is None else result.clip_frac,
-        ratio_mean=None if result is None else result.ratio_mean,
-        approx_kl=None if result is None else result.approx_kl,
-        peak_memory_bytes=peak, scored_rollouts=stats.scored_rollouts, refill_rounds=stats.rounds,
-        repeated_trials=stats.repeated_trials, truncated_failures=stats.truncated_failures,
-    )
 
 
 async def train_grpo(
@@ -274,28 +207,45 @@ async def train_grpo(
         and makes no update.
     """
     torch.manual_seed(config.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+    optimizer = _adamw(model, config)
     device = next(model.parameters()).device
     summary, trials = TrainingSummary(), TrialNumbers() if trials is None else trials
+    mask_truncated = config.mask_truncated and not budget_fits_golden
     for step in range(config.steps):
         t0 = time.perf_counter()
-        groups, stats = await collect_groups(
-            tasks, rollout_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
-            max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
-            trials=trials, truncation_fails=budget_fits_golden, system_error_refill=config.system_error_refill,
-            max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
-        )
-        samples = group_samples(groups, tokenize, mask_truncated=config.mask_truncated and not budget_fits_golden,
-                                guide_index=guide_index)
+        groups, stats = await _collect(tasks, rollout_fn, config, trials, budget_fits_golden)
+        samples = group_samples(groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index)
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
-        metrics = _step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step)
-        if hasattr(tasks, "band_histogram"):
-            metrics.band_histogram = format_histogram(tasks.band_histogram())
-        if result is not None and not math.isfinite(result.loss):
-            raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")
+        metrics = step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step)
+        _finish_step(step, metrics, result, tasks)
         summary.steps.append(metrics)
         if on_step is not None:
             on_step(metrics)
     return summary
+
+
+def _adamw(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.AdamW:
+    """AdamW over the model's trainable parameters (LoRA's, or all) at the configured rate and decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+
+
+def _collect(tasks: Iterator[Task], rollout_fn: RolloutFn, config: GRPOConfig, trials: TrialNumbers,
+             budget_fits_golden: bool) -> Awaitable[tuple[list[Group], GroupStats]]:
+    """One step's groups (``groups.collect_groups`` with the step's settings from ``config``)."""
+    return collect_groups(
+        tasks, rollout_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
+        max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
+        trials=trials, truncation_fails=budget_fits_golden, system_error_refill=config.system_error_refill,
+        max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
+    )
+
+
+def _finish_step(step: int, metrics: StepMetrics, result: OptimiseStats | None, tasks: Iterator[Task]) -> None:
+    """Add the task sampler's band histogram (when it keeps one) to ``metrics``; raise
+    ``FloatingPointError`` when the step's loss is not finite (NaN or inf)."""
+    if hasattr(tasks, "band_histogram"):
+        metrics.band_histogram = format_histogram(tasks.band_histogram())
+    if result is not None and not math.isfinite(result.loss):
+        raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")

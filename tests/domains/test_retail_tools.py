@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardbox.domains.retail.domain import DOMAIN  # the ``env`` fixture serves it
+from rewardbox.domains.retail.domain import DOMAIN  # noqa: F401 - the ``env`` fixture serves it
 from rewardbox.domains.retail.tools import READONLY_TOOLS
 
 from .conftest import assert_calls_write_nothing, assert_fails_without_writing

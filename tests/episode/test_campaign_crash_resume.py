@@ -24,7 +24,7 @@ from rewardbox.config.profile import load_profile
 from rewardbox.episode.campaign import ROW_SCHEMA, campaign_keys, coverage_problems
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.run import run_trials_async
-from rewardbox.grading.testrunner import evaluate_test_code
+from rewardbox.grading.execute import evaluate_test_code
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.tasks.sources import load_benchmark
 from rewardbox.runtime.compose import campaign_parts

@@ -38,7 +38,7 @@ from rewardbox.grading.judge import JudgeConfig
 from rewardbox.grading.testrunner import TestRunner
 from rewardbox.policy.base import Completion
 from rewardbox.policy.interpreter import CALL_CLOSE, CALL_OPEN, interpret
-from rewardbox.sandbox.connection import SandboxTimeouts
+from rewardbox.sandbox.config import SandboxTimeouts
 from rewardbox.sandbox.external import ExternalSandbox
 from rewardbox.sandbox.servers_config import parse_servers_config
 from rewardbox.tasks.schema import Task, ToolOverride

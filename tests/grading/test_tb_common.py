@@ -10,7 +10,7 @@ import pytest
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.episode.trial import run_trial
 from rewardbox.grading.context import TestContext, context_payload
-from rewardbox.grading.testrunner import evaluate_test_code
+from rewardbox.grading.execute import evaluate_test_code
 from tests.fixtures.fake_judge import Judge200
 
 SUBMODULE_TEST = '''

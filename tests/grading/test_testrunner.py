@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rewardbox.grading.context import TestContext, context_payload
-from rewardbox.grading.testrunner import TestRunner, evaluate_test_code
+from rewardbox.grading.execute import evaluate_test_code
+from rewardbox.grading.testrunner import TestRunner
 from rewardbox.tasks.thinkingbox import load_dataset
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "tb_dataset"

@@ -18,7 +18,8 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, job_client, stop_job, watch_job  # noqa: E402
+from rewardbox.training.verl.ray_client import job_client, stop_job  # noqa: E402
+from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, watch_job  # noqa: E402
 from tests.resources.blinking_proxy import BlinkingProxy  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from rewardbox.errors import SandboxError
-from rewardbox.sandbox.connection import SandboxTimeouts
+from rewardbox.sandbox.config import SandboxTimeouts
 from rewardbox.sandbox.external import ExternalSandbox
 from rewardbox.sandbox.reserved import parse_effects_reply, parse_init_reply
 from rewardbox.sandbox.factory import build_sandbox_factory

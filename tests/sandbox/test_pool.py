@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from rewardbox.errors import SandboxError
-from rewardbox.sandbox.connection import SandboxTimeouts
+from rewardbox.sandbox.config import SandboxTimeouts
 from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.pool import ExternalSandboxFactory
 from rewardbox.sandbox.servers_config import parse_servers_config

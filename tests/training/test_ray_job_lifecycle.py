@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, stop_job, watch_job
+from rewardbox.training.verl.ray_client import stop_job
+from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, watch_job
 from rewardbox.training.verl.backend_config import VerlBackendConfig
 from rewardbox.training.verl.job import run_verl_training
 

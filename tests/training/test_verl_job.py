@@ -119,7 +119,7 @@ class FakeJobs:
 
 
 def test_submission_waits_for_the_heads_agent_and_never_starts_a_job_twice():
-    from rewardbox.training.verl.ray_job import submit_job
+    from rewardbox.training.verl.ray_client import submit_job
 
     class Jobs(FakeJobs):
         def __init__(self, answers):

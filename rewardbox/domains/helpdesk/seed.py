@@ -103,6 +103,13 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
         "employees", "identity_factors", "systems", "access_requests", "access_grants", "devices",
         "replacement_orders", "tickets")}
     _people(rows)
+    _access(rows)
+    _support(rows)
+    return rows
+
+
+def _access(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """The systems, access requests and access grants of ``seed_rows``."""
     for sid, name, level, owner in SYSTEMS:
         rows["systems"].append({"system_id": sid, "name": name, "access_level": level, "owner_id": owner})
     for rid, eid, sid, approver, status, approved_by, ago in _REQUESTS:
@@ -114,10 +121,13 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
     for n, (eid, sid, rid) in enumerate(grants, start=1):
         rows["access_grants"].append({"grant_id": f"GR-{n:04d}", "employee_id": eid, "system_id": sid,
                                       "request_id": rid, "granted_on": day(100 + n)})
+
+
+def _support(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """The replacement orders and tickets of ``seed_rows``."""
     rows["replacement_orders"].append({"order_id": "RPL-0001", "device_id": "DEV-1009", "employee_id": "EMP-1009",
                                        "billing": "department", "cost": "189.95", "ordered_on": day(3)})
     for tid, eid, summary, priority, status, level, ago in _TICKETS:
         rows["tickets"].append({"ticket_id": tid, "employee_id": eid, "summary": summary, "priority": priority,
                                 "status": status, "escalation_level": level, "opened_on": day(ago),
                                 "escalated_on": day(ago - 1) if level > 1 else None})
-    return rows

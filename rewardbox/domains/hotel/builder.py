@@ -16,7 +16,8 @@ from decimal import Decimal
 
 from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.hotel.seed import HOTELS, MANAGERS, day
-from rewardbox.domains.hotel.tools import REDEEM_LIMIT_CREDITS, money
+from rewardbox.domains.hotel.tools_common import REDEEM_LIMIT_CREDITS
+from rewardbox.domains.toolkit import money
 
 FIRST_NAMES = ("Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kavya",
                "Liam", "Mei", "Nadia", "Oscar", "Priya", "Quinn", "Rosa", "Samir", "Tess", "Umar", "Vera",
@@ -109,13 +110,7 @@ class WorldBuilder(RowBuilder):
         cancelled booking also gets its full refund.
         """
         hotel_id, hotel, city, rooms = self._hotel()
-        nights = nights or self.rng.randint(1, 4)
-        if status == "checked_in":
-            offset, nights = (-self.rng.randint(0, 1) if offset is None else offset), max(nights, 2)
-        elif status == "completed" and offset is None:
-            offset = -nights - self.rng.randint(2, 40)
-        elif offset is None:
-            offset = self.rng.randint(*_DEFAULT_OFFSETS[status])
+        offset, nights = self._dates(status, offset, nights)
         pick = self.rng.randrange(3) if room_index is None else room_index
         room = Room(*rooms[pick])
         others = [Room(*r) for i, r in enumerate(rooms) if i != pick]
@@ -125,16 +120,32 @@ class WorldBuilder(RowBuilder):
                                "room_type_id": room.room_type_id, "check_in": day(offset),
                                "check_out": day(offset + nights), "nightly_rate": room.rate, "total": total,
                                "status": status})
-        payment_id = "PAY-" + booking_id[3:]
-        self._add("payments", {"payment_id": payment_id, "booking_id": booking_id,
-                               "method": self.rng.choice(("corporate_card", "personal_card")),
-                               "card_last4": f"{self.rng.randint(1000, 9999)}", "amount": total,
-                               "created_on": day(min(offset, 0) - self.rng.randint(5, 30))})
+        payment_id = self._payment(booking_id, offset, total)
         stay = Stay(booking_id, hotel_id, hotel, city, room, others, nights, day(offset), day(offset + nights),
                     total, status, payment_id)
         if status == "cancelled":
             self.refund(stay, Decimal(total), "cancellation")
         return stay
+
+    def _dates(self, status: str, offset: int | None, nights: int | None) -> tuple[int, int]:
+        """``(offset, nights)`` of a new booking: the given ones, else defaults that fit the status."""
+        nights = nights or self.rng.randint(1, 4)
+        if status == "checked_in":
+            offset, nights = (-self.rng.randint(0, 1) if offset is None else offset), max(nights, 2)
+        elif status == "completed" and offset is None:
+            offset = -nights - self.rng.randint(2, 40)
+        elif offset is None:
+            offset = self.rng.randint(*_DEFAULT_OFFSETS[status])
+        return offset, nights
+
+    def _payment(self, booking_id: str, offset: int, total: str) -> str:
+        """The full payment of a new booking, 5-30 days before check-in or today, whichever is earlier; its id."""
+        payment_id = "PAY-" + booking_id[3:]
+        self._add("payments", {"payment_id": payment_id, "booking_id": booking_id,
+                               "method": self.rng.choice(("corporate_card", "personal_card")),
+                               "card_last4": f"{self.rng.randint(1000, 9999)}", "amount": total,
+                               "created_on": day(min(offset, 0) - self.rng.randint(5, 30))})
+        return payment_id
 
     def refund(self, stay: Stay, amount: Decimal, reason: str) -> str:
         """An earlier refund on ``stay``; returns its id."""

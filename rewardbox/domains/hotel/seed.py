@@ -110,11 +110,7 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
     rows: dict[str, list[dict[str, Any]]] = {t: [] for t in (
         "managers", "travellers", "hotels", "room_types", "bookings", "payments", "refunds",
         "approval_requests", "credit_transactions")}
-    rows["managers"] = [{"manager_id": m, "name": name, "email": email} for m, name, email in MANAGERS]
-    for hotel_id, name, city, rooms in HOTELS:
-        rows["hotels"].append({"hotel_id": hotel_id, "name": name, "city": city})
-        rows["room_types"] += [{"room_type_id": rt, "hotel_id": hotel_id, "name": rt_name, "nightly_rate": rate}
-                               for rt, rt_name, rate in rooms]
+    _directory_rows(rows)
     n = 0
     for i, (tid, name, tier, balance) in enumerate(_TRAVELLERS):
         email = name.lower().replace(" ", ".") + "@northwind.test"
@@ -132,3 +128,12 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
          "created_on": day(-4)},
     ]
     return rows
+
+
+def _directory_rows(rows: dict[str, list[dict[str, Any]]]) -> None:
+    """The managers, hotels and room types of ``seed_rows``."""
+    rows["managers"] = [{"manager_id": m, "name": name, "email": email} for m, name, email in MANAGERS]
+    for hotel_id, name, city, rooms in HOTELS:
+        rows["hotels"].append({"hotel_id": hotel_id, "name": name, "city": city})
+        rows["room_types"] += [{"room_type_id": rt, "hotel_id": hotel_id, "name": rt_name, "nightly_rate": rate}
+                               for rt, rt_name, rate in rooms]

@@ -10,8 +10,10 @@ from typing import Any
 
 from rewardbox.domains.authoring import Family, call, task_spec
 from rewardbox.domains.hotel.builder import WorldBuilder, user_context
-from rewardbox.domains.hotel.templates import FAMILIES, wanted_room, describe, find, hello, look
-from rewardbox.domains.hotel.tools import REDEEM_LIMIT_CREDITS
+from rewardbox.domains.hotel.templates import describe, find, hello, look, wanted_room
+from rewardbox.domains.hotel.templates_credits import FAMILIES
+from rewardbox.domains.hotel.tools_common import REDEEM_LIMIT_CREDITS
+
 
 def trip_cleanup(b: WorldBuilder, k: int) -> dict[str, Any]:
     """Three or four writes over two or three bookings: cancellations, an approved room change, credits."""

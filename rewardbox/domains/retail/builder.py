@@ -15,7 +15,8 @@ from typing import Any
 
 from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.retail.seed import CATALOGUE, TODAY
-from rewardbox.domains.retail.tools import RETURN_WINDOW_DAYS, money
+from rewardbox.domains.retail.tools_common import RETURN_WINDOW_DAYS
+from rewardbox.domains.toolkit import money
 
 FIRST_NAMES = ("Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kavya",
                "Liam", "Mei", "Nadia", "Oscar", "Priya", "Quinn", "Rosa", "Samir", "Tess", "Umar", "Vera",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from rewardbox.domains.dataset_writer import DatasetRecipe
 from rewardbox.domains.retail.builder import WorldBuilder
 from rewardbox.domains.retail.domain import DOMAIN
-from rewardbox.domains.retail.templates import FAMILIES
+from rewardbox.domains.retail.templates_depth import FAMILIES
 
 RECIPE = DatasetRecipe(domain=DOMAIN, families=FAMILIES, new_builder=WorldBuilder, default_seed=20250615,
                        agent="a customer support agent", user="customer", description=__doc__.splitlines()[0])

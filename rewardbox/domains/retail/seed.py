@@ -85,16 +85,7 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
         "customers", "addresses", "orders", "order_items", "payments", "refunds", "tickets")}
     n = 0
     for i, (cid, name, email, tier) in enumerate(_CUSTOMERS):
-        rows["customers"].append({"customer_id": cid, "name": name, "email": email,
-                                  "phone": f"+1-555-01{i:02d}", "tier": tier, "member_since": _day(400 + 90 * i)})
-        suffix = cid[4:]
-        rows["addresses"].append({"address_id": f"ADR-{suffix}-H", "customer_id": cid, "label": "home",
-                                  "line1": f"{10 + i} Maple Street", "city": "Springfield",
-                                  "postal_code": f"620{i:02d}", "country": "US"})
-        if i % 2 == 0:
-            rows["addresses"].append({"address_id": f"ADR-{suffix}-W", "customer_id": cid, "label": "work",
-                                      "line1": f"{200 + i} Commerce Avenue", "city": "Springfield",
-                                      "postal_code": f"621{i:02d}", "country": "US"})
+        _customer_rows(i, cid, name, email, tier, rows)
         for _ in range(3):
             _order_rows(n, cid, rows)
             n += 1
@@ -102,3 +93,17 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
                             "category": "missing_package", "status": "open",
                             "description": "Parcel marked delivered but not received.", "created_on": _day(3)})
     return rows
+
+
+def _customer_rows(i: int, cid: str, name: str, email: str, tier: str, rows: dict[str, list[dict[str, Any]]]) -> None:
+    """The customer row and its addresses (home; work for every other customer) of ``seed_rows``."""
+    rows["customers"].append({"customer_id": cid, "name": name, "email": email,
+                              "phone": f"+1-555-01{i:02d}", "tier": tier, "member_since": _day(400 + 90 * i)})
+    suffix = cid[4:]
+    rows["addresses"].append({"address_id": f"ADR-{suffix}-H", "customer_id": cid, "label": "home",
+                              "line1": f"{10 + i} Maple Street", "city": "Springfield",
+                              "postal_code": f"620{i:02d}", "country": "US"})
+    if i % 2 == 0:
+        rows["addresses"].append({"address_id": f"ADR-{suffix}-W", "customer_id": cid, "label": "work",
+                                  "line1": f"{200 + i} Commerce Avenue", "city": "Springfield",
+                                  "postal_code": f"621{i:02d}", "country": "US"})

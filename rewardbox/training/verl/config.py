@@ -269,15 +269,21 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
     if verl_python is None:
         return DryRun(command, overrides_path, None, False, "not validated: no verl environment given", skipped)
     resolved_path = out / "verl_resolved.yaml"
-    args = [verl_python, "-m", "rewardbox.training.verl.validate", str(resolved_path)]
-    root = str(Path(__file__).resolve().parents[3])
-    proc = subprocess.run(args, input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
-                          capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
-                          env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+    proc = _validate(verl_python, overrides, resolved_path)
     if proc.returncode != 0:
         return DryRun(command, overrides_path, None, False, (proc.stderr or proc.stdout).strip()[-2000:], skipped)
     skipped += json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else []
     return DryRun(command, overrides_path, resolved_path, True, skipped_checks=skipped)
+
+
+def _validate(verl_python: str, overrides: dict[str, Any], resolved_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``rewardbox.training.verl.validate`` in verl's environment on ``overrides``; it writes the
+    resolved config to ``resolved_path`` and prints the checks it skipped (JSON) as its last line."""
+    args = [verl_python, "-m", "rewardbox.training.verl.validate", str(resolved_path)]
+    root = str(Path(__file__).resolve().parents[3])
+    return subprocess.run(args, input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
+                          capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
+                          env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
 
 
 if __name__ == "__main__":  # python -m rewardbox.training.verl.config OUT_DIR [VERL_PYTHON]: the reference run

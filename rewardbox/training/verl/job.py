@@ -34,15 +34,21 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.verl.ray_job import (
-    LOST_CONTACT, START_TIMED_OUT, JobClient, JobContactLostError, JobFailedError, JobOutcome, JobStartTimeoutError,
-    submit_job, watch_job,
-)
+from rewardbox.training.verl.ray_client import JobClient
+from rewardbox.training.verl.ray_job import JobFailedError, JobOutcome, watch_job
 from rewardbox.training.verl.backend_config import VerlBackendConfig
 from rewardbox.training.verl.config import VerlContextError, VerlLaunchConfig, context_problem, launch_command, verl_overrides
 from rewardbox.training.verl.guard import check_refill_bound
-from rewardbox.training.verl.merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint  # noqa: F401
-from rewardbox.training.verl.progress import StepProgress, VerlCheckpoint, latest_checkpoint, parse_progress_line
+from rewardbox.training.verl.merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint
+from rewardbox.training.verl.watch import StepLog, outcome_error, submit_or_attach
+from rewardbox.training.verl.progress import StepProgress, VerlCheckpoint, latest_checkpoint
+
+# the merge step (step 3 above) is part of this module's API, defined in merge_run
+__all__ = [
+    "NO_GPU_EXIT_CODE", "PREFLIGHT", "AgentFn", "RowsFn", "VerlLaunch", "VerlRunResult", "agent_loop_overrides",
+    "finish_verl_merge", "job_python", "merge_command", "merge_verl_checkpoint", "pool_rows", "prepare_launch",
+    "run_overrides", "run_verl_training", "verl_python", "write_rows",
+]
 
 logger = logging.getLogger(__name__)
 NO_GPU_EXIT_CODE = 3
@@ -144,8 +150,8 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
         agent_fn: the agent loop's file and overrides (default :func:`agent_loop_overrides`).
         local_head: the job runs on a local Ray head started here (picks the default Python).
 
-    With ``cfg.attach_job_id`` the launch is that job's (its id, run directory and checkpoints);
-    its rows are written only if they are missing.
+    With ``cfg.attach_job_id`` the launch is that job's (its id, run directory and checkpoints); its
+    rows are written only if they are missing.
 
     Raises:
         ValueError: an empty pool, settings verl has no equivalent for, or overrides that lift the
@@ -157,25 +163,40 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     submission_id = cfg.attach_job_id or f"rewardbox-grpo-{uuid.uuid4().hex[:12]}"
     run_dir = root / "verl" / submission_id
     train_path = run_dir / "train.parquet"
-    experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
-    launch = VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
-                                 "val_files": str(train_path),
-                                 "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
+    launch = _launch_config(cfg, root, submission_id, model_path, train_path)
     extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
-    check_refill_bound(extra, grpo.max_refill_rounds)  # also when cfg did not come through a Profile
+    # also when cfg did not come through a Profile
+    check_refill_bound(extra, grpo.max_refill_rounds)
     overrides = {**verl_overrides(grpo, launch), **extra}
     problem, _ = context_problem(overrides)  # the dry run's refusal, for a real launch too
     if problem:
         raise VerlContextError(problem)
-    if not (cfg.attach_job_id and train_path.is_file()):  # a re-attached job reads the rows it was given
+    # a re-attached job reads the rows it was given
+    if not (cfg.attach_job_id and train_path.is_file()):
         write_rows((rows_fn or pool_rows)(tasks), train_path)
-    checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
+    return _launch(cfg, launch, overrides, extra, submission_id, train_path, local_head)
+
+
+def _launch_config(cfg: VerlBackendConfig, root: Path, submission_id: str, model_path: str,
+                   train_path: Path) -> VerlLaunchConfig:
+    """``cfg.launch`` with the model, the rows (train and validation) and this run's checkpoint directory."""
+    experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
+    return VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
+                               "val_files": str(train_path),
+                               "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
+
+
+def _launch(cfg: VerlBackendConfig, launch: VerlLaunchConfig, overrides: dict[str, Any], extra: dict[str, Any],
+            submission_id: str, train_path: Path, local_head: bool) -> VerlLaunch:
+    """The :class:`VerlLaunch` of :func:`prepare_launch` once its rows are written: verl's argv and the
+    Ray job's shell command (the GPU preflight first when ``cfg.preflight_gpus``)."""
     python = job_python(cfg, local_head)
     command = launch_command(overrides, python=python)
     entrypoint = shlex.join(command)
     if cfg.preflight_gpus:
         gpus = launch.nnodes * launch.n_gpus_per_node
         entrypoint = f"{shlex.join([python, '-c', PREFLIGHT, str(gpus)])} && {entrypoint}"
+    checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
     return VerlLaunch(submission_id, command, overrides, entrypoint, checkpoint_dir, train_path,
                       _parquet_rows(train_path), launch, extra)
 
@@ -220,8 +241,8 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
                       on_submit: Callable[[str], None] | None = None) -> VerlRunResult:
     """Submit ``launch`` as a Ray job (or re-attach to ``cfg.attach_job_id``), stream its log, return its checkpoint.
 
-    Every log line goes to ``log`` as it arrives; each verl step line is followed by a
-    one-line summary (reward mean, zero-variance share, throughput, step time).
+    Every log line goes to ``log`` as it arrives; each verl step line is followed by a one-line
+    summary (reward mean, zero-variance share, throughput, step time).
 
     Args:
         client: Ray's job client for the cluster (``RayClusterResource.job_client``).
@@ -239,56 +260,26 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
             it succeeded without writing a checkpoint.
         BaseException: an interrupt (terminated run) after the job was stopped and had ended.
     """
-    steps: list[StepProgress] = []
-    count = [0]
-
-    def on_line(line: str) -> None:
-        count[0] += 1
-        log(line)
-        progress = parse_progress_line(line)
-        if progress is not None:
-            steps.append(progress)
-            log(progress.summary())
-
-    job_id = _submit_or_attach(client, launch, cfg, log, runtime_env)
+    lines = StepLog(log)
+    job_id = submit_or_attach(client, launch.entrypoint, launch.submission_id, launch.rows, cfg, log, runtime_env)
     if on_submit is not None:
         on_submit(job_id)
-    outcome = watch_job(client, job_id, on_line, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s,
+    outcome = watch_job(client, job_id, lines, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s,
                         contact_timeout_s=cfg.contact_timeout_s, start_timeout_s=cfg.start_timeout_s,
                         stop_timeout_s=cfg.stop_timeout_s)
     if outcome.status != "SUCCEEDED":
-        raise _outcome_error(outcome)
+        raise outcome_error(outcome)
+    return VerlRunResult(job_id, lines.steps, _checkpoint(launch, outcome), outcome.elapsed_s, lines.count)
+
+
+def _checkpoint(launch: VerlLaunch, outcome: JobOutcome) -> VerlCheckpoint:
+    """The latest complete checkpoint of a job that succeeded; ``JobFailedError`` when it wrote none."""
     checkpoint = latest_checkpoint(launch.checkpoint_dir)
     if checkpoint is None:
-        raise JobFailedError(f"Ray job {job_id} succeeded but wrote no global_step_N/actor checkpoint under "
+        raise JobFailedError(f"Ray job {outcome.job_id} succeeded but wrote no global_step_N/actor checkpoint under "
                              f"{launch.checkpoint_dir} (is trainer.save_freq set, and is the directory on a "
                              "filesystem this process shares with the cluster?)", outcome)
-    return VerlRunResult(job_id, steps, checkpoint, outcome.elapsed_s, count[0])
-
-
-def _submit_or_attach(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig, log: Callable[[str], None],
-                      runtime_env: dict[str, Any] | None) -> str:
-    if cfg.attach_job_id:
-        log(f"re-attaching to Ray job {cfg.attach_job_id} (verl.attach_job_id): nothing is submitted")
-        return cfg.attach_job_id
-    env = {**cfg.runtime_env, **(runtime_env or {})}
-    env["env_vars"] = {"RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(cfg.stop_timeout_s))), **env.get("env_vars", {})}
-    job_id = submit_job(client, launch.entrypoint, submission_id=launch.submission_id, runtime_env=env,
-                        metadata={"rewardbox": "grpo", "rows": str(launch.rows)},
-                        ready_timeout_s=cfg.connect_timeout_s)
-    log(f"submitted verl GRPO as Ray job {job_id}")
-    return job_id
-
-
-def _outcome_error(outcome: JobOutcome) -> JobFailedError:
-    """The error for a job that did not succeed, by how it ended."""
-    if outcome.status == START_TIMED_OUT:
-        return JobStartTimeoutError(f"Ray job {outcome.job_id} never started: {outcome.message}", outcome)
-    if outcome.status == LOST_CONTACT:
-        return JobContactLostError(f"lost contact with Ray job {outcome.job_id}: {outcome.message}. Its fate is "
-                                   f"unknown; to follow it again set verl.attach_job_id: {outcome.job_id}\n"
-                                   f"--- last lines of the job's log ---\n{outcome.log_tail}", outcome)
-    return JobFailedError(outcome.failure_text(), outcome)
+    return checkpoint
 
 
 def verl_python(cfg: VerlBackendConfig) -> str:

@@ -2,7 +2,8 @@
 
 Built on Ray's Job Submission SDK (``ray.job_submission.JobSubmissionClient``,
 which needs ``ray[default]``, the ``cluster`` extra). The SDK's HTTP calls have
-no timeout of their own, so :func:`job_client` gives every request one.
+no timeout of their own, so ``job_client`` gives every request one; it, ``submit_job`` and
+``stop_job`` are in :mod:`rewardbox.training.verl.ray_client`.
 
 Outcomes of a watch (:class:`JobOutcome`): Ray's ``SUCCEEDED`` / ``FAILED`` / ``STOPPED``, and
 ours: ``TIMED_OUT`` (past ``timeout_s``, stopped), ``START_TIMED_OUT`` (PENDING past
@@ -31,23 +32,18 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, stop_after_delay, wait_exponential
+from rewardbox.training.verl.ray_client import (
+    TERMINAL_STATUSES,
+    JobClient,
+    retrying,
+    status_name,
+    stop_job,
+    transient_errors,
+)
 
-TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 LOG_TAIL_LINES = 40
-
-
-class JobClient(Protocol):
-    """The part of Ray's ``JobSubmissionClient`` that is used (a fake implements it in unit tests)."""
-
-    def submit_job(self, *, entrypoint: str, submission_id: str | None = None,
-                   runtime_env: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> str: ...
-    def get_job_status(self, job_id: str) -> Any: ...
-    def get_job_info(self, job_id: str) -> Any: ...
-    def get_job_logs(self, job_id: str) -> str: ...
-    def stop_job(self, job_id: str) -> bool: ...
 
 
 class JobFailedError(RuntimeError):
@@ -95,57 +91,6 @@ class JobOutcome:
         reason = (self.message or "no message").split("\n", 1)[0].split(", last available logs", 1)[0]
         return (f"Ray job {self.job_id} ended {self.status}: {reason}\n"
                 f"--- last lines of the job's log ---\n{self.log_tail}")
-
-
-def _transient_errors() -> tuple[type[BaseException], ...]:
-    import requests
-
-    return (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)
-
-
-def retrying(call: Callable[..., Any], *args: Any, attempts: int | None = 4, max_delay_s: float = 60.0) -> Any:
-    """``call(*args)`` retried on connection errors and timeouts (exponential wait, bounded in count and time).
-
-    Raises:
-        the last transient error after the attempts, or any other error at once (an HTTP
-        error answer such as "no such job" is not retried).
-    """
-    stop = stop_after_delay(max_delay_s) if attempts is None else stop_after_attempt(attempts) | stop_after_delay(max_delay_s)
-    for attempt in Retrying(stop=stop,
-                            wait=wait_exponential(multiplier=0.5, max=8.0),
-                            retry=retry_if_exception_type(_transient_errors()), reraise=True):
-        with attempt:
-            return call(*args)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def job_client(address: str, request_timeout_s: float = 30.0, connect_timeout_s: float = 60.0) -> JobClient:
-    """A ``JobSubmissionClient`` for ``address`` whose every HTTP request times out after ``request_timeout_s``.
-
-    Args:
-        address: the cluster's dashboard (job server), e.g. ``http://head:8265``.
-        request_timeout_s: limit of one HTTP request, seconds.
-        connect_timeout_s: how long to retry the first connection (a head that is still starting).
-
-    Raises:
-        ConnectionError: the job server did not answer within ``connect_timeout_s``.
-        RuntimeError: ``ray[default]`` is not installed.
-    """
-    try:
-        from ray.job_submission import JobSubmissionClient
-    except ImportError as exc:  # pragma: no cover - ray is in the cluster extra
-        raise RuntimeError("Ray job submission needs ray[default]: pip install -e '.[cluster]'") from exc
-
-    class _TimedClient(JobSubmissionClient):
-        def _do_request(self, method, endpoint, **kwargs):  # the SDK's one HTTP entry point
-            kwargs.setdefault("timeout", request_timeout_s)
-            return super()._do_request(method, endpoint, **kwargs)
-
-    return retrying(_TimedClient, address, attempts=None, max_delay_s=connect_timeout_s)
-
-
-def _status_name(status: Any) -> str:
-    return str(getattr(status, "value", status))
 
 
 class _LogFollower:
@@ -222,41 +167,56 @@ def watch_job(client: JobClient, job_id: str, on_line: Callable[[str], None], *,
             after the job was stopped (:func:`stop_job`, which waits for a terminal status).
     """
     limits = WatchLimits(timeout_s, poll_s, contact_timeout_s, start_timeout_s, stop_timeout_s)
-    follower, start, status, silent_since = _LogFollower(on_line), clock(), "", None
-
-    def outcome(final: str, message: str) -> JobOutcome:
-        return JobOutcome(job_id, final, message, "\n".join(follower.tail), clock() - start)
-
+    watch = _Watch(client, job_id, _LogFollower(on_line), limits, clock, sleep)
     try:
+        return watch.run()
+    except BaseException:
+        if watch.status not in TERMINAL_STATUSES:
+            stop_job(client, job_id, wait_s=limits.stop_timeout_s, clock=clock, sleep=sleep)
+        raise
+
+
+class _Watch:
+    """The polling loop of :func:`watch_job`; ``status`` is the last status the job server gave."""
+
+    def __init__(self, client: JobClient, job_id: str, follower: _LogFollower, limits: WatchLimits,
+                 clock: Callable[[], float], sleep: Callable[[float], None]):
+        self.client, self.job_id, self.follower, self.limits = client, job_id, follower, limits
+        self.clock, self.sleep = clock, sleep
+        self.start, self.status = clock(), ""
+
+    def outcome(self, final: str, message: str) -> JobOutcome:
+        return JobOutcome(self.job_id, final, message, "\n".join(self.follower.tail), self.clock() - self.start)
+
+    def run(self) -> JobOutcome:
+        """Poll until the job ends, a limit stops it, or the job server goes unanswered too long."""
+        client, job_id, limits, clock = self.client, self.job_id, self.limits, self.clock
+        silent_since = None
         while True:
-            polled = _poll(client, job_id, follower)
+            polled = _poll(client, job_id, self.follower)
             if polled is None:
                 silent_since = clock() if silent_since is None else silent_since
                 if clock() - silent_since >= limits.contact_timeout_s:
-                    return outcome(LOST_CONTACT, f"the job server did not answer for {clock() - silent_since:.1f} s "
-                                                 f"(contact timeout {limits.contact_timeout_s:g} s); the job was "
-                                                 "left as it was, not stopped")
+                    return self.outcome(LOST_CONTACT, f"the job server did not answer for {clock() - silent_since:.1f} s "
+                                                      f"(contact timeout {limits.contact_timeout_s:g} s); the job was "
+                                                      "left as it was, not stopped")
             else:
-                status, silent_since = polled, None
-                if status in TERMINAL_STATUSES:
+                self.status, silent_since = polled, None
+                if self.status in TERMINAL_STATUSES:
                     info = _quiet(client.get_job_info, job_id)
-                    return outcome(status, getattr(info, "message", "") or "")
-                ended = _past_a_limit(client, job_id, status, clock() - start, limits, clock, sleep)
+                    return self.outcome(self.status, getattr(info, "message", "") or "")
+                ended = _past_a_limit(client, job_id, self.status, clock() - self.start, limits, clock, self.sleep)
                 if ended is not None:
-                    return outcome(*ended)
-            sleep(limits.poll_s)
-    except BaseException:
-        if status not in TERMINAL_STATUSES:
-            stop_job(client, job_id, wait_s=limits.stop_timeout_s, clock=clock, sleep=sleep)
-        raise
+                    return self.outcome(*ended)
+            self.sleep(limits.poll_s)
 
 
 def _poll(client: JobClient, job_id: str, follower: _LogFollower) -> str | None:
     """The job's status after passing on its new log lines; None when the job server did not answer."""
     try:
-        status = _status_name(client.get_job_status(job_id))
+        status = status_name(client.get_job_status(job_id))
         text = client.get_job_logs(job_id) or ""
-    except _transient_errors():
+    except transient_errors():
         return None
     follower.feed(text, final=status in TERMINAL_STATUSES)
     return status
@@ -279,69 +239,7 @@ def _quiet(call: Callable[..., Any], *args: Any) -> Any:
     """``retrying(call, *args)``, or None when the job server does not answer (the status is known already)."""
     try:
         return retrying(call, *args, attempts=3, max_delay_s=20.0)
-    except _transient_errors():
+    except transient_errors():
         return None
 
 
-def stop_job(client: JobClient, job_id: str, *, wait_s: float = 60.0, poll_s: float = 0.5,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
-    """Ask Ray to stop ``job_id`` (SIGTERM, then SIGKILL after Ray's grace period) and wait for it to end.
-
-    Returns only when the job has a terminal status, or after ``wait_s``: a job that saves a
-    checkpoint on SIGTERM gets to finish it before the caller goes on (and, on a local head,
-    shuts Ray down).
-
-    Returns:
-        The job's terminal status (``STOPPED``, or ``SUCCEEDED`` / ``FAILED`` if it ended first);
-        else ``"<status> after <wait_s> s"`` (no terminal status within ``wait_s``; ``UNANSWERED``
-        when the job server did not answer), or ``"stop request failed: <error>"``. Never raises,
-        since it runs while another error is on its way up.
-    """
-    try:
-        retrying(client.stop_job, job_id, attempts=3, max_delay_s=20.0)
-    except Exception as exc:  # noqa: BLE001 - best effort while unwinding
-        return f"stop request failed: {type(exc).__name__}: {exc}"
-    deadline = clock() + wait_s
-    while True:
-        try:
-            status = _status_name(client.get_job_status(job_id))
-        except Exception:  # noqa: BLE001 - a status we cannot read is reported, not raised
-            status = "UNANSWERED"
-        if status in TERMINAL_STATUSES:
-            return status
-        if clock() >= deadline:
-            return f"{status} after {wait_s:g} s"
-        sleep(poll_s)
-
-
-class _AgentNotReady(ConnectionError):
-    """The job server is up but its node's agent is not yet (a head that just started)."""
-
-
-def submit_job(client: JobClient, entrypoint: str, *, submission_id: str, runtime_env: dict[str, Any] | None = None,
-               metadata: dict[str, str] | None = None, ready_timeout_s: float = 60.0) -> str:
-    """Submit ``entrypoint`` (a shell command run on the head node) as a Ray job; returns its id.
-
-    Submission is idempotent by ``submission_id``: it is retried on connection errors, timeouts
-    and Ray's "No available agent to submit job" (a head whose agent is still starting), for at
-    most ``ready_timeout_s``; a retry that finds the job already created (the first attempt got
-    through but its answer was lost) returns the id instead of starting the job twice.
-
-    Raises:
-        RuntimeError: Ray refused the job (bad runtime_env, ...), or the last transient error.
-    """
-    attempts = [0]
-
-    def attempt() -> str:
-        attempts[0] += 1
-        try:
-            return client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
-                                     runtime_env=runtime_env or None, metadata=metadata)
-        except RuntimeError as exc:
-            if attempts[0] > 1 and "already exists" in str(exc):
-                return submission_id
-            if "No available agent" in str(exc):
-                raise _AgentNotReady(str(exc)) from exc
-            raise
-
-    return retrying(attempt, attempts=None, max_delay_s=ready_timeout_s)
