@@ -25,8 +25,9 @@ from rewardbox.episode.clean_trials import UncleanCampaignError, require_clean
 from rewardbox.runtime.stages import StageIO
 
 
-def require_clean_trials(rows: pl.DataFrame, profile: Profile, label: str,
-                         expected_uids: Iterable[str] | None = None) -> dict[str, dg.MetadataValue]:
+def require_clean_trials(
+    rows: pl.DataFrame, profile: Profile, label: str, expected_uids: Iterable[str] | None = None
+) -> dict[str, dg.MetadataValue]:
     """Fail the step when ``rows`` break the profile's ``system_errors`` bound.
 
     Returns:
@@ -42,7 +43,9 @@ def require_clean_trials(rows: pl.DataFrame, profile: Profile, label: str,
     return {"clean_trial_gate": dg.MetadataValue.json(verdict.metadata())}
 
 
-def require_screened_candidates(report: pl.DataFrame, valid: int, profile: Profile, label: str) -> dict[str, dg.MetadataValue]:
+def require_screened_candidates(
+    report: pl.DataFrame, valid: int, profile: Profile, label: str
+) -> dict[str, dg.MetadataValue]:
     """The screen's gate: the clean-trial bound over its rows, and at least one valid candidate.
 
     A screen with candidates and none valid fails here with the reasons counted (e.g. every task
@@ -55,9 +58,11 @@ def require_screened_candidates(report: pl.DataFrame, valid: int, profile: Profi
     if report.height and not valid:
         reasons = Counter(r.split(":")[0][:120] for r in report["reason"].fill_null("").to_list())
         lines = [f"{count} x {reason}" for reason, count in reasons.most_common(5)]
-        raise dg.Failure(description=f"{label}: none of {report.height} candidate(s) passed the screen:\n"
-                                     + "\n".join(lines),
-                         metadata={"reasons": dg.MetadataValue.json(dict(reasons.most_common(20)))})
+        raise dg.Failure(
+            description=f"{label}: none of {report.height} candidate(s) passed the screen:\n"
+            + "\n".join(lines),
+            metadata={"reasons": dg.MetadataValue.json(dict(reasons.most_common(20)))},
+        )
     return metadata
 
 
@@ -71,18 +76,25 @@ def failure_on_unclean() -> Iterator[None]:
         raise dg.Failure(description=str(exc), metadata={"clean_trial_gate": gate}) from exc
 
 
-def stage_io(context: Any, rewardbox: Any, profile: Profile, ray_cluster: Any = None, vllm_server: Any = None) -> StageIO:
+def stage_io(
+    context: Any, rewardbox: Any, profile: Profile, ray_cluster: Any = None, vllm_server: Any = None
+) -> StageIO:
     """What the asset's resources lend a stage: paths under the profile's data directory, the executor
     (``ray_cluster``, built on first use; None: the profile's local one), vLLM serving (``vllm_server``; None: the profile's
     policy), the policy builder with the resource's API key, and ``context.log``."""
     executor = partial(ray_cluster.executor, profile, context) if ray_cluster is not None else None
-    return StageIO(path=rewardbox.path, make_executor=executor,
-                   log=context.log, make_policy=rewardbox.policy,
-                   **({"serve": vllm_server.policy_config} if vllm_server is not None else {}))
+    return StageIO(
+        path=rewardbox.path,
+        make_executor=executor,
+        log=context.log,
+        make_policy=rewardbox.policy,
+        **({"serve": vllm_server.policy_config} if vllm_server is not None else {}),
+    )
 
 
 def as_metadata(values: dict[str, Any]) -> dict[str, Any]:
     """A stage's plain metadata as Dagster metadata: tables as markdown, dicts and lists as JSON, paths as paths."""
+
     def wrap(value: Any) -> Any:
         if isinstance(value, pl.DataFrame):
             return md_table(value)

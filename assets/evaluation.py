@@ -1,6 +1,5 @@
 """Benchmark evaluation: base and tuned policies, tasks x n trials, with coverage gates."""
 
-
 import dagster as dg
 import polars as pl
 
@@ -25,8 +24,14 @@ def parity_path(rewardbox: RewardboxResource, name: str):
     return rewardbox.path("parity", f"{name}.json")
 
 
-def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResource, vllm_server: VllmServerResource,
-             tasks: list[Task], checkpoint: str) -> pl.DataFrame:
+def evaluate(
+    context,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    vllm_server: VllmServerResource,
+    tasks: list[Task],
+    checkpoint: str,
+) -> pl.DataFrame:
     """Every benchmark task x n trials, one repair pass (``rewardbox.runtime.evaluate.evaluate``).
 
     Trials go to a crash-safe journal first, so a run that is killed resumes where it stopped
@@ -39,52 +44,93 @@ def evaluate(context, rewardbox: RewardboxResource, ray_cluster: RayClusterResou
     name = f"{context.asset_key.path[-1]}{'-' + context.partition_key if context.has_partition_key else ''}"
     io = stage_io(context, rewardbox, profile, ray_cluster, vllm_server)
     with failure_on_unclean():
-        run = evaluate_stage(profile, tasks, checkpoint, name, task_set_version(tasks), io,
-                             label=context.asset_key.to_user_string())
+        run = evaluate_stage(
+            profile,
+            tasks,
+            checkpoint,
+            name,
+            task_set_version(tasks),
+            io,
+            label=context.asset_key.to_user_string(),
+        )
     context.add_output_metadata(as_metadata(run.metadata))
     record_versions(context, frame_version(run.rows))
     return run.rows
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
-def base_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                            vllm_server: VllmServerResource, benchmark_tasks: list[Task], base_checkpoint: str) -> pl.DataFrame:
+def base_evaluation_results(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    vllm_server: VllmServerResource,
+    benchmark_tasks: list[Task],
+    base_checkpoint: str,
+) -> pl.DataFrame:
     """The base policy on the held-out benchmark: tasks x n trials."""
     return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, base_checkpoint)
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=CODE)
-def evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                       vllm_server: VllmServerResource, benchmark_tasks: list[Task], merged_checkpoint: str) -> pl.DataFrame:
+def evaluation_results(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    vllm_server: VllmServerResource,
+    benchmark_tasks: list[Task],
+    merged_checkpoint: str,
+) -> pl.DataFrame:
     """The tuned (merged) policy on the held-out benchmark: tasks x n trials."""
-    return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, merged_checkpoint)
+    return evaluate(
+        context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, merged_checkpoint
+    )
 
 
-@dg.asset(group_name=GROUP, io_manager_key=PARQUET, partitions_def=checkpoint_partitions, code_version=CODE)
-def checkpoint_evaluation_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                                  vllm_server: VllmServerResource, benchmark_tasks: list[Task]) -> pl.DataFrame:
+@dg.asset(
+    group_name=GROUP,
+    io_manager_key=PARQUET,
+    partitions_def=checkpoint_partitions,
+    code_version=CODE,
+)
+def checkpoint_evaluation_results(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    vllm_server: VllmServerResource,
+    benchmark_tasks: list[Task],
+) -> pl.DataFrame:
     """Any checkpoint directory dropped under ``<data>/<profile>/checkpoints/incoming/``,
     evaluated on the benchmark (one partition per checkpoint; the new-checkpoint sensor adds them)."""
     checkpoint = rewardbox.incoming_checkpoint(context.partition_key)
     return evaluate(context, rewardbox, ray_cluster, vllm_server, benchmark_tasks, str(checkpoint))
 
 
-def _coverage_check(rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+def _coverage_check(
+    rows: pl.DataFrame, tasks: list[Task], rewardbox: RewardboxResource
+) -> dg.AssetCheckResult:
     problems = check_coverage(rows, tasks, rewardbox.load().evaluation.trials)
-    return dg.AssetCheckResult(passed=not problems, metadata={"problems": len(problems),
-                                                              "examples": dg.MetadataValue.json(problems[:20])})
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={"problems": len(problems), "examples": dg.MetadataValue.json(problems[:20])},
+    )
 
 
-@dg.asset_check(asset=base_evaluation_results, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True)
-def base_evaluation_coverage(rewardbox: RewardboxResource, base_evaluation_results: pl.DataFrame,
-                             benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=base_evaluation_results, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True
+)
+def base_evaluation_coverage(
+    rewardbox: RewardboxResource, base_evaluation_results: pl.DataFrame, benchmark_tasks: list[Task]
+) -> dg.AssetCheckResult:
     """Blocking: every (uid, trial) key exactly once, none unexpected."""
     return _coverage_check(base_evaluation_results, benchmark_tasks, rewardbox)
 
 
-@dg.asset_check(asset=evaluation_results, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True)
-def evaluation_coverage(rewardbox: RewardboxResource, evaluation_results: pl.DataFrame,
-                        benchmark_tasks: list[Task]) -> dg.AssetCheckResult:
+@dg.asset_check(
+    asset=evaluation_results, additional_ins={"benchmark_tasks": dg.AssetIn()}, blocking=True
+)
+def evaluation_coverage(
+    rewardbox: RewardboxResource, evaluation_results: pl.DataFrame, benchmark_tasks: list[Task]
+) -> dg.AssetCheckResult:
     """Blocking: every (uid, trial) key exactly once, none unexpected."""
     return _coverage_check(evaluation_results, benchmark_tasks, rewardbox)
 

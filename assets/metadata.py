@@ -8,6 +8,7 @@ from pathlib import Path
 
 import dagster as dg
 import polars as pl
+
 from rewardbox.config.profile import Profile
 from rewardbox.policy.parity import check_parity, load_recorded, served_paths, shipped_corpus
 from rewardbox.report import training_curve_png
@@ -36,9 +37,13 @@ def md_chart(key: str, markdown: str | None) -> dict[str, dg.MetadataValue]:
 def training_curve_metadata(step_rows: list[dict]) -> dict[str, dg.MetadataValue]:
     """``training_curve``: mean reward and loss vs step, shown in place; ``training_curve_png``: every metric
     (``rewardbox.report.training_curve_png``, sized for the UI's metadata dialog at 1600 px)."""
-    inline = fitted_markdown(lambda most: training_svg(step_rows, most), "mean reward and loss per step")
-    return {**md_chart("training_curve", inline),
-            "training_curve_png": md_image(training_curve_png(step_rows), "training curve")}
+    inline = fitted_markdown(
+        lambda most: training_svg(step_rows, most), "mean reward and loss per step"
+    )
+    return {
+        **md_chart("training_curve", inline),
+        "training_curve_png": md_image(training_curve_png(step_rows), "training curve"),
+    }
 
 
 _TABLE_TYPES = {pl.Int64: "int", pl.Int32: "int", pl.Float64: "float", pl.Boolean: "bool"}
@@ -48,17 +53,37 @@ def table_value(df: pl.DataFrame, max_rows: int = 50) -> dg.MetadataValue:
     """The first ``max_rows`` rows as Dagster table metadata: named, typed columns, shown in place in the UI
     (a table entry never hides behind a button, unlike markdown over 1,000 characters); floats to 3 decimals."""
     df = df.head(max_rows).with_columns(pl.col(pl.Float64, pl.Float32).round(3))
-    schema = dg.TableSchema(columns=[dg.TableColumn(name, _TABLE_TYPES.get(dtype, "string"))
-                                     for name, dtype in df.schema.items()])
-    records = [dg.TableRecord({k: (v if isinstance(v, (int, float, bool)) or v is None else str(v))
-                               for k, v in row.items()}) for row in df.iter_rows(named=True)]
+    schema = dg.TableSchema(
+        columns=[
+            dg.TableColumn(name, _TABLE_TYPES.get(dtype, "string"))
+            for name, dtype in df.schema.items()
+        ]
+    )
+    records = [
+        dg.TableRecord(
+            {
+                k: (v if isinstance(v, (int, float, bool)) or v is None else str(v))
+                for k, v in row.items()
+            }
+        )
+        for row in df.iter_rows(named=True)
+    ]
     return dg.MetadataValue.table(records, schema)
 
 
 def tasks_frame(tasks: Iterable[Task]) -> pl.DataFrame:
-    rows = [{"uid": t.uid, "domain": t.domain, "golden_calls": len(t.golden_interactions()),
-             "tags": ",".join(t.tags)} for t in tasks]
-    return pl.DataFrame(rows, schema={"uid": pl.Utf8, "domain": pl.Utf8, "golden_calls": pl.Int64, "tags": pl.Utf8})
+    rows = [
+        {
+            "uid": t.uid,
+            "domain": t.domain,
+            "golden_calls": len(t.golden_interactions()),
+            "tags": ",".join(t.tags),
+        }
+        for t in tasks
+    ]
+    return pl.DataFrame(
+        rows, schema={"uid": pl.Utf8, "domain": pl.Utf8, "golden_calls": pl.Int64, "tags": pl.Utf8}
+    )
 
 
 def per_domain(tasks: Iterable[Task]) -> dict[str, int]:
@@ -76,8 +101,15 @@ def parser_parity_result(profile: Profile, recorded_path: Path) -> dg.AssetCheck
     """
     corpus, recorded = shipped_corpus(), load_recorded(recorded_path)
     report = check_parity(corpus + recorded, **served_paths(profile.serving, profile.policy))
-    return dg.AssetCheckResult(passed=report.passed, metadata={
-        "completions": report.checked, "corpus": len(corpus), "recorded": len(recorded),
-        "paths": dg.MetadataValue.json(list(report.paths)), "mismatches": len(report.mismatches),
-        "examples": dg.MetadataValue.json(report.mismatches[:10]), "recorded_file": dg.MetadataValue.path(str(recorded_path)),
-    })
+    return dg.AssetCheckResult(
+        passed=report.passed,
+        metadata={
+            "completions": report.checked,
+            "corpus": len(corpus),
+            "recorded": len(recorded),
+            "paths": dg.MetadataValue.json(list(report.paths)),
+            "mismatches": len(report.mismatches),
+            "examples": dg.MetadataValue.json(report.mismatches[:10]),
+            "recorded_file": dg.MetadataValue.path(str(recorded_path)),
+        },
+    )

@@ -1,6 +1,5 @@
 """The base policy checkpoint: the embedded GGUF converted once into HF safetensors."""
 
-
 import dagster as dg
 
 from assets.versions import code_version, files_version, record_versions
@@ -21,7 +20,12 @@ def base_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     out = convert_gguf_to_safetensors(rewardbox.path("checkpoints", "base"))
     files = sorted(p.name for p in out.iterdir())
     size_mb = sum(p.stat().st_size for p in out.iterdir() if p.is_file()) / 1e6
-    context.add_output_metadata({"path": dg.MetadataValue.path(str(out)), "files": dg.MetadataValue.json(files),
-                                 "size_mb": round(size_mb, 1)})
+    context.add_output_metadata(
+        {
+            "path": dg.MetadataValue.path(str(out)),
+            "files": dg.MetadataValue.json(files),
+            "size_mb": round(size_mb, 1),
+        }
+    )
     record_versions(context, files_version(out), rewardbox.load().section_hash("policy"))
     return str(out)

@@ -28,11 +28,24 @@ CODE = code_version(__name__, "rewardbox.report", "rewardbox.metrics")
 CHECK = "tuned_not_worse_than_base"
 
 
-@dg.asset(group_name=GROUP, code_version=CODE,
-          check_specs=[dg.AssetCheckSpec(CHECK, asset="reliability_report", blocking=False,
-                                         description="WARN when tuned pass@1 is worse than base beyond noise")])
-def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
-                       base_evaluation_results: pl.DataFrame, evaluation_results: pl.DataFrame):
+@dg.asset(
+    group_name=GROUP,
+    code_version=CODE,
+    check_specs=[
+        dg.AssetCheckSpec(
+            CHECK,
+            asset="reliability_report",
+            blocking=False,
+            description="WARN when tuned pass@1 is worse than base beyond noise",
+        )
+    ],
+)
+def reliability_report(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    base_evaluation_results: pl.DataFrame,
+    evaluation_results: pl.DataFrame,
+):
     """pass@1, pass@k, pass^k (unbiased), observed k/k, per domain, cost; base vs tuned side by side.
 
     Writes ``reliability_report.md``, ``reliability.png`` and ``verdict.json`` under
@@ -41,20 +54,33 @@ def reliability_report(context: dg.AssetExecutionContext, rewardbox: RewardboxRe
     profile = rewardbox.load()
     reliability = reliability_of(profile, base_evaluation_results, evaluation_results)
     out = rewardbox.path("report", "reliability_report.md")
-    metadata = write_report(out, reliability, profile.name) | {"config_hash": profile.section_hash("report", "evaluation")}
-    version = files_version(out.parent)  # record_versions' two steps: this asset has a check beside its output
+    metadata = write_report(out, reliability, profile.name) | {
+        "config_hash": profile.section_hash("report", "evaluation")
+    }
+    version = files_version(
+        out.parent
+    )  # record_versions' two steps: this asset has a check beside its output
     context.set_data_version(context.asset_key, dg.DataVersion(version))
     yield dg.Output(str(out), metadata=metadata | {"content_hash": version})
     yield tuned_not_worse_than_base(reliability)
 
 
-def reliability_of(profile: Profile, base_rows: pl.DataFrame, tuned_rows: pl.DataFrame) -> Reliability:
+def reliability_of(
+    profile: Profile, base_rows: pl.DataFrame, tuned_rows: pl.DataFrame
+) -> Reliability:
     """The profile's reliability result: k = ``evaluation.trials``, curves at ``report.k_values`` up to k,
     ``report.confidence``, ``report.price_table`` and ``report.splits``."""
     k = profile.evaluation.trials
     k_values = sorted({v for v in profile.report.k_values if v <= k} | {1, k})
-    return compute_reliability(base_rows, tuned_rows, k, profile.report.price_table, k_values=k_values,
-                               confidence=profile.report.confidence, splits=profile.report.splits)
+    return compute_reliability(
+        base_rows,
+        tuned_rows,
+        k,
+        profile.report.price_table,
+        k_values=k_values,
+        confidence=profile.report.confidence,
+        splits=profile.report.splits,
+    )
 
 
 def write_report(out: Path, reliability: Reliability, profile_name: str) -> dict:
@@ -63,19 +89,34 @@ def write_report(out: Path, reliability: Reliability, profile_name: str) -> dict
     tables = format_reliability_tables(reliability)
     png = reliability_png(reliability.base, reliability.tuned)
     (out.parent / "reliability.png").write_bytes(png)
-    out.write_text(render_report_markdown(tables, {"pass@k and pass^k vs k": "reliability.png"},
-                                          title=f"Reliability report ({profile_name} profile)"))
+    out.write_text(
+        render_report_markdown(
+            tables,
+            {"pass@k and pass^k vs k": "reliability.png"},
+            title=f"Reliability report ({profile_name} profile)",
+        )
+    )
     write_json(out.parent / "verdict.json", verdict_summary(reliability))
     base, tuned, change = reliability.base, reliability.tuned, reliability.pass_at_1_change
     return {
-        "path": dg.MetadataValue.path(str(out)), "overall": dg.MetadataValue.md(tables["overall"]),
-        **md_chart("plot", fitted_markdown(lambda most: reliability_svg(base, tuned, most), "pass@k, pass^k")),
-        **{f"per_domain {title}": table_value(frame) for title, frame in domain_frames(reliability).items()},
+        "path": dg.MetadataValue.path(str(out)),
+        "overall": dg.MetadataValue.md(tables["overall"]),
+        **md_chart(
+            "plot",
+            fitted_markdown(lambda most: reliability_svg(base, tuned, most), "pass@k, pass^k"),
+        ),
+        **{
+            f"per_domain {title}": table_value(frame)
+            for title, frame in domain_frames(reliability).items()
+        },
         "plot_full": md_image(png, "pass@k and pass^k, base vs tuned"),
         "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
-        "base_pass_at_1": base.get("pass_at_1"), "tuned_pass_at_1": tuned.get("pass_at_1"),
-        "pass_at_1_verdict": (change or {}).get("verdict", "n/a"), "pass_at_1_change": fmt_change(change) or "n/a",
-        "changed_tasks": reliability.changed_tasks.height, **_split_metadata(tables, reliability.per_split),
+        "base_pass_at_1": base.get("pass_at_1"),
+        "tuned_pass_at_1": tuned.get("pass_at_1"),
+        "pass_at_1_verdict": (change or {}).get("verdict", "n/a"),
+        "pass_at_1_change": fmt_change(change) or "n/a",
+        "changed_tasks": reliability.changed_tasks.height,
+        **_split_metadata(tables, reliability.per_split),
     }
 
 
@@ -90,26 +131,46 @@ def tuned_not_worse_than_base(reliability: Reliability) -> dg.AssetCheckResult:
     """
     entry, boot = reliability.pass_at_1_change, reliability.bootstrap
     if entry is None or entry["difference"] is None:
-        return dg.AssetCheckResult(check_name=CHECK, passed=False, severity=dg.AssetCheckSeverity.WARN,
-                                   metadata={"verdict": "n/a", "reason": "no clean trial in one of the campaigns"})
+        return dg.AssetCheckResult(
+            check_name=CHECK,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"verdict": "n/a", "reason": "no clean trial in one of the campaigns"},
+        )
     point, low, high = entry["difference"]
     test = entry["test"]
     return dg.AssetCheckResult(
-        check_name=CHECK, passed=entry["verdict"] != "worse", severity=dg.AssetCheckSeverity.WARN,
+        check_name=CHECK,
+        passed=entry["verdict"] != "worse",
+        severity=dg.AssetCheckSeverity.WARN,
         description=f"tuned - base pass@1 {fmt_change(entry)}",
-        metadata={"base_pass_at_1": entry["base"][0], "tuned_pass_at_1": entry["tuned"][0],
-                  "pass_at_1_change": point, "pass_at_1_change_low": low, "pass_at_1_change_high": high,
-                  "verdict": entry["verdict"], "interval_verdict": entry["interval_verdict"],
-                  "p_value_greater": test["p_greater"], "p_value_less": test["p_less"],
-                  "p_value_exact": test["exact"], "changed_tasks": test["changed"], "test_threshold": TEST_THRESHOLD,
-                  "tasks": boot["tasks"], "resamples": boot["resamples"],
-                  "seed": boot["seed"], "confidence": boot["confidence"]})
+        metadata={
+            "base_pass_at_1": entry["base"][0],
+            "tuned_pass_at_1": entry["tuned"][0],
+            "pass_at_1_change": point,
+            "pass_at_1_change_low": low,
+            "pass_at_1_change_high": high,
+            "verdict": entry["verdict"],
+            "interval_verdict": entry["interval_verdict"],
+            "p_value_greater": test["p_greater"],
+            "p_value_less": test["p_less"],
+            "p_value_exact": test["exact"],
+            "changed_tasks": test["changed"],
+            "test_threshold": TEST_THRESHOLD,
+            "tasks": boot["tasks"],
+            "resamples": boot["resamples"],
+            "seed": boot["seed"],
+            "confidence": boot["confidence"],
+        },
+    )
 
 
 def _split_metadata(tables: dict[str, str], per_split: dict) -> dict:
     """The per-split table and each split's pass@1 verdict, for the asset's metadata (none without splits)."""
     if "per_split" not in tables:
         return {}
-    verdicts = {f"pass_at_1_verdict_{split}": entry["metrics"].get("pass_at_1", {}).get("verdict", "n/a")
-                for split, entry in per_split["splits"].items()}
+    verdicts = {
+        f"pass_at_1_verdict_{split}": entry["metrics"].get("pass_at_1", {}).get("verdict", "n/a")
+        for split, entry in per_split["splits"].items()
+    }
     return {"per_split": dg.MetadataValue.md(tables["per_split"]), **verdicts}

@@ -1,6 +1,5 @@
 """Task assets: candidates, benchmark (held out), screened candidates, and their gates."""
 
-
 import dagster as dg
 
 from assets.clean_trials import as_metadata, require_screened_candidates, stage_io
@@ -16,7 +15,9 @@ from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_o
 
 GROUP = "tasks"
 LOAD_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.domains")
-SCREEN_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.selection.screening", *EPISODE_ENGINE)
+SCREEN_CODE = code_version(
+    __name__, "rewardbox.tasks", "rewardbox.selection.screening", *EPISODE_ENGINE
+)
 
 
 def _log_load_errors(context: dg.AssetExecutionContext, errors: list[str]) -> None:
@@ -39,20 +40,27 @@ def candidate_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     profile = rewardbox.load()
     loaded = load_candidates(profile.tasks)
     _log_load_errors(context, loaded.errors)
-    context.add_output_metadata({
-        "tasks": len(loaded.tasks), "per_domain": per_domain(loaded.tasks),
-        "excluded_as_benchmark": len(loaded.excluded), "load_errors": dg.MetadataValue.json(loaded.errors),
-        "failed_to_load": loaded.failed, "load_policy": dg.MetadataValue.json(profile.tasks.candidate_loading.model_dump()),
-        "table": md_table(tasks_frame(loaded.tasks)), "config_hash": profile.section_hash("tasks"),
-        "input_hash": task_set_version(loaded.tasks),
-    })
+    context.add_output_metadata(
+        {
+            "tasks": len(loaded.tasks),
+            "per_domain": per_domain(loaded.tasks),
+            "excluded_as_benchmark": len(loaded.excluded),
+            "load_errors": dg.MetadataValue.json(loaded.errors),
+            "failed_to_load": loaded.failed,
+            "load_policy": dg.MetadataValue.json(profile.tasks.candidate_loading.model_dump()),
+            "table": md_table(tasks_frame(loaded.tasks)),
+            "config_hash": profile.section_hash("tasks"),
+            "input_hash": task_set_version(loaded.tasks),
+        }
+    )
     record_versions(context, task_set_version(loaded.tasks))
     return loaded.tasks
 
 
 @dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
-def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
-                    ray_cluster: RayClusterResource) -> list[Task]:
+def benchmark_tasks(
+    context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource
+) -> list[Task]:
     """The held-out evaluation set: valid tasks only (invalid ones are reported by uid).
 
     Strict: a benchmark task file that fails to load fails this asset (file and
@@ -62,22 +70,43 @@ def benchmark_tasks(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     """
     profile = rewardbox.load()
     loaded = load_benchmark(profile.tasks)
-    run = screen(profile, loaded.tasks, stage_io(context, rewardbox, profile, ray_cluster), label="benchmark task")
+    run = screen(
+        profile,
+        loaded.tasks,
+        stage_io(context, rewardbox, profile, ray_cluster),
+        label="benchmark task",
+    )
     failures = ungradable(run.rows)
     if failures:
-        raise dg.Failure(description=f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures),
-                         metadata={"ungradable": dg.MetadataValue.json(failures)})
-    context.add_output_metadata(as_metadata({
-        **run.metadata, "per_domain": per_domain(run.extra), "table": tasks_frame(run.extra),
-        "read_only": run.metadata["read_only_tasks"], "load_errors": loaded.errors,
-        "config_hash": profile.section_hash("tasks"), "input_hash": task_set_version(run.extra)}))
+        raise dg.Failure(
+            description=f"{len(failures)} benchmark task(s) could not be graded:\n"
+            + "\n".join(failures),
+            metadata={"ungradable": dg.MetadataValue.json(failures)},
+        )
+    context.add_output_metadata(
+        as_metadata(
+            {
+                **run.metadata,
+                "per_domain": per_domain(run.extra),
+                "table": tasks_frame(run.extra),
+                "read_only": run.metadata["read_only_tasks"],
+                "load_errors": loaded.errors,
+                "config_hash": profile.section_hash("tasks"),
+                "input_hash": task_set_version(run.extra),
+            }
+        )
+    )
     record_versions(context, task_set_version(run.extra))
     return run.extra
 
 
 @dg.asset(group_name=GROUP, code_version=SCREEN_CODE)
-def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                        candidate_tasks: list[Task]) -> list[Task]:
+def screened_candidates(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    candidate_tasks: list[Task],
+) -> list[Task]:
     """Candidates whose golden replay passes and whose null run fails where a write is expected.
 
     Fails (nothing stored) when the screen breaks the ``system_errors`` bound (e.g. a servers.yaml
@@ -86,32 +115,60 @@ def screened_candidates(context: dg.AssetExecutionContext, rewardbox: RewardboxR
     profile = rewardbox.load()
     run = screen(profile, candidate_tasks, stage_io(context, rewardbox, profile, ray_cluster))
     gate = require_screened_candidates(run.rows, len(run.extra), profile, "screened_candidates")
-    context.add_output_metadata(as_metadata({
-        **run.metadata, "per_domain": per_domain(run.extra), "screen": run.rows,
-        "input_hash": task_set_version(candidate_tasks)}) | gate)
-    record_versions(context, task_set_version(run.extra), profile.section_hash("tasks", "sandbox", "grading", "episode"))
+    context.add_output_metadata(
+        as_metadata(
+            {
+                **run.metadata,
+                "per_domain": per_domain(run.extra),
+                "screen": run.rows,
+                "input_hash": task_set_version(candidate_tasks),
+            }
+        )
+        | gate
+    )
+    record_versions(
+        context,
+        task_set_version(run.extra),
+        profile.section_hash("tasks", "sandbox", "grading", "episode"),
+    )
     return run.extra
 
 
 @dg.asset_check(asset=benchmark_tasks, blocking=True)
-def benchmark_disjoint_from_candidates(benchmark_tasks: list[Task], rewardbox: RewardboxResource) -> dg.AssetCheckResult:
+def benchmark_disjoint_from_candidates(
+    benchmark_tasks: list[Task], rewardbox: RewardboxResource
+) -> dg.AssetCheckResult:
     """Blocking: no benchmark or exclude-only task shares a uid or an identity with any candidate.
 
     The candidates are loaded from the profile here (no screening), so
     ``--select benchmark_tasks`` runs alone, without ``candidate_tasks`` materialised.
     """
     tasks = rewardbox.load().tasks
-    problems = check_disjoint(load_candidates(tasks).tasks, [*benchmark_tasks, *load_held_out(tasks).tasks])
-    return dg.AssetCheckResult(passed=not problems, metadata={"overlaps": len(problems),
-                                                              "examples": dg.MetadataValue.json(problems[:20])})
+    problems = check_disjoint(
+        load_candidates(tasks).tasks, [*benchmark_tasks, *load_held_out(tasks).tasks]
+    )
+    return dg.AssetCheckResult(
+        passed=not problems,
+        metadata={"overlaps": len(problems), "examples": dg.MetadataValue.json(problems[:20])},
+    )
 
 
 @dg.asset_check(asset=screened_candidates, blocking=True)
 def screened_candidates_valid(screened_candidates: list[Task]) -> dg.AssetCheckResult:
     """Blocking: at least one valid candidate remains, and none is a benchmark task."""
     leaked = check_disjoint(screened_candidates)
-    description = ("no valid candidate remains to train on" if not screened_candidates
-                   else f"{len(leaked)} screened task(s) are not candidates: {', '.join(map(str, leaked[:3]))}" if leaked
-                   else None)
-    return dg.AssetCheckResult(passed=bool(screened_candidates) and not leaked, description=description, metadata={
-        "tasks": len(screened_candidates), "non_candidates": dg.MetadataValue.json(leaked)})
+    description = (
+        "no valid candidate remains to train on"
+        if not screened_candidates
+        else f"{len(leaked)} screened task(s) are not candidates: {', '.join(map(str, leaked[:3]))}"
+        if leaked
+        else None
+    )
+    return dg.AssetCheckResult(
+        passed=bool(screened_candidates) and not leaked,
+        description=description,
+        metadata={
+            "tasks": len(screened_candidates),
+            "non_candidates": dg.MetadataValue.json(leaked),
+        },
+    )

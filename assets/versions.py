@@ -22,8 +22,15 @@ import polars as pl
 from rewardbox.config.provenance import source_version
 
 #: The engine that runs and grades episodes; every stage that runs episodes depends on all of it.
-EPISODE_ENGINE = ("rewardbox.episode", "rewardbox.sandbox", "rewardbox.grading", "rewardbox.domains",
-                  "rewardbox.policy", "rewardbox.evaluation", "rewardbox.config")
+EPISODE_ENGINE = (
+    "rewardbox.episode",
+    "rewardbox.sandbox",
+    "rewardbox.grading",
+    "rewardbox.domains",
+    "rewardbox.policy",
+    "rewardbox.evaluation",
+    "rewardbox.config",
+)
 
 
 def code_version(asset_module: str, *engine: str) -> str:
@@ -58,13 +65,17 @@ def files_version(path: str | Path) -> str:
     files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     digest = hashlib.sha256()
     for file in files:
-        digest.update(file.relative_to(root if root.is_dir() else root.parent).as_posix().encode() + b"\0")
+        digest.update(
+            file.relative_to(root if root.is_dir() else root.parent).as_posix().encode() + b"\0"
+        )
         with file.open("rb") as handle:
             digest.update(hashlib.file_digest(handle, "sha256").digest())
     return digest.hexdigest()[:16]
 
 
-def record_versions(context: dg.AssetExecutionContext, data_version: str, config_hash: str | None = None) -> None:
+def record_versions(
+    context: dg.AssetExecutionContext, data_version: str, config_hash: str | None = None
+) -> None:
     """Report the output's data version to Dagster and put it (and the config hash) in its metadata.
 
     Args:

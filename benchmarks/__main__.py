@@ -31,15 +31,26 @@ import pkgutil
 import sys
 import time
 import traceback
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchmarks.rows import load
 from rewardbox import strict_json
 
-ORDER = ("selection_pool", "report_metrics", "campaign_bookkeeping", "inprocess_episode", "sandbox_overhead",
-         "floor", "generation", "grpo_step", "executor", "grading")
+ORDER = (
+    "selection_pool",
+    "report_metrics",
+    "campaign_bookkeeping",
+    "inprocess_episode",
+    "sandbox_overhead",
+    "floor",
+    "generation",
+    "grpo_step",
+    "executor",
+    "grading",
+)
 NOT_BENCHMARKS = {"__main__", "rows", "floor_model"}
 
 
@@ -60,8 +71,17 @@ def as_rows(name: str, result: Any) -> list[dict[str, Any]]:
     """A benchmark's result as rows; a legacy dict becomes one row with its JSON as detail."""
     if isinstance(result, list) and all(isinstance(r, dict) and "row" in r for r in result):
         return result
-    return [{"row": name, "value": None, "unit": "", "anchor": None, "ratio": None, "load": load(),
-             "detail": result}]
+    return [
+        {
+            "row": name,
+            "value": None,
+            "unit": "",
+            "anchor": None,
+            "ratio": None,
+            "load": load(),
+            "detail": result,
+        }
+    ]
 
 
 def _fmt(value: Any, unit: str = "") -> str:
@@ -85,14 +105,27 @@ def table(rows: list[dict[str, Any]]) -> str:
         if r.get("anchor_label"):
             anchor += f" [{r['anchor_label']}]"
         ratio = "-" if r.get("ratio") is None else f"{r['ratio']:.3f}"
-        lines.append((r["row"], _fmt(r.get("value"), r.get("unit", "")), anchor, ratio, r.get("load", ""), verdict))
+        lines.append(
+            (
+                r["row"],
+                _fmt(r.get("value"), r.get("unit", "")),
+                anchor,
+                ratio,
+                r.get("load", ""),
+                verdict,
+            )
+        )
     widths = [max(len(str(line[i])) for line in lines) for i in range(len(header) - 1)]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(line, widths)) + "  " + line[-1]
-                     for line in lines)
+    return "\n".join(
+        "  ".join(str(c).ljust(w) for c, w in zip(line, widths)) + "  " + line[-1] for line in lines
+    )
 
 
-def main(names: list[str], available: dict[str, Callable[[], Any]] | None = None,
-         out_dir: Path | None = None) -> int:
+def main(
+    names: list[str],
+    available: dict[str, Callable[[], Any]] | None = None,
+    out_dir: Path | None = None,
+) -> int:
     """Run the named benchmarks (all when none); returns the exit status (1 on any FAIL).
 
     Args:
@@ -113,8 +146,18 @@ def main(names: list[str], available: dict[str, Callable[[], Any]] | None = None
             got = as_rows(name, available[name]())
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             traceback.print_exc()
-            got = [{"row": name, "value": None, "unit": "", "anchor": None, "ratio": None, "load": load(),
-                    "ok": False, "goal": f"raised {type(exc).__name__}: {exc}"}]
+            got = [
+                {
+                    "row": name,
+                    "value": None,
+                    "unit": "",
+                    "anchor": None,
+                    "ratio": None,
+                    "load": load(),
+                    "ok": False,
+                    "goal": f"raised {type(exc).__name__}: {exc}",
+                }
+            ]
         for r in got:
             r.setdefault("benchmark", name)
             if r.get("ok") is False:
@@ -124,7 +167,9 @@ def main(names: list[str], available: dict[str, Callable[[], Any]] | None = None
         rows.extend(got)
     print()
     print(table(rows))
-    out = (out_dir or Path(__file__).parent / "results") / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    out = (
+        out_dir or Path(__file__).parent / "results"
+    ) / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(strict_json.dumps(rows, indent=2, default=str))
     print(f"results: {out}")

@@ -21,8 +21,8 @@ from benchmarks.rows import row
 from rewardbox.config.profile import load_profile
 from rewardbox.episode.run import run_trials_async
 from rewardbox.policy.scripted import GoldenReplayPolicy
-from rewardbox.tasks.sources import load_benchmark, load_candidates
 from rewardbox.runtime.compose import campaign_parts
+from rewardbox.tasks.sources import load_benchmark, load_candidates
 
 ISSUE_EPISODES_PER_S = 35.0
 ISSUE_KIB_PER_EPISODE = 245.0
@@ -38,7 +38,10 @@ def rss_kib() -> int:
 
 
 def _cpu_s() -> float:
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
@@ -47,8 +50,13 @@ def campaign_setup(episodes: int, concurrency: int):
     profile = load_profile("full")
     tasks = load_benchmark(profile.tasks).tasks + load_candidates(profile.tasks).tasks
     longest = max(len(t.golden_interactions()) for t in tasks)
-    episode = profile.episode.model_copy(update={
-        "concurrency": concurrency, "max_agent_turns": longest + 2, "max_agent_steps_per_user_turn": longest + 2})
+    episode = profile.episode.model_copy(
+        update={
+            "concurrency": concurrency,
+            "max_agent_turns": longest + 2,
+            "max_agent_steps_per_user_turn": longest + 2,
+        }
+    )
     profile = profile.model_copy(update={"episode": episode})
     keys = [(tasks[i % len(tasks)].uid, i // len(tasks)) for i in range(episodes)]
     return profile, tasks, keys
@@ -73,28 +81,70 @@ def run(episodes: int = 10_140, concurrency: int = 8, keep_results: bool = False
     start_kib = rss_kib()
     cpu0 = _cpu_s()
     t0 = time.perf_counter()
-    rows, _results = asyncio.run(run_trials_async(tasks, 1, GoldenReplayPolicy(), campaign_parts(profile), keys=keys, on_result=on_result,
-                                                  **({} if keep_results else {"keep_results": False})))
+    rows, _results = asyncio.run(
+        run_trials_async(
+            tasks,
+            1,
+            GoldenReplayPolicy(),
+            campaign_parts(profile),
+            keys=keys,
+            on_result=on_result,
+            **({} if keep_results else {"keep_results": False}),
+        )
+    )
     total_s = time.perf_counter() - t0
-    cpu_s = _cpu_s() - cpu0  # this process and its finished children (the grading workers): load-independent
+    cpu_s = (
+        _cpu_s() - cpu0
+    )  # this process and its finished children (the grading workers): load-independent
     half = [s for s in samples if s[0] >= episodes // 2]
-    slope = float(np.polyfit([s[0] for s in half], [s[1] for s in half], 1)[0]) if len(half) > 2 else float("nan")
-    result = {"episodes": rows.height, "keep_results": keep_results, "total_s": total_s, "episodes_per_s": rows.height / total_s,
-              "kib_per_episode": slope, "rss_start_kib": start_kib, "rss_end_kib": rss_kib(),
-              "passed_frac": float(rows["passed"].mean() or 0.0), "system_errors": int(rows["system_error"].is_not_null().sum()),
-              "issue_episodes_per_s": ISSUE_EPISODES_PER_S, "ratio_vs_issue_rate": rows.height / total_s / ISSUE_EPISODES_PER_S,
-              "cpu_s": cpu_s, "goal_s": GOAL_S, "loadavg": os.getloadavg()}
-    print(f"campaign {rows.height:,} episodes (golden replay, in-process): {total_s:.1f} s, "
-          f"{result['episodes_per_s']:.1f} episodes/s (issue: {ISSUE_EPISODES_PER_S}/s, ratio "
-          f"{result['ratio_vs_issue_rate']:.2f}); memory {slope:+.1f} KiB/episode over the second half "
-          f"(issue: +{ISSUE_KIB_PER_EPISODE}); RSS {start_kib / 1024:.0f} -> {result['rss_end_kib'] / 1024:.0f} MiB; "
-          f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; CPU {cpu_s:.1f} s (this process "
-          f"and the grading workers); load {result['loadavg']}")
-    return [row(f"campaign bookkeeping, {rows.height:,} golden episodes", result["episodes_per_s"], "episodes/s",
-                ISSUE_EPISODES_PER_S, "before, issue #13 (idle)", goal=f"{episodes:,} in < {GOAL_S} s: {total_s:.0f} s",
-                detail=result),
-            row("campaign memory growth per episode", slope, "KiB", ISSUE_KIB_PER_EPISODE, "before, issue #13",
-                detail={"rss_start_kib": start_kib, "rss_end_kib": result["rss_end_kib"]})]
+    slope = (
+        float(np.polyfit([s[0] for s in half], [s[1] for s in half], 1)[0])
+        if len(half) > 2
+        else float("nan")
+    )
+    result = {
+        "episodes": rows.height,
+        "keep_results": keep_results,
+        "total_s": total_s,
+        "episodes_per_s": rows.height / total_s,
+        "kib_per_episode": slope,
+        "rss_start_kib": start_kib,
+        "rss_end_kib": rss_kib(),
+        "passed_frac": float(rows["passed"].mean() or 0.0),
+        "system_errors": int(rows["system_error"].is_not_null().sum()),
+        "issue_episodes_per_s": ISSUE_EPISODES_PER_S,
+        "ratio_vs_issue_rate": rows.height / total_s / ISSUE_EPISODES_PER_S,
+        "cpu_s": cpu_s,
+        "goal_s": GOAL_S,
+        "loadavg": os.getloadavg(),
+    }
+    print(
+        f"campaign {rows.height:,} episodes (golden replay, in-process): {total_s:.1f} s, "
+        f"{result['episodes_per_s']:.1f} episodes/s (issue: {ISSUE_EPISODES_PER_S}/s, ratio "
+        f"{result['ratio_vs_issue_rate']:.2f}); memory {slope:+.1f} KiB/episode over the second half "
+        f"(issue: +{ISSUE_KIB_PER_EPISODE}); RSS {start_kib / 1024:.0f} -> {result['rss_end_kib'] / 1024:.0f} MiB; "
+        f"passed {result['passed_frac']:.3f}; system errors {result['system_errors']}; CPU {cpu_s:.1f} s (this process "
+        f"and the grading workers); load {result['loadavg']}"
+    )
+    return [
+        row(
+            f"campaign bookkeeping, {rows.height:,} golden episodes",
+            result["episodes_per_s"],
+            "episodes/s",
+            ISSUE_EPISODES_PER_S,
+            "before, issue #13 (idle)",
+            goal=f"{episodes:,} in < {GOAL_S} s: {total_s:.0f} s",
+            detail=result,
+        ),
+        row(
+            "campaign memory growth per episode",
+            slope,
+            "KiB",
+            ISSUE_KIB_PER_EPISODE,
+            "before, issue #13",
+            detail={"rss_start_kib": start_kib, "rss_end_kib": result["rss_end_kib"]},
+        ),
+    ]
 
 
 def write_rows(path: str, trials: int = 3) -> None:
@@ -108,8 +158,12 @@ def write_rows(path: str, trials: int = 3) -> None:
     profile, tasks, _ = campaign_setup(0, 8)
     keys = [(t.uid, trial) for t in tasks for trial in range(trials)]
     policy = build_policy(PolicyConfig(kind="scripted_mix", golden_frac=0.5))
-    rows, _ = asyncio.run(run_trials_async(tasks, trials, policy, campaign_parts(profile), keys=keys))
-    rows.select("uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns").sort("uid", "trial").write_parquet(path)
+    rows, _ = asyncio.run(
+        run_trials_async(tasks, trials, policy, campaign_parts(profile), keys=keys)
+    )
+    rows.select(
+        "uid", "trial", "reward", "passed", "system_error", "termination_reason", "turns"
+    ).sort("uid", "trial").write_parquet(path)
     print(f"{rows.height} rows -> {path}")
 
 

@@ -29,10 +29,10 @@ from typing import Any
 from benchmarks.rows import row
 from rewardbox.config.profile import TaskSourcesConfig, load_profile
 from rewardbox.episode.campaign import campaign_keys, result_row, rows_frame, run_campaign
-from rewardbox.runtime.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import EpisodeExecutor, LocalExecutor
 from rewardbox.policy.scripted import GoldenReplayPolicy
+from rewardbox.runtime.compose import episode_runner
 from rewardbox.tasks.sources import load_candidates
 
 CONCURRENCY = 8
@@ -45,11 +45,15 @@ WARMUP_TRIAL = 1_000_000  # warm-up keys use trials from here: never a campaign 
 
 def campaign_pairs(full: bool, trials: int = DEFAULT_TRIALS) -> tuple[list, list[tuple[Any, int]]]:
     """(tasks, (task, trial) pairs): every embedded task x ``trials``, or the full 10,140 keys."""
-    sources = TaskSourcesConfig(candidates=[{"dataset": f"embedded:{d}"} for d in DOMAINS], benchmark=[])
+    sources = TaskSourcesConfig(
+        candidates=[{"dataset": f"embedded:{d}"} for d in DOMAINS], benchmark=[]
+    )
     tasks = load_candidates(sources).tasks
     trials = math.ceil(FULL_EPISODES / len(tasks)) if full else trials
     by_uid = {t.uid: t for t in tasks}
-    keys = sorted(campaign_keys(tasks, trials), key=lambda k: (k[1], k[0]))  # trial-major: every task early
+    keys = sorted(
+        campaign_keys(tasks, trials), key=lambda k: (k[1], k[0])
+    )  # trial-major: every task early
     keys = keys[:FULL_EPISODES] if full else keys
     return tasks, [(by_uid[uid], trial) for uid, trial in keys]
 
@@ -64,19 +68,32 @@ def measure(executor: EpisodeExecutor, pairs: list, profile, warmup: int) -> dic
     collect = partial(result_row, domain={t.uid: t.domain for t in tasks})
 
     async def main():
-        async with executor.session(partial(episode_runner, profile), GoldenReplayPolicy()) as session:
+        async with executor.session(
+            partial(episode_runner, profile), GoldenReplayPolicy()
+        ) as session:
             await session.run([(pairs[i][0], WARMUP_TRIAL + i) for i in range(warmup)])
             started = time.perf_counter()
-            rows = await run_campaign(tasks, [(task.uid, trial) for task, trial in pairs], session.run_one,
-                                      concurrency=session.width, collect=collect)
+            rows = await run_campaign(
+                tasks,
+                [(task.uid, trial) for task, trial in pairs],
+                session.run_one,
+                concurrency=session.width,
+                collect=collect,
+            )
             return rows, time.perf_counter() - started
 
     rows, seconds = asyncio.run(main())
-    calls = getattr(executor, "calls", 0)  # Ray calls (chunks), warm-up included; 0 on the local executor
-    return {"rows": rows_frame(rows), "seconds": seconds, "episodes_per_s": len(pairs) / seconds,
-            "peak_open_sandboxes": executor.gauge_peak,
-            "keys_per_ray_call": round((len(pairs) + warmup) / calls, 1) if calls else None,
-            "system_errors": sum(row["system_error"] is not None for row in rows)}
+    calls = getattr(
+        executor, "calls", 0
+    )  # Ray calls (chunks), warm-up included; 0 on the local executor
+    return {
+        "rows": rows_frame(rows),
+        "seconds": seconds,
+        "episodes_per_s": len(pairs) / seconds,
+        "peak_open_sandboxes": executor.gauge_peak,
+        "keys_per_ray_call": round((len(pairs) + warmup) / calls, 1) if calls else None,
+        "system_errors": sum(row["system_error"] is not None for row in rows),
+    }
 
 
 def _spin(iterations: int) -> float:
@@ -111,7 +128,9 @@ def machine_ceiling(iterations: int = 3_000_000, repeats: int = 3) -> list[float
 def _ray_executor(workers: int):
     from rewardbox.episode.executor_ray import RayExecutor
 
-    return RayExecutor(ExecutorConfig(kind="ray", workers=workers, worker_num_cpus=1.0), CONCURRENCY)
+    return RayExecutor(
+        ExecutorConfig(kind="ray", workers=workers, worker_num_cpus=1.0), CONCURRENCY
+    )
 
 
 def run(full: bool = False) -> list[dict[str, Any]]:
@@ -119,7 +138,9 @@ def run(full: bool = False) -> list[dict[str, Any]]:
     import ray
 
     profile = load_profile("test")
-    profile = profile.model_copy(update={"episode": profile.episode.model_copy(update={"concurrency": CONCURRENCY})})
+    profile = profile.model_copy(
+        update={"episode": profile.episode.model_copy(update={"concurrency": CONCURRENCY})}
+    )
     _, pairs = campaign_pairs(full)
     ceilings = machine_ceiling()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -145,23 +166,67 @@ def _rows(runs: dict[str, dict], episodes: int, ceiling: float) -> list[dict[str
     local, one, two = (runs[k]["episodes_per_s"] for k in ("local", "ray x1", "ray x2"))
     size = f"{episodes} episodes, bound {CONCURRENCY}"
     return [
-        row(f"executor: local asyncio, golden campaign ({size})", local, "episodes/s", None, detail=detail["local"]),
-        row("executor: Ray, 1 worker", one, "episodes/s", local, "local, this run", detail=detail["ray x1"]),
-        row("executor: Ray, 2 workers vs 1", two, "episodes/s", one, "Ray 1 worker, this run",
-             goal=f"issue goal >= {SPEEDUP_GOAL}x with 2 free cores; judged by a person (load shown)",
-             detail=detail["ray x2"]),
-        row("executor: Ray 2-vs-1 ratio against this machine's own 2-vs-1 ratio", two / one, "x", ceiling,
+        row(
+            f"executor: local asyncio, golden campaign ({size})",
+            local,
+            "episodes/s",
+            None,
+            detail=detail["local"],
+        ),
+        row(
+            "executor: Ray, 1 worker",
+            one,
+            "episodes/s",
+            local,
+            "local, this run",
+            detail=detail["ray x1"],
+        ),
+        row(
+            "executor: Ray, 2 workers vs 1",
+            two,
+            "episodes/s",
+            one,
+            "Ray 1 worker, this run",
+            goal=f"issue goal >= {SPEEDUP_GOAL}x with 2 free cores; judged by a person (load shown)",
+            detail=detail["ray x2"],
+        ),
+        row(
+            "executor: Ray 2-vs-1 ratio against this machine's own 2-vs-1 ratio",
+            two / one,
+            "x",
+            ceiling,
             "2 CPU-bound Python processes vs 1, median of 6 this run (machine_ceiling)",
-            goal="the executor's share of what two cores give here (1.0: all of it)"),
-        row("executor: peak open sandboxes (max over the 3)", peak, "sandboxes", CONCURRENCY, "the bound",
-             ok=peak <= CONCURRENCY, goal=f"<= {CONCURRENCY}"),
-        row("executor: identical (uid, trial, reward) rows across executors", float(identical), "bool", None,
-             ok=identical, goal="all 3 equal",
-             detail={"system_errors": {k: r["system_errors"] for k, r in runs.items()}}),
+            goal="the executor's share of what two cores give here (1.0: all of it)",
+        ),
+        row(
+            "executor: peak open sandboxes (max over the 3)",
+            peak,
+            "sandboxes",
+            CONCURRENCY,
+            "the bound",
+            ok=peak <= CONCURRENCY,
+            goal=f"<= {CONCURRENCY}",
+        ),
+        row(
+            "executor: identical (uid, trial, reward) rows across executors",
+            float(identical),
+            "bool",
+            None,
+            ok=identical,
+            goal="all 3 equal",
+            detail={"system_errors": {k: r["system_errors"] for k, r in runs.items()}},
+        ),
     ]
 
 
 if __name__ == "__main__":
     for line in run(full="--full" in sys.argv[1:]):
-        print(line["row"], round(line["value"], 3), line["unit"], "ratio", line["ratio"] and round(line["ratio"], 3),
-              "load", line["load"])
+        print(
+            line["row"],
+            round(line["value"], 3),
+            line["unit"],
+            "ratio",
+            line["ratio"] and round(line["ratio"], 3),
+            "load",
+            line["load"],
+        )

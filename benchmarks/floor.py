@@ -58,10 +58,15 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-def gemm_gflops(dtype: torch.dtype, device: str = "cpu", shape=GEMM_SHAPE, repeats: int = 5) -> float:
+def gemm_gflops(
+    dtype: torch.dtype, device: str = "cpu", shape=GEMM_SHAPE, repeats: int = 5
+) -> float:
     """Best-of-``repeats`` GFLOP/s of ``[M, K] @ [K, N]`` in ``dtype`` (``2 M K N`` FLOPs per product)."""
     m, k, n = shape
-    a, b = torch.randn(m, k, device=device, dtype=dtype), torch.randn(k, n, device=device, dtype=dtype)
+    a, b = (
+        torch.randn(m, k, device=device, dtype=dtype),
+        torch.randn(k, n, device=device, dtype=dtype),
+    )
     inner = 4
     seconds = _best(lambda: [torch.mm(a, b) for _ in range(inner)], repeats)
     return 2 * m * k * n * inner / seconds / 1e9
@@ -75,8 +80,11 @@ def memory_gib_s(device: str = "cpu", nbytes: int = MEMORY_BYTES, repeats: int =
 
 def machine_floor(device: str = "cpu") -> dict[str, float]:
     """``{gemm_fp32_gflops, gemm_bf16_gflops, memory_gib_s}`` measured now."""
-    return {"gemm_fp32_gflops": gemm_gflops(torch.float32, device), "gemm_bf16_gflops": gemm_gflops(torch.bfloat16, device),
-            "memory_gib_s": memory_gib_s(device)}
+    return {
+        "gemm_fp32_gflops": gemm_gflops(torch.float32, device),
+        "gemm_bf16_gflops": gemm_gflops(torch.bfloat16, device),
+        "memory_gib_s": memory_gib_s(device),
+    }
 
 
 def matmul_params(model) -> int:
@@ -129,7 +137,14 @@ def attention_flops_per_token(config, context_tokens: int) -> float:
 def kv_bytes_per_row(config, context_tokens: int, itemsize: int) -> float:
     """Bytes of key/value cache one decode row reads at ``context_tokens``."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2.0 * config.num_hidden_layers * config.num_key_value_heads * head_dim * context_tokens * itemsize
+    return (
+        2.0
+        * config.num_hidden_layers
+        * config.num_key_value_heads
+        * head_dim
+        * context_tokens
+        * itemsize
+    )
 
 
 def sizes() -> tuple[int, int, int, int]:
@@ -144,8 +159,15 @@ def run() -> list[dict]:
     from benchmarks.floor_model import model_rows
 
     floor = machine_floor()
-    rows = [row("GEMM fp32 (this machine, floor)", floor["gemm_fp32_gflops"], "GFLOP/s", None),
-            row("GEMM bf16 (this machine, floor)", floor["gemm_bf16_gflops"], "GFLOP/s", floor["gemm_fp32_gflops"],
-                "fp32 GEMM, this run"),
-            row("memory read (this machine, floor)", floor["memory_gib_s"], "GiB/s", None)]
+    rows = [
+        row("GEMM fp32 (this machine, floor)", floor["gemm_fp32_gflops"], "GFLOP/s", None),
+        row(
+            "GEMM bf16 (this machine, floor)",
+            floor["gemm_bf16_gflops"],
+            "GFLOP/s",
+            floor["gemm_fp32_gflops"],
+            "fp32 GEMM, this run",
+        ),
+        row("memory read (this machine, floor)", floor["memory_gib_s"], "GiB/s", None),
+    ]
     return rows + model_rows(floor, *sizes())

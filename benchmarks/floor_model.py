@@ -13,22 +13,29 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.floor import (attention_flops_per_token, decode_tok_s, kv_bytes_per_row, matmul_params,
-                              prefill_tok_s)
+from benchmarks.floor import (
+    attention_flops_per_token,
+    decode_tok_s,
+    kv_bytes_per_row,
+    matmul_params,
+    prefill_tok_s,
+)
 from benchmarks.rows import row
 
 DEMO_BATCH_SIZES = (1, 4, 8)
 """Decode batch sizes the demo forms (issue 28: 3.0-3.85 rows per step on average, up to 8 in flight)."""
 
 
-def group_samples_like_grpo(groups: int, group_size: int, prompt: int, completion: int, vocab: int) -> list:
+def group_samples_like_grpo(
+    groups: int, group_size: int, prompt: int, completion: int, vocab: int
+) -> list:
     """``groups x group_size`` samples: a 900/1,100 system prefix shared by all, each group's prompt by its rows."""
     from rewardbox.training.logprobs import Sample
 
     gen = torch.Generator().manual_seed(0)
     system = torch.randint(10, vocab, (prompt * 9 // 11,), generator=gen).tolist()
     out = []
-    for g in range(groups):
+    for _ in range(groups):
         own = torch.randint(10, vocab, (prompt - len(system),), generator=gen).tolist()
         for r in range(group_size):
             done = torch.randint(10, vocab, (completion,), generator=gen).tolist()
@@ -53,13 +60,18 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
-    ran = sum(b.prefix_len + sum(len(s.prompt_ids) + len(s.completion_ids) - b.prefix_len for s in b.samples)
-              for b in plan_blocks(samples))
+    ran = sum(
+        b.prefix_len
+        + sum(len(s.prompt_ids) + len(s.completion_ids) - b.prefix_len for s in b.samples)
+        for b in plan_blocks(samples)
+    )
     lora.unload()
     return best / len(samples), ran
 
 
-def rows_per_decode_step(checkpoint: Path, requests: int = 8, gap_s: float = 0.15, new_tokens: int = 24) -> dict:
+def rows_per_decode_step(
+    checkpoint: Path, requests: int = 8, gap_s: float = 0.15, new_tokens: int = 24
+) -> dict:
     """Mean rows per decode forward while ``requests`` short requests arrive ``gap_s`` apart at ``LocalPolicy``."""
     from rewardbox.policy.base import ChatRequest
     from rewardbox.policy.local import LocalPolicy
@@ -67,13 +79,22 @@ def rows_per_decode_step(checkpoint: Path, requests: int = 8, gap_s: float = 0.1
     policy = LocalPolicy(checkpoint, max_batch_size=16, seed=0, guided_tool_calls=False)
     widths: list[int] = []
     hook = policy.model.register_forward_pre_hook(
-        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
-        with_kwargs=True)
+        lambda _m, _a, kw: (
+            widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None
+        ),
+        with_kwargs=True,
+    )
 
     async def one(i: int):
         await asyncio.sleep(i * gap_s)
-        return await policy.complete(ChatRequest(messages=[{"role": "user", "content": f"Note {i} about tea."}],
-                                                 tools=[], max_new_tokens=new_tokens, temperature=0.0))
+        return await policy.complete(
+            ChatRequest(
+                messages=[{"role": "user", "content": f"Note {i} about tea."}],
+                tools=[],
+                max_new_tokens=new_tokens,
+                temperature=0.0,
+            )
+        )
 
     async def go():
         try:
@@ -83,7 +104,11 @@ def rows_per_decode_step(checkpoint: Path, requests: int = 8, gap_s: float = 0.1
 
     asyncio.run(go())
     hook.remove()
-    return {"rows_per_step": sum(widths) / max(1, len(widths)), "decode_steps": len(widths), "in_flight": requests}
+    return {
+        "rows_per_step": sum(widths) / max(1, len(widths)),
+        "decode_steps": len(widths),
+        "in_flight": requests,
+    }
 
 
 def _fractions(model, floor: dict, prompt: int, completion: int) -> tuple[float, float]:
@@ -94,12 +119,24 @@ def _fractions(model, floor: dict, prompt: int, completion: int) -> tuple[float,
     flops = 2.0 * params + attention_flops_per_token(model.config, prompt // 2)
     itemsize = torch.finfo(dtype).bits // 8
     weight_bytes = sum(p.numel() for p in model.parameters()) * itemsize
-    return gflops * 1e9 / flops, (floor["memory_gib_s"] * (1 << 30), weight_bytes,
-                                  kv_bytes_per_row(model.config, prompt + completion // 2, itemsize))
+    return gflops * 1e9 / flops, (
+        floor["memory_gib_s"] * (1 << 30),
+        weight_bytes,
+        kv_bytes_per_row(model.config, prompt + completion // 2, itemsize),
+    )
 
 
-def model_rows(floor: dict, prompt: int, completion: int, groups: int, group_size: int, *, model=None,
-               checkpoint: Path | None = None, rows_step: bool = True) -> list[dict]:
+def model_rows(
+    floor: dict,
+    prompt: int,
+    completion: int,
+    groups: int,
+    group_size: int,
+    *,
+    model=None,
+    checkpoint: Path | None = None,
+    rows_step: bool = True,
+) -> list[dict]:
     """Prefill, decode (``DEMO_BATCH_SIZES``), rows per step and GRPO rows as fractions of ``floor``.
 
     Args:
@@ -116,15 +153,25 @@ def model_rows(floor: dict, prompt: int, completion: int, groups: int, group_siz
         from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
         from rewardbox.policy.precision import resolve_dtype
 
-        checkpoint = checkpoint or convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+        checkpoint = checkpoint or convert_gguf_to_safetensors(
+            Path(tempfile.gettempdir()) / "rewardbox-bench-base"
+        )
         model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=resolve_dtype("auto"))
     model.eval()
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     rows = _speed_rows(model, floor, prompt, completion, dtype)
     if rows_step and checkpoint is not None:
         measured = rows_per_decode_step(checkpoint)
-        rows.append(row("rows per decode step, 8 requests 0.15 s apart", measured["rows_per_step"], "rows", 8.0,
-                        "requests in flight", detail=measured))
+        rows.append(
+            row(
+                "rows per decode step, 8 requests 0.15 s apart",
+                measured["rows_per_step"],
+                "rows",
+                8.0,
+                "requests in flight",
+                detail=measured,
+            )
+        )
     rows.append(_grpo_row(model, floor, prompt, completion, groups, group_size, dtype))
     return rows
 
@@ -133,24 +180,47 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
     """Prefill at batch 1 and decode at ``DEMO_BATCH_SIZES`` against the GEMM and memory floors."""
     prefill_floor, (bandwidth, weight_bytes, kv_row) = _fractions(model, floor, prompt, completion)
     prefill = prefill_tok_s(model, 1, prompt)
-    rows = [row(f"prefill {prompt} tokens, batch 1 ({dtype})", prefill, "tokens/s", prefill_floor,
-                "GEMM floor, this run")]
+    rows = [
+        row(
+            f"prefill {prompt} tokens, batch 1 ({dtype})",
+            prefill,
+            "tokens/s",
+            prefill_floor,
+            "GEMM floor, this run",
+        )
+    ]
     for batch in DEMO_BATCH_SIZES:
         tok_s = decode_tok_s(model, batch, prompt)
         floor_tok_s = bandwidth * batch / (weight_bytes + batch * kv_row)
-        rows.append(row(f"decode, batch {batch}, {prompt}-token context ({dtype})", tok_s, "tokens/s", floor_tok_s,
-                        "memory floor, this run"))
+        rows.append(
+            row(
+                f"decode, batch {batch}, {prompt}-token context ({dtype})",
+                tok_s,
+                "tokens/s",
+                floor_tok_s,
+                "memory floor, this run",
+            )
+        )
     return rows
 
 
-def _grpo_row(model, floor: dict, prompt: int, completion: int, groups: int, group_size: int, dtype: str) -> dict:
+def _grpo_row(
+    model, floor: dict, prompt: int, completion: int, groups: int, group_size: int, dtype: str
+) -> dict:
     """GRPO seconds per scored sample against 4 x matmul parameters x decoder tokens run / GEMM GFLOP/s."""
-    samples = group_samples_like_grpo(groups, group_size, prompt, completion, model.config.vocab_size)
+    samples = group_samples_like_grpo(
+        groups, group_size, prompt, completion, model.config.vocab_size
+    )
     per_sample_s, ran = grpo_seconds_per_sample(model, samples)
     head = model.get_output_embeddings().weight.numel()
     gflops = floor["gemm_bf16_gflops"] if dtype == "bfloat16" else floor["gemm_fp32_gflops"]
     flops = 4.0 * (matmul_params(model) - head) * ran + 4.0 * head * completion * len(samples)
     floor_s = flops / (gflops * 1e9) / len(samples)
-    return row(f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
-               per_sample_s, "s", floor_s, "GEMM floor, this run",
-               detail={"decoder_tokens_run": ran, "samples": len(samples)})
+    return row(
+        f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
+        per_sample_s,
+        "s",
+        floor_s,
+        "GEMM floor, this run",
+        detail={"decoder_tokens_run": ran, "samples": len(samples)},
+    )

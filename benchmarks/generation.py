@@ -42,8 +42,15 @@ SHORT = [f"Write a short note number {i} about tea." for i in range(8)]
 def _short_requests(new_tokens: int) -> list:
     from rewardbox.policy.base import ChatRequest
 
-    return [ChatRequest(messages=[{"role": "user", "content": text}], tools=[], max_new_tokens=new_tokens,
-                        temperature=0.0) for text in SHORT]
+    return [
+        ChatRequest(
+            messages=[{"role": "user", "content": text}],
+            tools=[],
+            max_new_tokens=new_tokens,
+            temperature=0.0,
+        )
+        for text in SHORT
+    ]
 
 
 def _retail_requests(new_tokens: int) -> list:
@@ -69,8 +76,14 @@ def _retail_requests(new_tokens: int) -> list:
         if task.bot_instructions:
             messages.append({"role": "system", "content": task.bot_instructions})
         messages.append({"role": "user", "content": task.query})
-        requests.append(ChatRequest(messages=messages, tools=asyncio.run(tools(task)), max_new_tokens=new_tokens,
-                                    temperature=0.0))
+        requests.append(
+            ChatRequest(
+                messages=messages,
+                tools=asyncio.run(tools(task)),
+                max_new_tokens=new_tokens,
+                temperature=0.0,
+            )
+        )
     return requests
 
 
@@ -93,12 +106,17 @@ def _plain(policy, requests, new_tokens: int) -> tuple[float, list[list[int]]]:
     texts = [render_prompt(r.messages, r.tools) for r in requests]
     enc = policy.tokenizer(texts, add_special_tokens=False, padding=True, return_tensors="pt")
     with policy.generation_lock, torch.inference_mode():
-        out = policy.model.generate(**enc, max_new_tokens=new_tokens, do_sample=False,
-                                    eos_token_id=policy.stop_token_ids, pad_token_id=policy.pad_token_id)
+        out = policy.model.generate(
+            **enc,
+            max_new_tokens=new_tokens,
+            do_sample=False,
+            eos_token_id=policy.stop_token_ids,
+            pad_token_id=policy.pad_token_id,
+        )
     seconds = time.perf_counter() - t0
     stops = set(policy.stop_token_ids)
     rows = []
-    for generated in out[:, enc["input_ids"].shape[1]:].tolist():
+    for generated in out[:, enc["input_ids"].shape[1] :].tolist():
         end = next((i + 1 for i, t in enumerate(generated) if t in stops), len(generated))
         rows.append(generated[:end])
     return sum(map(len, rows)) / seconds, rows
@@ -112,12 +130,22 @@ def _compare(policy, name: str, requests, new_tokens: int, repeats: int) -> dict
         rate, plain_rows = _plain(policy, requests, new_tokens)
         plain.append(rate)
         same = sum(a == b for a, b in zip(product_rows, plain_rows))
-    result = {"product_tokens_per_s": statistics.median(product), "plain_tokens_per_s": statistics.median(plain),
-              "paired_ratio": paired_ratio(product, plain), "product_runs": product, "plain_runs": plain,
-              "identical_rows": same, "rows": len(requests), "new_tokens": new_tokens, "batch_sizes": batch_sizes}
-    print(f"  {name}: product {result['product_tokens_per_s']:.1f} tokens/s, plain generate "
-          f"{result['plain_tokens_per_s']:.1f} tokens/s (medians of {repeats}), paired ratio "
-          f"x{result['paired_ratio']:.3f}; identical rows {same}/{len(requests)}; batch size per request {batch_sizes}")
+    result = {
+        "product_tokens_per_s": statistics.median(product),
+        "plain_tokens_per_s": statistics.median(plain),
+        "paired_ratio": paired_ratio(product, plain),
+        "product_runs": product,
+        "plain_runs": plain,
+        "identical_rows": same,
+        "rows": len(requests),
+        "new_tokens": new_tokens,
+        "batch_sizes": batch_sizes,
+    }
+    print(
+        f"  {name}: product {result['product_tokens_per_s']:.1f} tokens/s, plain generate "
+        f"{result['plain_tokens_per_s']:.1f} tokens/s (medians of {repeats}), paired ratio "
+        f"x{result['paired_ratio']:.3f}; identical rows {same}/{len(requests)}; batch size per request {batch_sizes}"
+    )
     return result
 
 
@@ -138,31 +166,61 @@ def verdict(measured: dict) -> tuple[bool, str]:
     return ratio >= MIN_RATIO, f"never below plain generate: x{ratio:.3f} (median of paired runs)"
 
 
-def run(repeats: int = 5, retail_repeats: int = 2, new_tokens: int = 24, checkpoint: str | None = None) -> list[dict]:
+def run(
+    repeats: int = 5, retail_repeats: int = 2, new_tokens: int = 24, checkpoint: str | None = None
+) -> list[dict]:
     """Product vs plain ``generate`` throughput on 8 short and 8 retail prompts (rows; see ``benchmarks.__main__``)."""
     from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
     from rewardbox.policy.local import LocalPolicy
 
-    ckpt = Path(checkpoint) if checkpoint else convert_gguf_to_safetensors(
-        Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+    ckpt = (
+        Path(checkpoint)
+        if checkpoint
+        else convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+    )
     policy = LocalPolicy(ckpt, max_batch_size=8, seed=0, guided_tool_calls=False)
     policy.tokenizer.pad_token_id = policy.pad_token_id
     try:
-        _product(policy, _short_requests(2))  # warm-up, untimed: first-call allocations and lazy set-up
+        _product(
+            policy, _short_requests(2)
+        )  # warm-up, untimed: first-call allocations and lazy set-up
         _plain(policy, _short_requests(2), 2)
-        measured = {name: _compare(policy, name, make(new_tokens), new_tokens, n)
-                    for name, make, n in (("short", _short_requests, repeats),
-                                          ("retail", _retail_requests, retail_repeats))}
+        measured = {
+            name: _compare(policy, name, make(new_tokens), new_tokens, n)
+            for name, make, n in (
+                ("short", _short_requests, repeats),
+                ("retail", _retail_requests, retail_repeats),
+            )
+        }
     finally:
         asyncio.run(policy.aclose())
     rows = []
-    for name, label in (("short", "8 short prompts, no shared prefix"), ("retail", "8 retail first turns")):
+    for name, label in (
+        ("short", "8 short prompts, no shared prefix"),
+        ("retail", "8 retail first turns"),
+    ):
         m = measured[name]
         ok, goal = verdict(m)
-        rows.append(row(f"local generation, batch of {label}", m["product_tokens_per_s"], "tokens/s",
-                        m["plain_tokens_per_s"], "plain generate, same prompts, this run", ok=ok, goal=goal,
-                        detail=m))
+        rows.append(
+            row(
+                f"local generation, batch of {label}",
+                m["product_tokens_per_s"],
+                "tokens/s",
+                m["plain_tokens_per_s"],
+                "plain generate, same prompts, this run",
+                ok=ok,
+                goal=goal,
+                detail=m,
+            )
+        )
     short = measured["short"]["product_tokens_per_s"]
-    rows.append(row("local generation, batch of 8 short prompts vs issue anchor", short, "tokens/s",
-                    REAL_BATCH_TOKENS_PER_S, "a real batch of 8 (issue #13)"))
+    rows.append(
+        row(
+            "local generation, batch of 8 short prompts vs issue anchor",
+            short,
+            "tokens/s",
+            REAL_BATCH_TOKENS_PER_S,
+            "a real batch of 8 (issue #13)",
+        )
+    )
     return rows

@@ -53,10 +53,14 @@ def _batch(sequences: int, prompt_tokens: int, completion_tokens: int, vocab: in
     from rewardbox.training.logprobs import Sample
 
     gen = torch.Generator().manual_seed(0)
-    shared = torch.randint(100, vocab, (int(prompt_tokens * SHARED_PROMPT_FRAC),), generator=gen).tolist()
+    shared = torch.randint(
+        100, vocab, (int(prompt_tokens * SHARED_PROMPT_FRAC),), generator=gen
+    ).tolist()
     out = []
     for i in range(sequences):
-        own = torch.randint(100, vocab, (prompt_tokens - len(shared) + completion_tokens,), generator=gen).tolist()
+        own = torch.randint(
+            100, vocab, (prompt_tokens - len(shared) + completion_tokens,), generator=gen
+        ).tolist()
         ids = shared + own
         out.append(Sample(ids[:prompt_tokens], ids[prompt_tokens:], 1.0 if i % 2 else -1.0))
     return out
@@ -73,7 +77,11 @@ def _full_vocab_logprobs(model, batch, pad_id: int, temperature: float = 1.0):
     for i, s in enumerate(batch):
         start, n = len(s.prompt_ids), len(s.completion_ids)
         step_logits = logits[i, start - 1 : start - 1 + n]
-        out[i, :n] = torch.log_softmax(step_logits, dim=-1).gather(1, torch.tensor(s.completion_ids)[:, None]).squeeze(1)
+        out[i, :n] = (
+            torch.log_softmax(step_logits, dim=-1)
+            .gather(1, torch.tensor(s.completion_ids)[:, None])
+            .squeeze(1)
+        )
         mask[i, :n] = 1.0
     return out, mask
 
@@ -90,7 +98,9 @@ def _anchor_step(model, optimizer, samples, config, pad_id):
         adv = torch.tensor([s.advantage for s in batch])
         loss, _ = policy_loss(logprobs, logprobs.detach(), adv, mask, clip_eps=config.clip_eps)
         (loss * mask.sum().item() / total_tokens).backward()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+    torch.nn.utils.clip_grad_norm_(
+        [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
+    )
     optimizer.step()
     model.eval()
 
@@ -117,12 +127,27 @@ def _trl_stepper(ckpt: Path, config, tokenizer):
         from trl import GRPOTrainer
     except ImportError:
         return None
-    args = TrlConfig(output_dir=tempfile.mkdtemp(), use_cpu=True, report_to=[], num_generations=2,
-                     per_device_train_batch_size=2, max_completion_length=64, loss_type="dapo", beta=0.0,
-                     temperature=config.temperature, bf16=False, save_strategy="no")
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(ckpt), reward_funcs=lambda completions, **kw: [0.0],
-                          args=args, train_dataset=Dataset.from_dict({"prompt": ["x", "y"]}), processing_class=tokenizer,
-                          peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA))
+    args = TrlConfig(
+        output_dir=tempfile.mkdtemp(),
+        use_cpu=True,
+        report_to=[],
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=64,
+        loss_type="dapo",
+        beta=0.0,
+        temperature=config.temperature,
+        bf16=False,
+        save_strategy="no",
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(ckpt),
+        reward_funcs=lambda completions, **kw: [0.0],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["x", "y"]}),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(task_type="CAUSAL_LM", **LORA),
+    )
     trainer.current_gradient_accumulation_steps = 1
     model = trainer.model
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
@@ -133,14 +158,18 @@ def _trl_stepper(ckpt: Path, config, tokenizer):
         optimizer.zero_grad(set_to_none=True)
         for start in range(0, len(samples), config.micro_batch_sequences):
             batch = samples[start : start + config.micro_batch_sequences]
-            inputs = {"prompt_ids": torch.tensor([s.prompt_ids for s in batch]),
-                      "completion_ids": torch.tensor([s.completion_ids for s in batch]),
-                      "advantages": torch.tensor([s.advantage for s in batch]),
-                      "num_items_in_batch": torch.tensor(float(total_tokens))}
+            inputs = {
+                "prompt_ids": torch.tensor([s.prompt_ids for s in batch]),
+                "completion_ids": torch.tensor([s.completion_ids for s in batch]),
+                "advantages": torch.tensor([s.advantage for s in batch]),
+                "num_items_in_batch": torch.tensor(float(total_tokens)),
+            }
             inputs["prompt_mask"] = torch.ones_like(inputs["prompt_ids"])
             inputs["completion_mask"] = torch.ones_like(inputs["completion_ids"])
             trainer._compute_loss(model, inputs).backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+        torch.nn.utils.clip_grad_norm_(
+            [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
+        )
         optimizer.step()
         model.eval()
 
@@ -181,13 +210,21 @@ def _timed(fn, weights: set[int]) -> tuple[float, int]:
 def _sizes(sequences, prompt_tokens, completion_tokens, repeats, threads):
     env = os.environ.get("REWARDBOX_BENCH_GRPO")
     if env:
-        sequences, prompt_tokens, completion_tokens, repeats, *rest = (int(x) for x in env.split(","))
+        sequences, prompt_tokens, completion_tokens, repeats, *rest = (
+            int(x) for x in env.split(",")
+        )
         threads = rest[0] if rest else threads
     return sequences, prompt_tokens, completion_tokens, repeats, threads
 
 
-def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int = 40, repeats: int = 1,
-        checkpoint: str | None = None, threads: int = 2) -> list[dict]:
+def run(
+    sequences: int = 16,
+    prompt_tokens: int = 1095,
+    completion_tokens: int = 40,
+    repeats: int = 1,
+    checkpoint: str | None = None,
+    threads: int = 2,
+) -> list[dict]:
     """Time one GRPO step three ways; rows ``{row, value, unit, anchor, ratio, load}``.
 
     ``ratio`` is anchor / value for times (above 1 = faster than the anchor) and
@@ -205,21 +242,36 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
     from rewardbox.training.trainer import optimise_step
 
     sequences, prompt_tokens, completion_tokens, repeats, threads = _sizes(
-        sequences, prompt_tokens, completion_tokens, repeats, threads)
+        sequences, prompt_tokens, completion_tokens, repeats, threads
+    )
     torch.set_num_threads(threads)
-    ckpt = Path(checkpoint) if checkpoint else convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+    ckpt = (
+        Path(checkpoint)
+        if checkpoint
+        else convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
+    )
     tokenizer = AutoTokenizer.from_pretrained(ckpt)
-    config = GRPOConfig(lora_r=LORA["r"], lora_alpha=LORA["lora_alpha"], lora_target_modules=LORA["target_modules"],
-                        micro_batch_sequences=4, temperature=1.0)
+    config = GRPOConfig(
+        lora_r=LORA["r"],
+        lora_alpha=LORA["lora_alpha"],
+        lora_target_modules=LORA["target_modules"],
+        micro_batch_sequences=4,
+        temperature=1.0,
+    )
     model = attach_lora(AutoModelForCausalLM.from_pretrained(ckpt), config)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     samples = _batch(sequences, prompt_tokens, completion_tokens, model.config.vocab_size)
     pad = tokenizer.convert_tokens_to_ids("<|im_end|>")
     warm = _batch(2, 32, 8, model.config.vocab_size)
-    ways = {"full-vocab logits": lambda b: _anchor_step(model, optimizer, b, config, pad),
-            "completion-only logits, no shared prefix": lambda b: _without_shared_prefix(
-                lambda: optimise_step(model, optimizer, b, config, pad)),
-            "completion-only logits + shared prefix once": lambda b: optimise_step(model, optimizer, b, config, pad)}
+    ways = {
+        "full-vocab logits": lambda b: _anchor_step(model, optimizer, b, config, pad),
+        "completion-only logits, no shared prefix": lambda b: _without_shared_prefix(
+            lambda: optimise_step(model, optimizer, b, config, pad)
+        ),
+        "completion-only logits + shared prefix once": lambda b: optimise_step(
+            model, optimizer, b, config, pad
+        ),
+    }
     trl = _trl_stepper(ckpt, config, tokenizer)
     if trl is not None:
         ways["TRL GRPO loss"] = trl[1]
@@ -232,7 +284,7 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
     loads = []
     for _ in range(repeats):
         for name, fn in ways.items():
-            measured[name].append(_timed(lambda: fn(samples), weights))
+            measured[name].append(_timed(lambda fn=fn: fn(samples), weights))
             loads.append(_load())
     return _rows(measured, sequences, prompt_tokens, completion_tokens, statistics.median(loads))
 
@@ -240,19 +292,35 @@ def run(sequences: int = 16, prompt_tokens: int = 1095, completion_tokens: int =
 def _rows(measured, sequences, prompt_tokens, completion_tokens, load) -> list[dict]:
     size = f"{sequences} x ({prompt_tokens} + {completion_tokens}) tokens, {torch.get_num_threads()} thread(s)"
     median_s = {name: statistics.median(t for t, _ in runs) for name, runs in measured.items()}
-    peak_gib = {name: statistics.median(m for _, m in runs) / 2**30 for name, runs in measured.items()}
+    peak_gib = {
+        name: statistics.median(m for _, m in runs) / 2**30 for name, runs in measured.items()
+    }
     anchor = "full-vocab logits"
     rows = []
     for name in measured:
-        rows.append({"row": f"GRPO step, {name}, {size}", "value": round(median_s[name], 2), "unit": "s",
-                     "anchor": f"{anchor}: {median_s[anchor]:.2f} s", "ratio": round(median_s[anchor] / median_s[name], 3),
-                     "load": round(load, 2)})
-        rows.append({"row": f"GRPO step saved-for-backward memory, {name}", "value": round(peak_gib[name], 3),
-                     "unit": "GiB",
-                     "anchor": f"{anchor}: {peak_gib[anchor]:.3f} GiB",
-                     "ratio": round(peak_gib[name] / peak_gib[anchor], 3) if peak_gib[anchor] else None,
-                     "load": round(load, 2)})
+        rows.append(
+            {
+                "row": f"GRPO step, {name}, {size}",
+                "value": round(median_s[name], 2),
+                "unit": "s",
+                "anchor": f"{anchor}: {median_s[anchor]:.2f} s",
+                "ratio": round(median_s[anchor] / median_s[name], 3),
+                "load": round(load, 2),
+            }
+        )
+        rows.append(
+            {
+                "row": f"GRPO step saved-for-backward memory, {name}",
+                "value": round(peak_gib[name], 3),
+                "unit": "GiB",
+                "anchor": f"{anchor}: {peak_gib[anchor]:.3f} GiB",
+                "ratio": round(peak_gib[name] / peak_gib[anchor], 3) if peak_gib[anchor] else None,
+                "load": round(load, 2),
+            }
+        )
     for row in rows:
-        print(f"{row['row']}: {row['value']} {row['unit']} (anchor {row['anchor']}, ratio {row['ratio']}, "
-              f"load {row['load']})")
+        print(
+            f"{row['row']}: {row['value']} {row['unit']} (anchor {row['anchor']}, ratio {row['ratio']}, "
+            f"load {row['load']})"
+        )
     return rows

@@ -11,8 +11,17 @@ def load() -> str:
     return f"{os.getloadavg()[0]:.2f}/{os.cpu_count()}"
 
 
-def row(name: str, value: float, unit: str, anchor: float | None, anchor_label: str = "", *,
-        ok: bool | None = None, goal: str = "", detail: dict[str, Any] | None = None) -> dict[str, Any]:
+def row(
+    name: str,
+    value: float,
+    unit: str,
+    anchor: float | None,
+    anchor_label: str = "",
+    *,
+    ok: bool | None = None,
+    goal: str = "",
+    detail: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One result row; ``ratio = value / anchor`` (``None`` without an anchor), ``load`` taken now.
 
     Args:
@@ -25,6 +34,15 @@ def row(name: str, value: float, unit: str, anchor: float | None, anchor_label: 
         goal: the goal in words, with the figure it was judged on.
         detail: any other figures (medians per phase, counts), kept in the JSON.
     """
-    return {"row": name, "value": float(value), "unit": unit, "anchor": anchor, "anchor_label": anchor_label,
-            "ratio": None if not anchor else float(value) / float(anchor), "load": load(), "ok": ok,
-            "goal": goal, "detail": detail or {}}
+    return {
+        "row": name,
+        "value": float(value),
+        "unit": unit,
+        "anchor": anchor,
+        "anchor_label": anchor_label,
+        "ratio": None if not anchor else float(value) / float(anchor),
+        "load": load(),
+        "ok": ok,
+        "goal": goal,
+        "detail": detail or {},
+    }

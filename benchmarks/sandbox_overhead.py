@@ -28,22 +28,40 @@ from rewardbox.sandbox.pool import ExternalSandboxFactory
 from rewardbox.sandbox.servers_config import parse_servers_config
 
 BASELINE_CREATE_S = 1.6
-UPSTREAM_EPISODE_S = 2.5  # issue #13: upstream's session proxy on the same servers, one process per session
+UPSTREAM_EPISODE_S = (
+    2.5  # issue #13: upstream's session proxy on the same servers, one process per session
+)
 TARGET_SPEEDUP = 10.0
 POOL_CAP = 50
 SERVER = "rewardbox_retail"
-CALLS = [("find_customer", {"email": "maria.santos@example.com"}), ("get_customer", {"customer_id": "CUS-1001"}),
-         ("list_orders", {"customer_id": "CUS-1001"}), ("get_order", {"order_id": "ORD-1001"}),
-         ("get_order", {"order_id": "ORD-1002"}), ("list_tickets", {"customer_id": "CUS-1002"}),
-         ("get_customer", {"customer_id": "CUS-1003"}), ("list_orders", {"customer_id": "CUS-1003"}),
-         ("get_order", {"order_id": "ORD-1003"}),
-         ("create_ticket", {"customer_id": "CUS-1001", "category": "other", "description": "bench",
-                            "order_id": "ORD-1001"})]
+CALLS = [
+    ("find_customer", {"email": "maria.santos@example.com"}),
+    ("get_customer", {"customer_id": "CUS-1001"}),
+    ("list_orders", {"customer_id": "CUS-1001"}),
+    ("get_order", {"order_id": "ORD-1001"}),
+    ("get_order", {"order_id": "ORD-1002"}),
+    ("list_tickets", {"customer_id": "CUS-1002"}),
+    ("get_customer", {"customer_id": "CUS-1003"}),
+    ("list_orders", {"customer_id": "CUS-1003"}),
+    ("get_order", {"order_id": "ORD-1003"}),
+    (
+        "create_ticket",
+        {
+            "customer_id": "CUS-1001",
+            "category": "other",
+            "description": "bench",
+            "order_id": "ORD-1001",
+        },
+    ),
+]
 
 
 def _external(episodes_per_process: int) -> ExternalSandboxFactory:
-    server = {"type": "mcp-process", "command": "{python} -m rewardbox.domains.server retail",
-              "episodes_per_process": episodes_per_process}
+    server = {
+        "type": "mcp-process",
+        "command": "{python} -m rewardbox.domains.server retail",
+        "episodes_per_process": episodes_per_process,
+    }
     return ExternalSandboxFactory(parse_servers_config({"servers": {SERVER: server}}))
 
 
@@ -61,9 +79,14 @@ async def episode(make) -> dict[str, float]:
     await sandbox.close()
     t4 = time.perf_counter()
     assert effects[SERVER]["result_db_hash"], "effects missing"
-    return {"create_init_ms": (t1 - t0) * 1e3, "calls_10_ms": (t2 - t1) * 1e3, "effects_ms": (t3 - t2) * 1e3,
-            "teardown_ms": (t4 - t3) * 1e3, "total_ms": (t4 - t0) * 1e3,
-            "effects_kb": len(strict_json.dumps(effects)) / 1024}
+    return {
+        "create_init_ms": (t1 - t0) * 1e3,
+        "calls_10_ms": (t2 - t1) * 1e3,
+        "effects_ms": (t3 - t2) * 1e3,
+        "teardown_ms": (t4 - t3) * 1e3,
+        "total_ms": (t4 - t0) * 1e3,
+        "effects_kb": len(strict_json.dumps(effects)) / 1024,
+    }
 
 
 async def _campaign(make, n: int) -> list[dict[str, float]]:
@@ -78,13 +101,17 @@ def _summary(path: str, rows: list[dict[str, float]]) -> dict[str, float]:
     medians = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     medians["mean_total_ms"] = statistics.fmean(r["total_ms"] for r in rows)
     medians["episodes"] = len(rows)
-    print(f"  {path:16s} n={len(rows)}: median {medians['total_ms']:.1f} ms, mean {medians['mean_total_ms']:.1f} "
-          f"(create+init {medians['create_init_ms']:.1f}, 10 calls {medians['calls_10_ms']:.1f}, effects "
-          f"{medians['effects_ms']:.1f}, teardown {medians['teardown_ms']:.1f})")
+    print(
+        f"  {path:16s} n={len(rows)}: median {medians['total_ms']:.1f} ms, mean {medians['mean_total_ms']:.1f} "
+        f"(create+init {medians['create_init_ms']:.1f}, 10 calls {medians['calls_10_ms']:.1f}, effects "
+        f"{medians['effects_ms']:.1f}, teardown {medians['teardown_ms']:.1f})"
+    )
     return medians
 
 
-def run(episodes_inprocess: int = 50, episodes_fresh: int = 10, episodes_pooled: int = 100) -> list[dict]:
+def run(
+    episodes_inprocess: int = 50, episodes_fresh: int = 10, episodes_pooled: int = 100
+) -> list[dict]:
     """Per-episode cost of each path, as rows (see ``benchmarks.__main__``).
 
     Rows: in-process episode (anchor: the 25 ms goal of issue #13), fresh external
@@ -92,20 +119,44 @@ def run(episodes_inprocess: int = 50, episodes_fresh: int = 10, episodes_pooled:
     (anchor: the fresh median measured here; ratio = speedup, goal ≥ 10).
     """
     measured = {}
-    for path, make, n in (("inprocess", InProcessSandbox, episodes_inprocess),
-                          ("external_fresh", _external(1), episodes_fresh),
-                          ("external_pooled", _external(POOL_CAP), episodes_pooled)):
+    for path, make, n in (
+        ("inprocess", InProcessSandbox, episodes_inprocess),
+        ("external_fresh", _external(1), episodes_fresh),
+        ("external_pooled", _external(POOL_CAP), episodes_pooled),
+    ):
         measured[path] = _summary(path, asyncio.run(_campaign(make, n)))
-    fresh_ms, pooled_ms = measured["external_fresh"]["total_ms"], measured["external_pooled"]["mean_total_ms"]
+    fresh_ms, pooled_ms = (
+        measured["external_fresh"]["total_ms"],
+        measured["external_pooled"]["mean_total_ms"],
+    )
     speedup = fresh_ms / pooled_ms
     return [
-        row("in-process sandbox, one episode (median)", measured["inprocess"]["total_ms"], "ms",
-            25.0, "goal ms", detail=measured["inprocess"]),
-        row("external stdio, fresh process per episode (median)", fresh_ms, "ms", UPSTREAM_EPISODE_S * 1e3,
-            "upstream proxy ms (issue #13)", detail=measured["external_fresh"]),
-        row(f"external stdio, warm pool cap {POOL_CAP} (mean, amortised)", pooled_ms, "ms", fresh_ms,
-            "fresh process ms, this run", detail=measured["external_pooled"],
-            ok=speedup >= TARGET_SPEEDUP, goal=f"fresh/pooled >= {TARGET_SPEEDUP:.0f}: {speedup:.1f}"),
+        row(
+            "in-process sandbox, one episode (median)",
+            measured["inprocess"]["total_ms"],
+            "ms",
+            25.0,
+            "goal ms",
+            detail=measured["inprocess"],
+        ),
+        row(
+            "external stdio, fresh process per episode (median)",
+            fresh_ms,
+            "ms",
+            UPSTREAM_EPISODE_S * 1e3,
+            "upstream proxy ms (issue #13)",
+            detail=measured["external_fresh"],
+        ),
+        row(
+            f"external stdio, warm pool cap {POOL_CAP} (mean, amortised)",
+            pooled_ms,
+            "ms",
+            fresh_ms,
+            "fresh process ms, this run",
+            detail=measured["external_pooled"],
+            ok=speedup >= TARGET_SPEEDUP,
+            goal=f"fresh/pooled >= {TARGET_SPEEDUP:.0f}: {speedup:.1f}",
+        ),
     ]
 
 

@@ -28,11 +28,16 @@ def probe_rows(tasks: int = 125_000, trials: int = 8, seed: int = 0) -> pl.DataF
     passed = rng.random(tasks * trials) < rate
     error = rng.random(tasks * trials) < 0.01
     uid = np.repeat(np.char.add("task-", np.arange(tasks).astype(str)), trials)
-    return pl.DataFrame({
-        "uid": uid, "domain": np.where(np.repeat(np.arange(tasks) % 2 == 0, trials), "retail", "hotel"),
-        "trial": np.tile(np.arange(trials), tasks), "reward": passed.astype(float), "passed": passed,
-        "system_error": pl.Series(np.where(error, "sandbox: fault", "")).replace("", None),
-    })
+    return pl.DataFrame(
+        {
+            "uid": uid,
+            "domain": np.where(np.repeat(np.arange(tasks) % 2 == 0, trials), "retail", "hotel"),
+            "trial": np.tile(np.arange(trials), tasks),
+            "reward": passed.astype(float),
+            "passed": passed,
+            "system_error": pl.Series(np.where(error, "sandbox: fault", "")).replace("", None),
+        }
+    )
 
 
 def anchor_bands(c: list[int], n: list[int], min_clean: int = 4) -> list[str | None]:
@@ -43,7 +48,11 @@ def anchor_bands(c: list[int], n: list[int], min_clean: int = 4) -> list[str | N
         edges = [0.0, *cdf, 1.0]
         masses = [max(0.0, edges[i + 1] - edges[i]) for i in range(len(BANDS))]
         top = max(masses)
-        out.append(BANDS[next(i for i, m in enumerate(masses) if m >= top - 1e-12)] if ni >= min_clean else None)
+        out.append(
+            BANDS[next(i for i, m in enumerate(masses) if m >= top - 1e-12)]
+            if ni >= min_clean
+            else None
+        )
     return out
 
 
@@ -67,16 +76,38 @@ def run(tasks: int = 125_000, trials: int = 8, anchor_sample: int = 12_500) -> l
     anchor_s = (time.perf_counter() - t0) * tasks / min(anchor_sample, tasks)
     pairs = sorted(set(zip(c, n)))
     by_pair = dict(zip(pairs, anchor_bands([p[0] for p in pairs], [p[1] for p in pairs])))
-    same = sum(by_pair[(ci, ni)] == band for ci, ni, band in zip(c, n, difficulty["band"].to_list()))
-    result = {"rows": rows.height, "tasks": tasks, "product_s": product_s, "anchor_loop_s": anchor_s,
-              "anchor_sample_tasks": anchor_sample, "anchor_loop_issue_s": ANCHOR_LOOP_S,
-              "ratio_product_vs_anchor": product_s / anchor_s, "same_bands": same, "pool_tasks": pool.height,
-              "goal_s": GOAL_S, "loadavg": os.getloadavg()}
-    print(f"selection {rows.height:,} rows / {tasks:,} tasks: {product_s:.2f} s end to end (goal < {GOAL_S} s); "
-          f"anchor loop with scipy.stats.beta {anchor_s:.2f} s (timed on {anchor_sample:,} tasks, scaled; "
-          f"issue: {ANCHOR_LOOP_S} s); ratio {result['ratio_product_vs_anchor']:.3f}; same bands as the anchor "
-          f"{same:,}/{tasks:,}; pool {pool.height:,}; load {result['loadavg']}")
+    same = sum(
+        by_pair[(ci, ni)] == band for ci, ni, band in zip(c, n, difficulty["band"].to_list())
+    )
+    result = {
+        "rows": rows.height,
+        "tasks": tasks,
+        "product_s": product_s,
+        "anchor_loop_s": anchor_s,
+        "anchor_sample_tasks": anchor_sample,
+        "anchor_loop_issue_s": ANCHOR_LOOP_S,
+        "ratio_product_vs_anchor": product_s / anchor_s,
+        "same_bands": same,
+        "pool_tasks": pool.height,
+        "goal_s": GOAL_S,
+        "loadavg": os.getloadavg(),
+    }
+    print(
+        f"selection {rows.height:,} rows / {tasks:,} tasks: {product_s:.2f} s end to end (goal < {GOAL_S} s); "
+        f"anchor loop with scipy.stats.beta {anchor_s:.2f} s (timed on {anchor_sample:,} tasks, scaled; "
+        f"issue: {ANCHOR_LOOP_S} s); ratio {result['ratio_product_vs_anchor']:.3f}; same bands as the anchor "
+        f"{same:,}/{tasks:,}; pool {pool.height:,}; load {result['loadavg']}"
+    )
     assert same == tasks, f"bands differ from the anchor for {tasks - same} tasks"
-    return [row(f"selection: {rows.height:,} probe rows -> bands -> pool", product_s, "s", anchor_s,
-                "per-task loop with scipy.stats.beta, this run", ok=product_s < GOAL_S,
-                goal=f"< {GOAL_S} s; same bands {same:,}/{tasks:,}", detail=result)]
+    return [
+        row(
+            f"selection: {rows.height:,} probe rows -> bands -> pool",
+            product_s,
+            "s",
+            anchor_s,
+            "per-task loop with scipy.stats.beta, this run",
+            ok=product_s < GOAL_S,
+            goal=f"< {GOAL_S} s; same bands {same:,}/{tasks:,}",
+            detail=result,
+        )
+    ]

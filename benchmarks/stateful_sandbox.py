@@ -37,8 +37,12 @@ SEED = {"order-1": "open", "order-2": "open"}
 
 
 def config(start: str):
-    server = {"type": "mcp-process", "command": f"{{python}} {KV}", "start": start,
-              "env": {"KV_KEEP_STATE": "1", "KV_INDEX_DOCS": str(INDEX_DOCS)}}
+    server = {
+        "type": "mcp-process",
+        "command": f"{{python}} {KV}",
+        "start": start,
+        "env": {"KV_KEEP_STATE": "1", "KV_INDEX_DOCS": str(INDEX_DOCS)},
+    }
     return parse_servers_config({"servers": {"kv": server}}, source="stateful-bench")
 
 
@@ -49,7 +53,9 @@ async def episode(make, i: int) -> tuple[float, bool]:
     t0 = time.perf_counter()
     try:
         await sandbox.start({"kv": {"data_patch": {}}}, ["get_status", "set_status"])
-        seen = {k: json.loads(await sandbox.call_tool("get_status", {"key": k}))["status"] for k in SEED}
+        seen = {
+            k: json.loads(await sandbox.call_tool("get_status", {"key": k}))["status"] for k in SEED
+        }
         await sandbox.call_tool("set_status", {"key": key, "status": "closed"})
         effects = (await sandbox.get_effects())["kv"]
     finally:
@@ -77,8 +83,9 @@ class _Proxy:
         self.sessions: dict[str, ExternalSandbox] = {}
         names = ["session_create", "list_tools", "call_tool", "get_effects", "session_destroy"]
         app = Starlette(routes=[Route(f"/{n}", self.handle, methods=["POST"]) for n in names])
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                                    lifespan="off"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.thread.start()
         while not self.server.started:
@@ -95,7 +102,12 @@ class _Proxy:
             value = await self.sessions[sid].start(body["server_config"], body["available_tools"])
         elif endpoint == "list_tools":
             specs = await self.sessions[sid].list_tools()
-            value = {"tools": {s.name: {"description": s.description, "inputSchema": s.input_schema} for s in specs}}
+            value = {
+                "tools": {
+                    s.name: {"description": s.description, "inputSchema": s.input_schema}
+                    for s in specs
+                }
+            }
         elif endpoint == "call_tool":
             value = await self.sessions[sid].call_tool(body["tool_name"], body["arguments"])
         elif endpoint == "get_effects":
@@ -113,37 +125,70 @@ class _Proxy:
 
 def _stats(path: str, results: list[tuple[float, bool]]) -> dict[str, float]:
     ms = [m for m, _ in results]
-    out = {"median_ms": statistics.median(ms), "mean_ms": statistics.fmean(ms), "episodes": len(ms),
-           "leaks": sum(leaked for _, leaked in results)}
-    print(f"  {path:9s} n={len(ms)}: median {out['median_ms']:.1f} ms, mean {out['mean_ms']:.1f} ms, "
-          f"leaks {out['leaks']}")
+    out = {
+        "median_ms": statistics.median(ms),
+        "mean_ms": statistics.fmean(ms),
+        "episodes": len(ms),
+        "leaks": sum(leaked for _, leaked in results),
+    }
+    print(
+        f"  {path:9s} n={len(ms)}: median {out['median_ms']:.1f} ms, mean {out['mean_ms']:.1f} ms, "
+        f"leaks {out['leaks']}"
+    )
     return out
 
 
-def run(episodes_fresh: int = 5, episodes_template: int = 30, episodes_proxy: int = 5) -> list[dict]:
+def run(
+    episodes_fresh: int = 5, episodes_template: int = 30, episodes_proxy: int = 5
+) -> list[dict]:
     """Rows: fresh process per episode (anchor: the proxy, same run) and template (anchor: fresh)."""
     proxy = _Proxy()
     try:
-        measured = {"proxy": _stats("proxy", asyncio.run(campaign(lambda: ProxySandbox(proxy.url), episodes_proxy)))}
+        measured = {
+            "proxy": _stats(
+                "proxy", asyncio.run(campaign(lambda: ProxySandbox(proxy.url), episodes_proxy))
+            )
+        }
     finally:
         proxy.close()
-    measured["fresh"] = _stats("fresh", asyncio.run(campaign(ExternalSandboxFactory(config("fresh")), episodes_fresh)))
+    measured["fresh"] = _stats(
+        "fresh", asyncio.run(campaign(ExternalSandboxFactory(config("fresh")), episodes_fresh))
+    )
     template = ExternalSandboxFactory(config("template"))
     measured["template"] = _stats("template", asyncio.run(campaign(template, episodes_template)))
     measured["template"]["report"] = template.report()
     leaks = sum(m["leaks"] for m in measured.values())
     speedup = measured["fresh"]["median_ms"] / measured["template"]["median_ms"]
     return [
-        row("stateful server, fresh process per episode (median)", measured["fresh"]["median_ms"], "ms",
-            measured["proxy"]["median_ms"], "upstream-style proxy ms, this run", detail=measured["fresh"],
-            ok=measured["fresh"]["leaks"] == 0 and measured["proxy"]["leaks"] == 0, goal="0 leaks"),
-        row("stateful server, template fork per episode (median)", measured["template"]["median_ms"], "ms",
-            measured["fresh"]["median_ms"], "fresh process ms, this run", detail=measured,
+        row(
+            "stateful server, fresh process per episode (median)",
+            measured["fresh"]["median_ms"],
+            "ms",
+            measured["proxy"]["median_ms"],
+            "upstream-style proxy ms, this run",
+            detail=measured["fresh"],
+            ok=measured["fresh"]["leaks"] == 0 and measured["proxy"]["leaks"] == 0,
+            goal="0 leaks",
+        ),
+        row(
+            "stateful server, template fork per episode (median)",
+            measured["template"]["median_ms"],
+            "ms",
+            measured["fresh"]["median_ms"],
+            "fresh process ms, this run",
+            detail=measured,
             ok=speedup >= TARGET_SPEEDUP and leaks == 0,
-            goal=f"fresh/template >= {TARGET_SPEEDUP:.0f}: {speedup:.1f}, leaks {leaks}"),
+            goal=f"fresh/template >= {TARGET_SPEEDUP:.0f}: {speedup:.1f}, leaks {leaks}",
+        ),
     ]
 
 
 if __name__ == "__main__":
     for r in run():
-        print(r["row"], f"{r['value']:.1f} {r['unit']}", f"ratio {r['ratio']:.3f}", r["goal"], r["load"])
+        print(
+            r["row"],
+            f"{r['value']:.1f} {r['unit']}",
+            f"ratio {r['ratio']:.3f}",
+            r["goal"],
+            r["load"],
+        )

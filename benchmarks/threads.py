@@ -73,11 +73,20 @@ def _busy(stop_at: float) -> None:
 def measure(setup: str, steps: int = STEPS) -> dict:
     """One setup in a fresh process: ``{wall_s, cpu_s}`` per step and the team size it ran."""
     torch_first, threads = SETUPS[setup]
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
-                                                             "OMP_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "OMP_NUM_THREADS")
+    }
     order = "torch-first" if torch_first else "rewardbox-first"
-    done = subprocess.run([sys.executable, "-c", CHILD, str(steps), str(threads), order], env=env,
-                          capture_output=True, text=True, timeout=900, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(steps), str(threads), order],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=True,
+    )
     return strict_json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -88,7 +97,10 @@ def paired(loaded: bool, steps: int = STEPS) -> dict[str, dict]:
     busy = []
     if loaded:
         stop_at = time.monotonic() + 3600
-        busy = [multiprocessing.Process(target=_busy, args=(stop_at,), daemon=True) for _ in range(usable_cores())]
+        busy = [
+            multiprocessing.Process(target=_busy, args=(stop_at,), daemon=True)
+            for _ in range(usable_cores())
+        ]
         for process in busy:
             process.start()
     try:
@@ -107,14 +119,26 @@ def run() -> list[dict]:
         figures = paired(loaded)
         anchor = figures[ANCHOR]["wall_s"] * 1e3
         for setup, figure in figures.items():
-            rows.append(row(f"decode-shaped step, {setup} ({figure['threads']} threads), {condition}",
-                            figure["wall_s"] * 1e3, "ms", anchor, f"{ANCHOR}, same condition",
-                            detail={"cpu_ms_per_step": figure["cpu_s"] * 1e3, "loaded": loaded,
-                                    "wait_policy_applied": figure["wait_policy_applied"]}))
+            rows.append(
+                row(
+                    f"decode-shaped step, {setup} ({figure['threads']} threads), {condition}",
+                    figure["wall_s"] * 1e3,
+                    "ms",
+                    anchor,
+                    f"{ANCHOR}, same condition",
+                    detail={
+                        "cpu_ms_per_step": figure["cpu_s"] * 1e3,
+                        "loaded": loaded,
+                        "wait_policy_applied": figure["wait_policy_applied"],
+                    },
+                )
+            )
     return rows
 
 
 if __name__ == "__main__":
     for r in run():
-        print(f"{r['row']}: {r['value']:.2f} ms (ratio {r['ratio']:.2f}; "
-              f"CPU {r['detail']['cpu_ms_per_step']:.2f} ms/step; load {r['load']})")
+        print(
+            f"{r['row']}: {r['value']:.2f} ms (ratio {r['ratio']:.2f}; "
+            f"CPU {r['detail']['cpu_ms_per_step']:.2f} ms/step; load {r['load']})"
+        )

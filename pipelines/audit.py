@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -50,16 +50,26 @@ class Provenance:
     inputs: list[Provenance] = field(default_factory=list)
 
 
-def _materialisation(instance: dg.DagsterInstance, key: dg.AssetKey, storage_id: int | None,
-                     partition: str | None) -> dg.EventLogRecord | None:
-    filters = dg.AssetRecordsFilter(asset_key=key, storage_ids=[storage_id] if storage_id else None,
-                                    asset_partitions=[partition] if partition else None)
+def _materialisation(
+    instance: dg.DagsterInstance, key: dg.AssetKey, storage_id: int | None, partition: str | None
+) -> dg.EventLogRecord | None:
+    filters = dg.AssetRecordsFilter(
+        asset_key=key,
+        storage_ids=[storage_id] if storage_id else None,
+        asset_partitions=[partition] if partition else None,
+    )
     records = instance.fetch_materializations(filters, limit=1).records
     return records[0] if records else None
 
 
-def trace(instance: dg.DagsterInstance, asset: str, *, partition: str | None = None,
-          storage_id: int | None = None, max_depth: int = 20) -> Provenance | None:
+def trace(
+    instance: dg.DagsterInstance,
+    asset: str,
+    *,
+    partition: str | None = None,
+    storage_id: int | None = None,
+    max_depth: int = 20,
+) -> Provenance | None:
     """The provenance of an asset's latest materialisation (or of the one with ``storage_id``).
 
     Returns:
@@ -74,9 +84,12 @@ def trace(instance: dg.DagsterInstance, asset: str, *, partition: str | None = N
     run = instance.get_run_by_id(record.run_id)
     meta = event.metadata
     node = Provenance(
-        asset=asset, partition=event.partition, run_id=record.run_id,
-        materialised_at=datetime.fromtimestamp(record.timestamp, tz=timezone.utc),
-        code_version=tags.get("dagster/code_version"), data_version=tags.get("dagster/data_version"),
+        asset=asset,
+        partition=event.partition,
+        run_id=record.run_id,
+        materialised_at=datetime.fromtimestamp(record.timestamp, tz=UTC),
+        code_version=tags.get("dagster/code_version"),
+        data_version=tags.get("dagster/data_version"),
         config_hash=meta["config_hash"].value if "config_hash" in meta else None,
         path=str(meta["path"].value) if "path" in meta else None,
         run_tags={k: v for k, v in (run.tags if run else {}).items() if k.startswith("rewardbox/")},
@@ -84,7 +97,12 @@ def trace(instance: dg.DagsterInstance, asset: str, *, partition: str | None = N
     if max_depth > 0:
         for tag, value in sorted(tags.items()):
             if tag.startswith(INPUT_POINTER) and value.isdigit():
-                parent = trace(instance, tag[len(INPUT_POINTER):], storage_id=int(value), max_depth=max_depth - 1)
+                parent = trace(
+                    instance,
+                    tag[len(INPUT_POINTER) :],
+                    storage_id=int(value),
+                    max_depth=max_depth - 1,
+                )
                 if parent is not None:
                     node.inputs.append(parent)
     return node
@@ -94,13 +112,17 @@ def render(node: Provenance, depth: int = 0) -> Iterator[str]:
     """Indented text lines, one block per materialisation, inputs under their consumer."""
     pad = "  " * depth
     name = f"{node.asset}[{node.partition}]" if node.partition else node.asset
-    yield f"{pad}{name}  data_version={node.data_version}  code_version={node.code_version}  " \
-          f"config_hash={node.config_hash}"
+    yield (
+        f"{pad}{name}  data_version={node.data_version}  code_version={node.code_version}  "
+        f"config_hash={node.config_hash}"
+    )
     yield f"{pad}  run {node.run_id} at {node.materialised_at:%Y-%m-%d %H:%M:%S}Z"
     if node.path:
         yield f"{pad}  path {node.path}"
     if node.run_tags:
-        yield f"{pad}  tags " + " ".join(f"{k.removeprefix('rewardbox/')}={v}" for k, v in sorted(node.run_tags.items()))
+        yield f"{pad}  tags " + " ".join(
+            f"{k.removeprefix('rewardbox/')}={v}" for k, v in sorted(node.run_tags.items())
+        )
     for parent in node.inputs:
         yield from render(parent, depth + 1)
 

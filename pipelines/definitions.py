@@ -35,11 +35,16 @@ def _secrets(policy_key_env: str) -> dict[str, dg.EnvVar]:
     return {"policy_api_key": dg.EnvVar(policy_key_env)} if policy_key_env in os.environ else {}
 
 
-_STARTUP_PROFILE = load_profile(profile_name_from_env(), data_dir=data_dir_from_env())  # read once at start-up
+_STARTUP_PROFILE = load_profile(
+    profile_name_from_env(), data_dir=data_dir_from_env()
+)  # read once at start-up
 # one instance per profile: never serve this profile's graph over another profile's history (docs/audit.md)
 refuse_foreign_instance(_STARTUP_PROFILE, os.environ.get("DAGSTER_HOME"))
-REWARDBOX = RewardboxResource(profile=profile_name_from_env(), data_dir=data_dir_from_env(),
-                              **_secrets(_STARTUP_PROFILE.policy.api_key_env))
+REWARDBOX = RewardboxResource(
+    profile=profile_name_from_env(),
+    data_dir=data_dir_from_env(),
+    **_secrets(_STARTUP_PROFILE.policy.api_key_env),
+)
 _ARTIFACTS = REWARDBOX.artifacts_dir()
 
 
@@ -54,8 +59,12 @@ def _benchmark_version() -> str:
 def _tick_tags(job_name: str):
     """The run tags a sensor or schedule puts on a run of ``job_name``, computed at tick time."""
     samples_policy, trains = JOB_WORKLOADS[job_name]
-    return lambda: run_tags(REWARDBOX.load(), task_set_version=_benchmark_version(), samples_policy=samples_policy,
-                            trains=trains)
+    return lambda: run_tags(
+        REWARDBOX.load(),
+        task_set_version=_benchmark_version(),
+        samples_policy=samples_policy,
+        trains=trains,
+    )
 
 
 def _candidate_fingerprint() -> str:
@@ -64,31 +73,46 @@ def _candidate_fingerprint() -> str:
 
 # Jobs carry the start-up profile's tags (visible while queued, for the run queue's limits); the
 # resource refreshes them and adds the task-set version when a run starts (resources/rewardbox.py).
-JOBS = build_jobs(lambda samples_policy, trains: run_tags(_STARTUP_PROFILE, samples_policy=samples_policy,
-                                                          trains=trains))
+JOBS = build_jobs(
+    lambda samples_policy, trains: run_tags(
+        _STARTUP_PROFILE, samples_policy=samples_policy, trains=trains
+    )
+)
 
 all_assets = dg.load_assets_from_modules([tasks, model, selection, training, evaluation, report])
-all_checks = dg.load_asset_checks_from_modules([tasks, model, selection, training, evaluation, report])
+all_checks = dg.load_asset_checks_from_modules(
+    [tasks, model, selection, training, evaluation, report]
+)
 
 defs = dg.Definitions(
     assets=all_assets,
     asset_checks=all_checks,
     jobs=list(JOBS.values()),
     sensors=[
-        build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=REWARDBOX.incoming_checkpoint,
-                                task_set_version_fn=_benchmark_version, validate_fn=validate_checkpoint_dir,
-                                job=JOBS["checkpoint_evaluation_job"], run_tags_fn=_tick_tags("checkpoint_evaluation_job")),
-        build_task_source_sensor(source_fingerprint_fn=_candidate_fingerprint, job=JOBS["rescreen_job"],
-                                 task_set_check_fn=lambda: load_candidates(REWARDBOX.load().tasks),
-                                 run_tags_fn=_tick_tags("rescreen_job")),
+        build_checkpoint_sensor(
+            partitions_def=checkpoint_partitions,
+            watch_dir_fn=REWARDBOX.incoming_checkpoint,
+            task_set_version_fn=_benchmark_version,
+            validate_fn=validate_checkpoint_dir,
+            job=JOBS["checkpoint_evaluation_job"],
+            run_tags_fn=_tick_tags("checkpoint_evaluation_job"),
+        ),
+        build_task_source_sensor(
+            source_fingerprint_fn=_candidate_fingerprint,
+            job=JOBS["rescreen_job"],
+            task_set_check_fn=lambda: load_candidates(REWARDBOX.load().tasks),
+            run_tags_fn=_tick_tags("rescreen_job"),
+        ),
     ],
     schedules=[build_reprobe_schedule(JOBS["reprobe_job"], run_tags_fn=_tick_tags("reprobe_job"))],
     resources={
         "rewardbox": REWARDBOX,
         # embedded Ray when the profile says executor.kind: ray; REWARDBOX_RAY_ADDRESS points at a real cluster;
         # REWARDBOX_RAY_JOB_ADDRESS is its job server (grpo.backend: verl), else a local head is started
-        "ray_cluster": RayClusterResource(address=os.environ.get("REWARDBOX_RAY_ADDRESS"),
-                                          job_address=os.environ.get("REWARDBOX_RAY_JOB_ADDRESS")),
+        "ray_cluster": RayClusterResource(
+            address=os.environ.get("REWARDBOX_RAY_ADDRESS"),
+            job_address=os.environ.get("REWARDBOX_RAY_JOB_ADDRESS"),
+        ),
         # serving.kind: vllm in the profile serves each evaluated checkpoint with vllm serve (skipped on CPU)
         "vllm_server": VllmServerResource(),
         "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),

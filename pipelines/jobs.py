@@ -23,7 +23,9 @@ JOB_WORKLOADS: dict[str, tuple[bool, bool]] = {
 }
 
 
-def build_jobs(tags_for: Callable[[bool, bool], Mapping[str, str]] | None = None) -> dict[str, dg.UnresolvedAssetJobDefinition]:
+def build_jobs(
+    tags_for: Callable[[bool, bool], Mapping[str, str]] | None = None,
+) -> dict[str, dg.UnresolvedAssetJobDefinition]:
     """The project's jobs, by name.
 
     Args:
@@ -33,26 +35,34 @@ def build_jobs(tags_for: Callable[[bool, bool], Mapping[str, str]] | None = None
     Returns:
         ``main_job``, ``reprobe_job``, ``rescreen_job`` and ``checkpoint_evaluation_job``.
     """
+
     def tags(name: str) -> dict[str, str]:
         return dict(tags_for(*JOB_WORKLOADS[name])) if tags_for else {}
 
     return {
         "main_job": dg.define_asset_job(
-            "main_job", selection=MAIN_ASSETS, tags=tags("main_job"),
+            "main_job",
+            selection=MAIN_ASSETS,
+            tags=tags("main_job"),
             description="Every stage on the profile's tasks: tasks -> probes -> pool -> GRPO -> evaluation -> report.",
         ),
         "reprobe_job": dg.define_asset_job(
-            "reprobe_job", selection=dg.AssetSelection.assets("probe_results", "task_difficulty", "training_pool"),
+            "reprobe_job",
+            selection=dg.AssetSelection.assets("probe_results", "task_difficulty", "training_pool"),
             tags=tags("reprobe_job"),
             description="Re-probe the candidates with the current policy and rebuild the training pool.",
         ),
         "rescreen_job": dg.define_asset_job(
-            "rescreen_job", selection=dg.AssetSelection.assets("candidate_tasks", "benchmark_tasks", "screened_candidates"),
+            "rescreen_job",
+            selection=dg.AssetSelection.assets(
+                "candidate_tasks", "benchmark_tasks", "screened_candidates"
+            ),
             tags=tags("rescreen_job"),
             description="Reload and re-screen the task sources after they changed.",
         ),
         "checkpoint_evaluation_job": dg.define_asset_job(
-            "checkpoint_evaluation_job", selection=dg.AssetSelection.assets("checkpoint_evaluation_results"),
+            "checkpoint_evaluation_job",
+            selection=dg.AssetSelection.assets("checkpoint_evaluation_results"),
             tags=tags("checkpoint_evaluation_job"),
             description="Evaluate one incoming checkpoint (a dynamic partition) on the benchmark.",
         ),

@@ -12,7 +12,9 @@ def main() -> None:
         verdict = report.parent / "verdict.json"
         if verdict.exists():  # the report's own verdict: interval and sign-flip test must agree
             print("\n" + "\n".join(loads(verdict.read_text())["lines"]))
-        print(f"\nReport: {report}\nPlots:  {report.parent}/*.png\nUI:     make dev  (then open http://127.0.0.1:3000)")
+        print(
+            f"\nReport: {report}\nPlots:  {report.parent}/*.png\nUI:     make dev  (then open http://127.0.0.1:3000)"
+        )
     else:
         raise SystemExit(f"no report at {report}: the run did not reach reliability_report")
 

@@ -62,7 +62,8 @@ def _refusal(profile: Profile, where: str, claimed: str) -> ProfileInstanceError
     return ProfileInstanceError(
         f"profile {profile_identity(profile)} refuses the Dagster instance {where}: it serves profile {claimed}. "
         f"Each profile has its own instance, so that audits, lineage and the UI never mix profiles: use "
-        f"DAGSTER_HOME=.dagster_home/{profile.name} (`make dev PROFILE={profile.name}` sets it)")
+        f"DAGSTER_HOME=.dagster_home/{profile.name} (`make dev PROFILE={profile.name}` sets it)"
+    )
 
 
 def refuse_foreign_instance(profile: Profile, home: str | os.PathLike | None) -> None:
@@ -80,7 +81,9 @@ def refuse_foreign_instance(profile: Profile, home: str | os.PathLike | None) ->
         with dg.DagsterInstance.from_config(str(home)) as instance:
             claimed = instance_profile(instance)
     except Exception as exc:  # noqa: BLE001 - advisory at load time; every run start checks again
-        warnings.warn(f"could not read the profile claim of the Dagster instance {home}: {exc}", stacklevel=2)
+        warnings.warn(
+            f"could not read the profile claim of the Dagster instance {home}: {exc}", stacklevel=2
+        )
         return
     if claimed is not None and claimed != profile_identity(profile):
         raise _refusal(profile, str(home), claimed)

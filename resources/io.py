@@ -25,7 +25,9 @@ class ParquetIOManager(dg.ConfigurableIOManager):
         return path.with_suffix(".parquet")
 
     def handle_output(self, context: dg.OutputContext, obj: pl.DataFrame) -> None:
-        path = self._path(context.asset_key, context.partition_key if context.has_partition_key else None)
+        path = self._path(
+            context.asset_key, context.partition_key if context.has_partition_key else None
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         obj.write_parquet(path)
         context.add_output_metadata({"path": dg.MetadataValue.path(str(path)), "rows": obj.height})

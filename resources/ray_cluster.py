@@ -111,7 +111,11 @@ class RayClusterResource(RayResource):
 
         address = self.address or profile.executor.address
         options = _process_dagster_env_vars(dict(self.ray_init_options))
-        runtime_env = {**profile.executor.runtime_env, **self.runtime_env, **options.pop("runtime_env", {})}
+        runtime_env = {
+            **profile.executor.runtime_env,
+            **self.runtime_env,
+            **options.pop("runtime_env", {}),
+        }
         env_vars = {**runtime_env.get("env_vars", {}), **self.get_env_vars_to_inject()}
         if env_vars:
             runtime_env["env_vars"] = env_vars
@@ -143,7 +147,9 @@ class RayClusterResource(RayResource):
     def on_cleanup(self, context: Any, *, deleted: bool) -> None:
         """Nothing was created, so nothing is deleted (the base class would log a deletion)."""
 
-    def executor(self, profile: Profile, context: dg.InitResourceContext | Any = None) -> EpisodeExecutor:
+    def executor(
+        self, profile: Profile, context: dg.InitResourceContext | Any = None
+    ) -> EpisodeExecutor:
         """The episode executor the profile names; ``ray`` connects (once per step) first.
 
         Args:
@@ -191,15 +197,22 @@ class RayClusterResource(RayResource):
 
         if self._context is None and not ray.is_initialized():
             with _private_ray(True):
-                self._context = ray.init(address=LOCAL, num_cpus=profile.executor.num_cpus, include_dashboard=True,
-                                         dashboard_host="127.0.0.1", dashboard_port=_free_port(),
-                                         runtime_env=self.runtime_env or None)
+                self._context = ray.init(
+                    address=LOCAL,
+                    num_cpus=profile.executor.num_cpus,
+                    include_dashboard=True,
+                    dashboard_host="127.0.0.1",
+                    dashboard_port=_free_port(),
+                    runtime_env=self.runtime_env or None,
+                )
             self._cluster = joined_cluster(LOCAL)
         _record_cluster(context, self.cluster)
         url = getattr(self._context, "dashboard_url", None)
         if not url:
-            raise RuntimeError("Ray is connected in this process without a dashboard, so it takes no jobs: "
-                               "set the ray_cluster resource's job_address (REWARDBOX_RAY_JOB_ADDRESS)")
+            raise RuntimeError(
+                "Ray is connected in this process without a dashboard, so it takes no jobs: "
+                "set the ray_cluster resource's job_address (REWARDBOX_RAY_JOB_ADDRESS)"
+            )
         return url if "://" in url else f"http://{url}"
 
     def cleanup(self, context: dg.InitResourceContext, exception: BaseException | None) -> None:
@@ -237,9 +250,17 @@ def joined_cluster(requested: str | None) -> dict[str, Any]:
     import ray
 
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    resources = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "memory", "object_store_memory")}
-    return {"requested_address": requested, "gcs_address": ray.get_runtime_context().gcs_address,
-            "nodes": len(nodes), "resources": resources}
+    resources = {
+        k: v
+        for k, v in ray.cluster_resources().items()
+        if k in ("CPU", "GPU", "memory", "object_store_memory")
+    }
+    return {
+        "requested_address": requested,
+        "gcs_address": ray.get_runtime_context().gcs_address,
+        "nodes": len(nodes),
+        "resources": resources,
+    }
 
 
 def _record_cluster(context: Any, cluster: dict[str, Any] | None) -> None:

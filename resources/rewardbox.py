@@ -34,7 +34,10 @@ def _benchmark_version_or_error(profile: Profile) -> str:
     if key not in _BENCHMARK_VERSIONS:
         try:
             _BENCHMARK_VERSIONS[key] = benchmark_version(profile)
-        except (OSError, ValueError) as exc:  # a broken task file: benchmark_tasks fails with the details
+        except (
+            OSError,
+            ValueError,
+        ) as exc:  # a broken task file: benchmark_tasks fails with the details
             return f"unavailable ({type(exc).__name__})"
     return _BENCHMARK_VERSIONS[key]
 
@@ -77,7 +80,9 @@ class RewardboxResource(dg.ConfigurableResource):
             return
         profile = self.load()
         claim_instance(instance, profile)
-        wanted = {k: v for k, v in run_tags(profile, samples_policy=False).items() if k in PROVENANCE_TAGS}
+        wanted = {
+            k: v for k, v in run_tags(profile, samples_policy=False).items() if k in PROVENANCE_TAGS
+        }
         if TAG_TASK_SET_VERSION not in run.tags:
             wanted[TAG_TASK_SET_VERSION] = _benchmark_version_or_error(profile)
         changed = {k: v for k, v in wanted.items() if run.tags.get(k) != v}
@@ -104,11 +109,20 @@ class RewardboxResource(dg.ConfigurableResource):
 
     def incoming_checkpoint(self, name: str = "") -> Path:
         """The drop directory of checkpoints to evaluate, or the checkpoint ``name`` in it."""
-        return self.path(*INCOMING_CHECKPOINTS, name) if name else self.artifacts_dir().joinpath(*INCOMING_CHECKPOINTS)
+        return (
+            self.path(*INCOMING_CHECKPOINTS, name)
+            if name
+            else self.artifacts_dir().joinpath(*INCOMING_CHECKPOINTS)
+        )
 
-    def policy(self, checkpoint_dir: Path | str | None, config: PolicyConfig | None = None) -> Policy:
+    def policy(
+        self, checkpoint_dir: Path | str | None, config: PolicyConfig | None = None
+    ) -> Policy:
         """The policy ``config`` names (default: the profile's), loaded from ``checkpoint_dir`` when local."""
         from rewardbox.policy import build_policy
 
-        return build_policy(config or self.load().policy, checkpoint_dir=checkpoint_dir or None,
-                            api_key=self.policy_api_key)
+        return build_policy(
+            config or self.load().policy,
+            checkpoint_dir=checkpoint_dir or None,
+            api_key=self.policy_api_key,
+        )

@@ -62,20 +62,34 @@ class LocalProcessRunLauncher(DefaultRunLauncher):
             run when ``assume_local`` is false.
         """
         if not self.assume_local:
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "not checked: runs may be on other machines")
-        records = self._instance.get_records_for_run(run.run_id, of_type=DagsterEventType.RUN_START).records
+            return CheckRunHealthResult(
+                WorkerStatus.RUNNING, "not checked: runs may be on other machines"
+            )
+        records = self._instance.get_records_for_run(
+            run.run_id, of_type=DagsterEventType.RUN_START
+        ).records
         event = records[-1].event_log_entry if records else None
-        pid = event.dagster_event.pid if event is not None and event.dagster_event is not None else None
+        pid = (
+            event.dagster_event.pid
+            if event is not None and event.dagster_event is not None
+            else None
+        )
         if pid is None:
             return CheckRunHealthResult(WorkerStatus.RUNNING, "no RUN_START event with a pid yet")
         try:
             process = psutil.Process(pid)
             created_s = process.create_time()
             if process.status() == psutil.STATUS_ZOMBIE:  # dead, not yet reaped by its parent
-                return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's process (pid {pid}) has exited")
+                return CheckRunHealthResult(
+                    WorkerStatus.FAILED, f"the run's process (pid {pid}) has exited"
+                )
         except psutil.NoSuchProcess:
-            return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's process (pid {pid}) is gone")
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED, f"the run's process (pid {pid}) is gone"
+            )
         if created_s > event.timestamp + START_SLACK_S:
-            return CheckRunHealthResult(WorkerStatus.FAILED,
-                                        f"the run's process (pid {pid}) is gone; the pid now belongs to a newer process")
+            return CheckRunHealthResult(
+                WorkerStatus.FAILED,
+                f"the run's process (pid {pid}) is gone; the pid now belongs to a newer process",
+            )
         return CheckRunHealthResult(WorkerStatus.RUNNING, f"the run's process (pid {pid}) is alive")

@@ -34,7 +34,9 @@ class VllmServerResource(dg.ConfigurableResource):
     _servers: list[VllmServer] = PrivateAttr(default_factory=list)
 
     @contextmanager
-    def policy_config(self, profile: Profile, checkpoint: str | None, log: Any = None) -> Iterator[PolicyConfig]:
+    def policy_config(
+        self, profile: Profile, checkpoint: str | None, log: Any = None
+    ) -> Iterator[PolicyConfig]:
         """The policy config for episodes on ``checkpoint``: an endpoint at a fresh vLLM server, or ``profile.policy``.
 
         Args:
@@ -55,11 +57,16 @@ class VllmServerResource(dg.ConfigurableResource):
             _info(log, f"{reason}; episodes use policy kind {profile.policy.kind!r}", warning=True)
             yield profile.policy
             return
-        log_dir = Path(self.log_dir) if self.log_dir else profile.data_path / profile.name / "serving"
+        log_dir = (
+            Path(self.log_dir) if self.log_dir else profile.data_path / profile.name / "serving"
+        )
         with serve(config, checkpoint, log_dir / f"vllm-{Path(checkpoint).name}.log") as server:
             self._servers.append(server)
-            _info(log, f"vLLM serving {checkpoint} at {server.base_url} as {server.model!r} "
-                       f"(healthy after {server.startup_s:.1f} s): {' '.join(server.command)}")
+            _info(
+                log,
+                f"vLLM serving {checkpoint} at {server.base_url} as {server.model!r} "
+                f"(healthy after {server.startup_s:.1f} s): {' '.join(server.command)}",
+            )
             try:
                 yield server.policy_config(profile.policy)
             finally:

@@ -36,8 +36,14 @@ class InfrastructureError(Exception):
     kind: str = "system"
     permanent: bool = False
 
-    def __init__(self, message: str = "", *, cause: str = "error", error_kind: str | None = None,
-                 permanent: bool | None = None):
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        cause: str = "error",
+        error_kind: str | None = None,
+        permanent: bool | None = None,
+    ):
         super().__init__(message)
         self.cause = cause
         self.error_kind = error_kind or f"{self.kind}_{cause}"
@@ -76,7 +82,9 @@ def endpoint_cause(exc: BaseException) -> str:
     works for the ``openai`` SDK's ``RateLimitError``, ``APIStatusError``, ``APITimeoutError`` and
     ``APIConnectionError`` and for ``httpx`` errors.
     """
-    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    status = getattr(exc, "status_code", None) or getattr(
+        getattr(exc, "response", None), "status_code", None
+    )
     if status == 429:
         return "http_429"
     if isinstance(status, int) and status >= 500:
@@ -104,7 +112,9 @@ def check_reply(response: Any) -> None:
         raise MalformedReplyError(f"the reply has no choices: {str(response)[:200]}")
     message = getattr(choices[0], "message", None)
     if message is None or not hasattr(message, "content"):
-        raise MalformedReplyError(f"the reply's first choice has no message: {str(choices[0])[:200]}")
+        raise MalformedReplyError(
+            f"the reply's first choice has no message: {str(choices[0])[:200]}"
+        )
 
 
 def reply_cause(exc: BaseException) -> str:
@@ -166,7 +176,17 @@ class LogprobLengthError(ValueError):
         uid, trial: the episode; turn: the agent turn, 0-based; tokens, logprobs: both lengths.
     """
 
-    def __init__(self, uid: str, trial: int, turn: int, tokens: int, logprobs: int, where: str = "") -> None:
-        self.uid, self.trial, self.turn, self.tokens, self.logprobs = uid, trial, turn, tokens, logprobs
-        super().__init__(f"{uid} trial {trial} turn {turn}: {logprobs} log-probs for {tokens} tokens"
-                         + (f" ({where})" if where else ""))
+    def __init__(
+        self, uid: str, trial: int, turn: int, tokens: int, logprobs: int, where: str = ""
+    ) -> None:
+        self.uid, self.trial, self.turn, self.tokens, self.logprobs = (
+            uid,
+            trial,
+            turn,
+            tokens,
+            logprobs,
+        )
+        super().__init__(
+            f"{uid} trial {trial} turn {turn}: {logprobs} log-probs for {tokens} tokens"
+            + (f" ({where})" if where else "")
+        )

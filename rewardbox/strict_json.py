@@ -105,7 +105,9 @@ def write_json(path: str | Path, value: Any, **kwargs: Any) -> Path:
     return path
 
 
-def write_jsonl(path: str | Path, rows: Iterable[Any], *, append: bool = False, **kwargs: Any) -> int:
+def write_jsonl(
+    path: str | Path, rows: Iterable[Any], *, append: bool = False, **kwargs: Any
+) -> int:
     """Write one strict JSON value per line (UTF-8, non-ASCII kept); returns the number of rows written."""
     kwargs.setdefault("ensure_ascii", False)
     count = 0

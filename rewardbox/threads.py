@@ -138,13 +138,17 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
 
     applied = set_wait_policy_env()
     if not applied:
-        log.warning("torch was imported before rewardbox: OpenMP keeps its default (spinning) wait policy "
-                    "in this process; import rewardbox first or set OMP_WAIT_POLICY=PASSIVE")
+        log.warning(
+            "torch was imported before rewardbox: OpenMP keeps its default (spinning) wait policy "
+            "in this process; import rewardbox first or set OMP_WAIT_POLICY=PASSIVE"
+        )
     probe: dict[int, float] = {}
     if num_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").strip():
         # the user's OMP_NUM_THREADS (read by torch at load) is an explicit choice; "auto" is only the default
         count, chosen_by = torch.get_num_threads(), "environment"
-    elif num_threads == "auto":  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
+    elif (
+        num_threads == "auto"
+    ):  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
         best = 1
         for threads in candidate_team_sizes(usable_cores()):
             probe[threads] = _probe_seconds(threads)
@@ -162,7 +166,9 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
         torch.set_num_interop_threads(1)
     except RuntimeError:  # already set, or inter-op work already ran: keep it
         pass
-    _APPLIED = ThreadPolicy(torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""), applied, chosen_by, probe)
+    _APPLIED = ThreadPolicy(
+        torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""), applied, chosen_by, probe
+    )
     log.info("thread policy: %s", _APPLIED)
     return _APPLIED
 

@@ -24,11 +24,25 @@ import rewardbox  # noqa: F401 - first, so OpenMP's passive wait policy is set b
 
 SHAPES = {
     # SmolLM2-135M (HuggingFaceTB/SmolLM2-135M-Instruct config.json)
-    "smollm2-135m-shaped": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                num_attention_heads=9, num_key_value_heads=3, tie_word_embeddings=True),
+    "smollm2-135m-shaped": dict(
+        vocab_size=49152,
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        tie_word_embeddings=True,
+    ),
     # Qwen2.5-0.5B's widths on the Llama architecture (Qwen/Qwen2.5-0.5B-Instruct config.json)
-    "0.5b-shaped": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                        num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True),
+    "0.5b-shaped": dict(
+        vocab_size=151936,
+        hidden_size=896,
+        intermediate_size=4864,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
 }
 DRY_RUN = dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, vocab_size=512)
 
@@ -48,7 +62,9 @@ def build(shape: dict, dry_run: bool, device: str, dtype):
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dry-run", action="store_true", help="CPU, tiny shapes: checks the script runs")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="CPU, tiny shapes: checks the script runs"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -67,11 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     prompt, completion, groups, group_size = (96, 8, 2, 2) if args.dry_run else (1100, 40, 4, 8)
     started = time.perf_counter()
     floor = machine_floor(device)
-    print(f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), dtype {dtype}; floor: "
-          + ", ".join(f"{k} {v:.1f}" for k, v in floor.items()), flush=True)
+    print(
+        f"device {device} ({torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}), dtype {dtype}; floor: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in floor.items()),
+        flush=True,
+    )
     for name, shape in SHAPES.items():
         model = build(shape, args.dry_run, device, dtype)
-        for r in model_rows(floor, prompt, completion, groups, group_size, model=model, rows_step=False):
+        for r in model_rows(
+            floor, prompt, completion, groups, group_size, model=model, rows_step=False
+        ):
             ratio = "" if r["ratio"] is None else f" ({r['ratio']:.2f} x {r['anchor_label']})"
             print(f"{name}: {r['row']}: {r['value']:.4g} {r['unit']}{ratio}", flush=True)
         del model

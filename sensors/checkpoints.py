@@ -179,7 +179,11 @@ def _tick_result(
         RunRequest(
             run_key=key,
             partition_key=path.name,
-            tags={**run_tags, TAG_CHECKPOINT_PATH: str(path), TAG_TASK_SET_VERSION: task_set_version},
+            tags={
+                **run_tags,
+                TAG_CHECKPOINT_PATH: str(path),
+                TAG_TASK_SET_VERSION: task_set_version,
+            },
         )
         for path, key in plan.requested
     ]
@@ -262,6 +266,8 @@ def build_checkpoint_sensor(
         description="Requests an evaluation run per new checkpoint and benchmark task-set version.",
     )
     def _checkpoint_sensor(context: SensorEvaluationContext) -> SensorResult | SkipReason:
-        return _checkpoint_tick(context, partitions_def, watch_dir_fn, task_set_version_fn, validate_fn, run_tags_fn)
+        return _checkpoint_tick(
+            context, partitions_def, watch_dir_fn, task_set_version_fn, validate_fn, run_tags_fn
+        )
 
     return _checkpoint_sensor

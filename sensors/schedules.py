@@ -13,7 +13,7 @@ and a daemon that retries a tick after a crash does not launch a second run for 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from dagster import RunRequest, ScheduleDefinition, ScheduleEvaluationContext, schedule
 
@@ -32,8 +32,8 @@ def reprobe_run_key(scheduled_at: datetime, partition_key: str | None = None) ->
         ``"reprobe@YYYY-MM-DDTHH:MMZ"`` or ``"reprobe@YYYY-MM-DDTHH:MMZ@<partition_key>"``.
     """
     if scheduled_at.tzinfo is None:
-        scheduled_at = scheduled_at.replace(tzinfo=timezone.utc)
-    stamp = scheduled_at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+        scheduled_at = scheduled_at.replace(tzinfo=UTC)
+    stamp = scheduled_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%MZ")
     return f"reprobe@{stamp}" if partition_key is None else f"reprobe@{stamp}@{partition_key}"
 
 
@@ -77,12 +77,15 @@ def build_reprobe_schedule(
         **target,
     )
     def _reprobe_schedule(context: ScheduleEvaluationContext) -> RunRequest:
-        scheduled_at = context.scheduled_execution_time or datetime.now(timezone.utc)
+        scheduled_at = context.scheduled_execution_time or datetime.now(UTC)
         partition_key = partition_key_fn() if partition_key_fn else None
         return RunRequest(
             run_key=reprobe_run_key(scheduled_at, partition_key),
             partition_key=partition_key,
-            tags={**(run_tags_fn() if run_tags_fn else {}), TAG_SCHEDULED_AT: scheduled_at.isoformat()},
+            tags={
+                **(run_tags_fn() if run_tags_fn else {}),
+                TAG_SCHEDULED_AT: scheduled_at.isoformat(),
+            },
         )
 
     return _reprobe_schedule

@@ -60,7 +60,9 @@ def fingerprint_task_source(root: Path, suffixes: tuple[str, ...] = DEFAULT_SUFF
     return digest.hexdigest()
 
 
-def fingerprint_task_sources(roots: Sequence[Path], suffixes: tuple[str, ...] = DEFAULT_SUFFIXES) -> str:
+def fingerprint_task_sources(
+    roots: Sequence[Path], suffixes: tuple[str, ...] = DEFAULT_SUFFIXES
+) -> str:
     """One fingerprint of several task-source directories: 16 hex characters over each one's
     :func:`fingerprint_task_source`, in the given order.
 
@@ -92,7 +94,9 @@ def _task_source_tick(
             task_set_check_fn()
         except (TaskSetLoadError, TaskFormatError) as exc:
             context.log.error(f"candidate task set does not load; no re-screen launched: {exc}")
-            return SkipReason(f"candidate task set does not load, no run launched: {str(exc)[:1500]}")
+            return SkipReason(
+                f"candidate task set does not load, no run launched: {str(exc)[:1500]}"
+            )
     context.update_cursor(fingerprint)
     return RunRequest(
         run_key=task_source_run_key(fingerprint, previous),

@@ -59,7 +59,11 @@ def imported_modules(path: Path, *, type_only: bool = True) -> list[tuple[str, i
     ``from a import b`` yields ``a`` and ``a.b`` (``b`` may be a submodule).
     """
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module_name(path).split(".") if path.name == "__init__.py" else module_name(path).split(".")[:-1]
+    package = (
+        module_name(path).split(".")
+        if path.name == "__init__.py"
+        else module_name(path).split(".")[:-1]
+    )
     skipped = set() if type_only else type_checking_nodes(tree)
     found = []
     for node in ast.walk(tree):
@@ -70,13 +74,17 @@ def imported_modules(path: Path, *, type_only: bool = True) -> list[tuple[str, i
         elif isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else []))
-            found += [(module, node.lineno)] + [(f"{module}.{a.name}", node.lineno) for a in node.names]
+            found += [(module, node.lineno)] + [
+                (f"{module}.{a.name}", node.lineno) for a in node.names
+            ]
     return found
 
 
 def _subpackage(module: str) -> str | None:
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "rewardbox" and parts[1] in SUBPACKAGES else None
+    return (
+        parts[1] if len(parts) > 1 and parts[0] == "rewardbox" and parts[1] in SUBPACKAGES else None
+    )
 
 
 @cache
@@ -121,12 +129,16 @@ def test_imports_count_at_any_depth_and_under_type_checking(tmp_path, monkeypatc
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     path = tmp_path / "rewardbox" / "grading" / "m.py"
     path.parent.mkdir(parents=True)
-    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewardbox.config import x\n"
-                    "def f():\n    from ..episode import runner\n")
+    path.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rewardbox.config import x\n"
+        "def f():\n    from ..episode import runner\n"
+    )
     modules = [m for m, _ in imported_modules(path)]
     assert "rewardbox.episode.runner" in modules and "rewardbox.config.x" in modules
     run_time = [m for m, _ in imported_modules(path, type_only=False)]
-    assert "rewardbox.episode.runner" in run_time and not any(m.startswith("rewardbox.config") for m in run_time)
+    assert "rewardbox.episode.runner" in run_time and not any(
+        m.startswith("rewardbox.config") for m in run_time
+    )
 
 
 def test_generated_marker():
@@ -141,7 +153,10 @@ def test_no_cycle_between_rewardbox_subpackages():
     graph = subpackage_graph()
     cycle = find_cycle(graph)
     if cycle:
-        hops = [f"  {a} -> {b}: {', '.join(sorted(set(graph[a][b]))[:3])}" for a, b in zip(cycle, cycle[1:])]
+        hops = [
+            f"  {a} -> {b}: {', '.join(sorted(set(graph[a][b]))[:3])}"
+            for a, b in zip(cycle, cycle[1:])
+        ]
         pytest.fail("package cycle " + " -> ".join(cycle) + "\n" + "\n".join(hops))
 
 
@@ -152,38 +167,57 @@ PROFILE_READERS = ("config", "runtime")
 
 def profile_imports() -> list[str]:
     """``module:line`` of every import of ``rewardbox.config.profile`` (type-only included) below the runtime floor."""
-    return sorted({f"{module_name(p)}:{line}" for p in ENGINE.rglob("*.py")
-                   if _subpackage(module_name(p)) not in PROFILE_READERS
-                   for m, line in imported_modules(p) if m == PROFILE_MODULE or m.startswith(PROFILE_MODULE + ".")})
+    return sorted(
+        {
+            f"{module_name(p)}:{line}"
+            for p in ENGINE.rglob("*.py")
+            if _subpackage(module_name(p)) not in PROFILE_READERS
+            for m, line in imported_modules(p)
+            if m == PROFILE_MODULE or m.startswith(PROFILE_MODULE + ".")
+        }
+    )
 
 
 def test_no_module_below_runtime_imports_the_profile():
     """Packages below ``rewardbox.runtime`` take their own config objects and explicit parts, never the Profile."""
     bad = profile_imports()
-    assert not bad, "imports of rewardbox.config.profile below the runtime floor:\n" + "\n".join(bad)
+    assert not bad, "imports of rewardbox.config.profile below the runtime floor:\n" + "\n".join(
+        bad
+    )
 
 
 def test_profile_import_finder_sees_type_only_and_lazy_imports(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
     monkeypatch.setattr(sys.modules[__name__], "ENGINE", tmp_path / "rewardbox")
-    for package, text in {"episode": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                     "    from rewardbox.config.profile import Profile\n",
-                          "selection": "def f():\n    from rewardbox.config import profile\n",
-                          "runtime": "from rewardbox.config.profile import Profile\n"}.items():
+    for package, text in {
+        "episode": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from rewardbox.config.profile import Profile\n",
+        "selection": "def f():\n    from rewardbox.config import profile\n",
+        "runtime": "from rewardbox.config.profile import Profile\n",
+    }.items():
         (tmp_path / "rewardbox" / package).mkdir(parents=True)
         (tmp_path / "rewardbox" / package / "m.py").write_text(text)
     assert sorted(profile_imports()) == ["rewardbox.episode.m:3", "rewardbox.selection.m:2"]
 
 
 def test_rewardbox_never_imports_dagster_or_the_dagster_layer():
-    bad = [f"{module_name(p)}:{line} imports {m}" for p in ENGINE.rglob("*.py") for m, line in imported_modules(p)
-           if m.split(".")[0] in ("dagster", *DAGSTER_LAYER) or m.startswith("dagster_")]
+    bad = [
+        f"{module_name(p)}:{line} imports {m}"
+        for p in ENGINE.rglob("*.py")
+        for m, line in imported_modules(p)
+        if m.split(".")[0] in ("dagster", *DAGSTER_LAYER) or m.startswith("dagster_")
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_nothing_imports_pipelines():
-    bad = [f"{module_name(p)}:{line}" for p in distribution_files() if not module_name(p).startswith("pipelines")
-           for m, line in imported_modules(p) if m.split(".")[0] == "pipelines"]
+    bad = [
+        f"{module_name(p)}:{line}"
+        for p in distribution_files()
+        if not module_name(p).startswith("pipelines")
+        for m, line in imported_modules(p)
+        if m.split(".")[0] == "pipelines"
+    ]
     assert not bad, "\n".join(bad)
 
 
@@ -193,8 +227,14 @@ def test_nothing_imports_pipelines():
 @pytest.mark.parametrize("package", SUBPACKAGES)
 def test_subpackage_imports_alone_in_a_fresh_interpreter(package):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", f"import rewardbox.{package}"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", f"import rewardbox.{package}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -202,8 +242,12 @@ def test_subpackage_imports_alone_in_a_fresh_interpreter(package):
 
 
 def test_no_module_over_the_line_limit():
-    long = [f"{p.relative_to(REPO)}: {n} lines" for p in distribution_files()
-            if not is_generated(text := p.read_text(encoding="utf-8")) and (n := len(text.splitlines())) > MAX_MODULE_LINES]
+    long = [
+        f"{p.relative_to(REPO)}: {n} lines"
+        for p in distribution_files()
+        if not is_generated(text := p.read_text(encoding="utf-8"))
+        and (n := len(text.splitlines())) > MAX_MODULE_LINES
+    ]
     assert not long, f"modules over {MAX_MODULE_LINES} lines:\n" + "\n".join(long)
 
 
@@ -217,5 +261,7 @@ def test_no_function_over_the_line_limit():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
+                    long.append(
+                        f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines"
+                    )
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines:\n" + "\n".join(long)

@@ -15,13 +15,18 @@ def _raises():
 def test_table_exit_status_and_json(tmp_path, capsys):
     available = {
         "fast": lambda: [row("fast path", 20.0, "ms", 25.0, "goal", ok=True, goal="< 25 ms")],
-        "slow": lambda: [row("slow path", 30.0, "tokens/s", 60.0, "plain generate", ok=False, goal="x0.50")],
+        "slow": lambda: [
+            row("slow path", 30.0, "tokens/s", 60.0, "plain generate", ok=False, goal="x0.50")
+        ],
         "legacy": lambda: {"median_ms": 1.0},
         "broken": _raises,
     }
     assert main([], available, out_dir=tmp_path) == 1
     out = capsys.readouterr().out
-    assert "FAIL slow: slow path: x0.50" in out and "FAIL broken: broken: raised RuntimeError: no model" in out
+    assert (
+        "FAIL slow: slow path: x0.50" in out
+        and "FAIL broken: broken: raised RuntimeError: no model" in out
+    )
     assert "fast path" in out and "0.800" in out and "0.500" in out  # ratio = value / anchor
     saved = json.loads(next(tmp_path.glob("*.json")).read_text())
     assert [r["row"] for r in saved] == ["fast path", "slow path", "legacy", "broken"]

@@ -54,7 +54,7 @@ def _split_top_level(text: str) -> list[str]:
 
 def documented_parameters(signature_line: str) -> list[str]:
     """Parameter names of ``name(a, b=1, *, c) -> T``, with ``*`` where keyword-only ones start."""
-    inside = signature_line[signature_line.index("(") + 1: signature_line.rindex(")")]
+    inside = signature_line[signature_line.index("(") + 1 : signature_line.rindex(")")]
     return [re.split(r"[=:]", part, maxsplit=1)[0].strip() for part in _split_top_level(inside)]
 
 
@@ -73,7 +73,12 @@ def test_the_doc_lists_exactly_the_tested_names():
 
 
 def test_documented_parameters_parser():
-    assert documented_parameters("f(a, b=(1, 2), *, c: dict[str, int] = {}) -> x") == ["a", "b", "*", "c"]
+    assert documented_parameters("f(a, b=(1, 2), *, c: dict[str, int] = {}) -> x") == [
+        "a",
+        "b",
+        "*",
+        "c",
+    ]
 
 
 @pytest.mark.parametrize("dotted", sorted(PUBLIC_API))

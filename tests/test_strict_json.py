@@ -22,11 +22,25 @@ def _reject(name):
 
 
 def test_non_finite_floats_become_null_everything_else_is_kept():
-    value = {"a": math.nan, "b": [1.5, -math.inf, {"c": math.inf}], "d": (np.float32("nan"), np.int64(3)),
-             "e": "NaN", "f": True, "g": None, "h": 0}
+    value = {
+        "a": math.nan,
+        "b": [1.5, -math.inf, {"c": math.inf}],
+        "d": (np.float32("nan"), np.int64(3)),
+        "e": "NaN",
+        "f": True,
+        "g": None,
+        "h": 0,
+    }
     text = strict_json.dumps(value, sort_keys=True)
-    assert json.loads(text, parse_constant=_reject) == {"a": None, "b": [1.5, None, {"c": None}], "d": [None, 3],
-                                                       "e": "NaN", "f": True, "g": None, "h": 0}
+    assert json.loads(text, parse_constant=_reject) == {
+        "a": None,
+        "b": [1.5, None, {"c": None}],
+        "d": [None, 3],
+        "e": "NaN",
+        "f": True,
+        "g": None,
+        "h": 0,
+    }
     assert strict_json.non_finite_paths(value) == ["$.a", "$.b[1]", "$.b[2].c", "$.d[0]"]
 
 
@@ -34,7 +48,10 @@ def test_default_hook_results_are_made_strict_too():
     class Reading:
         value = math.nan
 
-    assert strict_json.dumps({"r": Reading()}, default=lambda o: {"value": o.value}) == '{"r": {"value": null}}'
+    assert (
+        strict_json.dumps({"r": Reading()}, default=lambda o: {"value": o.value})
+        == '{"r": {"value": null}}'
+    )
     with pytest.raises(TypeError):
         strict_json.dumps({"r": Reading()})
 
@@ -66,4 +83,6 @@ def test_every_json_writer_of_the_project_goes_through_strict_json():
             for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
                 if STRAY_WRITER.search(line):
                     stray.append(f"{path.relative_to(ROOT)}:{lineno}: {line.strip()}")
-    assert not stray, "use rewardbox.strict_json (docs/json_policy.md) instead of:\n" + "\n".join(stray)
+    assert not stray, "use rewardbox.strict_json (docs/json_policy.md) instead of:\n" + "\n".join(
+        stray
+    )

@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _clean_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in WAIT_POLICY_ENV and not k.endswith("_NUM_THREADS")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in WAIT_POLICY_ENV and not k.endswith("_NUM_THREADS")
+    }
     env["PYTHONPATH"] = str(ROOT)
     return env
 
@@ -24,20 +28,30 @@ def _clean_env() -> dict[str, str]:
 def test_openmp_reads_the_passive_wait_policy_in_a_fresh_model_process():
     # OMP_DISPLAY_ENV makes the OpenMP runtime print the values it read when torch loaded it
     env = _clean_env() | {"OMP_DISPLAY_ENV": "TRUE"}
-    code = ("import sys, rewardbox; assert 'torch' not in sys.modules; import torch; torch.mm(torch.ones(64, 64), "
-            "torch.ones(64, 64)); from rewardbox.threads import apply_thread_policy; p = apply_thread_policy(1); "
-            "print('POLICY', p.threads, p.wait_policy, p.wait_policy_applied)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    code = (
+        "import sys, rewardbox; assert 'torch' not in sys.modules; import torch; torch.mm(torch.ones(64, 64), "
+        "torch.ones(64, 64)); from rewardbox.threads import apply_thread_policy; p = apply_thread_policy(1); "
+        "print('POLICY', p.threads, p.wait_policy, p.wait_policy_applied)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert "POLICY 1 PASSIVE True" in out.stdout
-    assert "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr  # the runtime itself read it (libgomp's display)
+    assert (
+        "OMP_WAIT_POLICY = 'PASSIVE'" in out.stderr
+    )  # the runtime itself read it (libgomp's display)
 
 
 def test_a_user_wait_policy_wins_and_late_torch_is_reported():
     env = _clean_env() | {"OMP_WAIT_POLICY": "ACTIVE"}
-    code = ("import torch, rewardbox.threads as t; p = t.apply_thread_policy(1); "
-            "print('POLICY', p.wait_policy, p.wait_policy_applied)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    code = (
+        "import torch, rewardbox.threads as t; p = t.apply_thread_policy(1); "
+        "print('POLICY', p.wait_policy, p.wait_policy_applied)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert "POLICY ACTIVE False" in out.stdout
 
@@ -51,7 +65,11 @@ def test_auto_takes_more_threads_only_when_measurably_faster(monkeypatch):
     try:
         monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.95}[n])
         policy = apply_thread_policy("auto")
-        assert (policy.threads, policy.chosen_by, policy.probe_s) == (1, "measured", {1: 1.0, 2: 0.95})
+        assert (policy.threads, policy.chosen_by, policy.probe_s) == (
+            1,
+            "measured",
+            {1: 1.0, 2: 0.95},
+        )
         monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.55}[n])
         assert apply_thread_policy("auto").threads == 2 == torch.get_num_threads()
         assert threads.current_thread_policy().threads == 2
@@ -72,7 +90,9 @@ def test_local_policy_applies_the_thread_policy(tmp_path, monkeypatch):
     before = torch.get_num_threads()
     seen = []
     real = threads.apply_thread_policy
-    monkeypatch.setattr("rewardbox.policy.local.apply_thread_policy", lambda n: seen.append(n) or real(n))
+    monkeypatch.setattr(
+        "rewardbox.policy.local.apply_thread_policy", lambda n: seen.append(n) or real(n)
+    )
     policy = LocalPolicy(write_tiny_checkpoint(tmp_path / "ckpt"), num_threads=1)
     try:
         assert seen == [1] and torch.get_num_threads() == 1
@@ -91,7 +111,9 @@ def test_the_non_local_trainee_applies_the_thread_policy(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(training_local, "apply_thread_policy", lambda n: seen.append(n))
     profile = load_profile("test")
-    training_local._trainee(profile.grpo, profile.policy, write_tiny_checkpoint(tmp_path / "ckpt"), [], lambda *a: None)
+    training_local._trainee(
+        profile.grpo, profile.policy, write_tiny_checkpoint(tmp_path / "ckpt"), [], lambda *a: None
+    )
     assert seen == ["auto"]
 
 
@@ -99,7 +121,11 @@ def test_grading_workers_run_single_threaded_with_passive_waits():
     from rewardbox.grading.testrunner import _Worker
 
     env = single_thread_env({"PATH": "/bin", "OMP_NUM_THREADS": "8"})
-    assert env["OMP_NUM_THREADS"] == "1" and env["OMP_WAIT_POLICY"] == "PASSIVE" and env["PATH"] == "/bin"
+    assert (
+        env["OMP_NUM_THREADS"] == "1"
+        and env["OMP_WAIT_POLICY"] == "PASSIVE"
+        and env["PATH"] == "/bin"
+    )
     worker = _Worker()
     try:
         environ = Path(f"/proc/{worker.proc.pid}/environ").read_bytes().split(b"\0")
@@ -108,17 +134,22 @@ def test_grading_workers_run_single_threaded_with_passive_waits():
         worker.stop(kill=True)
 
 
-
 def test_auto_keeps_the_users_omp_num_threads_in_a_fresh_process():
     """OMP_NUM_THREADS=1 set by the user: "auto" (the default) must not measure and raise it."""
-    code = ("import rewardbox, torch; from rewardbox.threads import apply_thread_policy\n"
-            "p = apply_thread_policy('auto'); print('POLICY', p.threads, p.chosen_by, p.probe_s)\n"
-            "q = apply_thread_policy(2); print('CONFIG', q.threads, q.chosen_by)")
+    code = (
+        "import rewardbox, torch; from rewardbox.threads import apply_thread_policy\n"
+        "p = apply_thread_policy('auto'); print('POLICY', p.threads, p.chosen_by, p.probe_s)\n"
+        "q = apply_thread_policy(2); print('CONFIG', q.threads, q.chosen_by)"
+    )
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert out.returncode == 0, out.stderr
     assert "POLICY 1 environment {}" in out.stdout
-    assert "CONFIG 2 config" in out.stdout  # an explicit config count still wins over the environment
+    assert (
+        "CONFIG 2 config" in out.stdout
+    )  # an explicit config count still wins over the environment
 
 
 def test_auto_probes_log2_team_sizes_not_every_core_count(monkeypatch):
@@ -134,6 +165,8 @@ def test_auto_probes_log2_team_sizes_not_every_core_count(monkeypatch):
     monkeypatch.setattr(threads, "_probe_seconds", lambda n: probed.append(n) or 1.0 / min(n, 4))
     try:
         policy = apply_thread_policy("auto")
-        assert probed == [1, 2, 4, 8, 16, 32, 64, 96] and policy.threads == 4  # 8+ not 15 % faster than 4
+        assert (
+            probed == [1, 2, 4, 8, 16, 32, 64, 96] and policy.threads == 4
+        )  # 8+ not 15 % faster than 4
     finally:
         torch.set_num_threads(before)

@@ -45,9 +45,27 @@ DATA_DIR_ENV = "REWARDBOX_DATA_DIR"
 DEFAULT_PROFILE = "demo"
 
 __all__ = [
-    "CandidateLoadPolicy", "EpisodeConfig", "EvaluationConfig", "ExecutorConfig", "GRPOConfig", "GradingConfig",
-    "PolicyConfig", "ProbeConfig", "Profile", "ReferenceConfig", "ReportConfig", "SandboxConfig", "SelectionConfig", "ServingConfig", "SystemErrorBound", "TaskSource",
-    "TaskSourcesConfig", "UserSimulatorConfig", "data_dir_from_env", "load_profile", "profile_from_env",
+    "CandidateLoadPolicy",
+    "EpisodeConfig",
+    "EvaluationConfig",
+    "ExecutorConfig",
+    "GRPOConfig",
+    "GradingConfig",
+    "PolicyConfig",
+    "ProbeConfig",
+    "Profile",
+    "ReferenceConfig",
+    "ReportConfig",
+    "SandboxConfig",
+    "SelectionConfig",
+    "ServingConfig",
+    "SystemErrorBound",
+    "TaskSource",
+    "TaskSourcesConfig",
+    "UserSimulatorConfig",
+    "data_dir_from_env",
+    "load_profile",
+    "profile_from_env",
     "profile_name_from_env",
 ]
 
@@ -82,7 +100,7 @@ class Profile(BaseModel):
     report: ReportConfig = Field(default_factory=ReportConfig)
 
     @model_validator(mode="after")
-    def _verl_keeps_the_refill_bound(self) -> "Profile":
+    def _verl_keeps_the_refill_bound(self) -> Profile:
         """``verl.extra_overrides`` may not lift ``grpo.max_refill_rounds`` (``training.verl.guard``)."""
         check_refill_bound(self.verl.extra_overrides, self.grpo.max_refill_rounds)
         return self
@@ -103,7 +121,9 @@ class Profile(BaseModel):
         An optional section that is absent (``reference: null``) hashes as null.
         """
         values = {s: getattr(self, s) for s in sections}
-        payload = canonical_json({s: v.model_dump(mode="json") if v is not None else None for s, v in values.items()})
+        payload = canonical_json(
+            {s: v.model_dump(mode="json") if v is not None else None for s, v in values.items()}
+        )
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -135,7 +155,9 @@ def _validated(path: Path, mtime_ns: int, data_dir: str | None) -> Profile:
         raise ValueError(f"{path}: invalid profile:\n{exc}") from exc
 
 
-def load_profile(name_or_path: str | os.PathLike, data_dir: str | os.PathLike | None = None) -> Profile:
+def load_profile(
+    name_or_path: str | os.PathLike, data_dir: str | os.PathLike | None = None
+) -> Profile:
     """Load and validate a profile by name (``demo``, ``test``) or YAML path.
 
     The file is read and validated once per process while it is unchanged (cached by

@@ -22,7 +22,7 @@ import ast
 import hashlib
 import importlib.util
 import subprocess
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,8 +37,12 @@ TAG_GIT_COMMIT = "rewardbox/git_commit"
 #: Present (value ``required``) on runs that run the local policy model or train it: the GPU cluster.
 TAG_GPU_CLUSTER = "rewardbox/gpu_cluster"
 #: ``host:port`` of the OpenAI-compatible endpoint each role calls, one tag per role (rate limits).
-TAG_ENDPOINTS = {"policy": "rewardbox/policy_endpoint", "user": "rewardbox/user_endpoint",
-                 "judge": "rewardbox/judge_endpoint", "reference": "rewardbox/reference_endpoint"}
+TAG_ENDPOINTS = {
+    "policy": "rewardbox/policy_endpoint",
+    "user": "rewardbox/user_endpoint",
+    "judge": "rewardbox/judge_endpoint",
+    "reference": "rewardbox/reference_endpoint",
+}
 
 #: The packages whose code makes up the project (the run tag's code version).
 PROJECT_PACKAGES = ("rewardbox", "assets", "resources", "sensors", "pipelines")
@@ -60,13 +64,17 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 node.body = body[1:] or [ast.Pass()]
     return tree
 
 
-@lru_cache(maxsize=None)
+@cache
 def _file_digest(path: Path, mtime_ns: int) -> str:
     source = path.read_text(encoding="utf-8")
     try:
@@ -109,10 +117,22 @@ def git_commit() -> str | None:
     """The checkout's commit (``<sha>`` or ``<sha>-dirty``), or ``None`` outside a git checkout."""
     root = Path(__file__).resolve().parents[2]
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     return f"{sha}-dirty" if dirty else sha
@@ -135,14 +155,24 @@ def endpoints(profile: Profile) -> dict[str, str]:
     """``host:port`` of each OpenAI-compatible endpoint the profile calls, by role (policy, user, judge,
     reference: the screening policy of ``profile.reference``)."""
     reference = profile.reference.policy if profile.reference is not None else None
-    urls = {"policy": profile.policy.base_url if profile.policy.kind == "endpoint" else None,
-            "user": profile.user.base_url if profile.user.kind == "endpoint" else None,
-            "judge": profile.grading.judge_base_url, "reference": reference.base_url if reference else None}
-    return {role: urlsplit(url).netloc for role, url in urls.items() if url and urlsplit(url).netloc}
+    urls = {
+        "policy": profile.policy.base_url if profile.policy.kind == "endpoint" else None,
+        "user": profile.user.base_url if profile.user.kind == "endpoint" else None,
+        "judge": profile.grading.judge_base_url,
+        "reference": reference.base_url if reference else None,
+    }
+    return {
+        role: urlsplit(url).netloc for role, url in urls.items() if url and urlsplit(url).netloc
+    }
 
 
-def run_tags(profile: Profile, *, task_set_version: str | None = None, samples_policy: bool = True,
-             trains: bool = False) -> dict[str, str]:
+def run_tags(
+    profile: Profile,
+    *,
+    task_set_version: str | None = None,
+    samples_policy: bool = True,
+    trains: bool = False,
+) -> dict[str, str]:
     """The provenance and resource tags of a run with ``profile``.
 
     Args:
@@ -157,8 +187,11 @@ def run_tags(profile: Profile, *, task_set_version: str | None = None, samples_p
         samples from the local model, and one endpoint tag per role that calls an endpoint. Never
         contains secrets: profiles name the environment variables that hold API keys, not the keys.
     """
-    tags = {TAG_PROFILE: profile.name, TAG_CONFIG_HASH: profile_config_hash(profile),
-            TAG_CODE_VERSION: project_code_version()}
+    tags = {
+        TAG_PROFILE: profile.name,
+        TAG_CONFIG_HASH: profile_config_hash(profile),
+        TAG_CODE_VERSION: project_code_version(),
+    }
     if task_set_version:
         tags[TAG_TASK_SET_VERSION] = task_set_version
     commit = git_commit()

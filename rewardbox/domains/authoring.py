@@ -44,8 +44,15 @@ def call(tool: str, **parameters: Any) -> dict[str, Any]:
     return {"tool": tool, "parameters": parameters}
 
 
-def task_spec(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool,
-              values: list[str | tuple[str, ...]] | None = None, reject: list[str] | None = None) -> dict[str, Any]:
+def task_spec(
+    query: str,
+    ctx: str,
+    golden: list[dict[str, Any]],
+    *,
+    write: bool,
+    values: list[str | tuple[str, ...]] | None = None,
+    reject: list[str] | None = None,
+) -> dict[str, Any]:
     """What a template returns: first message, user facts, golden calls, write flag, values to tell.
 
     Args:
@@ -66,8 +73,14 @@ def task_spec(query: str, ctx: str, golden: list[dict[str, Any]], *, write: bool
     if reject and not values:
         raise ValueError("wrong candidates need expected values")
     check_candidates(values, reject)
-    return {"query": query, "user_context": ctx, "golden": golden, "expects_write": write,
-            "response_values": values, "response_reject": reject}
+    return {
+        "query": query,
+        "user_context": ctx,
+        "golden": golden,
+        "expects_write": write,
+        "response_values": values,
+        "response_reject": reject,
+    }
 
 
 def short_ask(request: str, k: int) -> str:
@@ -83,8 +96,14 @@ def short_ask(request: str, k: int) -> str:
     return f"{'Please' if k % 2 == 0 else 'Hi, please'} {request}."
 
 
-def user_context_text(facts: list[str], goal: str, *, agrees: bool = True, extra: list[str] | None = None,
-                      give_up: str = GIVE_UP) -> str:
+def user_context_text(
+    facts: list[str],
+    goal: str,
+    *,
+    agrees: bool = True,
+    extra: list[str] | None = None,
+    give_up: str = GIVE_UP,
+) -> str:
     """The simulated user's private facts, one ``Key: value`` per line.
 
     Args:
@@ -94,11 +113,14 @@ def user_context_text(facts: list[str], goal: str, *, agrees: bool = True, extra
         extra: more facts (ids, factors, amounts) between identity and goal.
         give_up: how the user answers a refusal.
     """
-    lines = [*facts, *(extra or []),
-             f"Goal: {goal}",
-             f"Agrees to proceed: {'yes' if agrees else 'no'}",
-             give_up,
-             "Do not invent facts; if asked something not listed here, say you don't know."]
+    lines = [
+        *facts,
+        *(extra or []),
+        f"Goal: {goal}",
+        f"Agrees to proceed: {'yes' if agrees else 'no'}",
+        give_up,
+        "Do not invent facts; if asked something not listed here, say you don't know.",
+    ]
     return "\n".join(lines)
 
 

@@ -68,7 +68,9 @@ class Domain:
     splittable: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def from_modules(cls, name: str, *, models: ModuleType, seed: ModuleType, tools: ModuleType) -> Domain:
+    def from_modules(
+        cls, name: str, *, models: ModuleType, seed: ModuleType, tools: ModuleType
+    ) -> Domain:
         """The record of a domain package laid out as every embedded domain is.
 
         Args:
@@ -83,10 +85,17 @@ class Domain:
             OSError: the policy file cannot be read.
         """
         policy_path = Path(models.__file__).with_name("policy.md")
-        return cls(name=name, server_name=f"rewardbox_{name}", metadata=models.METADATA, tools=tools.TOOLS,
-                   seed_rows=seed.seed_rows, policy_text=policy_path.read_text(encoding="utf-8").strip(),
-                   ungraded=models.UNGRADED, readonly_tools=tools.READONLY_TOOLS,
-                   splittable=dict(getattr(tools, "SPLITTABLE", {})))
+        return cls(
+            name=name,
+            server_name=f"rewardbox_{name}",
+            metadata=models.METADATA,
+            tools=tools.TOOLS,
+            seed_rows=seed.seed_rows,
+            policy_text=policy_path.read_text(encoding="utf-8").strip(),
+            ungraded=models.UNGRADED,
+            readonly_tools=tools.READONLY_TOOLS,
+            splittable=dict(getattr(tools, "SPLITTABLE", {})),
+        )
 
     def dump(self, engine: sa.Engine) -> State:
         """The canonical state of an engine of this domain."""
@@ -162,7 +171,9 @@ class ToolRunner:
                 return {"error": str(exc), "tool": name}, True
         return result, False
 
-    def invoke(self, engine: sa.Engine, name: str, arguments: Mapping[str, Any]) -> tuple[Any, bool]:
+    def invoke(
+        self, engine: sa.Engine, name: str, arguments: Mapping[str, Any]
+    ) -> tuple[Any, bool]:
         """Validate then execute; every tool-level problem becomes ``{"error", "tool"}``."""
         try:
             kwargs = self.validate(name, arguments)

@@ -28,6 +28,7 @@ from rewardbox import strict_json
 from rewardbox.domains.base import DataPatchError, Domain
 from rewardbox.grading.canonical import State
 
+
 def coerce_value(column: sa.Column, value: Any, where: str) -> Any:
     """A JSON/YAML value converted to what the column stores.
 
@@ -39,7 +40,9 @@ def coerce_value(column: sa.Column, value: Any, where: str) -> Any:
     col_type = column.type
     try:
         if isinstance(col_type, sa.DateTime):
-            return value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+            return (
+                value if isinstance(value, dt.datetime) else dt.datetime.fromisoformat(str(value))
+            )
         if isinstance(col_type, sa.Date):
             if isinstance(value, dt.datetime):
                 return value.date()
@@ -57,7 +60,11 @@ def coerce_value(column: sa.Column, value: Any, where: str) -> Any:
                 raise TypeError(f"expected true/false, got {type(value).__name__}")
             return value
         if isinstance(col_type, sa.Integer):
-            if isinstance(value, float) and not value.is_integer() or not isinstance(value, (int, float)):
+            if (
+                isinstance(value, float)
+                and not value.is_integer()
+                or not isinstance(value, (int, float))
+            ):
                 raise TypeError(f"expected an integer, got {value!r}")
             return int(value)
         if isinstance(col_type, sa.String) and not isinstance(value, str):
@@ -96,8 +103,13 @@ def _sqlite_template() -> _SQLiteTemplate:
     cargs, cparams = proto.dialect.create_connect_args(proto.url)
     cparams = {**cparams, "check_same_thread": False}
     proto.dispose()
-    return _SQLiteTemplate(proto.dialect, proto.url, (tuple(cargs), cparams), proto.dialect.on_connect(),
-                           sa.util.LRUCache(2000))
+    return _SQLiteTemplate(
+        proto.dialect,
+        proto.url,
+        (tuple(cargs), cparams),
+        proto.dialect.on_connect(),
+        sa.util.LRUCache(2000),
+    )
 
 
 def new_engine() -> sa.Engine:
@@ -124,7 +136,9 @@ def new_engine() -> sa.Engine:
     return engine.execution_options(compiled_cache=t.compiled_cache)
 
 
-def apply_data_patch(engine: sa.Engine, metadata: sa.MetaData, patch: Mapping[str, Any] | None) -> None:
+def apply_data_patch(
+    engine: sa.Engine, metadata: sa.MetaData, patch: Mapping[str, Any] | None
+) -> None:
     """Upsert the rows of a ``data_patch`` by primary key, in foreign-key order.
 
     An existing row is updated with the given columns; a new row is inserted.
@@ -137,16 +151,23 @@ def apply_data_patch(engine: sa.Engine, metadata: sa.MetaData, patch: Mapping[st
     if not patch:
         return
     if not isinstance(patch, Mapping):
-        raise DataPatchError(f"data_patch must be a mapping of table -> rows, got {type(patch).__name__}")
+        raise DataPatchError(
+            f"data_patch must be a mapping of table -> rows, got {type(patch).__name__}"
+        )
     unknown = sorted(set(patch) - set(metadata.tables))
     if unknown:
-        raise DataPatchError(f"data_patch: unknown table(s) {unknown}; known: {sorted(metadata.tables)}")
+        raise DataPatchError(
+            f"data_patch: unknown table(s) {unknown}; known: {sorted(metadata.tables)}"
+        )
     with engine.begin() as conn:
         for table in metadata.sorted_tables:
             rows = patch.get(table.name) or []
             if not isinstance(rows, list):
                 raise DataPatchError(f"data_patch.{table.name}: expected a list of rows")
-            coerced = [coerce_row(table, raw, f"data_patch.{table.name}[{i}]") for i, raw in enumerate(rows)]
+            coerced = [
+                coerce_row(table, raw, f"data_patch.{table.name}[{i}]")
+                for i, raw in enumerate(rows)
+            ]
             if coerced:
                 _upsert_rows(conn, table, coerced)
 
@@ -165,24 +186,36 @@ def _upsert_rows(conn: sa.Connection, table: sa.Table, rows: list[dict[str, Any]
     for i, row in enumerate(rows):
         missing = [c.name for c in pk_cols if row.get(c.name) is None]
         if missing:
-            raise DataPatchError(f"data_patch.{table.name}[{i}]: missing primary key column(s) {missing}")
+            raise DataPatchError(
+                f"data_patch.{table.name}[{i}]: missing primary key column(s) {missing}"
+            )
         key = tuple(row[c.name] for c in pk_cols)
         target = updates if key in existing else inserts
         existing.add(key)
         target.setdefault(tuple(sorted(row)), []).append((i, row))
     for columns, batch in updates.items():
         pk_names = {c.name for c in pk_cols}
-        statement = table.update().where(*[c == sa.bindparam(f"pk_{c.name}") for c in pk_cols]).values(
-            {name: sa.bindparam(f"v_{name}") for name in columns if name not in pk_names})
-        params = [{**{f"pk_{c.name}": row[c.name] for c in pk_cols}, **{f"v_{k}": v for k, v in row.items()}}
-                  for _, row in batch]
+        statement = (
+            table.update()
+            .where(*[c == sa.bindparam(f"pk_{c.name}") for c in pk_cols])
+            .values({name: sa.bindparam(f"v_{name}") for name in columns if name not in pk_names})
+        )
+        params = [
+            {
+                **{f"pk_{c.name}": row[c.name] for c in pk_cols},
+                **{f"v_{k}": v for k, v in row.items()},
+            }
+            for _, row in batch
+        ]
         if len(columns) > len(pk_names):  # a row naming only its key changes nothing
             _bulk(conn, table, statement, list(zip([i for i, _ in batch], params)))
     for batch in inserts.values():
         _bulk(conn, table, table.insert(), batch)
 
 
-def _bulk(conn: sa.Connection, table: sa.Table, statement: Any, batch: list[tuple[int, dict[str, Any]]]) -> None:
+def _bulk(
+    conn: sa.Connection, table: sa.Table, statement: Any, batch: list[tuple[int, dict[str, Any]]]
+) -> None:
     """``executemany`` of one statement; on a constraint violation, row by row to name the row."""
     try:
         with conn.begin_nested():
@@ -192,7 +225,9 @@ def _bulk(conn: sa.Connection, table: sa.Table, statement: Any, batch: list[tupl
             _guarded(conn, statement, params, f"data_patch.{table.name}[{i}]")
 
 
-def _guarded(conn: sa.Connection, statement: Any, params: dict[str, Any] | None, where: str) -> None:
+def _guarded(
+    conn: sa.Connection, statement: Any, params: dict[str, Any] | None, where: str
+) -> None:
     try:
         with conn.begin_nested():
             conn.execute(statement, params)
@@ -208,8 +243,12 @@ class _DatabaseImage:
     byte-identical and private to the episode.
     """
 
-    def __init__(self, domain: Domain, source: _DatabaseImage | None = None,
-                 data_patch: Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        domain: Domain,
+        source: _DatabaseImage | None = None,
+        data_patch: Mapping[str, Any] | None = None,
+    ):
         self.engine = new_engine()
         self.lock = threading.Lock()
         try:
@@ -234,12 +273,16 @@ class _DatabaseImage:
         finally:
             target.close()
 
+
 def _seed(domain: Domain, engine: sa.Engine) -> None:
     domain.metadata.create_all(engine)
     rows = domain.seed_rows()
     with engine.begin() as conn:
         for table in domain.metadata.sorted_tables:
-            coerced = [coerce_row(table, r, f"seed.{table.name}[{i}]") for i, r in enumerate(rows.get(table.name, []))]
+            coerced = [
+                coerce_row(table, r, f"seed.{table.name}[{i}]")
+                for i, r in enumerate(rows.get(table.name, []))
+            ]
             if coerced:
                 conn.execute(table.insert(), coerced)
 
@@ -276,11 +319,15 @@ def task_image(domain: Domain, data_patch: Mapping[str, Any] | None = None) -> _
         seed_key = (pid, id(domain))
         if seed_key not in _SEEDS:
             _SEEDS[seed_key] = _DatabaseImage(domain)
-        image = _DatabaseImage(domain, _SEEDS[seed_key], data_patch) if data_patch else _SEEDS[seed_key]
+        image = (
+            _DatabaseImage(domain, _SEEDS[seed_key], data_patch) if data_patch else _SEEDS[seed_key]
+        )
         if image.initial_state is None:
             image.initial_state = domain.dump(image.engine)
         _TASK_IMAGES[key] = image
-        while len(_TASK_IMAGES) > TASK_IMAGES_MAX:  # an episode may still be copying it: freed when unreferenced
+        while (
+            len(_TASK_IMAGES) > TASK_IMAGES_MAX
+        ):  # an episode may still be copying it: freed when unreferenced
             _TASK_IMAGES.popitem(last=False)
         return image
 

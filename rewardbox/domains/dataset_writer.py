@@ -57,28 +57,47 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|" if "\n" in value else None)
+    return dumper.represent_scalar(
+        "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None
+    )
 
 
 _Dumper.add_representer(str, _represent_str)
-_Dumper.add_representer(_Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True))
-_Dumper.add_representer(_FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+_Dumper.add_representer(
+    _Flow, lambda d, v: d.represent_mapping("tag:yaml.org,2002:map", v, flow_style=True)
+)
+_Dumper.add_representer(
+    _FlowList, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
+)
 
 
 def to_yaml(value: Any) -> str:
     """Deterministic YAML (insertion order, no aliases, literal blocks for multi-line text)."""
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=4096,
-                     allow_unicode=False)
+    return yaml.dump(
+        value,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=4096,
+        allow_unicode=False,
+    )
 
 
 def _test_yaml(task: dict[str, Any], server_name: str) -> dict[str, Any]:
     server = task["init"][server_name]
     patch = {table: [_Flow(row) for row in rows] for table, rows in server["data_patch"].items()}
-    golden = [_Flow(tool=i["tool"], parameters=_Flow(i["parameters"]))
-              for i in server["golden_test_case"]["tool_interactions"]]
-    return {"query": task["query"], "user_context": task["user_context"],
-            "init": {server_name: {"data_patch": patch, "golden_test_case": {"tool_interactions": golden}}},
-            "tags": _FlowList(task["tags"])}
+    golden = [
+        _Flow(tool=i["tool"], parameters=_Flow(i["parameters"]))
+        for i in server["golden_test_case"]["tool_interactions"]
+    ]
+    return {
+        "query": task["query"],
+        "user_context": task["user_context"],
+        "init": {
+            server_name: {"data_patch": patch, "golden_test_case": {"tool_interactions": golden}}
+        },
+        "tags": _FlowList(task["tags"]),
+    }
 
 
 # -- test files ------------------------------------------------------------------------
@@ -119,30 +138,55 @@ def render_test_function(task: dict[str, Any], server_name: str) -> str:
     checks = ["    validate_database(x, SRV)"]
     if task["response_values"]:
         expect = [v if isinstance(v, str) else tuple(v) for v in task["response_values"]]
-        checks.append(f"    validate_response(x, expect={expect!r}, reject={list(task['response_reject'])!r})")
-    return (f"def {task['name']}(x: TestContext, judge: Judge):\n"
-            f'    """!\n{textwrap.indent(body, "    ")}    """\n' + "\n".join(checks) + "\n")
+        checks.append(
+            f"    validate_response(x, expect={expect!r}, reject={list(task['response_reject'])!r})"
+        )
+    return (
+        f"def {task['name']}(x: TestContext, judge: Judge):\n"
+        f'    """!\n{textwrap.indent(body, "    ")}    """\n' + "\n".join(checks) + "\n"
+    )
 
 
-def task_record(family: Family, k: int, made: dict[str, Any], builder: RowBuilder,
-                 domain: Domain) -> dict[str, Any]:
+def task_record(
+    family: Family, k: int, made: dict[str, Any], builder: RowBuilder, domain: Domain
+) -> dict[str, Any]:
     """The spec of variant ``k`` of ``family`` from what its template ``made``.
 
     The test function is ``test_<domain>_<family>_<nn>``: unique across the
     embedded domains even when their families share a name.
     """
     name = f"test_{domain.name}_{family.name}_{k + 1:02d}"
-    init = {domain.server_name: {"data_patch": builder.rows,
-                                 "golden_test_case": {"tool_interactions": made["golden"]}}}
-    tags = [f"difficulty:{family.difficulty}", "expects_write" if made["expects_write"] else "no_write",
-            f"family:{family.name}"] + (["tells_value"] if made["response_values"] else []) + (
-            ["held_out_template"] if family.held_out else [])
+    init = {
+        domain.server_name: {
+            "data_patch": builder.rows,
+            "golden_test_case": {"tool_interactions": made["golden"]},
+        }
+    }
+    tags = (
+        [
+            f"difficulty:{family.difficulty}",
+            "expects_write" if made["expects_write"] else "no_write",
+            f"family:{family.name}",
+        ]
+        + (["tells_value"] if made["response_values"] else [])
+        + (["held_out_template"] if family.held_out else [])
+    )
     return {
-        "uid": f"{family.file}:{name}", "file": family.file, "name": name, "family": family.name,
-        "difficulty": family.difficulty, "query": made["query"], "user_context": made["user_context"],
-        "init": init, "world_state": init, "tags": tags, "expects_write": made["expects_write"],
-        "response_values": made["response_values"], "response_reject": made["response_reject"],
-        "split": "candidate", "held_out_template": family.held_out,
+        "uid": f"{family.file}:{name}",
+        "file": family.file,
+        "name": name,
+        "family": family.name,
+        "difficulty": family.difficulty,
+        "query": made["query"],
+        "user_context": made["user_context"],
+        "init": init,
+        "world_state": init,
+        "tags": tags,
+        "expects_write": made["expects_write"],
+        "response_values": made["response_values"],
+        "response_reject": made["response_reject"],
+        "split": "candidate",
+        "held_out_template": family.held_out,
     }
 
 
@@ -191,7 +235,9 @@ class DatasetRecipe:
         tasks: list[dict[str, Any]] = []
         for family in self.families:
             for k in range(family.count):
-                builder = self.new_builder(len(tasks) + 1, random.Random(f"{seed}:{family.name}:{k}"))
+                builder = self.new_builder(
+                    len(tasks) + 1, random.Random(f"{seed}:{family.name}:{k}")
+                )
                 made = family.build(builder, k)
                 tasks.append(task_record(family, k, made, builder, self.domain))
         if self.held_out:
@@ -201,7 +247,9 @@ class DatasetRecipe:
         rng = random.Random(f"{seed}:benchmark")
         for family in self.families:
             members = [t for t in tasks if t["family"] == family.name]
-            picked = members if family.held_out else rng.sample(members, max(1, round(len(members) / 4)))
+            picked = (
+                members if family.held_out else rng.sample(members, max(1, round(len(members) / 4)))
+            )
             for task in picked:
                 task["split"] = "benchmark"
         return tasks
@@ -218,39 +266,60 @@ class DatasetRecipe:
         bad = []
         for task in tasks:
             server = task["init"][self.domain.server_name]
-            lines = order_divergences(runner, server["data_patch"],
-                                      server["golden_test_case"]["tool_interactions"], seed=task["uid"])
+            lines = order_divergences(
+                runner,
+                server["data_patch"],
+                server["golden_test_case"]["tool_interactions"],
+                seed=task["uid"],
+            )
             if lines:
                 bad.append(f"{task['uid']}: {lines[0]}")
         if bad:
-            raise GenerationError(f"{len(bad)} task(s) grade an equally valid order or split differently: "
-                                  + "; ".join(bad[:5]))
+            raise GenerationError(
+                f"{len(bad)} task(s) grade an equally valid order or split differently: "
+                + "; ".join(bad[:5])
+            )
 
     def render_test_file(self, tasks: list[dict[str, Any]], seed: int) -> str:
         """A whole ``test_case/<domain>_*.py`` file of ``tasks`` (one file's tasks, in order)."""
-        head = _FILE_HEAD.format(seed=seed, scenario=self.domain.name, server=self.domain.server_name)
-        return head + "".join("\n\n" + render_test_function(t, self.domain.server_name) for t in tasks)
+        head = _FILE_HEAD.format(
+            seed=seed, scenario=self.domain.name, server=self.domain.server_name
+        )
+        return head + "".join(
+            "\n\n" + render_test_function(t, self.domain.server_name) for t in tasks
+        )
 
     def scenario_yaml(self) -> str:
         """``scenario/<domain>.yaml``: world_state, the tool list, the policy."""
-        doc = {"world_state": {self.domain.server_name: {"data_patch": None, "golden_test_case": None}},
-               "tools": [_Flow(name=fn.__name__) for fn in self.domain.tools],
-               "bot_instructions": self.domain.policy_text + "\n"}
+        doc = {
+            "world_state": {
+                self.domain.server_name: {"data_patch": None, "golden_test_case": None}
+            },
+            "tools": [_Flow(name=fn.__name__) for fn in self.domain.tools],
+            "bot_instructions": self.domain.policy_text + "\n",
+        }
         return to_yaml(doc)
 
     def agent_yaml(self) -> str:
         """``agent/agent.yaml``: the agent's system instructions (who it is, when to write <DONE>) and
         ``builtin_tools`` (none; the upstream harness requires the key)."""
-        return to_yaml({"system_instructions": _AGENT_INSTRUCTIONS.format(agent=self.agent, user=self.user) + "\n",
-                        "builtin_tools": []})
+        return to_yaml(
+            {
+                "system_instructions": _AGENT_INSTRUCTIONS.format(agent=self.agent, user=self.user)
+                + "\n",
+                "builtin_tools": [],
+            }
+        )
 
     def testlists(self, tasks: list[dict[str, Any]]) -> dict[str, list[str]]:
         """``{file name: uids}`` of ``testlists/`` (see the module docstring)."""
         if self.held_out:
             uids = [t["uid"] for t in tasks]
             return {"benchmark.yaml": uids, "all.yaml": uids}
-        return {"benchmark.yaml": [t["uid"] for t in tasks if t["split"] == "benchmark"],
-                "candidates.yaml": [t["uid"] for t in tasks if t["split"] == "candidate"]}
+        return {
+            "benchmark.yaml": [t["uid"] for t in tasks if t["split"] == "benchmark"],
+            "candidates.yaml": [t["uid"] for t in tasks if t["split"] == "candidate"],
+        }
 
     def write_dataset(self, out: Path, seed: int | None = None) -> list[Path]:
         """Write the whole dataset under ``out``; stale ``test_case/<domain>_*.py`` files are removed.
@@ -271,7 +340,9 @@ class DatasetRecipe:
         for name, uids in self.testlists(tasks).items():
             files[out / "testlists" / name] = to_yaml(uids)
         for name in dict.fromkeys(t["file"] for t in tasks):
-            files[out / "test_case" / name] = self.render_test_file([t for t in tasks if t["file"] == name], seed)
+            files[out / "test_case" / name] = self.render_test_file(
+                [t for t in tasks if t["file"] == name], seed
+            )
         stale = set((out / "test_case").glob(f"{self.domain.name}_*.py")) - set(files)
         for path in stale:
             path.unlink()
@@ -283,8 +354,12 @@ class DatasetRecipe:
     def main(self, argv: list[str] | None = None) -> None:
         """CLI: ``--out DIR [--seed N]``; prints how many files and tasks it wrote."""
         parser = argparse.ArgumentParser(description=self.description)
-        parser.add_argument("--out", type=Path, required=True, help="dataset directory to (re)write")
+        parser.add_argument(
+            "--out", type=Path, required=True, help="dataset directory to (re)write"
+        )
         parser.add_argument("--seed", type=int, default=self.default_seed)
         args = parser.parse_args(argv)
         paths = self.write_dataset(args.out, args.seed)
-        print(f"wrote {len(paths)} files, {len(self.generate_tasks(args.seed))} tasks under {args.out}")
+        print(
+            f"wrote {len(paths)} files, {len(self.generate_tasks(args.seed))} tasks under {args.out}"
+        )

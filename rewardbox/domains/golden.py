@@ -18,6 +18,7 @@ from rewardbox.domains.base import DataPatchError, ToolRunner
 from rewardbox.domains.database import EpisodeDatabase, task_image
 from rewardbox.grading.canonical import State, diff_states, primary_keys, state_hash
 
+
 def golden_interactions(golden_test_case: Any) -> list[dict[str, Any]]:
     """The ``tool_interactions`` list of a ``golden_test_case`` (checked shape).
 
@@ -35,7 +36,9 @@ def golden_interactions(golden_test_case: Any) -> list[dict[str, Any]]:
         if not isinstance(item, Mapping) or not isinstance(item.get("tool"), str):
             raise DataPatchError(f"golden_test_case.tool_interactions[{i}]: needs a 'tool' name")
         if not isinstance(item.get("parameters") or {}, Mapping):
-            raise DataPatchError(f"golden_test_case.tool_interactions[{i}].parameters must be a mapping")
+            raise DataPatchError(
+                f"golden_test_case.tool_interactions[{i}].parameters must be a mapping"
+            )
     return [dict(item) for item in items]
 
 
@@ -67,7 +70,9 @@ def build_golden_state(
     return cached
 
 
-def _replay(runner: ToolRunner, db: EpisodeDatabase, interactions: list[dict[str, Any]]) -> tuple[State | None, str | None]:
+def _replay(
+    runner: ToolRunner, db: EpisodeDatabase, interactions: list[dict[str, Any]]
+) -> tuple[State | None, str | None]:
     for i, item in enumerate(interactions):
         payload, failed = runner.invoke(db.engine, item["tool"], item.get("parameters") or {})
         if failed:

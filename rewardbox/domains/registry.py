@@ -13,8 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-DOMAIN_SERVERS: dict[str, str] = {"retail": "rewardbox_retail", "hotel": "rewardbox_hotel",
-                                   "helpdesk": "rewardbox_helpdesk"}
+DOMAIN_SERVERS: dict[str, str] = {
+    "retail": "rewardbox_retail",
+    "hotel": "rewardbox_hotel",
+    "helpdesk": "rewardbox_helpdesk",
+}
 """Domain (dataset) name -> its server name."""
 
 _DOMAINS_ROOT = Path(__file__).resolve().parent

@@ -128,7 +128,9 @@ def tool_runner(domain: Domain) -> ToolRunner:
     return ToolRunner(domain)
 
 
-def _tool_handler(state: EpisodeState, name: str, fn: Callable[..., Any], describe: bool) -> Callable[..., Any]:
+def _tool_handler(
+    state: EpisodeState, name: str, fn: Callable[..., Any], describe: bool
+) -> Callable[..., Any]:
     """An async handler running tool ``name`` on ``state``'s database (arguments already validated).
 
     With ``describe``, the handler carries the tool's public signature and
@@ -174,7 +176,10 @@ def _reserved_handlers(state: EpisodeState) -> dict[str, Callable[..., Any]]:
 
 def _handlers(state: EpisodeState, describe: bool = False) -> dict[str, Callable[..., Any]]:
     """Every tool of one server instance, bound to its episode state."""
-    out = {name: _tool_handler(state, name, fn, describe) for name, fn in state.runner.functions.items()}
+    out = {
+        name: _tool_handler(state, name, fn, describe)
+        for name, fn in state.runner.functions.items()
+    }
     out.update(_reserved_handlers(state))
     return out
 
@@ -188,7 +193,9 @@ def _tool_templates(domain: Domain) -> tuple[Tool, ...]:
     """
     donor = _handlers(EpisodeState(tool_runner(domain)), describe=True)
     return tuple(
-        Tool.from_function(fn, name=name, description=inspect.getdoc(fn) or name, structured_output=False)
+        Tool.from_function(
+            fn, name=name, description=inspect.getdoc(fn) or name, structured_output=False
+        )
         for name, fn in donor.items()
     )
 
@@ -216,15 +223,19 @@ def build_server(domain_name: str) -> MCPServer:
     Raises:
         ModuleNotFoundError: no embedded domain of that name.
     """
-    return build_domain_server(importlib.import_module(f"rewardbox.domains.{domain_name}.domain").DOMAIN)
+    return build_domain_server(
+        importlib.import_module(f"rewardbox.domains.{domain_name}.domain").DOMAIN
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
     """Serve one fresh server of the domain named on the command line on stdio until stdin closes."""
     from rewardbox.domains.registry import DOMAIN_SERVERS
 
-    parser = argparse.ArgumentParser(prog="python -m rewardbox.domains.server",
-                                     description="Serve an embedded domain's MCP server on stdio.")
+    parser = argparse.ArgumentParser(
+        prog="python -m rewardbox.domains.server",
+        description="Serve an embedded domain's MCP server on stdio.",
+    )
     parser.add_argument("domain", choices=sorted(DOMAIN_SERVERS))
     build_server(parser.parse_args(argv).domain).run("stdio")
 

@@ -51,11 +51,14 @@ def _split(call: Mapping[str, Any], splittable: Mapping[str, str]) -> list[dict[
     values = (call.get("parameters") or {}).get(param) if param else None
     if not isinstance(values, list) or len(values) < 2:
         return [dict(call)]
-    return [{"tool": call["tool"], "parameters": {**call["parameters"], param: [v]}} for v in values]
+    return [
+        {"tool": call["tool"], "parameters": {**call["parameters"], param: [v]}} for v in values
+    ]
 
 
-def write_variants(domain: Domain, interactions: Sequence[Mapping[str, Any]],
-                   seed: str = "") -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def write_variants(
+    domain: Domain, interactions: Sequence[Mapping[str, Any]], seed: str = ""
+) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Every variant of a golden: its writes in each order, unsplit and split.
 
     Args:
@@ -96,8 +99,12 @@ class VariantReport:
     divergences: list[str] = field(default_factory=list)
 
 
-def replay_variants(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
-                    interactions: Sequence[Mapping[str, Any]], seed: str = "") -> VariantReport:
+def replay_variants(
+    runner: ToolRunner,
+    data_patch: Mapping[str, Any] | None,
+    interactions: Sequence[Mapping[str, Any]],
+    seed: str = "",
+) -> VariantReport:
     """Replay every variant of a golden (``write_variants``) and compare each with the golden state.
 
     Args:
@@ -125,7 +132,11 @@ def replay_variants(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
     return report
 
 
-def order_divergences(runner: ToolRunner, data_patch: Mapping[str, Any] | None,
-                      interactions: Sequence[Mapping[str, Any]], seed: str = "") -> list[str]:
+def order_divergences(
+    runner: ToolRunner,
+    data_patch: Mapping[str, Any] | None,
+    interactions: Sequence[Mapping[str, Any]],
+    seed: str = "",
+) -> list[str]:
     """The divergences of ``replay_variants``: empty when every valid variant reaches the golden state."""
     return replay_variants(runner, data_patch, interactions, seed).divergences

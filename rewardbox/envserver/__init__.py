@@ -16,8 +16,15 @@ See ``docs/environment_server.md``.
 try:
     import openenv.core  # noqa: F401
 except ImportError as exc:  # a clear message instead of a bare "No module named 'openenv'"
-    raise ImportError("rewardbox.envserver needs the 'env' extra (openenv-core): pip install -e '.[env]'") from exc
+    raise ImportError(
+        "rewardbox.envserver needs the 'env' extra (openenv-core): pip install -e '.[env]'"
+    ) from exc
 
-from rewardbox.envserver.models import RewardboxAction, RewardboxObservation, RewardboxState, ToolCallAction
+from rewardbox.envserver.models import (
+    RewardboxAction,
+    RewardboxObservation,
+    RewardboxState,
+    ToolCallAction,
+)
 
 __all__ = ["RewardboxAction", "RewardboxObservation", "RewardboxState", "ToolCallAction"]

@@ -19,23 +19,27 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
-from starlette.websockets import WebSocketDisconnect
 from openenv.core.env_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
+from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.websockets import WebSocketDisconnect
 
 from rewardbox.envserver.environment import RewardboxEnvironment
 from rewardbox.envserver.models import RewardboxAction, RewardboxObservation
 from rewardbox.envserver.services import EnvServices, InvalidResetError, UnknownTaskError
 from rewardbox.episode.stepwise import EpisodeClosedError
 
-HTTP_STEP_HINT = ("HTTP /step runs on a fresh environment for every request (OpenEnv's stateless HTTP), so no "
-                  "episode is ever waiting there: play an episode over the WebSocket session /ws "
-                  "(rewardbox.envserver.client.RewardboxEnv, OpenEnv's EnvClient)")
+HTTP_STEP_HINT = (
+    "HTTP /step runs on a fresh environment for every request (OpenEnv's stateless HTTP), so no "
+    "episode is ever waiting there: play an episode over the WebSocket session /ws "
+    "(rewardbox.envserver.client.RewardboxEnv, OpenEnv's EnvClient)"
+)
 _CALLER_ERRORS = ((UnknownTaskError, 404), (InvalidResetError, 422), (EpisodeClosedError, 409))
 
 
-def build_app(services: EnvServices, max_sessions: int = 16, session_timeout_s: float | None = None) -> FastAPI:
+def build_app(
+    services: EnvServices, max_sessions: int = 16, session_timeout_s: float | None = None
+) -> FastAPI:
     """The server app for ``services``.
 
     Args:
@@ -47,11 +51,15 @@ def build_app(services: EnvServices, max_sessions: int = 16, session_timeout_s: 
     """
     factory = functools.partial(RewardboxEnvironment, services)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout_s)
-    app = create_fastapi_app(factory, RewardboxAction, RewardboxObservation, concurrency_config=config)
+    app = create_fastapi_app(
+        factory, RewardboxAction, RewardboxObservation, concurrency_config=config
+    )
 
     @app.get("/tasks", tags=["Environment Info"], summary="The tasks this server serves")
     def list_tasks() -> list[dict[str, Any]]:
-        return [{"uid": t.uid, "dataset": t.dataset, "query": t.query} for t in services.tasks.values()]
+        return [
+            {"uid": t.uid, "dataset": t.dataset, "query": t.query} for t in services.tasks.values()
+        ]
 
     app.router.on_shutdown.append(services.close)
     for error, status in _CALLER_ERRORS:

@@ -25,9 +25,14 @@ class RewardboxEnv(EnvClient[RewardboxAction, RewardboxObservation, RewardboxSta
         return action.model_dump(exclude_defaults=True)
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[RewardboxObservation]:
-        observation = RewardboxObservation(**payload.get("observation", {}), reward=payload.get("reward"),
-                                           done=payload.get("done", False))
-        return StepResult(observation=observation, reward=payload.get("reward"), done=payload.get("done", False))
+        observation = RewardboxObservation(
+            **payload.get("observation", {}),
+            reward=payload.get("reward"),
+            done=payload.get("done", False),
+        )
+        return StepResult(
+            observation=observation, reward=payload.get("reward"), done=payload.get("done", False)
+        )
 
     def _parse_state(self, payload: dict[str, Any]) -> RewardboxState:
         return RewardboxState(**payload)

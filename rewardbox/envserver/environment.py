@@ -26,7 +26,13 @@ from openenv.core.env_server.types import EnvironmentMetadata
 from rewardbox.envserver.models import RewardboxAction, RewardboxObservation, RewardboxState
 from rewardbox.envserver.services import EnvServices, check_trial
 from rewardbox.episode.stepwise import (
-    AwaitingAction, EpisodeClosedError, Finished, Pause, StepwiseEpisode, completion_from_calls, completion_from_text,
+    AwaitingAction,
+    EpisodeClosedError,
+    Finished,
+    Pause,
+    StepwiseEpisode,
+    completion_from_calls,
+    completion_from_text,
 )
 from rewardbox.grading.tb_messages import DONE_MARKER
 from rewardbox.policy.base import ChatRequest, Completion
@@ -61,8 +67,14 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
 
     # -- OpenEnv API (async: the server's path) ------------------------------------------
 
-    async def reset_async(self, seed: int | None = None, episode_id: str | None = None,
-                          task_uid: str | None = None, trial: int = 0, **kwargs: Any) -> RewardboxObservation:
+    async def reset_async(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task_uid: str | None = None,
+        trial: int = 0,
+        **kwargs: Any,
+    ) -> RewardboxObservation:
         """Start a fresh episode (closing any running one) and return its first observation.
 
         Raises:
@@ -74,12 +86,15 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
         task = self._services.pick_task(task_uid, seed)
         self._episode = self._services.new_episode(task, trial)
         self._loop = asyncio.get_running_loop()
-        self._state = RewardboxState(episode_id=episode_id or str(uuid.uuid4()), task_uid=task.uid, trial=trial)
+        self._state = RewardboxState(
+            episode_id=episode_id or str(uuid.uuid4()), task_uid=task.uid, trial=trial
+        )
         self._shown = 0
         return self._observe(await self._episode.start(), with_tools=True)
 
-    async def step_async(self, action: RewardboxAction, timeout_s: float | None = None,
-                         **kwargs: Any) -> RewardboxObservation:
+    async def step_async(
+        self, action: RewardboxAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> RewardboxObservation:
         """Play one agent turn. ``timeout_s`` is not used (the sandbox's tool timeout applies).
 
         Raises:
@@ -87,7 +102,9 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
         """
         pause = self._episode.pause if self._episode is not None else None
         if not isinstance(pause, AwaitingAction):
-            raise EpisodeClosedError("no episode is waiting for an action: call reset (again) first")
+            raise EpisodeClosedError(
+                "no episode is waiting for an action: call reset (again) first"
+            )
         completion = action_completion(action, pause.request)
         self._state.step_count += 1
         return self._observe(await self._episode.act(completion))
@@ -105,10 +122,14 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
 
     # -- sync API (in-process use, no server) ---------------------------------------------
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RewardboxObservation:
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> RewardboxObservation:
         return self._run_private(self.reset_async(seed=seed, episode_id=episode_id, **kwargs))
 
-    def step(self, action: RewardboxAction, timeout_s: float | None = None, **kwargs: Any) -> RewardboxObservation:
+    def step(
+        self, action: RewardboxAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> RewardboxObservation:
         return self._run_private(self.step_async(action, timeout_s=timeout_s))
 
     def close(self) -> None:
@@ -146,13 +167,16 @@ class RewardboxEnvironment(Environment[RewardboxAction, RewardboxObservation, Re
             tools = [t.to_openai() for t in pause.request.tools] if with_tools else []
             fields: dict[str, Any] = {"status": "awaiting_action", "tools": tools}
         else:
-            messages = [{k: v for k, v in m.items() if k not in _HIDDEN_KEYS} for m in pause.result.messages]
+            messages = [
+                {k: v for k, v in m.items() if k not in _HIDDEN_KEYS} for m in pause.result.messages
+            ]
             fields = finished_fields(pause)
-        new_messages, self._shown = messages[self._shown:], len(messages)
+        new_messages, self._shown = messages[self._shown :], len(messages)
         self._state.status = fields["status"]
         self._state.termination_reason = fields.get("termination_reason")
-        return RewardboxObservation(task_uid=task_uid, query=query, messages=messages,
-                                    new_messages=new_messages, **fields)
+        return RewardboxObservation(
+            task_uid=task_uid, query=query, messages=messages, new_messages=new_messages, **fields
+        )
 
 
 def finished_fields(pause: Finished) -> dict[str, Any]:
@@ -161,11 +185,21 @@ def finished_fields(pause: Finished) -> dict[str, Any]:
     reason = None if result.termination_reason is None else str(result.termination_reason)
     common = {"done": True, "termination_reason": reason}
     if result.system_error is not None:
-        return {**common, "status": "system_error", "reward": None, "system_error": result.system_error}
+        return {
+            **common,
+            "status": "system_error",
+            "reward": None,
+            "system_error": result.system_error,
+        }
     outcome = result.test_outcome
     message = outcome.message if outcome is not None and not result.passed else ""
-    return {**common, "status": "finished", "reward": float(result.reward), "passed": bool(result.passed),
-            "grading_message": message}
+    return {
+        **common,
+        "status": "finished",
+        "reward": float(result.reward),
+        "passed": bool(result.passed),
+        "grading_message": message,
+    }
 
 
 def action_completion(action: RewardboxAction, request: ChatRequest) -> Completion:
@@ -175,7 +209,9 @@ def action_completion(action: RewardboxAction, request: ChatRequest) -> Completi
     message = action.message or ""
     if action.end_episode and not message.rstrip().endswith(DONE_MARKER):
         message = f"{message.rstrip()} {DONE_MARKER}"
-    return completion_from_calls(message, [(c.name, c.arguments) for c in action.tool_calls], request)
+    return completion_from_calls(
+        message, [(c.name, c.arguments) for c in action.tool_calls], request
+    )
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -27,7 +27,9 @@ class ToolCallAction(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(..., min_length=1, description="Tool name, as listed in the observation's tools")
+    name: str = Field(
+        ..., min_length=1, description="Tool name, as listed in the observation's tools"
+    )
     arguments: dict[str, Any] = Field(default_factory=dict, description="Arguments, a JSON object")
 
 
@@ -47,21 +49,35 @@ class RewardboxAction(Action):
       blocks, ``<DONE>``), as in evaluation.
     """
 
-    tool_calls: list[ToolCallAction] = Field(default_factory=list, description="Tool calls, run in order")
+    tool_calls: list[ToolCallAction] = Field(
+        default_factory=list, description="Tool calls, run in order"
+    )
     message: str | None = Field(None, description="Visible reply to the user")
-    end_episode: bool = Field(False, description="End the episode after this reply (appends <DONE>)")
-    raw_text: str | None = Field(None, description="A raw model completion, parsed by the project's interpreter")
+    end_episode: bool = Field(
+        False, description="End the episode after this reply (appends <DONE>)"
+    )
+    raw_text: str | None = Field(
+        None, description="A raw model completion, parsed by the project's interpreter"
+    )
 
     @model_validator(mode="after")
-    def _one_form(self) -> "RewardboxAction":
+    def _one_form(self) -> RewardboxAction:
         # PydanticCustomError, not ValueError: OpenEnv sends ``errors()`` as JSON, and a
         # ValueError's context (the exception object) cannot be serialised (the session would end).
-        if self.raw_text is not None and (self.tool_calls or self.message is not None or self.end_episode):
-            raise PydanticCustomError("action_form", "raw_text excludes tool_calls, message and end_episode")
+        if self.raw_text is not None and (
+            self.tool_calls or self.message is not None or self.end_episode
+        ):
+            raise PydanticCustomError(
+                "action_form", "raw_text excludes tool_calls, message and end_episode"
+            )
         if self.raw_text is None and not self.tool_calls and not (self.message or "").strip():
-            raise PydanticCustomError("action_form", "an action needs tool_calls, a non-empty message, or raw_text")
+            raise PydanticCustomError(
+                "action_form", "an action needs tool_calls, a non-empty message, or raw_text"
+            )
         if self.end_episode and self.tool_calls:
-            raise PydanticCustomError("action_form", "end_episode applies to a reply without tool calls")
+            raise PydanticCustomError(
+                "action_form", "end_episode applies to a reply without tool calls"
+            )
         return self
 
 
@@ -77,14 +93,23 @@ class RewardboxObservation(Observation):
     task_uid: str = Field(..., description="The task being played")
     query: str = Field("", description="The task's first user message")
     tools: list[dict[str, Any]] = Field(
-        default_factory=list, description="OpenAI-format tool schemas; sent by reset only")
-    messages: list[dict[str, Any]] = Field(default_factory=list, description="The visible conversation so far")
+        default_factory=list, description="OpenAI-format tool schemas; sent by reset only"
+    )
+    messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="The visible conversation so far"
+    )
     new_messages: list[dict[str, Any]] = Field(
-        default_factory=list, description="Messages added by the last action: tool results, the user's reply")
+        default_factory=list,
+        description="Messages added by the last action: tool results, the user's reply",
+    )
     termination_reason: str | None = Field(
-        None, description="Why the episode ended (rewardbox.episode.termination.TerminationReason value)")
+        None,
+        description="Why the episode ended (rewardbox.episode.termination.TerminationReason value)",
+    )
     passed: bool | None = Field(None, description="The task's test passed (finished episodes only)")
-    system_error: str | None = Field(None, description="'<kind>: <message>' of an infrastructure fault")
+    system_error: str | None = Field(
+        None, description="'<kind>: <message>' of an infrastructure fault"
+    )
     grading_message: str = Field("", description="The test's failure message, if any")
 
 

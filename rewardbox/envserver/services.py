@@ -71,8 +71,10 @@ class EnvServices:
         if task_uid is not None:
             if task_uid not in self.tasks:
                 known = ", ".join(list(self.tasks)[:5])
-                raise UnknownTaskError(f"unknown task {task_uid!r}; the server has {len(self.tasks)} tasks, "
-                                       f"e.g. {known} (GET /tasks lists them)")
+                raise UnknownTaskError(
+                    f"unknown task {task_uid!r}; the server has {len(self.tasks)} tasks, "
+                    f"e.g. {known} (GET /tasks lists them)"
+                )
             return self.tasks[task_uid]
         uids = list(self.tasks)
         if seed is None:
@@ -82,8 +84,14 @@ class EnvServices:
 
     def new_episode(self, task: Task, trial: int) -> StepwiseEpisode:
         """A fresh step-wise episode of ``task`` (its own sandbox when started)."""
-        return StepwiseEpisode(task, trial, sandbox_factory=self.sandbox_factory,
-                               user_simulator=self.user_simulator, grader=self.grader, config=self.config)
+        return StepwiseEpisode(
+            task,
+            trial,
+            sandbox_factory=self.sandbox_factory,
+            user_simulator=self.user_simulator,
+            grader=self.grader,
+            config=self.config,
+        )
 
     def close(self) -> None:
         """Stop the grading workers (if the grader has any)."""
@@ -104,5 +112,10 @@ class SharedParts(Protocol):
 def build_services(tasks: Sequence[Task], parts: SharedParts) -> EnvServices:
     """The server's shared services: ``tasks`` served by uid, on ``parts``
     (``rewardbox.runtime.verl_services.loop_services`` of a profile)."""
-    return EnvServices(tasks={t.uid: t for t in tasks}, sandbox_factory=parts.sandbox_factory,
-                       user_simulator=parts.user_simulator, grader=parts.grader, config=parts.config)
+    return EnvServices(
+        tasks={t.uid: t for t in tasks},
+        sandbox_factory=parts.sandbox_factory,
+        user_simulator=parts.user_simulator,
+        grader=parts.grader,
+        config=parts.config,
+    )

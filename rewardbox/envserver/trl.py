@@ -42,15 +42,26 @@ RESPONSE_TEMPLATE: dict[str, Any] = {
     "defaults": {"role": "assistant"},
     "start_anchor": "<|im_start|>assistant\n",
     "fields": {
-        "tool_calls": {"open": "<tool_call>", "close_pattern": r"</tool_call>\s*", "repeats": True, "content": "json",
-                       "transform": {"type": "function", "function": "{content}"}},
+        "tool_calls": {
+            "open": "<tool_call>",
+            "close_pattern": r"</tool_call>\s*",
+            "repeats": True,
+            "content": "json",
+            "transform": {"type": "function", "function": "{content}"},
+        },
         "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
     },
 }
 """transformers' response template (``tokenizer.response_template``, transformers >= 5.13) for the project's
 chat template: visible text, then ``<tool_call>`` JSON objects, up to ``<|im_end|>``."""
 
-_JSON_TYPES: dict[str, Any] = {"string": str, "integer": int, "number": float, "boolean": bool, "object": dict}
+_JSON_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "object": dict,
+}
 
 
 class EpisodeOverError(RuntimeError):
@@ -69,13 +80,17 @@ def trl_tokenizer(checkpoint_dir: str) -> Any:
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
     template = tokenizer.chat_template or ""
     if "<tool_call>" not in template or "<|im_start|>" not in template:
-        raise ValueError(f"{checkpoint_dir}: its chat template is not the project's <tool_call> ChatML template; "
-                         "use a checkpoint converted by rewardbox (base_checkpoint) or TRL's add_response_schema")
+        raise ValueError(
+            f"{checkpoint_dir}: its chat template is not the project's <tool_call> ChatML template; "
+            "use a checkpoint converted by rewardbox (base_checkpoint) or TRL's add_response_schema"
+        )
     tokenizer.response_template = RESPONSE_TEMPLATE
     return tokenizer
 
 
-def task_rows(base_url: str, task_uids: Iterable[str] | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def task_rows(
+    base_url: str, task_uids: Iterable[str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Dataset rows and tool schemas for ``GRPOTrainer``, read from the server by resetting each task once.
 
     Args:
@@ -91,8 +106,13 @@ def task_rows(base_url: str, task_uids: Iterable[str] | None = None) -> tuple[li
     """
     import httpx
 
-    uids = list(task_uids) if task_uids is not None else [
-        t["uid"] for t in httpx.get(f"{base_url}/tasks", timeout=30).raise_for_status().json()]
+    uids = (
+        list(task_uids)
+        if task_uids is not None
+        else [
+            t["uid"] for t in httpx.get(f"{base_url}/tasks", timeout=30).raise_for_status().json()
+        ]
+    )
     rows, tools = [], {}
     with RewardboxEnv(base_url=base_url).sync() as env:
         for uid in uids:
@@ -143,7 +163,9 @@ class RewardboxToolEnv:
         return _last_content(observation, "user") or "The user has ended the conversation."
 
     def _call_tool(self, name: str, arguments: dict[str, Any]) -> str:
-        observation = self._act_as_tool(RewardboxAction(tool_calls=[ToolCallAction(name=name, arguments=arguments)]))
+        observation = self._act_as_tool(
+            RewardboxAction(tool_calls=[ToolCallAction(name=name, arguments=arguments)])
+        )
         return _last_content(observation, "tool")
 
     def _act_as_tool(self, action: RewardboxAction) -> RewardboxObservation:
@@ -172,11 +194,16 @@ class RewardboxToolEnv:
             self.reward = float(observation.reward)
         elif observation.status == "system_error":
             self.system_error = observation.system_error
-            logger.warning("rewardbox episode %s ended with a system error: %s", observation.task_uid,
-                           observation.system_error)
+            logger.warning(
+                "rewardbox episode %s ended with a system error: %s",
+                observation.task_uid,
+                observation.system_error,
+            )
 
 
-def rewardbox_reward(environments: list[RewardboxToolEnv], completions: list[Any], **kwargs: Any) -> list[float | None]:
+def rewardbox_reward(
+    environments: list[RewardboxToolEnv], completions: list[Any], **kwargs: Any
+) -> list[float | None]:
     """TRL reward function: end each episode with the completion's final answer; the grader's reward.
 
     Returns:
@@ -184,10 +211,14 @@ def rewardbox_reward(environments: list[RewardboxToolEnv], completions: list[Any
         a system error (TRL treats None as "not applicable"; see the docs on
         how TRL aggregates it).
     """
-    return [env._finish(_final_text(completion)) for env, completion in zip(environments, completions)]
+    return [
+        env._finish(_final_text(completion)) for env, completion in zip(environments, completions)
+    ]
 
 
-def environment_class(base_url: str, tools: list[dict[str, Any]], name: str = "RewardboxTrlEnv") -> type:
+def environment_class(
+    base_url: str, tools: list[dict[str, Any]], name: str = "RewardboxTrlEnv"
+) -> type:
     """A ``RewardboxToolEnv`` subclass with one typed tool method per OpenAI-format schema in ``tools``.
 
     Raises:
@@ -197,9 +228,17 @@ def environment_class(base_url: str, tools: list[dict[str, Any]], name: str = "R
     namespace: dict[str, Any] = {"base_url": base_url}
     for tool in tools:
         fn = tool["function"]
-        if not fn["name"].isidentifier() or keyword.iskeyword(fn["name"]) or fn["name"] in ("reset", "reply_to_user"):
-            raise ValueError(f"tool name {fn['name']!r} cannot be a method of a TRL environment class")
-        namespace[fn["name"]] = _tool_method(fn["name"], fn.get("description", ""), fn.get("parameters") or {})
+        if (
+            not fn["name"].isidentifier()
+            or keyword.iskeyword(fn["name"])
+            or fn["name"] in ("reset", "reply_to_user")
+        ):
+            raise ValueError(
+                f"tool name {fn['name']!r} cannot be a method of a TRL environment class"
+            )
+        namespace[fn["name"]] = _tool_method(
+            fn["name"], fn.get("description", ""), fn.get("parameters") or {}
+        )
     return type(name, (RewardboxToolEnv,), namespace)
 
 
@@ -210,17 +249,22 @@ def _tool_method(name: str, description: str, schema: dict[str, Any]) -> Any:
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, Any] = {"return": str}
     lines = [description.strip() or f"Call the {name} tool.", "", "Args:"]
-    for arg in sorted(properties, key=lambda a: a not in required):  # required first, as Python needs
+    for arg in sorted(
+        properties, key=lambda a: a not in required
+    ):  # required first, as Python needs
         if not arg.isidentifier() or keyword.iskeyword(arg):
             raise ValueError(f"argument {arg!r} of tool {name!r} is not a Python identifier")
         spec = properties[arg]
         annotation = _python_type(spec)
         default = inspect.Parameter.empty if arg in required else spec.get("default")
         if arg not in required and default is None:
-            annotation = typing.Optional[annotation]
+            annotation = typing.Optional[annotation]  # noqa: UP045 - built at run time from a schema
         annotations[arg] = annotation
-        params.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                        annotation=annotation))
+        params.append(
+            inspect.Parameter(
+                arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation
+            )
+        )
         lines.append(f"    {arg}: {spec.get('description') or arg.replace('_', ' ')}")
     lines += ["", "Returns:", "    The tool's output (JSON text)."]
 

@@ -42,10 +42,17 @@ class GoldenCallLength:
 
 def golden_call_text(tool: str, arguments: dict[str, Any]) -> str:
     """One golden call as the policy writes it: the chat template's assistant turn, end token included."""
-    message = {"role": "assistant", "content": "",
-               "tool_calls": [{"id": "call_0", "type": "function", "function": {"name": tool, "arguments": arguments}}]}
-    rendered = render_prompt([{"role": "user", "content": "."}, message], None, add_generation_prompt=False)
-    return rendered[rendered.rindex(_ASSISTANT_OPEN) + len(_ASSISTANT_OPEN):].rstrip("\n")
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_0", "type": "function", "function": {"name": tool, "arguments": arguments}}
+        ],
+    }
+    rendered = render_prompt(
+        [{"role": "user", "content": "."}, message], None, add_generation_prompt=False
+    )
+    return rendered[rendered.rindex(_ASSISTANT_OPEN) + len(_ASSISTANT_OPEN) :].rstrip("\n")
 
 
 def required_new_tokens(tasks: Iterable[Task], tokenizer: Any) -> GoldenCallLength | None:
@@ -65,7 +72,10 @@ def required_new_tokens(tasks: Iterable[Task], tokenizer: Any) -> GoldenCallLeng
 
 
 def check_token_budget(
-    max_new_tokens: int, tasks: Sequence[Task], tokenizer: Any, margin_tokens: int = DEFAULT_MARGIN_TOKENS
+    max_new_tokens: int,
+    tasks: Sequence[Task],
+    tokenizer: Any,
+    margin_tokens: int = DEFAULT_MARGIN_TOKENS,
 ) -> GoldenCallLength | None:
     """Raise when ``max_new_tokens`` is below the longest golden call plus ``margin_tokens``.
 
@@ -113,8 +123,9 @@ def required_agent_turns(tasks: Iterable[Task]) -> GoldenTurnCount | None:
     return deepest
 
 
-def check_turn_budget(max_agent_turns: int, max_agent_steps_per_user_turn: int,
-                      tasks: Sequence[Task]) -> GoldenTurnCount | None:
+def check_turn_budget(
+    max_agent_turns: int, max_agent_steps_per_user_turn: int, tasks: Sequence[Task]
+) -> GoldenTurnCount | None:
     """Raise when the episode's agent limits are below the deepest golden trajectory of ``tasks``.
 
     The token budget's twin (issue #15): a limit below the golden depth ends every correct
@@ -134,13 +145,16 @@ def check_turn_budget(max_agent_turns: int, max_agent_steps_per_user_turn: int,
     deepest = required_agent_turns(tasks)
     if deepest is None:
         return None
-    for name, limit in (("max_agent_turns", max_agent_turns),
-                        ("max_agent_steps_per_user_turn", max_agent_steps_per_user_turn)):
+    for name, limit in (
+        ("max_agent_turns", max_agent_turns),
+        ("max_agent_steps_per_user_turn", max_agent_steps_per_user_turn),
+    ):
         if limit < deepest.completions:
             raise TurnBudgetError(
                 f"episode.{name} = {limit} cannot hold the golden trajectory of task {deepest.uid!r} "
                 f"({deepest.completions - 1} calls and the answer: {deepest.completions} agent completions); "
-                f"set it to at least {deepest.completions}, or a correct agent ends at the limit with reward 0")
+                f"set it to at least {deepest.completions}, or a correct agent ends at the limit with reward 0"
+            )
     return deepest
 
 
@@ -165,6 +179,8 @@ def check_policy_budget(policy: Policy, episode: EpisodeConfig, tasks: Sequence[
     """
     tokenizer = getattr(policy, "tokenizer", None)
     if tokenizer is not None:
-        check_token_budget(getattr(policy, "max_new_tokens", None) or episode.max_new_tokens, tasks, tokenizer)
+        check_token_budget(
+            getattr(policy, "max_new_tokens", None) or episode.max_new_tokens, tasks, tokenizer
+        )
     if getattr(policy, "samples_from_a_model", False):
         check_turn_budget(episode.max_agent_turns, episode.max_agent_steps_per_user_turn, tasks)

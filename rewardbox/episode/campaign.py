@@ -23,15 +23,30 @@ TrialFn = Callable[[Task, int], Awaitable[EpisodeResult]]
 """Runs one trial of a task: ``(task, trial) -> EpisodeResult`` (e.g. ``partial(run_trial, runner)``)."""
 
 ROW_SCHEMA = {
-    "uid": pl.Utf8, "domain": pl.Utf8, "trial": pl.Int64, "reward": pl.Float64, "passed": pl.Boolean,
-    "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "retried_system_error_kinds": pl.List(pl.Utf8),
-    "termination_reason": pl.Utf8, "turns": pl.Int64, "input_tokens": pl.Int64,
-    "cached_input_tokens": pl.Int64, "output_tokens": pl.Int64, "duration_s": pl.Float64, "tries": pl.Int64,
+    "uid": pl.Utf8,
+    "domain": pl.Utf8,
+    "trial": pl.Int64,
+    "reward": pl.Float64,
+    "passed": pl.Boolean,
+    "system_error": pl.Utf8,
+    "system_error_kind": pl.Utf8,
+    "retried_system_error_kinds": pl.List(pl.Utf8),
+    "termination_reason": pl.Utf8,
+    "turns": pl.Int64,
+    "input_tokens": pl.Int64,
+    "cached_input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "duration_s": pl.Float64,
+    "tries": pl.Int64,
     "truncated_turns": pl.Int64,
 }
 """One row per trial (``EpisodeResult.to_row`` plus ``domain``); docs/episode_layer.md lists the columns."""
 
-LEGACY_COLUMNS = {"finish_reason": "termination_reason", "seconds": "duration_s", "attempts": "tries"}
+LEGACY_COLUMNS = {
+    "finish_reason": "termination_reason",
+    "seconds": "duration_s",
+    "attempts": "tries",
+}
 """Column names of rows written before the one-name-per-concept renames -> today's names."""
 
 
@@ -47,7 +62,9 @@ def upgrade_rows(rows: pl.DataFrame) -> pl.DataFrame:
     Returns:
         The same rows with ``termination_reason``, ``duration_s`` and ``tries``.
     """
-    stale = [old for old, new in LEGACY_COLUMNS.items() if old in rows.columns and new in rows.columns]
+    stale = [
+        old for old, new in LEGACY_COLUMNS.items() if old in rows.columns and new in rows.columns
+    ]
     rows = rows.drop(stale)
     return rows.rename({old: new for old, new in LEGACY_COLUMNS.items() if old in rows.columns})
 
@@ -130,7 +147,9 @@ def system_error_counts(rows: pl.DataFrame) -> dict[str, int]:
     """
     kinds: list[str] = []
     if "system_error_kind" in rows.columns:
-        final = rows.filter(pl.col("system_error").is_not_null())["system_error_kind"].fill_null("system_error")
+        final = rows.filter(pl.col("system_error").is_not_null())["system_error_kind"].fill_null(
+            "system_error"
+        )
         kinds += final.to_list()
     if "retried_system_error_kinds" in rows.columns:
         kinds += rows["retried_system_error_kinds"].explode().drop_nulls().to_list()

@@ -69,19 +69,28 @@ class CleanTrialVerdict:
     def message(self, label: str) -> str:
         """One paragraph for a person: what failed, the counts per kind, and sample causes."""
         kinds = ", ".join(f"{kind} x{count}" for kind, count in self.by_kind.items()) or "none"
-        lines = [f"{label}: the campaign could not produce clean trials: " + "; ".join(self.problems),
-                 f"system errors by kind: {kinds}"]
+        lines = [
+            f"{label}: the campaign could not produce clean trials: " + "; ".join(self.problems),
+            f"system errors by kind: {kinds}",
+        ]
         lines += [f"cause: {cause}" for cause in self.causes]
         return "\n".join(lines)
 
     def metadata(self) -> dict:
         """Plain values for asset metadata (JSON-safe)."""
-        return {"trials": self.trials, "system_errors": self.system_errors,
-                "system_error_frac": round(self.system_error_frac, 4), "by_kind": dict(self.by_kind),
-                "tasks_without_clean_trial": self.tasks_without_clean_trial[:50], "problems": list(self.problems)}
+        return {
+            "trials": self.trials,
+            "system_errors": self.system_errors,
+            "system_error_frac": round(self.system_error_frac, 4),
+            "by_kind": dict(self.by_kind),
+            "tasks_without_clean_trial": self.tasks_without_clean_trial[:50],
+            "problems": list(self.problems),
+        }
 
 
-def clean_trial_verdict(rows: pl.DataFrame, bound: SystemErrorBound, *, expected_uids: list[str] | None = None) -> CleanTrialVerdict:
+def clean_trial_verdict(
+    rows: pl.DataFrame, bound: SystemErrorBound, *, expected_uids: list[str] | None = None
+) -> CleanTrialVerdict:
     """Apply ``bound`` to a campaign's rows.
 
     Args:
@@ -97,22 +106,37 @@ def clean_trial_verdict(rows: pl.DataFrame, bound: SystemErrorBound, *, expected
         expected tasks passes (there was nothing to run).
     """
     errors = rows.filter(pl.col("system_error").is_not_null())
-    kinds = (errors["system_error_kind"].fill_null("system_error").to_list() if "system_error_kind" in rows.columns
-             else ["system_error"] * errors.height)
+    kinds = (
+        errors["system_error_kind"].fill_null("system_error").to_list()
+        if "system_error_kind" in rows.columns
+        else ["system_error"] * errors.height
+    )
     clean_uids = set(rows.filter(pl.col("system_error").is_null())["uid"].to_list())
-    uids = list(dict.fromkeys(expected_uids if expected_uids is not None else rows["uid"].to_list()))
+    uids = list(
+        dict.fromkeys(expected_uids if expected_uids is not None else rows["uid"].to_list())
+    )
     without = sorted(u for u in uids if u not in clean_uids)
     frac = errors.height / rows.height if rows.height else 0.0
     problems = []
     if bound.every_task_clean and without:
-        problems.append(f"{len(without)} of {len(uids)} task(s) have no clean trial (e.g. {', '.join(without[:3])})")
+        problems.append(
+            f"{len(without)} of {len(uids)} task(s) have no clean trial (e.g. {', '.join(without[:3])})"
+        )
     if frac > bound.max_frac:
-        problems.append(f"{errors.height} of {rows.height} trials ({frac:.0%}) are system errors, "
-                        f"above system_errors.max_frac={bound.max_frac:g}")
+        problems.append(
+            f"{errors.height} of {rows.height} trials ({frac:.0%}) are system errors, "
+            f"above system_errors.max_frac={bound.max_frac:g}"
+        )
     causes = list(dict.fromkeys(str(c)[:300] for c in errors["system_error"].to_list()))[:3]
-    return CleanTrialVerdict(trials=rows.height, system_errors=errors.height, system_error_frac=frac,
-                             by_kind=dict(sorted(Counter(kinds).items())), tasks_without_clean_trial=without,
-                             problems=problems, causes=causes)
+    return CleanTrialVerdict(
+        trials=rows.height,
+        system_errors=errors.height,
+        system_error_frac=frac,
+        by_kind=dict(sorted(Counter(kinds).items())),
+        tasks_without_clean_trial=without,
+        problems=problems,
+        causes=causes,
+    )
 
 
 class UncleanCampaignError(RuntimeError):
@@ -127,8 +151,9 @@ class UncleanCampaignError(RuntimeError):
         self.verdict, self.label = verdict, label
 
 
-def require_clean(rows: pl.DataFrame, bound: SystemErrorBound, label: str,
-                  expected_uids: list[str] | None = None) -> CleanTrialVerdict:
+def require_clean(
+    rows: pl.DataFrame, bound: SystemErrorBound, label: str, expected_uids: list[str] | None = None
+) -> CleanTrialVerdict:
     """:func:`clean_trial_verdict`, raising when the campaign fails it.
 
     Returns:

@@ -71,7 +71,9 @@ class GaugedSandbox:
     def __init__(self, inner: Sandbox, gauge: Any) -> None:
         self._inner, self._gauge, self._counted = inner, gauge, False
 
-    async def start(self, world_state: dict[str, Any], available_tools: list[str]) -> dict[str, Any]:
+    async def start(
+        self, world_state: dict[str, Any], available_tools: list[str]
+    ) -> dict[str, Any]:
         await self._gauge.opened()
         self._counted = True
         return await self._inner.start(world_state, available_tools)
@@ -118,7 +120,9 @@ class ExecutorSession(Protocol):
         results (``system_error`` set, ``reward`` None), never a reward of 0.
         """
 
-    async def run(self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None) -> list[EpisodeResult]:
+    async def run(
+        self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None
+    ) -> list[EpisodeResult]:
         """Every ``(task, trial)`` pair, bounded; results in the order of ``pairs``."""
 
 
@@ -129,15 +133,20 @@ class EpisodeExecutor(Protocol):
     concurrency: int
     gauge_peak: int
 
-    def session(self, runner_factory: RunnerFactory, policy: Policy) -> AbstractAsyncContextManager[ExecutorSession]:
+    def session(
+        self, runner_factory: RunnerFactory, policy: Policy
+    ) -> AbstractAsyncContextManager[ExecutorSession]:
         """A session that runs ``policy``'s episodes; its resources are released on exit."""
 
     def close(self) -> None:
         """Release what the executor holds (a Ray connection it started). Idempotent."""
 
 
-async def run_pairs(run_one: Callable[[Task, int], Any], pairs: Sequence[tuple[Task, int]],
-                    on_result: OnResult | None = None) -> list[EpisodeResult]:
+async def run_pairs(
+    run_one: Callable[[Task, int], Any],
+    pairs: Sequence[tuple[Task, int]],
+    on_result: OnResult | None = None,
+) -> list[EpisodeResult]:
     """Gather ``run_one`` over ``pairs`` (the bound lives in ``run_one``); results in pair order."""
 
     async def one(task: Task, trial: int) -> EpisodeResult:
@@ -157,7 +166,9 @@ class _LocalSession:
         async with self._slots:
             return await run_trial(self._runner, task, trial)
 
-    async def run(self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None) -> list[EpisodeResult]:
+    async def run(
+        self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None
+    ) -> list[EpisodeResult]:
         return await run_pairs(self.run_one, pairs, on_result)
 
 
@@ -185,9 +196,13 @@ class LocalExecutor:
         return self.gauge.peak
 
     @asynccontextmanager
-    async def session(self, runner_factory: RunnerFactory, policy: Policy) -> AsyncIterator[ExecutorSession]:
+    async def session(
+        self, runner_factory: RunnerFactory, policy: Policy
+    ) -> AsyncIterator[ExecutorSession]:
         """A bounded session over one runner for ``policy`` (closed, with its grader, on exit)."""
-        slots = self._slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(self.concurrency))
+        slots = self._slots.setdefault(
+            asyncio.get_running_loop(), asyncio.Semaphore(self.concurrency)
+        )
         async with runner_factory(policy) as runner:
             runner.sandbox_factory = GaugedSandboxFactory(runner.sandbox_factory, self.gauge)
             yield _LocalSession(runner, slots, self.concurrency)

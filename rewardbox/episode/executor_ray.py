@@ -47,7 +47,12 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError,
 
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import OnResult, RunnerFactory, run_pairs
-from rewardbox.episode.ray_worker import ChunkReport, EpisodeWorker, check_shippable, worker_lost_result
+from rewardbox.episode.ray_worker import (
+    ChunkReport,
+    EpisodeWorker,
+    check_shippable,
+    worker_lost_result,
+)
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
@@ -108,7 +113,9 @@ class _RaySession:
 
     async def run_one(self, task: Task, trial: int) -> EpisodeResult:
         if not any(self._alive):
-            return worker_lost_result(task, trial, RuntimeError("no live Ray worker left in this session"))
+            return worker_lost_result(
+                task, trial, RuntimeError("no live Ray worker left in this session")
+            )
         key = _Key(task, trial, asyncio.get_running_loop().create_future())
         self._queue.append(key)
         for event in self._wakeup:
@@ -120,7 +127,9 @@ class _RaySession:
                 self._queue.remove(key)
             raise
 
-    async def run(self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None) -> list[EpisodeResult]:
+    async def run(
+        self, pairs: Sequence[tuple[Task, int]], on_result: OnResult | None = None
+    ) -> list[EpisodeResult]:
         return await run_pairs(self.run_one, pairs, on_result)
 
     def chunk_size(self, index: int) -> int:
@@ -148,7 +157,9 @@ class _RaySession:
         for key in batch:
             if sent.get(key.task.uid) is not key.task:
                 fresh[key.task.uid] = key.task
-        ref = self.workers[index].run_chunk.remote(list(fresh.values()), [(k.task.uid, k.trial) for k in batch])
+        ref = self.workers[index].run_chunk.remote(
+            list(fresh.values()), [(k.task.uid, k.trial) for k in batch]
+        )
         self._refs[ref] = batch
         self._outstanding[index] += len(batch)
         self._calls[index] += 1
@@ -157,7 +168,9 @@ class _RaySession:
         self._tasks.add(call)
         call.add_done_callback(self._tasks.discard)
 
-    async def _collect(self, index: int, ref: Any, batch: list[_Key], fresh: dict[str, Task]) -> None:
+    async def _collect(
+        self, index: int, ref: Any, batch: list[_Key], fresh: dict[str, Task]
+    ) -> None:
         try:
             report: ChunkReport = await ref
         except asyncio.CancelledError:  # the caller, or asyncio.run's shutdown, cancelled this wait
@@ -209,7 +222,9 @@ class _RaySession:
             task.cancel()
 
 
-def _settle(key: _Key, *, result: EpisodeResult | None = None, error: BaseException | None = None) -> None:
+def _settle(
+    key: _Key, *, result: EpisodeResult | None = None, error: BaseException | None = None
+) -> None:
     if key.future.done():  # the caller was cancelled meanwhile
         return
     if error is not None:
@@ -243,7 +258,10 @@ class RayExecutor:
     def connect(self) -> None:
         """``ray.init`` unless Ray is connected already (embedded, or ``address`` when set)."""
         if not ray.is_initialized():
-            options: dict[str, Any] = {"runtime_env": self.config.runtime_env or None, "log_to_driver": False}
+            options: dict[str, Any] = {
+                "runtime_env": self.config.runtime_env or None,
+                "log_to_driver": False,
+            }
             if self.config.address:
                 ray.init(address=self.config.address, **options)
             else:
@@ -257,7 +275,9 @@ class RayExecutor:
         return self._peak
 
     @asynccontextmanager
-    async def session(self, runner_factory: RunnerFactory, policy: Policy) -> AsyncIterator[_RaySession]:
+    async def session(
+        self, runner_factory: RunnerFactory, policy: Policy
+    ) -> AsyncIterator[_RaySession]:
         """Start one actor per share of the bound for ``policy``; on exit cancel what is outstanding and stop them.
 
         Raises:
@@ -290,10 +310,12 @@ async def _stop_workers(workers: list[Any]) -> list[int]:
     """Let each worker close its runner (bounded wait), then kill it; returns each one's sandbox peak (0 if lost)."""
     peaks = [0] * len(workers)
     try:
-        closed = await asyncio.wait_for(asyncio.gather(*(w.close.remote() for w in workers), return_exceptions=True),
-                                        timeout=CLOSE_TIMEOUT_S)
+        closed = await asyncio.wait_for(
+            asyncio.gather(*(w.close.remote() for w in workers), return_exceptions=True),
+            timeout=CLOSE_TIMEOUT_S,
+        )
         peaks = [p if isinstance(p, int) else 0 for p in closed]
-    except asyncio.TimeoutError:
+    except TimeoutError:
         pass
     finally:
         for worker in workers:

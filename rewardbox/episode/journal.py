@@ -49,7 +49,9 @@ class CampaignJournal:
             fewer files and re-run at most ``flush_every - 1`` trials after a crash.
     """
 
-    def __init__(self, directory: str | os.PathLike, schema: Mapping[str, Any], flush_every: int = 1):
+    def __init__(
+        self, directory: str | os.PathLike, schema: Mapping[str, Any], flush_every: int = 1
+    ):
         if flush_every < 1:
             raise ValueError(f"CampaignJournal: flush_every must be >= 1, got {flush_every}")
         self.directory = Path(directory)
@@ -59,7 +61,9 @@ class CampaignJournal:
         self._seq = itertools.count()
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, schema: Mapping[str, Any], flush_every: int = 1) -> CampaignJournal:
+    def open(
+        cls, directory: str | os.PathLike, schema: Mapping[str, Any], flush_every: int = 1
+    ) -> CampaignJournal:
         """Create the directory and delete ``.tmp`` leftovers of a killed writer."""
         journal = cls(directory, schema, flush_every)
         journal.directory.mkdir(parents=True, exist_ok=True)
@@ -73,7 +77,9 @@ class CampaignJournal:
         """Buffer one finished trial; write a shard when ``flush_every`` rows are buffered."""
         unknown = set(row) - set(self.schema)
         if unknown:
-            raise ValueError(f"CampaignJournal: row has columns {sorted(unknown)} not in the schema")
+            raise ValueError(
+                f"CampaignJournal: row has columns {sorted(unknown)} not in the schema"
+            )
         self._buffer.append(dict(row))
         if len(self._buffer) >= self.flush_every:
             self.flush()
@@ -105,7 +111,9 @@ class CampaignJournal:
         shards = sorted(self.directory.glob(SHARD_GLOB)) if self.directory.is_dir() else []
         if not shards:
             return pl.DataFrame(schema=self.schema)
-        return pl.concat([upgrade_rows(pl.read_parquet(p)) for p in shards], how="vertical_relaxed").select(list(self.schema))
+        return pl.concat(
+            [upgrade_rows(pl.read_parquet(p)) for p in shards], how="vertical_relaxed"
+        ).select(list(self.schema))
 
     def rows(self, expected: Iterable[tuple[str, int]] | None = None) -> pl.DataFrame:
         """One row per ``(uid, trial)``: the latest clean row, else the latest system-error row.
@@ -118,7 +126,9 @@ class CampaignJournal:
         """
         frame = self.all_rows().with_row_index("_order")
         if expected is not None:
-            keys = pl.DataFrame(list(expected), schema={"uid": pl.Utf8, "trial": pl.Int64}, orient="row")
+            keys = pl.DataFrame(
+                list(expected), schema={"uid": pl.Utf8, "trial": pl.Int64}, orient="row"
+            )
             frame = frame.join(keys, on=["uid", "trial"], how="semi")
         clean_first = frame.sort(["uid", "trial", pl.col("system_error").is_null(), "_order"])
         return clean_first.unique(["uid", "trial"], keep="last", maintain_order=True).drop("_order")
@@ -135,8 +145,9 @@ class CampaignJournal:
         return [key for key in expected if key not in done]
 
 
-def campaign_journal(root: str | os.PathLike, name: str, identity: Sequence[str],
-                     schema: Mapping[str, Any]) -> CampaignJournal:
+def campaign_journal(
+    root: str | os.PathLike, name: str, identity: Sequence[str], schema: Mapping[str, Any]
+) -> CampaignJournal:
     """The journal of one campaign: ``<root>/<name>-<hash of identity>``, opened.
 
     Args:

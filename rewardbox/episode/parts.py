@@ -22,8 +22,9 @@ from rewardbox.policy.base import Policy
 class RunnerBuilder(Protocol):
     """``(policy, *, grader, episode) -> async context manager of EpisodeRunner``; picklable for Ray workers."""
 
-    def __call__(self, policy: Policy, *, grader: Any = None,
-                 episode: EpisodeConfig | None = None) -> AbstractAsyncContextManager[EpisodeRunner]: ...
+    def __call__(
+        self, policy: Policy, *, grader: Any = None, episode: EpisodeConfig | None = None
+    ) -> AbstractAsyncContextManager[EpisodeRunner]: ...
 
 
 def _no_preflight(policy: Policy) -> None:

@@ -92,9 +92,19 @@ class Progress:
         clock: seconds source (tests pass a fake clock).
     """
 
-    def __init__(self, total: int, label: str, sink: ProgressSink | None = None, *, unit: str = "episodes",
-                 every_s: float = 30.0, every_frac: float = 0.05, bar: bool | None = None,
-                 outcomes: bool = True, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        sink: ProgressSink | None = None,
+        *,
+        unit: str = "episodes",
+        every_s: float = 30.0,
+        every_frac: float = 0.05,
+        bar: bool | None = None,
+        outcomes: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if total < 0:
             raise ValueError(f"Progress total must be >= 0, got {total}")
         self.label, self.sink, self.unit, self.outcomes = label, sink, unit, outcomes
@@ -104,10 +114,14 @@ class Progress:
         self._start = clock()
         self._last_line_at = self._start
         self._next_mark = 1  # the next line is due at done / total >= _next_mark * every_frac
-        self._bar = _make_bar(total, label, unit) if (bar if bar is not None else _terminal()) else None
+        self._bar = (
+            _make_bar(total, label, unit) if (bar if bar is not None else _terminal()) else None
+        )
         self._write(f"{label}: 0/{total} {unit} to run")
 
-    def update(self, *, passed: bool | None = None, system_error: bool = False, note: str = "") -> None:
+    def update(
+        self, *, passed: bool | None = None, system_error: bool = False, note: str = ""
+    ) -> None:
         """Count one finished unit and write a line if the cadence says so.
 
         Args:
@@ -162,7 +176,11 @@ class Progress:
 
     def _postfix(self) -> str:
         c = self.counts
-        rate = f"pass rate {c.pass_rate:.3f} ({c.passed}/{c.graded})" if c.pass_rate is not None else "pass rate n/a"
+        rate = (
+            f"pass rate {c.pass_rate:.3f} ({c.passed}/{c.graded})"
+            if c.pass_rate is not None
+            else "pass rate n/a"
+        )
         return f"{rate}, system errors {c.system_errors}"
 
     def _due(self) -> bool:
@@ -196,4 +214,6 @@ def _make_bar(total: int, label: str, unit: str):
         from tqdm import tqdm
     except ImportError:  # optional: the lines carry the same numbers
         return None
-    return tqdm(total=total, desc=label, unit=unit.rstrip("s") or unit, leave=False, dynamic_ncols=True)
+    return tqdm(
+        total=total, desc=label, unit=unit.rstrip("s") or unit, leave=False, dynamic_ncols=True
+    )

@@ -59,7 +59,11 @@ class _Worker:
                 stack = AsyncExitStack()
                 runner = await stack.enter_async_context(self._factory(self._policy))
                 runner.sandbox_factory = GaugedSandboxFactory(runner.sandbox_factory, self.gauge)
-                self._stack, self._runner, self._slots = stack, runner, asyncio.Semaphore(self._share)
+                self._stack, self._runner, self._slots = (
+                    stack,
+                    runner,
+                    asyncio.Semaphore(self._share),
+                )
         return self._runner
 
     async def run_chunk(self, tasks: list[Task], keys: list[tuple[str, int]]) -> ChunkReport:
@@ -110,15 +114,22 @@ def check_shippable(policy: Policy) -> None:
         raise ValueError(
             "executor.kind 'ray' cannot run the local model policy (policy.kind 'local'): its weights and its "
             "batching live in this process. Use executor.kind 'local' for it, or serve the model behind an "
-            "OpenAI-compatible endpoint (policy.kind 'endpoint', e.g. vLLM) to run episodes on Ray.")
+            "OpenAI-compatible endpoint (policy.kind 'endpoint', e.g. vLLM) to run episodes on Ray."
+        )
     try:
         ray.cloudpickle.dumps(policy)
     except Exception as exc:  # noqa: BLE001 - any pickling failure means the same thing here
-        raise ValueError(f"executor.kind 'ray': the policy {type(policy).__name__} cannot be sent to Ray workers "
-                         f"({type(exc).__name__}: {exc}); use executor.kind 'local' for it") from exc
+        raise ValueError(
+            f"executor.kind 'ray': the policy {type(policy).__name__} cannot be sent to Ray workers "
+            f"({type(exc).__name__}: {exc}); use executor.kind 'local' for it"
+        ) from exc
 
 
 def worker_lost_result(task: Task, trial: int, exc: BaseException) -> EpisodeResult:
     """The system-error result of a key whose Ray worker died (retried by repair, never scored)."""
-    return EpisodeResult(uid=task.uid, trial=trial, termination_reason=TerminationReason.SYSTEM_ERROR,
-                         system_error=f"ray_worker: {type(exc).__name__}: {exc}")
+    return EpisodeResult(
+        uid=task.uid,
+        trial=trial,
+        termination_reason=TerminationReason.SYSTEM_ERROR,
+        system_error=f"ray_worker: {type(exc).__name__}: {exc}",
+    )

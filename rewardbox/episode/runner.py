@@ -30,7 +30,14 @@ from rewardbox.episode.trajectory import AgentTurn, EpisodeResult, TestOutcome
 from rewardbox.episode.user_simulator import UserSimulator, split_stop_marker
 from rewardbox.errors import ContextLengthError, GraderError, InfrastructureError
 from rewardbox.grading.tb_messages import DONE_MARKER
-from rewardbox.policy.base import ChatRequest, Completion, Interpretation, Policy, ToolCall, ToolCallError
+from rewardbox.policy.base import (
+    ChatRequest,
+    Completion,
+    Interpretation,
+    Policy,
+    ToolCall,
+    ToolCallError,
+)
 from rewardbox.policy.chat_template import assistant_message
 from rewardbox.sandbox.base import Sandbox, SandboxFactory, ToolSpec
 from rewardbox.tasks.schema import Task
@@ -128,7 +135,9 @@ class EpisodeRunner:
         task = run.task
         t0 = time.perf_counter()
         run.init_result = await run.sandbox.start(task.world_state, task.available_tools)
-        run.result.events.extend(getattr(run.sandbox, "events", ()))  # e.g. a server's reuse retired here
+        run.result.events.extend(
+            getattr(run.sandbox, "events", ())
+        )  # e.g. a server's reuse retired here
         server_tools = await run.sandbox.list_tools()
         run.result.time_tool_s += time.perf_counter() - t0
         run.tools = _builtin_specs(task) + _apply_overrides(task, server_tools)
@@ -151,7 +160,9 @@ class EpisodeRunner:
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
             seed=None if cfg.seed is None else cfg.seed + run.trial,
-            sampling_seed=None if cfg.seed is None else turn_seed(cfg.seed, run.task.uid, run.trial, result.turns),
+            sampling_seed=None
+            if cfg.seed is None
+            else turn_seed(cfg.seed, run.task.uid, run.trial, result.turns),
             task=run.task,
         )
         t0 = time.perf_counter()
@@ -231,8 +242,11 @@ class EpisodeRunner:
         result.time_test_s = time.perf_counter() - t0
         result.test_outcome = outcome
         if outcome.is_system_error:
-            raise GraderError(outcome.message or "test raised a non-assertion exception",
-                              error_kind=outcome.system_error_kind or "grader_error", permanent=outcome.permanent)
+            raise GraderError(
+                outcome.message or "test raised a non-assertion exception",
+                error_kind=outcome.system_error_kind or "grader_error",
+                permanent=outcome.permanent,
+            )
         result.reward = float(outcome.reward)
         result.passed = bool(outcome.result)
         return State.END
@@ -302,8 +316,16 @@ def _visible(message: dict[str, Any]) -> dict[str, Any]:
 def _builtin_specs(task: Task) -> list[ToolSpec]:
     specs = []
     for tool in task.builtin_tools:
-        schema = tool.get("input_schema") or tool.get("parameters") or {"type": "object", "properties": {}}
-        specs.append(ToolSpec(tool["name"], tool.get("description", ""), schema, bool(tool.get("is_end_turn"))))
+        schema = (
+            tool.get("input_schema")
+            or tool.get("parameters")
+            or {"type": "object", "properties": {}}
+        )
+        specs.append(
+            ToolSpec(
+                tool["name"], tool.get("description", ""), schema, bool(tool.get("is_end_turn"))
+            )
+        )
     return specs
 
 
@@ -343,7 +365,11 @@ def build_test_context(run: EpisodeRun) -> dict[str, Any]:
             "uid": run.task.uid,
             "repetition": run.trial,
             # the ThinkingBox test context names the termination reason "finish_reason"
-            "finish_reason": None if result.termination_reason is None else str(result.termination_reason),
-            **{k: v for k, v in run.task.metadata.items() if isinstance(v, (str, int, float, bool))},
+            "finish_reason": None
+            if result.termination_reason is None
+            else str(result.termination_reason),
+            **{
+                k: v for k, v in run.task.metadata.items() if isinstance(v, (str, int, float, bool))
+            },
         },
     }

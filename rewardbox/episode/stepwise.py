@@ -88,8 +88,16 @@ class StepwiseEpisode:
     Not thread-safe: call ``start``/``act``/``close`` from one event loop.
     """
 
-    def __init__(self, task: Task, trial: int = 0, *, sandbox_factory: SandboxFactory,
-                 user_simulator: UserSimulator | None, grader: Grader, config: EpisodeConfig | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        trial: int = 0,
+        *,
+        sandbox_factory: SandboxFactory,
+        user_simulator: UserSimulator | None,
+        grader: Grader,
+        config: EpisodeConfig | None = None,
+    ) -> None:
         self.task = task
         self.trial = trial
         self._channel = _ChannelPolicy()
@@ -114,7 +122,9 @@ class StepwiseEpisode:
             EpisodeClosedError: ``start`` was already called.
         """
         if self._run is not None:
-            raise EpisodeClosedError("this episode was already started; build a new StepwiseEpisode")
+            raise EpisodeClosedError(
+                "this episode was already started; build a new StepwiseEpisode"
+            )
         self._run = asyncio.create_task(self._runner.run(self.task, self.trial))
         return await self._next_pause()
 
@@ -145,7 +155,9 @@ class StepwiseEpisode:
 
     def _check_waiting(self) -> None:
         if not isinstance(self._pause, AwaitingAction) or self._run is None or self._run.done():
-            raise EpisodeClosedError("the episode is not waiting for an action (finished or not started); reset it")
+            raise EpisodeClosedError(
+                "the episode is not waiting for an action (finished or not started); reset it"
+            )
 
     async def close(self) -> None:
         """Stop the episode if it is still running; the runner tears the sandbox down. Idempotent."""
@@ -184,11 +196,15 @@ def completion_from_text(raw_text: str, request: ChatRequest) -> Completion:
     The text is the client's whole completion, so no reasoning block was opened by a
     prompt here (``reasoning_open=False``): only a leading ``<think>`` opens one.
     """
-    return Completion(raw_text=raw_text, interpretation=interpret(raw_text, request.tools, reasoning_open=False))
+    return Completion(
+        raw_text=raw_text, interpretation=interpret(raw_text, request.tools, reasoning_open=False)
+    )
 
 
 def completion_from_calls(
-    message: str, calls: list[tuple[str, object]], request: ChatRequest,
+    message: str,
+    calls: list[tuple[str, object]],
+    request: ChatRequest,
 ) -> Completion:
     """A completion from structured output: visible ``message`` and ``(name, arguments)`` calls.
 
@@ -198,7 +214,8 @@ def completion_from_calls(
     as the tool output (a policy failure, never a system error).
     """
     typed: list[ToolCall | ToolCallError] = [
-        type_tool_call(name, arguments, request.tools, f"call_{next(_call_ids)}") for name, arguments in calls
+        type_tool_call(name, arguments, request.tools, f"call_{next(_call_ids)}")
+        for name, arguments in calls
     ]
     interpretation = Interpretation(
         content=message,

@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardbox.grading.outcome import TestOutcome  # its home is grading; kept here for older imports
 from rewardbox.episode.termination import TERMINATION_REASONS, TerminationReason
+from rewardbox.grading.outcome import (
+    TestOutcome,  # its home is grading; kept here for older imports
+)
 
 FINISH_REASONS = TERMINATION_REASONS
 """Kept for users of the old name: the termination reason values (``TerminationReason``)."""
@@ -113,7 +115,9 @@ class EpisodeResult:
             "system_error": self.system_error,
             "system_error_kind": self.system_error_kind,
             "retried_system_error_kinds": list(self.retried_system_error_kinds),
-            "termination_reason": None if self.termination_reason is None else str(self.termination_reason),
+            "termination_reason": None
+            if self.termination_reason is None
+            else str(self.termination_reason),
             "turns": self.turns,
             "input_tokens": self.input_tokens,
             "cached_input_tokens": self.cached_input_tokens,

@@ -16,8 +16,11 @@ from rewardbox.tasks.schema import Task
 Played = TypeVar("Played")
 
 
-async def retry_system_errors(play: Callable[[], Awaitable[Played]], max_system_error_retries: int,
-                              result_of: Callable[[Played], EpisodeResult | None]) -> tuple[Played, int]:
+async def retry_system_errors(
+    play: Callable[[], Awaitable[Played]],
+    max_system_error_retries: int,
+    result_of: Callable[[Played], EpisodeResult | None],
+) -> tuple[Played, int]:
     """Play an episode; after a transient system error play it again, up to ``max_system_error_retries`` times.
 
     A permanent system error (``EpisodeResult.system_error_permanent``: no judge endpoint, test code that
@@ -60,6 +63,9 @@ async def run_trial(runner: EpisodeRunner, task: Task, trial: int) -> EpisodeRes
         when every try hit a system error. ``tries`` counts the tries;
         ``retried_system_error_kinds`` holds the kinds of the tries that were retried.
     """
-    result, _ = await retry_system_errors(lambda: runner.run(task, trial), runner.config.max_system_error_retries,
-                                          lambda played: played)
+    result, _ = await retry_system_errors(
+        lambda: runner.run(task, trial),
+        runner.config.max_system_error_retries,
+        lambda played: played,
+    )
     return result

@@ -93,7 +93,9 @@ def shareable_facts(user_context: str) -> str:
     facts = []
     for line in lines:
         key, sep, value = line.partition(":")
-        if not sep or not value.strip() or len(key.split()) > 3:  # not a fact: an instruction with a colon
+        if (
+            not sep or not value.strip() or len(key.split()) > 3
+        ):  # not a fact: an instruction with a colon
             continue
         if key.lower().startswith("agrees") or "only if asked" in value:
             continue
@@ -141,8 +143,15 @@ class EndpointUser:
             ``user_simulator_<cause>``, e.g. ``user_simulator_http_429``).
     """
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
-                 temperature: float = 0.3, timeout_s: float = 60.0, max_retries: int = 5) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        temperature: float = 0.3,
+        timeout_s: float = 60.0,
+        max_retries: int = 5,
+    ) -> None:
         import os
 
         from openai import AsyncOpenAI
@@ -150,21 +159,43 @@ class EndpointUser:
         self.model = model
         self.temperature = temperature
         self.base_url = base_url
-        self._client = AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env, "EMPTY"),
-                                   timeout=timeout_s, max_retries=max_retries)
+        self._client = AsyncOpenAI(
+            base_url=base_url,
+            api_key=os.environ.get(api_key_env, "EMPTY"),
+            timeout=timeout_s,
+            max_retries=max_retries,
+        )
 
     async def reply(self, task: Task, messages: list[dict[str, Any]], user_turn: int) -> str:
-        last = next((m["content"] for m in reversed(messages)
-                     if m.get("role") == "assistant" and m.get("content")), "")
-        prompt = USER_PROMPT.format(history=render_history(messages),
-                                    context=task.user_context or "(none)", last=_escape(last))
+        last = next(
+            (
+                m["content"]
+                for m in reversed(messages)
+                if m.get("role") == "assistant" and m.get("content")
+            ),
+            "",
+        )
+        prompt = USER_PROMPT.format(
+            history=render_history(messages),
+            context=task.user_context or "(none)",
+            last=_escape(last),
+        )
         try:
             response = await self._client.chat.completions.create(
-                model=self.model, temperature=self.temperature,
-                messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": prompt}],
+                model=self.model,
+                temperature=self.temperature,
+                messages=[
+                    {"role": "system", "content": SYSTEM_PROMPT},
+                    {"role": "user", "content": prompt},
+                ],
             )
-            check_reply(response)  # a reply that is not a chat completion: malformed_reply, never a crash
+            check_reply(
+                response
+            )  # a reply that is not a chat completion: malformed_reply, never a crash
         except Exception as exc:  # the openai client already retried 429/5xx/timeouts
-            raise UserSimulatorError(f"user simulator endpoint {self.base_url} ({self.model}) failed: "
-                                     f"{type(exc).__name__}: {exc}", cause=reply_cause(exc)) from exc
+            raise UserSimulatorError(
+                f"user simulator endpoint {self.base_url} ({self.model}) failed: "
+                f"{type(exc).__name__}: {exc}",
+                cause=reply_cause(exc),
+            ) from exc
         return clean_reply(response.choices[0].message.content or "")

@@ -21,10 +21,10 @@ from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.parts import CampaignParts
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.thinkingbox.interchange import decode_result_json
 from rewardbox.evaluation.repair import run_with_repair
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
+from rewardbox.thinkingbox.interchange import decode_result_json
 
 DECODE_COLUMN = "decode_result"
 EVALUATION_JOURNAL_SCHEMA = {**ROW_SCHEMA, DECODE_COLUMN: pl.Utf8}
@@ -52,9 +52,16 @@ def _decode_column(result: EpisodeResult, task: Task) -> dict[str, str]:
 
 
 def run_evaluation(
-    tasks: Sequence[Task], trials: int, make_policy: Callable[[], Policy], parts: CampaignParts,
-    journal: CampaignJournal, *, executor: EpisodeExecutor | None = None, log: ProgressSink | None = None,
-    label: str = "evaluation", on_result: Callable[[EpisodeResult], None] | None = None,
+    tasks: Sequence[Task],
+    trials: int,
+    make_policy: Callable[[], Policy],
+    parts: CampaignParts,
+    journal: CampaignJournal,
+    *,
+    executor: EpisodeExecutor | None = None,
+    log: ProgressSink | None = None,
+    label: str = "evaluation",
+    on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> EvaluationRun:
     """Every task x ``trials``; one repair pass re-runs missing or system-error keys.
 
@@ -81,9 +88,19 @@ def run_evaluation(
         What ``run_trials`` raises (a config error, a token budget too small).
     """
 
-    rows, repaired = run_with_repair(tasks, trials, make_policy, parts, log=log, label=label, journal=journal,
-                                     journal_extra=_decode_column, keep_results=False, executor=executor,
-                                     on_result=on_result)
+    rows, repaired = run_with_repair(
+        tasks,
+        trials,
+        make_policy,
+        parts,
+        log=log,
+        label=label,
+        journal=journal,
+        journal_extra=_decode_column,
+        keep_results=False,
+        executor=executor,
+        on_result=on_result,
+    )
     return EvaluationRun(rows.drop(DECODE_COLUMN), repaired, rows[DECODE_COLUMN].to_list())
 
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import polars as pl
 
-from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.episode.campaign import campaign_keys, merge_repair, repair_keys
 from rewardbox.episode.parts import CampaignParts
+from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.episode.run import run_trials
 from rewardbox.policy.base import Policy
 from rewardbox.tasks.schema import Task
@@ -56,6 +56,8 @@ def run_with_repair(
     redo = repair_keys(rows, campaign_keys(tasks, trials))
     if redo:
         emit(log, f"repair run: {len(redo)} missing or system-error keys")
-        repaired = run_trials(tasks, trials, make_policy(), parts, keys=redo, log=log, label="repair", **run_kwargs)[0]
+        repaired = run_trials(
+            tasks, trials, make_policy(), parts, keys=redo, log=log, label="repair", **run_kwargs
+        )[0]
         rows = merge_repair(rows, repaired)
     return rows, len(redo)

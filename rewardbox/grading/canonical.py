@@ -249,7 +249,9 @@ def _diff_value(path: str, result: Any, golden: Any, out: list[dict[str, Any]]) 
             _diff_field(f"{path}.{key}", result.get(key, _MISSING), golden.get(key, _MISSING), out)
         return
     if isinstance(result, list) and isinstance(golden, list) and len(result) != len(golden):
-        out.append({"path": path, "type": "length mismatch", "result": len(result), "golden": len(golden)})
+        out.append(
+            {"path": path, "type": "length mismatch", "result": len(result), "golden": len(golden)}
+        )
         return
     if isinstance(result, list) and isinstance(golden, list):
         for i, (a, b) in enumerate(zip(result, golden)):
@@ -257,8 +259,10 @@ def _diff_value(path: str, result: Any, golden: Any, out: list[dict[str, Any]]) 
         return
     numbers = (int, float)
     same_kind = type(result) is type(golden) or (
-        isinstance(result, numbers) and isinstance(golden, numbers)
-        and not isinstance(result, bool) and not isinstance(golden, bool)
+        isinstance(result, numbers)
+        and isinstance(golden, numbers)
+        and not isinstance(result, bool)
+        and not isinstance(golden, bool)
     )
     if result is None or golden is None:
         kind = "none in result" if result is None else "none in golden"
@@ -278,11 +282,17 @@ def _diff_field(path: str, result: Any, golden: Any, out: list[dict[str, Any]]) 
 
 
 def _diff_table(
-    name: str, result: list[dict], golden: list[dict], keys: list[str] | None, out: list[dict[str, Any]]
+    name: str,
+    result: list[dict],
+    golden: list[dict],
+    keys: list[str] | None,
+    out: list[dict[str, Any]],
 ) -> None:
     keys = keys if keys is not None else _infer_keys(result, golden)
     if len(result) != len(golden):
-        out.append({"path": name, "type": "length mismatch", "result": len(result), "golden": len(golden)})
+        out.append(
+            {"path": name, "type": "length mismatch", "result": len(result), "golden": len(golden)}
+        )
     res_rows, gold_rows = _index_rows(result, keys), _index_rows(golden, keys)
     labels = list(gold_rows) + [k for k in res_rows if k not in gold_rows]
     for label in labels:

@@ -26,7 +26,6 @@ import datetime as dt
 import re
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
-from typing import Any
 
 Answer = str | Sequence[str]
 """One expected answer: a value, or a tuple of alternatives of which one must be stated."""
@@ -41,7 +40,9 @@ _NEGATED_AFTER = 3
 
 def _is_number(value: str) -> bool:
     """A value compared as a number: digits with an optional decimal part, no leading zero."""
-    return bool(_NUMERIC_VALUE.fullmatch(value)) and not (len(value) > 1 and value[0] == "0" and value[1] != ".")
+    return bool(_NUMERIC_VALUE.fullmatch(value)) and not (
+        len(value) > 1 and value[0] == "0" and value[1] != "."
+    )
 
 
 def _as_decimal(text: str) -> Decimal | None:
@@ -69,7 +70,11 @@ def _text_patterns(value: str) -> list[re.Pattern[str]]:
         day = None
     if day is not None and len(value) == 10:
         month = day.strftime("%B")
-        forms += [f"{month} {day.day}, {day.year}", f"{month} {day.day} {day.year}", f"{day.day} {month} {day.year}"]
+        forms += [
+            f"{month} {day.day}, {day.year}",
+            f"{month} {day.day} {day.year}",
+            f"{day.day} {month} {day.year}",
+        ]
     return [re.compile(r"(?<![\w-])" + re.escape(f) + r"(?![\w-])", re.IGNORECASE) for f in forms]
 
 

@@ -31,5 +31,8 @@ class GradingConfig(BaseModel):
         """The judge's ``{base_url, model, api_key_env}``, or None when no judge is configured."""
         if not self.judge_base_url:
             return None
-        return {"base_url": self.judge_base_url, "model": self.judge_model or "judge",
-                "api_key_env": self.judge_api_key_env}
+        return {
+            "base_url": self.judge_base_url,
+            "model": self.judge_model or "judge",
+            "api_key_env": self.judge_api_key_env,
+        }

@@ -25,7 +25,6 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardbox.grading.judge import Judge, JudgeException
 from rewardbox.grading.tb_messages import tb_messages
 
 NIL_SESSION_ID = "00000000-0000-0000-0000-000000000000"
@@ -45,7 +44,7 @@ class ChatMessage:
     T = "Text"
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ChatMessage":
+    def from_dict(cls, data: dict[str, Any]) -> ChatMessage:
         meta = dict(data.get("metadata") or {})
         content = data.get("content")
         return cls(
@@ -66,7 +65,12 @@ class ChatMessage:
     @property
     def is_visible_text(self) -> bool:
         """A user or assistant text the user saw (not reasoning, not a dummy)."""
-        return self.role in ("user", "assistant") and self.tag != "think" and not self.is_dummy and bool(self.content)
+        return (
+            self.role in ("user", "assistant")
+            and self.tag != "think"
+            and not self.is_dummy
+            and bool(self.content)
+        )
 
 
 @dataclass
@@ -100,20 +104,30 @@ Message = ChatMessage | ToolCall | ParallelToolCall | ToolResponse
 
 
 def _tool_call(data: dict[str, Any]) -> ToolCall:
-    return ToolCall(name=str(data.get("name", "")), arguments=dict(data.get("arguments") or {}),
-                    id=str(data.get("id") or ""), metadata=dict(data.get("metadata") or {}))
+    return ToolCall(
+        name=str(data.get("name", "")),
+        arguments=dict(data.get("arguments") or {}),
+        id=str(data.get("id") or ""),
+        metadata=dict(data.get("metadata") or {}),
+    )
 
 
 def _tagged(data: dict[str, Any]) -> Message:
     """One ThinkingBox tagged message dict (``T`` set) as an object."""
     kind = data["T"]
     if kind == "ParallelToolCall":
-        return ParallelToolCall([_tool_call(c) for c in data.get("tool_calls") or []], dict(data.get("metadata") or {}))
+        return ParallelToolCall(
+            [_tool_call(c) for c in data.get("tool_calls") or []], dict(data.get("metadata") or {})
+        )
     if kind == "ToolCall":
         return _tool_call(data)
     if kind == "ToolResponse":
-        return ToolResponse(name=str(data.get("name", "")), content=str(data.get("content", "")),
-                            id=str(data.get("id") or ""), metadata=dict(data.get("metadata") or {}))
+        return ToolResponse(
+            name=str(data.get("name", "")),
+            content=str(data.get("content", "")),
+            id=str(data.get("id") or ""),
+            metadata=dict(data.get("metadata") or {}),
+        )
     return ChatMessage.from_dict(data)
 
 
@@ -144,7 +158,7 @@ class ToolCallResponse:
     tool_response: ToolResponse
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ToolCallResponse":
+    def from_dict(cls, data: dict[str, Any]) -> ToolCallResponse:
         if "tool_call" in data:
             call, resp = dict(data["tool_call"]), data.get("tool_response") or {}
             resp = {"content": resp} if isinstance(resp, str) else dict(resp)
@@ -154,7 +168,9 @@ class ToolCallResponse:
         call_id = str(call.get("id") or resp.get("id") or "")
         return cls(
             tool_call=ToolCall(name=name, arguments=dict(call.get("arguments") or {}), id=call_id),
-            tool_response=ToolResponse(name=str(resp.get("name") or name), content=str(resp.get("content", "")), id=call_id),
+            tool_response=ToolResponse(
+                name=str(resp.get("name") or name), content=str(resp.get("content", "")), id=call_id
+            ),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -182,14 +198,20 @@ class TestContext:
     payload_messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     @classmethod
-    def from_dict(cls, payload: dict[str, Any]) -> "TestContext":
+    def from_dict(cls, payload: dict[str, Any]) -> TestContext:
         """Build from a context payload (see the module docstring)."""
         raw_messages = [dict(m) for m in payload.get("messages") or []]
         messages = parse_messages(raw_messages)
         response = payload.get("response")
         if response is None:
-            response = next((m.content for m in reversed(messages)
-                             if isinstance(m, ChatMessage) and m.role == "assistant" and m.is_visible_text), "")
+            response = next(
+                (
+                    m.content
+                    for m in reversed(messages)
+                    if isinstance(m, ChatMessage) and m.role == "assistant" and m.is_visible_text
+                ),
+                "",
+            )
         return cls(
             response=str(response),
             effects=dict(payload.get("effects") or {}),
@@ -247,7 +269,12 @@ class TestContext:
             ValueError: there is no user message.
         """
         for message in self.messages:
-            if isinstance(message, ChatMessage) and message.role == "user" and message.tag != "think" and not message.is_dummy:
+            if (
+                isinstance(message, ChatMessage)
+                and message.role == "user"
+                and message.tag != "think"
+                and not message.is_dummy
+            ):
                 return message.content
         raise ValueError("no user message found in messages")
 
@@ -255,11 +282,18 @@ class TestContext:
 def _message_dict(message: Message) -> dict[str, Any]:
     """A message object as a ThinkingBox tagged dict (``raw`` when the message kept one)."""
     if isinstance(message, ChatMessage):
-        return message.raw or {"T": "Text", "role": message.role, "content": message.content,
-                               "metadata": {**message.metadata, "tag": message.tag}}
+        return message.raw or {
+            "T": "Text",
+            "role": message.role,
+            "content": message.content,
+            "metadata": {**message.metadata, "tag": message.tag},
+        }
     if isinstance(message, ParallelToolCall):
-        return {"T": "ParallelToolCall", "tool_calls": [_message_dict(c) for c in message.tool_calls],
-                "metadata": message.metadata}
+        return {
+            "T": "ParallelToolCall",
+            "tool_calls": [_message_dict(c) for c in message.tool_calls],
+            "metadata": message.metadata,
+        }
     return {"T": message.T, **vars(message)}
 
 

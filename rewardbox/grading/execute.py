@@ -34,8 +34,14 @@ def system_error(message: str, kind: str = "grader_error", **fields: Any) -> Tes
     ``kind`` is the system error kind (``grader_crash``, ``grader_timeout``,
     ``judge_timeout``...; see :class:`rewardbox.errors.InfrastructureError`).
     """
-    return TestOutcome(result=False, reward=0.0, is_system_error=True, message=message, system_error_kind=kind,
-                       **fields)
+    return TestOutcome(
+        result=False,
+        reward=0.0,
+        is_system_error=True,
+        message=message,
+        system_error_kind=kind,
+        **fields,
+    )
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -67,7 +73,9 @@ class _Fixtures:
     context manager is entered and closed after the test.
     """
 
-    def __init__(self, specs: dict[str, dict[str, Any]], runtime: dict[str, Any], stack: contextlib.ExitStack):
+    def __init__(
+        self, specs: dict[str, dict[str, Any]], runtime: dict[str, Any], stack: contextlib.ExitStack
+    ):
         self.specs, self.built, self.stack = specs, dict(runtime), stack
         self.building: set[str] = set()
 
@@ -98,7 +106,8 @@ class _Fixtures:
             if param.kind is param.VAR_KEYWORD:
                 kwargs.update({k: self.built[k] for k in ("x", "judge")})
             elif param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY) and (
-                    param.name in self.built or param.name in self.specs or param.default is param.empty):
+                param.name in self.built or param.name in self.specs or param.default is param.empty
+            ):
                 kwargs[param.name] = self.get(param.name)
         return kwargs
 
@@ -106,7 +115,11 @@ class _Fixtures:
 def _reward_outcome(value: Any) -> TestOutcome:
     if value is None:
         return TestOutcome(result=True, reward=1.0)
-    if isinstance(value, numbers.Real) and math.isfinite(float(value)) and 0.0 <= float(value) <= 1.0:
+    if (
+        isinstance(value, numbers.Real)
+        and math.isfinite(float(value))
+        and 0.0 <= float(value) <= 1.0
+    ):
         return TestOutcome(result=True, reward=float(value))
     return system_error(f"test returned {value!r}; a reward must be None or a number in [0, 1]")
 
@@ -158,7 +171,11 @@ def evaluate_test_code(
     out = io.StringIO()
     namespace: dict[str, Any] = {"__name__": "__tb_test__"}
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out), contextlib.ExitStack() as stack:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(out),
+            contextlib.ExitStack() as stack,
+        ):
             exec(compile(code, filename, "exec"), namespace, namespace)  # noqa: S102 - task test code
             fn = namespace.get(TEST_FN_BINDING)
             if not callable(fn):
@@ -170,5 +187,7 @@ def evaluate_test_code(
     finally:
         linecache.cache.pop(filename, None)
     outcome.prints = out.getvalue()
-    outcome.metadata = _jsonable({**ctx.metadata, **({"judge_decisions": judge.decisions} if judge.decisions else {})})
+    outcome.metadata = _jsonable(
+        {**ctx.metadata, **({"judge_decisions": judge.decisions} if judge.decisions else {})}
+    )
     return outcome

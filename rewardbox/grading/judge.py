@@ -73,15 +73,19 @@ class JudgeConfig:
 
     def __post_init__(self) -> None:
         if not self.base_url or not self.model:
-            raise ValueError("JudgeConfig needs base_url and model (e.g. http://127.0.0.1:8000/v1, a model name)")
+            raise ValueError(
+                "JudgeConfig needs base_url and model (e.g. http://127.0.0.1:8000/v1, a model name)"
+            )
         if self.max_tokens < 1 or self.timeout_s <= 0 or self.max_retries < 0:
-            raise ValueError("JudgeConfig: max_tokens >= 1, timeout_s > 0 and max_retries >= 0 are required")
+            raise ValueError(
+                "JudgeConfig: max_tokens >= 1, timeout_s > 0 and max_retries >= 0 are required"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_value(cls, value: "JudgeConfig | dict[str, Any] | None") -> "JudgeConfig | None":
+    def from_value(cls, value: JudgeConfig | dict[str, Any] | None) -> JudgeConfig | None:
         """Accept a JudgeConfig, its dict form, or None (no judge)."""
         if value is None or isinstance(value, JudgeConfig):
             return value
@@ -135,8 +139,10 @@ class Judge:
                 client's retries, or an empty reply.
         """
         if self.config is None:
-            raise JudgeException("this test calls the judge but no judge endpoint is configured (judge_config)",
-                                 permanent=True)
+            raise JudgeException(
+                "this test calls the judge but no judge endpoint is configured (judge_config)",
+                permanent=True,
+            )
         body = {
             "model": self.config.model,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -150,8 +156,10 @@ class Judge:
             check_reply(response)
             reply = response.choices[0].message.content or ""
         except Exception as exc:  # the SDK's errors, bad JSON (cause malformed_reply), no choices
-            raise JudgeException(f"judge endpoint {self.config.base_url} failed: {type(exc).__name__}: {exc}",
-                                 cause=reply_cause(exc)) from exc
+            raise JudgeException(
+                f"judge endpoint {self.config.base_url} failed: {type(exc).__name__}: {exc}",
+                cause=reply_cause(exc),
+            ) from exc
         if not reply.strip():
             raise JudgeException(f"judge endpoint {self.config.base_url} returned an empty reply")
         return reply
@@ -192,7 +200,9 @@ class Judge:
         Raises:
             JudgeException: see :meth:`complete`.
         """
-        user = USER_COMPARE_YESNO.format(first=escape_tags(first), second=escape_tags(second), question=question)
+        user = USER_COMPARE_YESNO.format(
+            first=escape_tags(first), second=escape_tags(second), question=question
+        )
         reply = self.complete(SYSTEM_COMPARE_YESNO, user)
         answer = parse_yesno(reply)
         self.decisions.append({"question": question, "answer": answer, "reply": reply})
@@ -204,7 +214,9 @@ class Judge:
         Raises:
             JudgeException: see :meth:`complete`.
         """
-        return not any(self.compare_yesno(first, second, QUESTION_REPEATS) for second in second_list)
+        return not any(
+            self.compare_yesno(first, second, QUESTION_REPEATS) for second in second_list
+        )
 
     def text_yesno_with_motivation(self, text: str, question: str) -> dict[str, Any]:
         """``{"answer": bool, "motivation": str}``; a reply that is not JSON reads as No.
@@ -215,10 +227,16 @@ class Judge:
         user = USER_TEXT_YESNO.format(message=escape_tags(text), question=question)
         reply = self.complete(SYSTEM_TEXT_YESNO_MOTIVATION, user)
         try:
-            parsed = json.loads(reply[reply.index("{"): reply.rindex("}") + 1])
-            out = {"answer": parse_yesno(str(parsed.get("answer", ""))), "motivation": str(parsed.get("motivation", ""))}
+            parsed = json.loads(reply[reply.index("{") : reply.rindex("}") + 1])
+            out = {
+                "answer": parse_yesno(str(parsed.get("answer", ""))),
+                "motivation": str(parsed.get("motivation", "")),
+            }
         except (ValueError, AttributeError):
-            out = {"answer": False, "motivation": "the judge's reply is not the JSON object asked for"}
+            out = {
+                "answer": False,
+                "motivation": "the judge's reply is not the JSON object asked for",
+            }
         self.decisions.append({"question": question, **out, "reply": reply})
         return out
 

@@ -59,7 +59,9 @@ def _diff_line(d: Mapping[str, Any]) -> str:
     return f"{d.get('path')}: {d.get('type')} result={result} golden={golden}"
 
 
-def database_problems(effects: Mapping[str, Any], servers: str | Sequence[str] | None = None) -> list[str]:
+def database_problems(
+    effects: Mapping[str, Any], servers: str | Sequence[str] | None = None
+) -> list[str]:
     """Why the terminal state differs from the golden state, per server (empty when it equals it).
 
     Args:
@@ -81,11 +83,15 @@ def database_problems(effects: Mapping[str, Any], servers: str | Sequence[str] |
     for server in _servers(effects, servers):
         server_effects = effects[server]
         if server_effects.get("golden_error"):
-            raise GoldenStateError(f"invalid task, the golden state of {server} cannot be built: "
-                                   + str(server_effects["golden_error"]))
+            raise GoldenStateError(
+                f"invalid task, the golden state of {server} cannot be built: "
+                + str(server_effects["golden_error"])
+            )
         if server_effects["result_db_hash"] != server_effects["golden_db_hash"]:
             lines = [_diff_line(d) for d in (server_effects.get("diff") or [])[:DIFF_LINES_SHOWN]]
-            problems.append(f"{server}: terminal state differs from the golden state: " + "; ".join(lines))
+            problems.append(
+                f"{server}: terminal state differs from the golden state: " + "; ".join(lines)
+            )
     return problems
 
 

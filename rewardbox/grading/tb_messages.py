@@ -53,11 +53,18 @@ def _tool_call(call: dict[str, Any], outputs: dict[str, str], end_turn: set[str]
         metadata["raw"] = call["raw"]
     if name in end_turn:
         metadata["is_end_turn_tool"] = True
-    return {"T": "ToolCall", "name": name, "arguments": _arguments(fn.get("arguments")),
-            "id": str(call.get("id") or ""), "metadata": metadata}
+    return {
+        "T": "ToolCall",
+        "name": name,
+        "arguments": _arguments(fn.get("arguments")),
+        "id": str(call.get("id") or ""),
+        "metadata": metadata,
+    }
 
 
-def _assistant(message: dict[str, Any], outputs: dict[str, str], end_turn: set[str]) -> list[dict[str, Any]]:
+def _assistant(
+    message: dict[str, Any], outputs: dict[str, str], end_turn: set[str]
+) -> list[dict[str, Any]]:
     out = []
     if message.get("reasoning_content"):
         out.append(_text("assistant", message["reasoning_content"], tag="think"))
@@ -71,12 +78,18 @@ def _assistant(message: dict[str, Any], outputs: dict[str, str], end_turn: set[s
         out.append(_text("assistant", content, **flags))
     calls = [_tool_call(c, outputs, end_turn) for c in message.get("tool_calls") or []]
     if calls:
-        metadata = {"is_end_turn_tool": True} if any(c["metadata"].get("is_end_turn_tool") for c in calls) else {}
+        metadata = (
+            {"is_end_turn_tool": True}
+            if any(c["metadata"].get("is_end_turn_tool") for c in calls)
+            else {}
+        )
         out.append({"T": "ParallelToolCall", "tool_calls": calls, "metadata": metadata})
     return out
 
 
-def tb_messages(messages: Iterable[dict[str, Any]], end_turn_names: Iterable[str] = ()) -> list[dict[str, Any]]:
+def tb_messages(
+    messages: Iterable[dict[str, Any]], end_turn_names: Iterable[str] = ()
+) -> list[dict[str, Any]]:
     """Convert an ``EpisodeResult.messages`` history to ThinkingBox message dicts.
 
     Args:
@@ -90,19 +103,36 @@ def tb_messages(messages: Iterable[dict[str, Any]], end_turn_names: Iterable[str
     """
     messages = list(messages)
     end_turn = set(end_turn_names)
-    outputs = {m.get("tool_call_id", ""): str(m.get("content") or "") for m in messages if m.get("role") == "tool"}
+    outputs = {
+        m.get("tool_call_id", ""): str(m.get("content") or "")
+        for m in messages
+        if m.get("role") == "tool"
+    }
     out: list[dict[str, Any]] = []
     for m in messages:
         role = m.get("role")
         if role == "system":
             out.append(_text("system", str(m.get("content") or "")))
         elif role == "user":
-            out.append(_text("user", str(m.get("content") or ""), **({"is_user_llm": True} if m.get("is_user_llm") else {})))
+            out.append(
+                _text(
+                    "user",
+                    str(m.get("content") or ""),
+                    **({"is_user_llm": True} if m.get("is_user_llm") else {}),
+                )
+            )
         elif role == "assistant":
             out.extend(_assistant(m, outputs, end_turn))
         elif role == "tool" and not (m.get("name") in end_turn and not m.get("content")):
-            out.append({"T": "ToolResponse", "name": m.get("name") or "", "content": str(m.get("content") or ""),
-                        "id": str(m.get("tool_call_id") or ""), "metadata": {}})
+            out.append(
+                {
+                    "T": "ToolResponse",
+                    "name": m.get("name") or "",
+                    "content": str(m.get("content") or ""),
+                    "id": str(m.get("tool_call_id") or ""),
+                    "metadata": {},
+                }
+            )
     return out
 
 
@@ -114,8 +144,13 @@ def tb_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if m["T"] != "ParallelToolCall":
             continue
         for call in m["tool_calls"]:
-            response = responses.get(call["id"]) or {"T": "ToolResponse", "name": call["name"], "content": "",
-                                                      "id": call["id"], "metadata": {}}
+            response = responses.get(call["id"]) or {
+                "T": "ToolResponse",
+                "name": call["name"],
+                "content": "",
+                "id": call["id"],
+                "metadata": {},
+            }
             pairs.append({"tool_call": call, "tool_response": response})
     return pairs
 
@@ -128,6 +163,8 @@ def count_agent_turns(messages: list[Any]) -> int:
         if not isinstance(m, dict):
             continue
         tag = (m.get("metadata") or {}).get("tag", "text")
-        if m.get("T") == "ParallelToolCall" or (m.get("T") == "Text" and m.get("role") == "assistant" and tag == "text"):
+        if m.get("T") == "ParallelToolCall" or (
+            m.get("T") == "Text" and m.get("role") == "assistant" and tag == "text"
+        ):
             count += 1
     return count

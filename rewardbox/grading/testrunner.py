@@ -91,8 +91,11 @@ class _Worker:
     def __init__(self) -> None:
         self.conn, child = multiprocessing.Pipe()
         self.proc = subprocess.Popen(  # 1 thread, passive waits (rewardbox.threads)
-            [sys.executable, "-c", _BOOTSTRAP, str(child.fileno())], pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL, env=threads.single_thread_env())
+            [sys.executable, "-c", _BOOTSTRAP, str(child.fileno())],
+            pass_fds=(child.fileno(),),
+            stdin=subprocess.DEVNULL,
+            env=threads.single_thread_env(),
+        )
         child.close()
         self.conn.send(list(sys.path))
         self.tests_run = 0
@@ -108,12 +111,16 @@ class _Worker:
             self.conn.send(request)
             if not self.conn.poll(timeout_s):
                 self.stop(kill=True)
-                return system_error(f"test timed out after {timeout_s:g} s; its worker was killed", "grader_timeout"), False
+                return system_error(
+                    f"test timed out after {timeout_s:g} s; its worker was killed", "grader_timeout"
+                ), False
             outcome = self.conn.recv()
         except (EOFError, OSError) as exc:
             self.stop(kill=True)
-            return system_error(f"grading worker died ({exc or type(exc).__name__}, exit code {self.proc.returncode})",
-                                "grader_crash"), False
+            return system_error(
+                f"grading worker died ({exc or type(exc).__name__}, exit code {self.proc.returncode})",
+                "grader_crash",
+            ), False
         self.tests_run += 1
         return outcome, True
 
@@ -156,7 +163,9 @@ class TestRunner:
         max_tasks_per_worker: int = 1000,
     ):
         if max_workers < 1 or timeout_s <= 0 or max_tasks_per_worker < 1:
-            raise ValueError("TestRunner needs max_workers >= 1, timeout_s > 0 and max_tasks_per_worker >= 1")
+            raise ValueError(
+                "TestRunner needs max_workers >= 1, timeout_s > 0 and max_tasks_per_worker >= 1"
+            )
         self.max_workers = max_workers
         self.timeout_s = float(timeout_s)
         self.max_tasks_per_worker = max_tasks_per_worker
@@ -198,15 +207,25 @@ class TestRunner:
             RuntimeError: the runner is closed (a caller bug, not a test outcome).
         """
         payload = context.to_dict() if isinstance(context, TestContext) else context
-        request = {"code": code, "context": payload, "judge_config": self._judge_config,
-                   "fixtures": fixtures or {}, "uid": uid}
+        request = {
+            "code": code,
+            "context": payload,
+            "judge_config": self._judge_config,
+            "fixtures": fixtures or {},
+            "uid": uid,
+        }
         with self._slots:
             worker = self._checkout()
             try:
                 outcome, healthy = worker.call(request, self.timeout_s)
             except Exception as exc:  # e.g. a payload that cannot be pickled
                 worker.stop(kill=True)
-                outcome, healthy = system_error(f"could not send the test to a worker: {type(exc).__name__}: {exc}"), False
+                outcome, healthy = (
+                    system_error(
+                        f"could not send the test to a worker: {type(exc).__name__}: {exc}"
+                    ),
+                    False,
+                )
             self._checkin(worker, healthy)
         return outcome
 
@@ -237,7 +256,7 @@ class TestRunner:
             worker.stop()
         self._threads.shutdown(wait=False)
 
-    def __enter__(self) -> "TestRunner":
+    def __enter__(self) -> TestRunner:
         return self
 
     def __exit__(self, *exc: Any) -> None:

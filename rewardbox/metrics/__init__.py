@@ -8,7 +8,12 @@ never counted as failures.
 from rewardbox.metrics.campaign import summarise_by_domain, summarise_campaign, summarise_counts
 from rewardbox.metrics.comparison import compare_campaigns, compare_counts
 from rewardbox.metrics.cost import ModelPrice, PriceTable, campaign_cost, trial_cost_usd
-from rewardbox.metrics.intervals import jeffreys_interval, prob_better, prob_better_overall, wilson_interval
+from rewardbox.metrics.intervals import (
+    jeffreys_interval,
+    prob_better,
+    prob_better_overall,
+    wilson_interval,
+)
 from rewardbox.metrics.passk import pass_at_k, pass_hat_k, pass_hat_k_plugin
 from rewardbox.metrics.reliability import Reliability, compute_reliability
 from rewardbox.metrics.rows import task_counts, with_outcome

@@ -59,7 +59,9 @@ def verdict(interval: tuple[float, float] | None) -> str:
     return "within noise"
 
 
-def _per_task_estimates(n: np.ndarray, c: np.ndarray, k_values: Sequence[int]) -> dict[str, np.ndarray]:
+def _per_task_estimates(
+    n: np.ndarray, c: np.ndarray, k_values: Sequence[int]
+) -> dict[str, np.ndarray]:
     """Columns ``pass_at_{k}`` / ``pass_hat_{k}`` per task (0 where n < k), exact per distinct (n, c)."""
     pairs, inverse = np.unique(np.stack([n, c], axis=1), axis=0, return_inverse=True)
     inverse = inverse.reshape(-1)
@@ -71,10 +73,15 @@ def _per_task_estimates(n: np.ndarray, c: np.ndarray, k_values: Sequence[int]) -
     return out
 
 
-def _arm_columns(counts: pl.DataFrame, uids: list[str], k_values: Sequence[int]) -> tuple[np.ndarray, list[str], int]:
+def _arm_columns(
+    counts: pl.DataFrame, uids: list[str], k_values: Sequence[int]
+) -> tuple[np.ndarray, list[str], int]:
     """Matrix (tasks x statistics inputs) of one arm aligned on ``uids``; columns named; n_min."""
-    aligned = pl.DataFrame({"uid": uids}).join(
-        counts.filter(pl.col("n") > 0).select("uid", "n", "c"), on="uid", how="left").fill_null(0)
+    aligned = (
+        pl.DataFrame({"uid": uids})
+        .join(counts.filter(pl.col("n") > 0).select("uid", "n", "c"), on="uid", how="left")
+        .fill_null(0)
+    )
     n, c = aligned["n"].to_numpy().astype(np.int64), aligned["c"].to_numpy().astype(np.int64)
     has = (n > 0).astype(float)
     n_min = int(n[n > 0].min()) if has.any() else 0
@@ -133,16 +140,22 @@ def paired_bootstrap(
     """
     _check_levels(confidence, resamples)
     ks, tasks = _ks(k_values), _tasks(base_counts, tuned_counts)
-    out: dict[str, Any] = dict(metrics={}, tasks=tasks.height, resamples=resamples, seed=seed, confidence=confidence)
+    out: dict[str, Any] = dict(
+        metrics={}, tasks=tasks.height, resamples=resamples, seed=seed, confidence=confidence
+    )
     out |= {"domains": {}} if by_domain else {}
     if not tasks.height:
         return out
     rng = np.random.default_rng(seed)
     uids, alpha = tasks["uid"].to_list(), (1 - confidence) / 2
-    out["metrics"] = _compare(base_counts, tuned_counts, uids, _weights(len(uids), resamples, rng), ks, alpha)
+    out["metrics"] = _compare(
+        base_counts, tuned_counts, uids, _weights(len(uids), resamples, rng), ks, alpha
+    )
     if by_domain:
         domain_ks = ks if domain_k_values is None else _ks(domain_k_values)
-        out["domains"] = _compare_domains(base_counts, tuned_counts, tasks, resamples, rng, domain_ks, alpha)
+        out["domains"] = _compare_domains(
+            base_counts, tuned_counts, tasks, resamples, rng, domain_ks, alpha
+        )
     return out
 
 
@@ -159,8 +172,15 @@ def _ks(k_values: Sequence[int]) -> list[int]:
     return sorted({int(k) for k in k_values if int(k) >= 1})
 
 
-def _compare_domains(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, tasks: pl.DataFrame, resamples: int,
-                     rng: np.random.Generator, ks: list[int], alpha: float) -> dict[str, Any]:
+def _compare_domains(
+    base_counts: pl.DataFrame,
+    tuned_counts: pl.DataFrame,
+    tasks: pl.DataFrame,
+    resamples: int,
+    rng: np.random.Generator,
+    ks: list[int],
+    alpha: float,
+) -> dict[str, Any]:
     """``{domain: metrics}``, each domain from its own resamples of its tasks, domains in sorted order."""
     uids, domains = tasks["uid"].to_list(), tasks["domain"].to_list()
     out = {}
@@ -173,21 +193,41 @@ def _compare_domains(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, task
 
 def _tasks(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame) -> pl.DataFrame:
     """``uid``, ``domain`` of the tasks with a clean trial in either campaign, sorted by uid."""
-    frames = [df.filter(pl.col("n") > 0).select("uid", (pl.col("domain").cast(pl.Utf8) if "domain" in df.columns
-                                                         else pl.lit(None, dtype=pl.Utf8)).alias("domain"))
-              for df in (base_counts, tuned_counts)]
+    frames = [
+        df.filter(pl.col("n") > 0).select(
+            "uid",
+            (
+                pl.col("domain").cast(pl.Utf8)
+                if "domain" in df.columns
+                else pl.lit(None, dtype=pl.Utf8)
+            ).alias("domain"),
+        )
+        for df in (base_counts, tuned_counts)
+    ]
     tasks = pl.concat(frames).group_by("uid").agg(pl.col("domain").drop_nulls().first())
     return tasks.with_columns(pl.col("domain").fill_null("(all)")).sort("uid")
 
 
 def _weights(tasks: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """``(resamples, tasks)`` float counts: how often each task was drawn in each resample (rows sum to ``tasks``)."""
-    index = rng.integers(0, tasks, size=(resamples, tasks)) + (np.arange(resamples) * tasks)[:, None]
-    return np.bincount(index.ravel(), minlength=resamples * tasks).reshape(resamples, tasks).astype(float)
+    index = (
+        rng.integers(0, tasks, size=(resamples, tasks)) + (np.arange(resamples) * tasks)[:, None]
+    )
+    return (
+        np.bincount(index.ravel(), minlength=resamples * tasks)
+        .reshape(resamples, tasks)
+        .astype(float)
+    )
 
 
-def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[str], weights: np.ndarray,
-             ks: list[int], alpha: float) -> dict[str, Any]:
+def _compare(
+    base_counts: pl.DataFrame,
+    tuned_counts: pl.DataFrame,
+    uids: list[str],
+    weights: np.ndarray,
+    ks: list[int],
+    alpha: float,
+) -> dict[str, Any]:
     """Metric entries of both policies and their difference on ``uids`` under ``weights``."""
     stats: dict[str, dict[str, tuple[float, np.ndarray]]] = {}
     columns_of: dict[str, dict[str, np.ndarray]] = {}
@@ -196,7 +236,9 @@ def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[s
         columns_of[arm] = dict(zip(names, matrix.T))
         point = _statistics(matrix.sum(axis=0), names)
         draws = _statistics(weights @ matrix, names)
-        stats[arm] = {name: (float(point[name]), draws[name]) for name in point if np.isfinite(point[name])}
+        stats[arm] = {
+            name: (float(point[name]), draws[name]) for name in point if np.isfinite(point[name])
+        }
     names = list(dict.fromkeys([*stats["base"], *stats["tuned"]]))
     columns, points = [], []
     for name in names:
@@ -206,15 +248,26 @@ def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[s
         if name in stats["base"] and name in stats["tuned"]:
             columns.append((name, "difference"))
             points.append(stats["tuned"][name][0] - stats["base"][name][0])
-    draws = np.stack([stats[arm][name][1] if arm != "difference" else stats["tuned"][name][1] - stats["base"][name][1]
-                      for name, arm in columns], axis=1)
+    draws = np.stack(
+        [
+            stats[arm][name][1]
+            if arm != "difference"
+            else stats["tuned"][name][1] - stats["base"][name][1]
+            for name, arm in columns
+        ],
+        axis=1,
+    )
     with warnings.catch_warnings():  # a resample may miss every task of a policy: NaN, left out
         warnings.simplefilter("ignore", RuntimeWarning)
         ends = np.nanquantile(draws, [alpha, 1 - alpha], axis=0)
-    metrics: dict[str, Any] = {name: {"base": None, "tuned": None, "difference": None} for name in names}
+    metrics: dict[str, Any] = {
+        name: {"base": None, "tuned": None, "difference": None} for name in names
+    }
     for j, (name, arm) in enumerate(columns):
         metrics[name][arm] = (float(points[j]), float(ends[0, j]), float(ends[1, j]))
-    tests = _task_tests(columns_of, [name for name, entry in metrics.items() if entry["difference"]])
+    tests = _task_tests(
+        columns_of, [name for name, entry in metrics.items() if entry["difference"]]
+    )
     for name, entry in metrics.items():
         interval = entry["difference"][1:] if entry["difference"] else None
         entry["test"] = tests.get(name)
@@ -223,7 +276,9 @@ def _compare(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, uids: list[s
     return metrics
 
 
-def _task_tests(columns: dict[str, dict[str, np.ndarray]], names: list[str]) -> dict[str, dict[str, Any]]:
+def _task_tests(
+    columns: dict[str, dict[str, np.ndarray]], names: list[str]
+) -> dict[str, dict[str, Any]]:
     """The sign-flip test of each metric in ``names`` on the per-task differences tuned - base, over the
     tasks with a clean trial in both arms (pass@1 per task: c / n; pass@k, pass^k: the per-task estimators)."""
     if not names:
@@ -235,6 +290,8 @@ def _task_tests(columns: dict[str, dict[str, np.ndarray]], names: list[str]) -> 
         for arm in ARMS:
             col = columns[arm]
             with np.errstate(invalid="ignore", divide="ignore"):
-                per_arm.append(col["c"][both] / col["n"][both] if name == "pass_at_1" else col[name][both])
+                per_arm.append(
+                    col["c"][both] / col["n"][both] if name == "pass_at_1" else col[name][both]
+                )
         diffs.append(per_arm[1] - per_arm[0])
     return dict(zip(names, sign_flip_tests(np.stack(diffs, axis=1))))

@@ -36,7 +36,9 @@ NO_DOMAIN = "(all)"
 """Domain label used when the rows carry no ``domain`` column."""
 
 
-def summarise_counts(counts: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> dict[str, Any]:
+def summarise_counts(
+    counts: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95
+) -> dict[str, Any]:
     """Summarise per-task counts (the output of ``task_counts``). See module docstring.
 
     Returns:
@@ -95,11 +97,16 @@ def _pass_k_means(n_list: list[int], c_list: list[int], k_values: Sequence[int])
 def _task_means(n_list: list[int], c_list: list[int], k: int) -> tuple[float, float, float]:
     """Means over tasks of pass@k, pass^k and the plug-in, each estimator evaluated once per distinct (n, c)."""
     weight = Counter(zip(n_list, c_list))
-    sums = [math.fsum(m * fn(n, c, k) for (n, c), m in weight.items()) for fn in (pass_at_k, pass_hat_k, pass_hat_k_plugin)]
+    sums = [
+        math.fsum(m * fn(n, c, k) for (n, c), m in weight.items())
+        for fn in (pass_at_k, pass_hat_k, pass_hat_k_plugin)
+    ]
     return sums[0] / len(n_list), sums[1] / len(n_list), sums[2] / len(n_list)
 
 
-def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> dict[str, Any]:
+def summarise_campaign(
+    rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95
+) -> dict[str, Any]:
     """Summarise one campaign (one policy, tasks x trials) from its trial rows.
 
     Args:
@@ -119,7 +126,9 @@ def summarise_campaign(rows: pl.DataFrame, k_values: Sequence[int], confidence: 
     return summarise_counts(task_counts(rows), k_values, confidence)
 
 
-def summarise_by_domain(rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95) -> pl.DataFrame:
+def summarise_by_domain(
+    rows: pl.DataFrame, k_values: Sequence[int], confidence: float = 0.95
+) -> pl.DataFrame:
     """Per-domain table: one row per domain (``"(all)"`` without a domain column).
 
     Columns: ``domain``, ``tasks``, ``clean_trials``, ``successes``,
@@ -136,7 +145,10 @@ def summarise_by_domain(rows: pl.DataFrame, k_values: Sequence[int], confidence:
         summary = summarise_counts(counts.filter(pl.col("domain") == domain), k_values, confidence)
         record = {
             "domain": domain,
-            **{key: summary[key] for key in ("tasks", "clean_trials", "successes", "system_errors", "pass_at_1")},
+            **{
+                key: summary[key]
+                for key in ("tasks", "clean_trials", "successes", "system_errors", "pass_at_1")
+            },
             "pass_at_1_low": summary["pass_at_1_interval"][0],
             "pass_at_1_high": summary["pass_at_1_interval"][1],
             "observed_all_pass_tasks": summary["observed_all_pass_tasks"],

@@ -36,23 +36,39 @@ def compare_counts(
         empty without a domain column); ``matched_tasks``; ``unmatched_tasks`` (uids in only one
         campaign or without clean trials in one); ``draws`` and ``seed``.
     """
-    joined = _side(base_counts, "base").join(_side(tuned_counts, "tuned"), on="uid", how="inner").sort("uid")
+    joined = (
+        _side(base_counts, "base")
+        .join(_side(tuned_counts, "tuned"), on="uid", how="inner")
+        .sort("uid")
+    )
     domains = [
-        df.select("uid", pl.col("domain").cast(pl.Utf8)) for df in (base_counts, tuned_counts) if "domain" in df.columns
+        df.select("uid", pl.col("domain").cast(pl.Utf8))
+        for df in (base_counts, tuned_counts)
+        if "domain" in df.columns
     ]
     if domains:
-        domain_of = pl.concat(domains).drop_nulls().unique(subset="uid", keep="first", maintain_order=True)
-        joined = joined.join(domain_of, on="uid", how="left").select("uid", "domain", pl.exclude("uid", "domain"))
-    probs = prob_better_many(*(joined[name].to_numpy() for name in ("base_c", "base_n", "tuned_c", "tuned_n")))
+        domain_of = (
+            pl.concat(domains).drop_nulls().unique(subset="uid", keep="first", maintain_order=True)
+        )
+        joined = joined.join(domain_of, on="uid", how="left").select(
+            "uid", "domain", pl.exclude("uid", "domain")
+        )
+    probs = prob_better_many(
+        *(joined[name].to_numpy() for name in ("base_c", "base_n", "tuned_c", "tuned_n"))
+    )
     joined = joined.with_columns(prob_tuned_better=pl.Series(probs, dtype=pl.Float64))
     all_uids = set(base_counts["uid"].to_list()) | set(tuned_counts["uid"].to_list())
     overall, by_domain = None, {}
     if joined.height:
-        groups = joined["domain"].fill_null(NO_DOMAIN).to_list() if "domain" in joined.columns else None
+        groups = (
+            joined["domain"].fill_null(NO_DOMAIN).to_list() if "domain" in joined.columns else None
+        )
         overall, by_domain = prob_better_by_group(
             list(zip(joined["base_c"].to_list(), joined["base_n"].to_list())),
             list(zip(joined["tuned_c"].to_list(), joined["tuned_n"].to_list())),
-            groups, draws=draws, seed=seed,
+            groups,
+            draws=draws,
+            seed=seed,
         )
     return {
         "per_task": joined,
@@ -73,7 +89,9 @@ def compare_campaigns(
     Raises:
         ValueError: bad rows (see ``rewardbox.metrics.rows.with_outcome``).
     """
-    return compare_counts(task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows"), draws, seed)
+    return compare_counts(
+        task_counts(base_rows, "base rows"), task_counts(tuned_rows, "tuned rows"), draws, seed
+    )
 
 
 def _side(counts: pl.DataFrame, prefix: str) -> pl.DataFrame:

@@ -104,7 +104,9 @@ class UsageCost:
     cached_above_input: bool
 
 
-def usage_cost(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> UsageCost:
+def usage_cost(
+    input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice
+) -> UsageCost:
     """Estimated cost of one trial's usage (see the module docstring).
 
     ``max(input - cached, 0) * input_rate + cached * cached_rate + output * output_rate``,
@@ -126,15 +128,15 @@ def usage_cost(input_tokens: int, cached_input_tokens: int, output_tokens: int, 
     return UsageCost(usd, cached_input_tokens > input_tokens)
 
 
-def trial_cost_usd(input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice) -> float:
+def trial_cost_usd(
+    input_tokens: int, cached_input_tokens: int, output_tokens: int, price: ModelPrice
+) -> float:
     """Estimated USD cost of one trial's usage: ``usage_cost(...).usd`` (cached above input clamped).
 
     Raises:
         ValueError: a negative token count.
     """
     return usage_cost(input_tokens, cached_input_tokens, output_tokens, price).usd
-
-
 
 
 def row_costs(rows: pl.DataFrame, price: ModelPrice) -> pl.DataFrame:
@@ -145,19 +147,27 @@ def row_costs(rows: pl.DataFrame, price: ModelPrice) -> pl.DataFrame:
             the message names the first offending uid and trial.
     """
     clean = with_outcome(rows).filter(~pl.col("is_system_error"))
-    counts = {name: (pl.col(name).fill_null(0) if name in clean.columns else pl.lit(0)).cast(pl.Int64)
-              for name in TOKEN_COLUMNS}
+    counts = {
+        name: (pl.col(name).fill_null(0) if name in clean.columns else pl.lit(0)).cast(pl.Int64)
+        for name in TOKEN_COLUMNS
+    }
     clean = clean.with_columns(**counts)
     negative = clean.filter(pl.min_horizontal(*TOKEN_COLUMNS) < 0)
     if negative.height:
         first = negative.row(0, named=True)
-        raise ValueError(f"token counts must be >= 0: uid={first['uid']!r}, trial={first['trial']} has "
-                         + ", ".join(f"{name}={first[name]}" for name in TOKEN_COLUMNS))
+        raise ValueError(
+            f"token counts must be >= 0: uid={first['uid']!r}, trial={first['trial']} has "
+            + ", ".join(f"{name}={first[name]}" for name in TOKEN_COLUMNS)
+        )
     uncached = (pl.col("input_tokens") - pl.col("cached_input_tokens")).clip(lower_bound=0)
-    cost = (uncached * price.usd_per_1m_input_tokens
-            + pl.col("cached_input_tokens") * price.usd_per_1m_cached_input_tokens
-            + pl.col("output_tokens") * price.usd_per_1m_output_tokens) / 1e6
-    return clean.with_columns(cost_usd=cost, cached_above_input=pl.col("cached_input_tokens") > pl.col("input_tokens"))
+    cost = (
+        uncached * price.usd_per_1m_input_tokens
+        + pl.col("cached_input_tokens") * price.usd_per_1m_cached_input_tokens
+        + pl.col("output_tokens") * price.usd_per_1m_output_tokens
+    ) / 1e6
+    return clean.with_columns(
+        cost_usd=cost, cached_above_input=pl.col("cached_input_tokens") > pl.col("input_tokens")
+    )
 
 
 def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> dict[str, Any]:
@@ -182,7 +192,9 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
     price = price_table.price(model)
     costed = row_costs(rows, price)
     per_row = costed.group_by("uid").agg(pl.col("cost_usd").sum())
-    per_task = task_counts(rows).filter(pl.col("n") > 0).join(per_row, on="uid", how="left").sort("uid")
+    per_task = (
+        task_counts(rows).filter(pl.col("n") > 0).join(per_row, on="uid", how="left").sort("uid")
+    )
     task_costs = per_task["cost_usd"].fill_null(0.0).to_list()
     n_list, c_list = per_task["n"].to_list(), per_task["c"].to_list()
     campaign_usd = float(sum(task_costs))
@@ -196,15 +208,22 @@ def campaign_cost(rows: pl.DataFrame, price_table: PriceTable, model: str) -> di
         "tasks": tasks,
         "campaign_cost_usd": campaign_usd,
         "one_trial_every_task_usd": one_round_usd,
-        "cost_per_successful_trial_usd": one_round_usd / (tasks * pass_at_1) if pass_at_1 > 0 else None,
+        "cost_per_successful_trial_usd": one_round_usd / (tasks * pass_at_1)
+        if pass_at_1 > 0
+        else None,
         "dependable_tasks": dependable,
         "cost_per_dependable_task_usd": campaign_usd / dependable if dependable else None,
         "cached_above_input_rows": int(costed["cached_above_input"].sum()),
     }
 
 
-def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
-                 base_model: str, tuned_model: str) -> pl.DataFrame | None:
+def domain_costs(
+    base_rows: pl.DataFrame,
+    tuned_rows: pl.DataFrame,
+    price_table: PriceTable | None,
+    base_model: str,
+    tuned_model: str,
+) -> pl.DataFrame | None:
     """Cost per domain of each campaign (``campaign_cost`` on the domain's rows); None without a price table.
 
     Returns:
@@ -224,7 +243,9 @@ def domain_costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table:
         for side, (rows, model) in sides.items():
             sub = rows.filter(pl.col("domain") == domain) if "domain" in rows.columns else rows
             cost = campaign_cost(sub, price_table, model) if sub.height else None
-            record[f"{side}_cost_per_successful_trial_usd"] = cost and cost["cost_per_successful_trial_usd"]
+            record[f"{side}_cost_per_successful_trial_usd"] = (
+                cost and cost["cost_per_successful_trial_usd"]
+            )
             record[f"{side}_campaign_cost_usd"] = cost and cost["campaign_cost_usd"]
         records.append(record)
     return pl.DataFrame(records, infer_schema_length=None)

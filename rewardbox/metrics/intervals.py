@@ -39,7 +39,9 @@ def _check_rate_counts(successes: int, n: int, confidence: float) -> tuple[int, 
     try:
         s, m = operator.index(successes), operator.index(n)
     except TypeError:
-        raise ValueError(f"successes and n must be integer counts, got {successes!r}, {n!r}") from None
+        raise ValueError(
+            f"successes and n must be integer counts, got {successes!r}, {n!r}"
+        ) from None
     if m < 0 or s < 0 or s > m:
         raise ValueError(f"need 0 <= successes <= n, got successes={s}, n={m}")
     if not 0.0 < confidence < 1.0:
@@ -135,12 +137,23 @@ def prob_better_many(
     base_pairs, base_of = np.unique(np.stack([bs, bn], axis=1), axis=0, return_inverse=True)
     tuned_pairs, tuned_of = np.unique(np.stack([ts, tn], axis=1), axis=0, return_inverse=True)
     a1, b1 = base_pairs[:, 0] + JEFFREYS_PRIOR, base_pairs[:, 1] - base_pairs[:, 0] + JEFFREYS_PRIOR
-    a2, b2 = tuned_pairs[:, 0] + JEFFREYS_PRIOR, tuned_pairs[:, 1] - tuned_pairs[:, 0] + JEFFREYS_PRIOR
-    log_pdf = ((2 * a1 - 1)[:, None] * np.log(sin) + (2 * b1 - 1)[:, None] * np.log(cos)
-               + math.log(2.0) - special.betaln(a1, b1)[:, None])
+    a2, b2 = (
+        tuned_pairs[:, 0] + JEFFREYS_PRIOR,
+        tuned_pairs[:, 1] - tuned_pairs[:, 0] + JEFFREYS_PRIOR,
+    )
+    log_pdf = (
+        (2 * a1 - 1)[:, None] * np.log(sin)
+        + (2 * b1 - 1)[:, None] * np.log(cos)
+        + math.log(2.0)
+        - special.betaln(a1, b1)[:, None]
+    )
     weighted_pdf = np.exp(log_pdf) * w[None, :]
     survival = special.betaincc(a2[:, None], b2[:, None], sin**2)
-    out = np.clip(np.einsum("ij,ij->i", weighted_pdf[base_of.reshape(-1)], survival[tuned_of.reshape(-1)]), 0.0, 1.0)
+    out = np.clip(
+        np.einsum("ij,ij->i", weighted_pdf[base_of.reshape(-1)], survival[tuned_of.reshape(-1)]),
+        0.0,
+        1.0,
+    )
     out[(bs == ts) & (bn == tn)] = 0.5
     return out
 
@@ -220,9 +233,13 @@ def prob_better_by_group(
     Raises:
         ValueError: unequal lengths, no tasks, bad counts or ``draws < 1``.
     """
-    if len(base_counts) != len(tuned_counts) or (groups is not None and len(groups) != len(base_counts)):
-        raise ValueError(f"base has {len(base_counts)} tasks, tuned has {len(tuned_counts)}"
-                         f"{'' if groups is None else f', groups {len(groups)}'}; match tasks first")
+    if len(base_counts) != len(tuned_counts) or (
+        groups is not None and len(groups) != len(base_counts)
+    ):
+        raise ValueError(
+            f"base has {len(base_counts)} tasks, tuned has {len(tuned_counts)}"
+            f"{'' if groups is None else f', groups {len(groups)}'}; match tasks first"
+        )
     if not base_counts:
         raise ValueError("no tasks to compare")
     if draws < 1:
@@ -230,15 +247,24 @@ def prob_better_by_group(
     labels = sorted(set(groups)) if groups is not None else []
     member = np.ones((len(base_counts), 1 + len(labels)), dtype=bool)
     if groups is not None:
-        member[:, 1:] = np.asarray(groups, dtype=object)[:, None] == np.asarray(labels, dtype=object)[None, :]
+        member[:, 1:] = (
+            np.asarray(groups, dtype=object)[:, None] == np.asarray(labels, dtype=object)[None, :]
+        )
     bs, bn = _check_rate_arrays([c[0] for c in base_counts], [c[1] for c in base_counts])
     ts, tn = _check_rate_arrays([c[0] for c in tuned_counts], [c[1] for c in tuned_counts])
     probs = _prob_mean_better_columns(bs, bn, ts, tn, member, draws, seed)
     return float(probs[0]), {label: float(probs[1 + i]) for i, label in enumerate(labels)}
 
 
-def _prob_mean_better_columns(bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, tn: np.ndarray, member: np.ndarray,
-                              draws: int, seed: int) -> np.ndarray:
+def _prob_mean_better_columns(
+    bs: np.ndarray,
+    bn: np.ndarray,
+    ts: np.ndarray,
+    tn: np.ndarray,
+    member: np.ndarray,
+    draws: int,
+    seed: int,
+) -> np.ndarray:
     """P(mean p_tuned > mean p_base) over the tasks of each column of ``member`` (tasks x groups, bool):
     exact for one task, Gil-Pelaez inversion otherwise, Monte Carlo where the inversion gives up."""
     probs = np.full(member.shape[1], np.nan)
@@ -259,12 +285,18 @@ def _beta_cf_log(a: np.ndarray, b: np.ndarray, omega: np.ndarray, nodes: int) ->
     x, w = _gauss_legendre(nodes)
     theta, w = (x + 1) * (math.pi / 4), w * (math.pi / 4)
     sin, cos = np.sin(theta), np.cos(theta)
-    log_pdf = ((2 * a - 1)[:, None] * np.log(sin)[None, :] + (2 * b - 1)[:, None] * np.log(cos)[None, :]
-               + math.log(2.0) - special.betaln(a, b)[:, None])
+    log_pdf = (
+        (2 * a - 1)[:, None] * np.log(sin)[None, :]
+        + (2 * b - 1)[:, None] * np.log(cos)[None, :]
+        + math.log(2.0)
+        - special.betaln(a, b)[:, None]
+    )
     return np.log((np.exp(log_pdf) * w[None, :]) @ np.exp(1j * np.outer(sin**2, omega)))
 
 
-def _prob_mean_better_inversion(bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, tn: np.ndarray) -> float:
+def _prob_mean_better_inversion(
+    bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, tn: np.ndarray
+) -> float:
     """Gil-Pelaez inversion for P(sum p_tuned - sum p_base > 0); NaN when |phi| decays too slowly to truncate."""
     a = np.concatenate([bs, ts]) + JEFFREYS_PRIOR
     b = np.concatenate([bn - bs, tn - ts]) + JEFFREYS_PRIOR
@@ -277,7 +309,9 @@ def _prob_mean_better_inversion(bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, 
     omega, w = (x + 1) * (omega_max / 2), w * (omega_max / 2)
     keys, inverse = np.unique(np.stack([a, b, sign], axis=1), axis=0, return_inverse=True)
     counts = np.bincount(inverse.reshape(-1), minlength=len(keys))
-    nodes = 64 + 8 * math.ceil(math.sqrt(float(max(bn.max(), tn.max(), 1)))) + math.ceil(2 * omega_max)
+    nodes = (
+        64 + 8 * math.ceil(math.sqrt(float(max(bn.max(), tn.max(), 1)))) + math.ceil(2 * omega_max)
+    )
     log_cf = _beta_cf_log(keys[:, 0], keys[:, 1], omega, nodes)
     log_cf = np.where(keys[:, 2:3] > 0, log_cf, np.conj(log_cf))  # -p_base: conjugate
     log_sum = counts @ log_cf  # integer powers: branch cuts of the log cancel
@@ -287,7 +321,9 @@ def _prob_mean_better_inversion(bs: np.ndarray, bn: np.ndarray, ts: np.ndarray, 
     return min(1.0, max(0.0, value))
 
 
-def _prob_mean_better_monte_carlo(bs, bn, ts, tn, member: np.ndarray, draws: int, seed: int) -> np.ndarray:
+def _prob_mean_better_monte_carlo(
+    bs, bn, ts, tn, member: np.ndarray, draws: int, seed: int
+) -> np.ndarray:
     """Monte Carlo share of draws where the tuned task-mean beats the base one, per column of ``member``."""
     used = member.any(axis=1)
     member = member[used].astype(float)
@@ -306,7 +342,9 @@ def _prob_mean_better_monte_carlo(bs, bn, ts, tn, member: np.ndarray, draws: int
 
 @functools.lru_cache(maxsize=32)
 def _gauss_legendre_cached(nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    x, w = special.roots_legendre(nodes)  # asymptotic formulas for large n: far cheaper than an eigensolve
+    x, w = special.roots_legendre(
+        nodes
+    )  # asymptotic formulas for large n: far cheaper than an eigensolve
     x.flags.writeable = w.flags.writeable = False
     return x, w
 
@@ -316,14 +354,24 @@ def _gauss_legendre(nodes: int) -> tuple[np.ndarray, np.ndarray]:
     return _gauss_legendre_cached(32 * math.ceil(nodes / 32))
 
 
-def _check_rate_arrays(successes: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def _check_rate_arrays(
+    successes: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     s_arr, n_arr = np.asarray(successes), np.asarray(n)
     if s_arr.shape != n_arr.shape or s_arr.ndim != 1:
-        raise ValueError(f"successes and n must be 1-d arrays of one length, got {s_arr.shape} and {n_arr.shape}")
-    if s_arr.size and not (np.issubdtype(s_arr.dtype, np.integer) and np.issubdtype(n_arr.dtype, np.integer)):
-        raise ValueError(f"successes and n must be integer counts, got dtypes {s_arr.dtype}, {n_arr.dtype}")
+        raise ValueError(
+            f"successes and n must be 1-d arrays of one length, got {s_arr.shape} and {n_arr.shape}"
+        )
+    if s_arr.size and not (
+        np.issubdtype(s_arr.dtype, np.integer) and np.issubdtype(n_arr.dtype, np.integer)
+    ):
+        raise ValueError(
+            f"successes and n must be integer counts, got dtypes {s_arr.dtype}, {n_arr.dtype}"
+        )
     s_arr, n_arr = s_arr.astype(np.int64), n_arr.astype(np.int64)
     if ((n_arr < 0) | (s_arr < 0) | (s_arr > n_arr)).any():
         i = int(np.flatnonzero((n_arr < 0) | (s_arr < 0) | (s_arr > n_arr))[0])
-        raise ValueError(f"need 0 <= successes <= n, got successes={s_arr[i]}, n={n_arr[i]} at position {i}")
+        raise ValueError(
+            f"need 0 <= successes <= n, got successes={s_arr[i]}, n={n_arr[i]} at position {i}"
+        )
     return s_arr, n_arr

@@ -62,16 +62,26 @@ def sign_flip_tests(differences: np.ndarray, seed: int = 0) -> list[dict[str, fl
     columns share one set of random sign patterns (one matrix product for all of them)."""
     d = np.asarray(differences, dtype=float)
     if not np.all(np.isfinite(d)):
-        raise ValueError(f"per-task differences must be finite, got {d[~np.isfinite(d)][:5].tolist()}")
+        raise ValueError(
+            f"per-task differences must be finite, got {d[~np.isfinite(d)][:5].tolist()}"
+        )
     out = []
     for column in d.T:
         changed = int(np.count_nonzero(column))
-        entry = {"tasks": int(d.shape[0]), "changed": changed, "exact": changed <= EXACT_MAX_CHANGED,
-                 "p_greater": 1.0, "p_less": 1.0}
+        entry = {
+            "tasks": int(d.shape[0]),
+            "changed": changed,
+            "exact": changed <= EXACT_MAX_CHANGED,
+            "p_greater": 1.0,
+            "p_less": 1.0,
+        }
         if 0 < changed <= EXACT_MAX_CHANGED:
             # the null distribution of the sum is symmetric about 0: P(S <= x) = P(S >= -x)
             magnitudes, observed = np.abs(column[column != 0]), float(column.sum())
-            entry["p_greater"], entry["p_less"] = _exact_tail(magnitudes, observed), _exact_tail(magnitudes, -observed)
+            entry["p_greater"], entry["p_less"] = (
+                _exact_tail(magnitudes, observed),
+                _exact_tail(magnitudes, -observed),
+            )
         out.append(entry)
     sampled = [j for j, entry in enumerate(out) if not entry["exact"]]
     if sampled:
@@ -113,7 +123,9 @@ def _monte_carlo_tails(d: np.ndarray, seed: int) -> list[tuple[float, float]]:
     greater, less = np.zeros(d.shape[1]), np.zeros(d.shape[1])
     for start in range(0, MONTE_CARLO_RESAMPLES, 5_000):
         size = min(5_000, MONTE_CARLO_RESAMPLES - start)
-        signs = (rng.integers(0, 2, size=(size, d.shape[0]), dtype=np.int8) * 2 - 1).astype(np.float32)
+        signs = (rng.integers(0, 2, size=(size, d.shape[0]), dtype=np.int8) * 2 - 1).astype(
+            np.float32
+        )
         sums = signs @ d.astype(np.float32)
         greater += (sums >= observed - tol - 1e-5 * np.abs(observed)).sum(axis=0)
         less += (sums <= observed + tol + 1e-5 * np.abs(observed)).sum(axis=0)
@@ -121,8 +133,9 @@ def _monte_carlo_tails(d: np.ndarray, seed: int) -> list[tuple[float, float]]:
     return [(float((1 + g) / total), float((1 + s) / total)) for g, s in zip(greater, less)]
 
 
-def combined_verdict(interval: tuple[float, float] | None, test: dict | None,
-                     threshold: float = TEST_THRESHOLD) -> str:
+def combined_verdict(
+    interval: tuple[float, float] | None, test: dict | None, threshold: float = TEST_THRESHOLD
+) -> str:
     """``"improved"`` / ``"worse"`` only when the interval and the one-sided test agree, else
     ``"within noise"``; ``"n/a"`` without an interval. Without a test the interval decides."""
     if interval is None:
@@ -152,14 +165,29 @@ def changed_tasks(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame) -> pl.D
 
 def _paired(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame) -> pl.DataFrame:
     def side(counts: pl.DataFrame, arm: str) -> pl.DataFrame:
-        domain = pl.col("domain").cast(pl.Utf8) if "domain" in counts.columns else pl.lit(None, dtype=pl.Utf8)
-        return counts.filter(pl.col("n") > 0).select("uid", domain.alias(f"{arm}_domain"),
-                                                     pl.col("c").alias(f"{arm}_c"), pl.col("n").alias(f"{arm}_n"))
+        domain = (
+            pl.col("domain").cast(pl.Utf8)
+            if "domain" in counts.columns
+            else pl.lit(None, dtype=pl.Utf8)
+        )
+        return counts.filter(pl.col("n") > 0).select(
+            "uid",
+            domain.alias(f"{arm}_domain"),
+            pl.col("c").alias(f"{arm}_c"),
+            pl.col("n").alias(f"{arm}_n"),
+        )
 
     joined = side(base_counts, "base").join(side(tuned_counts, "tuned"), on="uid", how="inner")
     return joined.select(
-        "uid", pl.coalesce("base_domain", "tuned_domain").alias("domain"), "base_c", "base_n", "tuned_c", "tuned_n",
-        (pl.col("tuned_c") / pl.col("tuned_n") - pl.col("base_c") / pl.col("base_n")).alias("change"),
+        "uid",
+        pl.coalesce("base_domain", "tuned_domain").alias("domain"),
+        "base_c",
+        "base_n",
+        "tuned_c",
+        "tuned_n",
+        (pl.col("tuned_c") / pl.col("tuned_n") - pl.col("base_c") / pl.col("base_n")).alias(
+            "change"
+        ),
     ).sort("uid")
 
 

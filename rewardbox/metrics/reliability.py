@@ -111,25 +111,38 @@ def compute_reliability(
         "base": summarise_counts(base, k_values, confidence),
         "tuned": summarise_counts(tuned, k_values, confidence),
         "per_domain": _per_domain(base, tuned, comparison, boot, k, confidence),
-        "per_split": split_bootstrap(base, tuned, splits or {}, k_values, confidence, resamples, seed),
+        "per_split": split_bootstrap(
+            base, tuned, splits or {}, k_values, confidence, resamples, seed
+        ),
         "changed_tasks": changed_tasks(base, tuned),
         "splits": {split: list(domains) for split, domains in (splits or {}).items()},
         "base_truncation": truncation_summary(base_rows),
         "tuned_truncation": truncation_summary(tuned_rows),
     }
     costs = _costs(base_rows, tuned_rows, price_table, base_model, tuned_model)
-    return Reliability(k, k_values, confidence, comparison=comparison, bootstrap=boot, **numbers, **costs)
+    return Reliability(
+        k, k_values, confidence, comparison=comparison, bootstrap=boot, **numbers, **costs
+    )
 
 
-def _costs(base_rows: pl.DataFrame, tuned_rows: pl.DataFrame, price_table: PriceTable | None,
-           base_model: str, tuned_model: str) -> dict[str, Any]:
+def _costs(
+    base_rows: pl.DataFrame,
+    tuned_rows: pl.DataFrame,
+    price_table: PriceTable | None,
+    base_model: str,
+    tuned_model: str,
+) -> dict[str, Any]:
     """The cost fields of a :class:`Reliability` (USD); ``{}`` (all None) without a price table."""
     if not price_table:
         return {}
-    return {"base_cost": campaign_cost(base_rows, price_table, base_model),
-            "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model),
-            "per_domain_cost": domain_costs(base_rows, tuned_rows, price_table, base_model, tuned_model),
-            "price_table_version": price_table.version}
+    return {
+        "base_cost": campaign_cost(base_rows, price_table, base_model),
+        "tuned_cost": campaign_cost(tuned_rows, price_table, tuned_model),
+        "per_domain_cost": domain_costs(
+            base_rows, tuned_rows, price_table, base_model, tuned_model
+        ),
+        "price_table_version": price_table.version,
+    }
 
 
 def _with_domain(counts: pl.DataFrame) -> pl.DataFrame:

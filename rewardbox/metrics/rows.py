@@ -59,7 +59,9 @@ def with_outcome(rows: pl.DataFrame, what: str = "trial rows") -> pl.DataFrame:
             f"{what}: (uid, trial) = ({first['uid']!r}, {first['trial']}) appears {first['len']} times; "
             f"{dupes.height} key(s) repeat"
         )
-    outcome = pl.col("passed").cast(pl.Boolean) if "passed" in rows.columns else pl.col("reward") >= 1.0
+    outcome = (
+        pl.col("passed").cast(pl.Boolean) if "passed" in rows.columns else pl.col("reward") >= 1.0
+    )
     out = rows.with_columns(is_system_error=system_error_expr(rows))
     out = out.with_columns(success=pl.when(pl.col("is_system_error")).then(None).otherwise(outcome))
     bad = out.filter(~pl.col("is_system_error") & pl.col("success").is_null())

@@ -20,6 +20,7 @@ import polars as pl
 from rewardbox.metrics.bootstrap import DEFAULT_RESAMPLES, paired_bootstrap
 from rewardbox.metrics.campaign import NO_DOMAIN
 
+
 def domain_to_split(splits: Mapping[str, Sequence[str]]) -> dict[str, str]:
     """``{domain: split}`` from ``{split: [domain, ...]}``.
 
@@ -32,14 +33,20 @@ def domain_to_split(splits: Mapping[str, Sequence[str]]) -> dict[str, str]:
             raise ValueError(f"report.splits: split {split!r} lists no domain")
         for domain in domains:
             if domain in owner and owner[domain] != split:
-                raise ValueError(f"report.splits: domain {domain!r} is in both {owner[domain]!r} and {split!r}")
+                raise ValueError(
+                    f"report.splits: domain {domain!r} is in both {owner[domain]!r} and {split!r}"
+                )
             owner[domain] = split
     return owner
 
 
 def _relabel(counts: pl.DataFrame, owner: Mapping[str, str]) -> pl.DataFrame:
     """Per-task counts with ``domain`` replaced by the task's split (tasks of no split dropped)."""
-    domain = pl.col("domain").cast(pl.Utf8).fill_null(NO_DOMAIN) if "domain" in counts.columns else pl.lit(NO_DOMAIN)
+    domain = (
+        pl.col("domain").cast(pl.Utf8).fill_null(NO_DOMAIN)
+        if "domain" in counts.columns
+        else pl.lit(NO_DOMAIN)
+    )
     split = domain.replace_strict(dict(owner), default=None, return_dtype=pl.Utf8)
     return counts.with_columns(domain=split).filter(pl.col("domain").is_not_null())
 
@@ -51,12 +58,20 @@ def _domains_seen(counts: pl.DataFrame) -> set[str]:
     return {NO_DOMAIN} if counts.height else set()
 
 
-def _split_task_counts(base_counts: pl.DataFrame, tuned_counts: pl.DataFrame, owner: Mapping[str, str],
-                       splits: Mapping[str, Sequence[str]]) -> dict[str, int]:
+def _split_task_counts(
+    base_counts: pl.DataFrame,
+    tuned_counts: pl.DataFrame,
+    owner: Mapping[str, str],
+    splits: Mapping[str, Sequence[str]],
+) -> dict[str, int]:
     """``{split: tasks with a clean trial in either campaign}``, every split of ``splits`` present."""
     counts = {name: 0 for name in splits}
-    relabelled = pl.concat([_relabel(c, owner).filter(pl.col("n") > 0).select("uid", "domain")
-                            for c in (base_counts, tuned_counts)]).unique()
+    relabelled = pl.concat(
+        [
+            _relabel(c, owner).filter(pl.col("n") > 0).select("uid", "domain")
+            for c in (base_counts, tuned_counts)
+        ]
+    ).unique()
     for split, tasks in relabelled.group_by("domain").len().iter_rows():
         counts[split] = tasks
     return counts
@@ -91,13 +106,26 @@ def split_bootstrap(
     """
     owner = domain_to_split(splits)
     seen = _domains_seen(base_counts) | _domains_seen(tuned_counts)
-    out: dict[str, Any] = {"splits": {}, "confidence": confidence,
-                           "unassigned_domains": sorted(seen - set(owner))}
+    out: dict[str, Any] = {
+        "splits": {},
+        "confidence": confidence,
+        "unassigned_domains": sorted(seen - set(owner)),
+    }
     if not splits:
         return out
-    boot = paired_bootstrap(_relabel(base_counts, owner), _relabel(tuned_counts, owner), k_values, confidence,
-                            resamples, seed, by_domain=True)
+    boot = paired_bootstrap(
+        _relabel(base_counts, owner),
+        _relabel(tuned_counts, owner),
+        k_values,
+        confidence,
+        resamples,
+        seed,
+        by_domain=True,
+    )
     counts = _split_task_counts(base_counts, tuned_counts, owner, splits)
     for split in splits:
-        out["splits"][split] = {"tasks": counts[split], "metrics": boot.get("domains", {}).get(split, {})}
+        out["splits"][split] = {
+            "tasks": counts[split],
+            "metrics": boot.get("domains", {}).get(split, {}),
+        }
     return out

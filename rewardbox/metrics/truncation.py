@@ -23,10 +23,17 @@ def truncation_summary(rows: pl.DataFrame) -> dict[str, float | int]:
         ``truncated_trials`` (trials with at least one cut completion).
     """
     if "truncated_turns" not in rows.columns:
-        return {"truncated_completions": 0, "completions": 0, "truncated_completion_frac": 0.0,
-                "truncated_trials": 0}
+        return {
+            "truncated_completions": 0,
+            "completions": 0,
+            "truncated_completion_frac": 0.0,
+            "truncated_trials": 0,
+        }
     known = rows.filter(pl.col("truncated_turns").is_not_null())
     cut, turns = int(known["truncated_turns"].sum()), int(known["turns"].sum())
-    return {"truncated_completions": cut, "completions": turns,
-            "truncated_completion_frac": round(cut / turns, 4) if turns else 0.0,
-            "truncated_trials": int((known["truncated_turns"] > 0).sum())}
+    return {
+        "truncated_completions": cut,
+        "completions": turns,
+        "truncated_completion_frac": round(cut / turns, 4) if turns else 0.0,
+        "truncated_trials": int((known["truncated_turns"] > 0).sum()),
+    }

@@ -4,7 +4,14 @@ Heavy parts load lazily: ``rewardbox.policy.local`` imports torch and
 transformers, ``rewardbox.policy.endpoint`` the openai client.
 """
 
-from rewardbox.policy.base import ChatRequest, Completion, Interpretation, Policy, ToolCall, ToolCallError
+from rewardbox.policy.base import (
+    ChatRequest,
+    Completion,
+    Interpretation,
+    Policy,
+    ToolCall,
+    ToolCallError,
+)
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.factory import build_policy
 from rewardbox.policy.interpreter import interpret, render_tool_call, type_tool_call

@@ -71,8 +71,9 @@ def type_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> dict[st
     return _type_object(arguments, schema, path="", default_extra=not schema.get("properties"))
 
 
-def _type_object(value: dict[str, Any], schema: dict[str, Any], path: str,
-                 default_extra: bool = True) -> dict[str, Any]:
+def _type_object(
+    value: dict[str, Any], schema: dict[str, Any], path: str, default_extra: bool = True
+) -> dict[str, Any]:
     props = schema.get("properties") or {}
     extra = schema.get("additionalProperties", default_extra)
     out: dict[str, Any] = {}
@@ -119,7 +120,9 @@ def _type_union(value: Any, schema: dict[str, Any], key: str, path: str) -> Any:
             return _type_value(value, option, path)
         except ArgumentError:
             continue
-    raise ArgumentError(f"'{path}': {json_type_name(value)} {_short(value)} matches none of the allowed types")
+    raise ArgumentError(
+        f"'{path}': {json_type_name(value)} {_short(value)} matches none of the allowed types"
+    )
 
 
 def _declared_types(schema: dict[str, Any]) -> list[str]:
@@ -188,7 +191,11 @@ def _convert(value: Any, target: str) -> Any:
         return int(value) if _INT_RE.fullmatch(value) else float(value)
     elif target == "string" and isinstance(value, (int, float)) and math.isfinite(value):
         return str(value)
-    elif target == "boolean" and isinstance(value, str) and value.strip().lower() in ("true", "false"):
+    elif (
+        target == "boolean"
+        and isinstance(value, str)
+        and value.strip().lower() in ("true", "false")
+    ):
         return value.strip().lower() == "true"
     elif target in ("array", "object") and isinstance(value, str):
         try:

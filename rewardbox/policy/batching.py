@@ -42,7 +42,9 @@ def fail(pending: Pending, error: BaseException) -> None:
     settle(pending, None, error)
 
 
-def choose_batch(waiting: list[Pending], max_batch_size: int, key_tokens: int) -> tuple[list[Pending], list[Pending]]:
+def choose_batch(
+    waiting: list[Pending], max_batch_size: int, key_tokens: int
+) -> tuple[list[Pending], list[Pending]]:
     """The next batch and the requests left waiting, both in arrival order.
 
     The batch is the oldest request, then the others whose first

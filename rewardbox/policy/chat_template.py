@@ -135,7 +135,9 @@ def normalise_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
                 continue
             fn = call.get("function", call)
             if "arguments" in fn:
-                fn["arguments"] = _arguments_object(fn["arguments"], message_index, call_index, fn.get("name"))
+                fn["arguments"] = _arguments_object(
+                    fn["arguments"], message_index, call_index, fn.get("name")
+                )
     return out
 
 
@@ -145,18 +147,29 @@ def _arguments_object(args: Any, message_index: int, call_index: int, name: Any)
     if isinstance(args, dict):
         return args
     if not isinstance(args, str):
-        raise ChatTemplateError(message_index, call_index,
-                                f"{where} must be a JSON object or a string holding one, got {type(args).__name__}")
+        raise ChatTemplateError(
+            message_index,
+            call_index,
+            f"{where} must be a JSON object or a string holding one, got {type(args).__name__}",
+        )
     if not args.strip():
-        raise ChatTemplateError(message_index, call_index,
-                                f"{where} are an empty string; write '{{}}' for a call without arguments")
+        raise ChatTemplateError(
+            message_index,
+            call_index,
+            f"{where} are an empty string; write '{{}}' for a call without arguments",
+        )
     try:
         decoded = strict_json.loads(args)
     except ValueError as exc:
-        raise ChatTemplateError(message_index, call_index, f"{where} are not valid JSON ({exc}): {args[:120]!r}") from exc
+        raise ChatTemplateError(
+            message_index, call_index, f"{where} are not valid JSON ({exc}): {args[:120]!r}"
+        ) from exc
     if not isinstance(decoded, dict):
-        raise ChatTemplateError(message_index, call_index,
-                                f"{where} must be a JSON object, got {type(decoded).__name__}: {args[:120]!r}")
+        raise ChatTemplateError(
+            message_index,
+            call_index,
+            f"{where} must be a JSON object, got {type(decoded).__name__}: {args[:120]!r}",
+        )
     return decoded
 
 
@@ -169,7 +182,7 @@ def prompt_opens_reasoning(prompt: str) -> bool:
     rewardbox's own template never opens reasoning: False for its prompts.
     """
     start = prompt.rfind(TURN_START)
-    tail = prompt if start < 0 else prompt[start + len(TURN_START):].partition("\n")[2]
+    tail = prompt if start < 0 else prompt[start + len(TURN_START) :].partition("\n")[2]
     tail = tail.lstrip()
     return tail.startswith("<think>") and "</think>" not in tail
 
@@ -201,5 +214,14 @@ def assistant_message(interpretation: Interpretation) -> dict[str, Any]:
 
 def _history_call(call: ToolCall | ToolCallError) -> dict[str, Any]:
     if isinstance(call, ToolCall):
-        return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": dict(call.arguments)}}
-    return {"id": call.id, "type": "function", "function": {"name": call.name or "", "arguments": {}}, "raw": call.raw}
+        return {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": dict(call.arguments)},
+        }
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name or "", "arguments": {}},
+        "raw": call.raw,
+    }

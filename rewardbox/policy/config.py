@@ -10,10 +10,32 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 POLICY_KINDS = ("local", "endpoint", "golden", "null", "scripted_mix")
 
 KIND_FIELDS: dict[str, tuple[str, ...]] = {
-    "local": ("checkpoint_dir", "adapter_dir", "max_batch_size", "batch_wait_ms", "device", "dtype", "seed",
-              "num_threads", "name", "guided_tool_calls"),
-    "endpoint": ("base_url", "model", "api_key_env", "timeout_s", "max_retries", "max_timeout_retries",
-                 "max_rate_limit_retries", "reasoning_field", "reasoning_open", "extra_body", "name", "context_tokens"),
+    "local": (
+        "checkpoint_dir",
+        "adapter_dir",
+        "max_batch_size",
+        "batch_wait_ms",
+        "device",
+        "dtype",
+        "seed",
+        "num_threads",
+        "name",
+        "guided_tool_calls",
+    ),
+    "endpoint": (
+        "base_url",
+        "model",
+        "api_key_env",
+        "timeout_s",
+        "max_retries",
+        "max_timeout_retries",
+        "max_rate_limit_retries",
+        "reasoning_field",
+        "reasoning_open",
+        "extra_body",
+        "name",
+        "context_tokens",
+    ),
     "scripted_mix": ("golden_frac",),
     "golden": (),
     "null": (),
@@ -104,7 +126,11 @@ class PolicyConfig(BaseModel):
         if isinstance(data, dict):
             removed = [key for key in REMOVED_KEYS if key in data]
             if removed:
-                raise ValueError("; ".join(f"policy.{key} was removed: set {REMOVED_KEYS[key]}" for key in removed))
+                raise ValueError(
+                    "; ".join(
+                        f"policy.{key} was removed: set {REMOVED_KEYS[key]}" for key in removed
+                    )
+                )
         return data
 
     def constructor_kwargs(self) -> dict[str, Any]:
@@ -112,7 +138,7 @@ class PolicyConfig(BaseModel):
         return {field: getattr(self, field) for field in KIND_FIELDS[self.kind]}
 
     @model_validator(mode="after")
-    def _check_kind_fields(self) -> "PolicyConfig":
+    def _check_kind_fields(self) -> PolicyConfig:
         if self.kind == "endpoint":
             missing = [f for f in ("base_url", "model") if not getattr(self, f)]
             if missing:

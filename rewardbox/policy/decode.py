@@ -54,7 +54,9 @@ from rewardbox.policy.sampling import PerRowSampler
 class RowGuide(Protocol):
     """A per-row logits mask (``guided.ToolCallGuide``) applied to the active rows."""
 
-    def apply(self, completions: Sequence[list[int]], scores: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+    def apply(
+        self, completions: Sequence[list[int]], scores: torch.Tensor, rows: Sequence[int]
+    ) -> torch.Tensor:
         """Masked scores (shape of ``scores``); ``completions[i]`` is row ``rows[i]``'s tokens so far."""
         ...
 
@@ -89,8 +91,14 @@ def prompt_positions(attention_mask: torch.Tensor) -> torch.Tensor:
     return positions.masked_fill(attention_mask == 0, 0)
 
 
-def prefill(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: Any | None,
-            capacity: int, slots: list[int]) -> tuple[Rows, torch.Tensor]:
+def prefill(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    cache: Any | None,
+    capacity: int,
+    slots: list[int],
+) -> tuple[Rows, torch.Tensor]:
     """Run the prompts' uncached columns; returns the rows and the last position's logits ``[B, 1, V]``.
 
     Args:
@@ -143,17 +151,31 @@ def merge_rows(a: Rows, b: Rows, capacity: int) -> Rows:
         mask = None
     else:
         mask = torch.cat([_padded_mask(a, la, width), _padded_mask(b, lb, width)])
-    return Rows(a.slots + b.slots, merge_caches(a.cache, b.cache, capacity), mask,
-                torch.cat([a.next_position, b.next_position]), torch.cat([a.last, b.last]))
+    return Rows(
+        a.slots + b.slots,
+        merge_caches(a.cache, b.cache, capacity),
+        mask,
+        torch.cat([a.next_position, b.next_position]),
+        torch.cat([a.last, b.last]),
+    )
 
 
 def _padded_mask(rows: Rows, columns: int, width: int) -> torch.Tensor:
-    mask = rows.mask if rows.mask is not None else rows.next_position.new_ones((len(rows.slots), columns))
+    mask = (
+        rows.mask
+        if rows.mask is not None
+        else rows.next_position.new_ones((len(rows.slots), columns))
+    )
     return torch.cat([mask.new_zeros((len(rows.slots), width - columns)), mask], dim=-1)
 
 
-def choose_tokens(logits: torch.Tensor, slots: Sequence[int], completions: Any, sampler: PerRowSampler,
-                  guides: Sequence[RowGuide] = ()) -> torch.Tensor:
+def choose_tokens(
+    logits: torch.Tensor,
+    slots: Sequence[int],
+    completions: Any,
+    sampler: PerRowSampler,
+    guides: Sequence[RowGuide] = (),
+) -> torch.Tensor:
     """Each row's next token ``[B]`` (guides, then the sampler); ``completions[slot]`` is its tokens so far."""
     scores = logits[:, -1].float()
     for guide in guides:
@@ -192,8 +214,14 @@ def decode_batch(
     """
     stops = {int(t) for t in stop_token_ids}
     completions: list[list[int]] = [[] for _ in budgets]
-    rows, logits = prefill(model, input_ids, attention_mask, cache, input_ids.shape[1] + max(budgets),
-                           list(range(len(budgets))))
+    rows, logits = prefill(
+        model,
+        input_ids,
+        attention_mask,
+        cache,
+        input_ids.shape[1] + max(budgets),
+        list(range(len(budgets))),
+    )
     while True:
         rows.last = choose_tokens(logits, rows.slots, completions, sampler, guides)
         keep = []
@@ -211,13 +239,26 @@ def _decode_cache(config: Any, cache: Any | None, capacity: int) -> Any:
     """A cache written in place (``kv_cache.preallocated_cache``, the prefix's columns copied in once) for
     full-attention models; ``transformers``' ``DynamicCache`` for others (sliding windows keep their layers)."""
     layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if all(t == "full_attention" for t in layer_types) and (cache is None or isinstance(cache, DynamicCache)):
+    if all(t == "full_attention" for t in layer_types) and (
+        cache is None or isinstance(cache, DynamicCache)
+    ):
         return preallocated_cache(config, capacity, cache)
     return cache if cache is not None else DynamicCache(config=config)
 
 
-def _forward(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor,
-             cache: Any) -> torch.Tensor:
+def _forward(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    cache: Any,
+) -> torch.Tensor:
     """Logits of the last position only (``[B, 1, V]``), the cache extended in place."""
-    return model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
-                 use_cache=True, logits_to_keep=1).logits
+    return model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    ).logits

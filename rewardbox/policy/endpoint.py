@@ -59,9 +59,15 @@ from rewardbox.sandbox.base import ToolSpec
 class _RetryBudget:
     """Per-kind retry counters for one request (docs/thinkingbox.md, "Retries")."""
 
-    def __init__(self, max_retries: int, max_timeout_retries: int, max_rate_limit_retries: int | None):
-        self.limits = {"server": max_retries, "timeout": max_timeout_retries, "rate_limit": max_rate_limit_retries,
-                       "malformed": max_retries}
+    def __init__(
+        self, max_retries: int, max_timeout_retries: int, max_rate_limit_retries: int | None
+    ):
+        self.limits = {
+            "server": max_retries,
+            "timeout": max_timeout_retries,
+            "rate_limit": max_rate_limit_retries,
+            "malformed": max_retries,
+        }
         self.used: Counter[str] = Counter()
 
     @staticmethod
@@ -121,7 +127,9 @@ class EndpointPolicy:
             (vLLM's ``max_model_len``). See the module docstring, "Context".
     """
 
-    samples_from_a_model = True  # episode limits must fit the golden trajectories (check_policy_budget)
+    samples_from_a_model = (
+        True  # episode limits must fit the golden trajectories (check_policy_budget)
+    )
 
     def __init__(
         self,
@@ -154,8 +162,12 @@ class EndpointPolicy:
         self._client = self._make_client()
 
     def _make_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self._api_key or os.environ.get(self._api_key_env) or "EMPTY",
-                                  timeout=self._timeout_s, max_retries=0)
+        return openai.AsyncOpenAI(
+            base_url=self.base_url,
+            api_key=self._api_key or os.environ.get(self._api_key_env) or "EMPTY",
+            timeout=self._timeout_s,
+            max_retries=0,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled without its client (so without the API key): a Ray worker rebuilds the client,
@@ -189,22 +201,32 @@ class EndpointPolicy:
             try:
                 response, more = await self._create(body)
             except ContextRejected as again:
-                raise ContextLengthError(f"{self.base_url} ({self.model}): {again.rejection.message}") from again
+                raise ContextLengthError(
+                    f"{self.base_url} ({self.model}): {again.rejection.message}"
+                ) from again
             attempts = rejected.attempts + more
         completion = self._completion(response, request.tools, body["max_completion_tokens"])
         completion.duration_s = time.perf_counter() - started
         completion.extra["attempts"] = attempts
         return completion
 
-    async def _capped_body(self, body: dict[str, Any], rejection: ContextRejection) -> dict[str, Any]:
+    async def _capped_body(
+        self, body: dict[str, Any], rejection: ContextRejection
+    ) -> dict[str, Any]:
         """``body`` with ``max_completion_tokens`` cut to the room left; ``ContextLengthError`` when none is."""
-        if self.context_tokens is None and rejection.context_tokens is None and rejection.input_tokens is not None:
+        if (
+            self.context_tokens is None
+            and rejection.context_tokens is None
+            and rejection.input_tokens is not None
+        ):
             self.context_tokens = await served_context_tokens(self._client, self.model)
         room = rejection.room_tokens(self.context_tokens)
         if room is None or room < 1 or room >= body["max_completion_tokens"]:
             left = "unknown" if room is None else max(room, 0)
-            raise ContextLengthError(f"{self.base_url} ({self.model}): no room for a completion ({left} tokens "
-                                     f"left of the context): {rejection.message}")
+            raise ContextLengthError(
+                f"{self.base_url} ({self.model}): no room for a completion ({left} tokens "
+                f"left of the context): {rejection.message}"
+            )
         return {**body, "max_completion_tokens": room}
 
     async def aclose(self) -> None:
@@ -215,11 +237,17 @@ class EndpointPolicy:
         body: dict[str, Any] = {
             "model": self.model,
             "messages": [api_message(m) for m in request.messages],
-            "temperature": self.temperature if self.temperature is not None else request.temperature,
-            "max_completion_tokens": self.max_tokens if self.max_tokens is not None else request.max_new_tokens,
+            "temperature": self.temperature
+            if self.temperature is not None
+            else request.temperature,
+            "max_completion_tokens": self.max_tokens
+            if self.max_tokens is not None
+            else request.max_new_tokens,
         }
         if self.context_tokens is not None:  # a prompt takes at least one token of the context
-            body["max_completion_tokens"] = max(1, min(body["max_completion_tokens"], self.context_tokens - 1))
+            body["max_completion_tokens"] = max(
+                1, min(body["max_completion_tokens"], self.context_tokens - 1)
+            )
         if request.seed is not None:
             body["seed"] = request.seed
         if request.tools:
@@ -233,38 +261,56 @@ class EndpointPolicy:
 
         def wait(state: RetryCallState) -> float:
             retry_after = _retry_after_s(state.outcome.exception() if state.outcome else None)
-            return min(retry_after, self.backoff_max_s) if retry_after is not None else backoff(state)
+            return (
+                min(retry_after, self.backoff_max_s) if retry_after is not None else backoff(state)
+            )
 
-        retrying = AsyncRetrying(retry=retry_if_exception(budget.allows), wait=wait, stop=stop_never, reraise=True)
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(budget.allows), wait=wait, stop=stop_never, reraise=True
+        )
         attempts = 0
         try:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    response = await self._client.chat.completions.create(**body, extra_body=self.extra_body or None)
+                    response = await self._client.chat.completions.create(
+                        **body, extra_body=self.extra_body or None
+                    )
                     check_reply(response)
         except (json.JSONDecodeError, MalformedReplyError) as exc:
-            raise EndpointError(f"{self.base_url} ({self.model}): malformed reply after {attempts} attempt(s): "
-                                f"{type(exc).__name__}: {exc}", cause="malformed_reply") from exc
+            raise EndpointError(
+                f"{self.base_url} ({self.model}): malformed reply after {attempts} attempt(s): "
+                f"{type(exc).__name__}: {exc}",
+                cause="malformed_reply",
+            ) from exc
         except openai.APIError as exc:
             rejection = context_rejection(exc)
             if rejection is not None:
                 raise ContextRejected(rejection, attempts) from exc
             status = getattr(exc, "status_code", None)
             what = f"HTTP {status}" if status else type(exc).__name__
-            raise EndpointError(f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}",
-                                cause=endpoint_cause(exc)) from exc
+            raise EndpointError(
+                f"{self.base_url} ({self.model}): {what} after {attempts} attempt(s): {exc}",
+                cause=endpoint_cause(exc),
+            ) from exc
         return response, attempts
 
-    def _completion(self, response: Any, tools: list[ToolSpec], max_completion_tokens: int) -> Completion:
+    def _completion(
+        self, response: Any, tools: list[ToolSpec], max_completion_tokens: int
+    ) -> Completion:
         choice = response.choices[0]
         message = choice.message
         reasoning = reasoning_of(message, self.reasoning_field)
         usage = response.usage
-        finish_reason = finish_reason_of(choice.finish_reason, getattr(usage, "completion_tokens", None),
-                                         max_completion_tokens)
+        finish_reason = finish_reason_of(
+            choice.finish_reason, getattr(usage, "completion_tokens", None), max_completion_tokens
+        )
         interpretation, raw_text = combine(
-            message.content or "", reasoning, list(message.tool_calls or []), tools, finish_reason,
+            message.content or "",
+            reasoning,
+            list(message.tool_calls or []),
+            tools,
+            finish_reason,
             reasoning_open=self.reasoning_open,
         )
         details = getattr(usage, "prompt_tokens_details", None) if usage else None

@@ -26,10 +26,24 @@ import openai
 
 from rewardbox.errors import MalformedReplyError, check_reply, reply_cause  # noqa: F401 - the reply's readers, here
 
-_MARKERS = ("context length", "context_length_exceeded", "exceed_context_size", "context size", "context window")
-_CONTEXT = (r"maximum context length is (\d+)", r"available context size \((\d+) tokens?\)", r"n_ctx\W+(\d+)")
-_INPUT = (r"n_prompt_tokens\W+(\d+)", r"(\d+) input tokens", r"\((\d+) in the messages",
-          r"messages resulted in (\d+) tokens")
+_MARKERS = (
+    "context length",
+    "context_length_exceeded",
+    "exceed_context_size",
+    "context size",
+    "context window",
+)
+_CONTEXT = (
+    r"maximum context length is (\d+)",
+    r"available context size \((\d+) tokens?\)",
+    r"n_ctx\W+(\d+)",
+)
+_INPUT = (
+    r"n_prompt_tokens\W+(\d+)",
+    r"(\d+) input tokens",
+    r"\((\d+) in the messages",
+    r"messages resulted in (\d+) tokens",
+)
 
 
 @dataclass(frozen=True)
@@ -102,7 +116,9 @@ async def served_context_tokens(client: openai.AsyncOpenAI, model: str) -> int |
     return None
 
 
-def finish_reason_of(raw: str | None, completion_tokens: int | None, max_completion_tokens: int | None) -> str:
+def finish_reason_of(
+    raw: str | None, completion_tokens: int | None, max_completion_tokens: int | None
+) -> str:
     """``"length"`` when the server says so or the completion used its whole budget, else ``"stop"``.
 
     A server may report another reason (``tool_calls``) for a turn that reached its limit;
@@ -113,6 +129,9 @@ def finish_reason_of(raw: str | None, completion_tokens: int | None, max_complet
         raw: the server's ``finish_reason``; completion_tokens: ``usage.completion_tokens``
             (None when not reported); max_completion_tokens: the request's budget.
     """
-    reached = isinstance(completion_tokens, int) and isinstance(max_completion_tokens, int) and \
-        0 < max_completion_tokens <= completion_tokens
+    reached = (
+        isinstance(completion_tokens, int)
+        and isinstance(max_completion_tokens, int)
+        and 0 < max_completion_tokens <= completion_tokens
+    )
     return "length" if raw == "length" or reached else "stop"

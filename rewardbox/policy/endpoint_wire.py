@@ -21,12 +21,21 @@ from rewardbox.policy.interpreter import (
 )
 from rewardbox.sandbox.base import ToolSpec
 
-_MESSAGE_KEYS = {"system": ("content",), "user": ("content",), "tool": ("content", "tool_call_id", "name")}
+_MESSAGE_KEYS = {
+    "system": ("content",),
+    "user": ("content",),
+    "tool": ("content", "tool_call_id", "name"),
+}
 
 
 def combine(
-    content: str, reasoning: str, structured: list[Any], tools: list[ToolSpec], finish_reason: str,
-    *, reasoning_open: bool,
+    content: str,
+    reasoning: str,
+    structured: list[Any],
+    tools: list[ToolSpec],
+    finish_reason: str,
+    *,
+    reasoning_open: bool,
 ) -> tuple[Interpretation, str]:
     """Merge text calls and structured calls into one interpretation and a replayable raw text.
 
@@ -55,13 +64,19 @@ def combine(
         order.append(call.id)
     if structured and finish_reason == "length" and EVENT_TRUNCATED_CALL not in events:
         events.append(EVENT_TRUNCATED_CALL)
-    cut_in_reasoning = finish_reason == "length" and reasoning.strip() and not content.strip() and not structured
+    cut_in_reasoning = (
+        finish_reason == "length" and reasoning.strip() and not content.strip() and not structured
+    )
     if cut_in_reasoning and EVENT_TRUNCATED_REASONING not in events:
         events.append(EVENT_TRUNCATED_REASONING)
     thought = "\n".join(r for r in (reasoning.strip(), text.reasoning) if r)
-    thought_markup = f"<think>{reasoning}" + ("" if cut_in_reasoning else "</think>\n") if reasoning else ""
+    thought_markup = (
+        f"<think>{reasoning}" + ("" if cut_in_reasoning else "</think>\n") if reasoning else ""
+    )
     raw_text = thought_markup + content + "".join(rendered)
-    interpretation = Interpretation(thought, text.content, tuple(calls), tuple(errors), tuple(events), tuple(order))
+    interpretation = Interpretation(
+        thought, text.content, tuple(calls), tuple(errors), tuple(events), tuple(order)
+    )
     return interpretation, raw_text
 
 
@@ -98,7 +113,10 @@ def api_tool(tool: ToolSpec) -> dict[str, Any]:
     """The ``tools`` entry for one tool, ``additionalProperties: false`` added
     (docs/thinkingbox.md, "Model requests")."""
     entry = tool.to_openai()
-    entry["function"]["parameters"] = {**(tool.input_schema or {"type": "object"}), "additionalProperties": False}
+    entry["function"]["parameters"] = {
+        **(tool.input_schema or {"type": "object"}),
+        "additionalProperties": False,
+    }
     return entry
 
 
@@ -115,11 +133,18 @@ def api_message(message: dict[str, Any]) -> dict[str, Any]:
     for call in message.get("tool_calls") or []:
         fn = call.get("function", {})
         args = fn.get("arguments", {})
-        calls.append({
-            "id": call.get("id", ""),
-            "type": "function",
-            "function": {"name": fn.get("name", ""), "arguments": args if isinstance(args, str) else strict_json.dumps(args, ensure_ascii=False)},
-        })
+        calls.append(
+            {
+                "id": call.get("id", ""),
+                "type": "function",
+                "function": {
+                    "name": fn.get("name", ""),
+                    "arguments": args
+                    if isinstance(args, str)
+                    else strict_json.dumps(args, ensure_ascii=False),
+                },
+            }
+        )
     if calls:
         out["tool_calls"] = calls
     return out

@@ -8,7 +8,9 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.config import PolicyConfig
 
 
-def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None, api_key: str | None = None) -> Policy:
+def build_policy(
+    config: PolicyConfig | dict[str, Any], checkpoint_dir=None, api_key: str | None = None
+) -> Policy:
     """Build the policy a config describes.
 
     Args:
@@ -32,9 +34,11 @@ def build_policy(config: PolicyConfig | dict[str, Any], checkpoint_dir=None, api
     if checkpoint_dir:
         cfg = cfg.model_copy(update={"checkpoint_dir": checkpoint_dir})
     if cfg.kind == "local" and cfg.checkpoint_dir is None:
-        raise ValueError("policy kind 'local' needs checkpoint_dir: the directory written by the "
-                         "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
-                         "or a merged checkpoint")
+        raise ValueError(
+            "policy kind 'local' needs checkpoint_dir: the directory written by the "
+            "base_checkpoint asset (rewardbox.policy.checkpoint.convert_gguf_to_safetensors) "
+            "or a merged checkpoint"
+        )
     secret = {"api_key": api_key} if api_key and cfg.kind == "endpoint" else {}
     return _policy_class(cfg.kind)(**cfg.constructor_kwargs(), **secret)
 
@@ -51,4 +55,6 @@ def _policy_class(kind: str) -> type[Policy]:
         return EndpointPolicy
     from rewardbox.policy.scripted import GoldenReplayPolicy, NullPolicy, ScriptedMixPolicy
 
-    return {"golden": GoldenReplayPolicy, "null": NullPolicy, "scripted_mix": ScriptedMixPolicy}[kind]
+    return {"golden": GoldenReplayPolicy, "null": NullPolicy, "scripted_mix": ScriptedMixPolicy}[
+        kind
+    ]

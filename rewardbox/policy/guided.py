@@ -69,7 +69,9 @@ def tool_signatures(tools: Sequence[ToolSpec | dict[str, Any]]) -> dict[str, tup
     return out
 
 
-def open_string(text: str, signatures: dict[str, tuple[str, ...]]) -> tuple[tuple[str, ...], str] | None:
+def open_string(
+    text: str, signatures: dict[str, tuple[str, ...]]
+) -> tuple[tuple[str, ...], str] | None:
     """Which strings may continue ``text``, and the part already written.
 
     Returns:
@@ -126,7 +128,7 @@ class VocabularyIndex:
             targets = [s + '"' for s in allowed if s.startswith(partial)]
             keep = torch.zeros(self.vocab_size, dtype=torch.bool)
             if targets:
-                rests = [t[len(partial):] for t in targets]
+                rests = [t[len(partial) :] for t in targets]
                 for token_id, piece in enumerate(self.pieces[: self.vocab_size]):
                     if piece and any(r.startswith(piece) or piece.startswith(r) for r in rests):
                         keep[token_id] = True
@@ -141,11 +143,16 @@ class VocabularyIndex:
                 constraint cannot be kept with this vocabulary).
         """
         if self._closing is None:
-            keep = torch.tensor([piece.startswith('"') for piece in self.pieces[: self.vocab_size]]
-                                + [False] * max(0, self.vocab_size - len(self.pieces)), dtype=torch.bool)
+            keep = torch.tensor(
+                [piece.startswith('"') for piece in self.pieces[: self.vocab_size]]
+                + [False] * max(0, self.vocab_size - len(self.pieces)),
+                dtype=torch.bool,
+            )
             if not bool(keep.any()):
-                raise GuidedDecodingError("guided tool calls: no vocabulary token starts with '\"', "
-                                          "so a tool name cannot be closed; set policy.guided_tool_calls: false")
+                raise GuidedDecodingError(
+                    "guided tool calls: no vocabulary token starts with '\"', "
+                    "so a tool name cannot be closed; set policy.guided_tool_calls: false"
+                )
             self._closing = keep
         return self._closing
 
@@ -161,7 +168,9 @@ class ToolCallGuide(LogitsProcessor):
         prompt_len: width of the (left-padded) prompt; generated tokens follow it.
     """
 
-    def __init__(self, index: VocabularyIndex, signatures: list[dict[str, tuple[str, ...]]], prompt_len: int):
+    def __init__(
+        self, index: VocabularyIndex, signatures: list[dict[str, tuple[str, ...]]], prompt_len: int
+    ):
         self.index = index
         self.signatures = signatures
         self.prompt_len = prompt_len
@@ -171,10 +180,12 @@ class ToolCallGuide(LogitsProcessor):
         """``LogitsProcessor`` form: every row, its completion read from ``input_ids[:, prompt_len:]``."""
         if input_ids.shape[1] <= self.prompt_len:
             return scores
-        completions = [ids.tolist() for ids in input_ids[:, self.prompt_len:]]
+        completions = [ids.tolist() for ids in input_ids[:, self.prompt_len :]]
         return self.apply(completions, scores, range(len(completions)))
 
-    def apply(self, completions: Sequence[list[int]], scores: torch.Tensor, rows: Sequence[int]) -> torch.Tensor:
+    def apply(
+        self, completions: Sequence[list[int]], scores: torch.Tensor, rows: Sequence[int]
+    ) -> torch.Tensor:
         """Mask the rows that are inside a tool name or key string.
 
         Args:
@@ -216,6 +227,7 @@ def record_forced_close(completion: Completion, event: ConstraintEvent) -> None:
     in its interpretation (so the trajectory keeps it) and the partial string under ``extra``."""
     events = completion.interpretation.events
     if EVENT_GUIDED_FORCED_CLOSE not in events:
-        completion.interpretation = dataclasses.replace(completion.interpretation,
-                                                        events=(*events, EVENT_GUIDED_FORCED_CLOSE))
+        completion.interpretation = dataclasses.replace(
+            completion.interpretation, events=(*events, EVENT_GUIDED_FORCED_CLOSE)
+        )
     completion.extra.setdefault("guided_forced_close", []).append(event.partial)

@@ -132,11 +132,11 @@ def split_reasoning(raw_text: str, *, reasoning_open: bool) -> tuple[str, str, b
         stripped = text.lstrip()
         if not stripped.startswith(THINK_OPEN):
             return "", text, True
-        text = stripped[len(THINK_OPEN):]
+        text = stripped[len(THINK_OPEN) :]
     close = text.find(THINK_CLOSE)
     if close < 0:
         return text.strip(), "", False
-    return text[:close].strip(), text[close + len(THINK_CLOSE):], True
+    return text[:close].strip(), text[close + len(THINK_CLOSE) :], True
 
 
 def _scan_calls(visible: str) -> tuple[list[str], list[tuple[str, bool]]]:
@@ -184,7 +184,9 @@ def _leading_json(body: str) -> tuple[Any, int, str]:
     return obj, end, stripped
 
 
-def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, bool]:
+def _parse_body(
+    body: str, tools: Sequence[ToolSpec], call_id: str
+) -> tuple[ToolCall | ToolCallError, bool]:
     """Parse a closed call body; the flag says surplus closing braces were dropped."""
     try:
         obj = strict_json.loads(body)
@@ -194,12 +196,16 @@ def _parse_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[Too
         except ValueError:
             obj, end, stripped = None, 0, ""
         if not isinstance(obj, dict) or stripped[end:].strip("} \n\t"):
-            return ToolCallError(call_id, None, body, f"Error: invalid JSON in tool call: {exc}"), False
+            return ToolCallError(
+                call_id, None, body, f"Error: invalid JSON in tool call: {exc}"
+            ), False
         return _typed_from_object(obj, stripped[:end], tools, call_id, unclosed=False), True
     return _typed_from_object(obj, body, tools, call_id, unclosed=False), False
 
 
-def _parse_unclosed_body(body: str, tools: Sequence[ToolSpec], call_id: str) -> tuple[ToolCall | ToolCallError, str]:
+def _parse_unclosed_body(
+    body: str, tools: Sequence[ToolSpec], call_id: str
+) -> tuple[ToolCall | ToolCallError, str]:
     """Recover a complete JSON object that lost its closing tag; the rest is content."""
     try:
         obj, end, stripped = _leading_json(body)
@@ -247,7 +253,9 @@ def type_tool_call(
         JSON, missing required or untypable values). Never raises.
     """
     if raw is None:
-        raw = strict_json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, default=str)
+        raw = strict_json.dumps(
+            {"name": name, "arguments": arguments}, ensure_ascii=False, default=str
+        )
     spec = next((t for t in tools if t.name == name), None)
     if spec is None:
         return ToolCallError(call_id, name, raw, f"Error: function '{name}' does not exist")
@@ -258,7 +266,12 @@ def type_tool_call(
             try:
                 arguments = strict_json.loads(arguments)
             except ValueError as exc:
-                return ToolCallError(call_id, name, raw, f"Error: invalid JSON in tool call arguments for '{name}': {exc}")
+                return ToolCallError(
+                    call_id,
+                    name,
+                    raw,
+                    f"Error: invalid JSON in tool call arguments for '{name}': {exc}",
+                )
     if not isinstance(arguments, dict):
         message = f"Error: invalid arguments for '{name}': arguments must be a JSON object, got {json_type_name(arguments)}"
         return ToolCallError(call_id, name, raw, message)

@@ -28,7 +28,10 @@ class PreallocatedLayer(DynamicLayer):
         self._keys = self._values = None
 
     def _views(self) -> tuple[torch.Tensor, torch.Tensor]:
-        self.keys, self.values = self._keys[:, :, : self._length], self._values[:, :, : self._length]
+        self.keys, self.values = (
+            self._keys[:, :, : self._length],
+            self._values[:, :, : self._length],
+        )
         return self.keys, self.values
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -104,11 +107,15 @@ def merge_caches(a: DynamicCache, b: DynamicCache, capacity: int) -> DynamicCach
     """
     width = max(a.get_seq_length(), b.get_seq_length())
     out = DynamicCache()
-    out.layers = [_merged_layer(x, y, width, max(capacity, width)) for x, y in zip(a.layers, b.layers)]
+    out.layers = [
+        _merged_layer(x, y, width, max(capacity, width)) for x, y in zip(a.layers, b.layers)
+    ]
     return out
 
 
-def _merged_layer(a: PreallocatedLayer, b: PreallocatedLayer, width: int, capacity: int) -> PreallocatedLayer:
+def _merged_layer(
+    a: PreallocatedLayer, b: PreallocatedLayer, width: int, capacity: int
+) -> PreallocatedLayer:
     layer = PreallocatedLayer(capacity)
     rows = a._keys.shape[0] + b._keys.shape[0]
     layer._keys = a._keys.new_zeros((rows, a._keys.shape[1], capacity, a._keys.shape[-1]))
@@ -128,7 +135,9 @@ def trim_left(cache: DynamicCache, columns: int) -> None:
         if layer.is_initialized and columns > 0:
             keys, values = layer._keys, layer._values
             layer._keys = keys.new_empty((*keys.shape[:2], keys.shape[2] - columns, keys.shape[-1]))
-            layer._values = values.new_empty((*values.shape[:2], values.shape[2] - columns, values.shape[-1]))
+            layer._values = values.new_empty(
+                (*values.shape[:2], values.shape[2] - columns, values.shape[-1])
+            )
             layer._length -= columns
             layer._keys[:, :, : layer._length] = keys[:, :, columns : columns + layer._length]
             layer._values[:, :, : layer._length] = values[:, :, columns : columns + layer._length]

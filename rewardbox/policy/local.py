@@ -68,7 +68,9 @@ class LocalPolicy(ContinuousWorker):
             toggling is the trainer's job) while holding ``generation_lock``.
     """
 
-    samples_from_a_model = True  # episode limits must fit the golden trajectories (check_policy_budget)
+    samples_from_a_model = (
+        True  # episode limits must fit the golden trajectories (check_policy_budget)
+    )
 
     def __init__(
         self,
@@ -152,7 +154,9 @@ class LocalPolicy(ContinuousWorker):
             self._queue.put(STOP)
             await asyncio.to_thread(self._thread.join)
 
-    def generate_batch(self, requests: list[ChatRequest], prompt_ids: list[list[int]]) -> list[Completion]:
+    def generate_batch(
+        self, requests: list[ChatRequest], prompt_ids: list[list[int]]
+    ) -> list[Completion]:
         """Decode these requests as one batch to its end (synchronous; same rows as through ``complete``).
 
         Args:
@@ -174,8 +178,14 @@ class LocalPolicy(ContinuousWorker):
         return [self._finish(r, p, row) for r, p, row in zip(requests, prompt_ids, rows)]
 
     def _new_batch(self) -> RunningBatch:
-        return RunningBatch(self.model, self.stop_token_ids, self.pad_token_id, self.device,
-                            prefix_cache=self.prefix_cache, vocabulary=self._vocabulary_index)
+        return RunningBatch(
+            self.model,
+            self.stop_token_ids,
+            self.pad_token_id,
+            self.device,
+            prefix_cache=self.prefix_cache,
+            vocabulary=self._vocabulary_index,
+        )
 
     def _vocabulary_index(self) -> VocabularyIndex:
         if self._vocabulary is None:
@@ -184,10 +194,17 @@ class LocalPolicy(ContinuousWorker):
 
     def _spec(self, request: ChatRequest, prompt_ids: list[int]) -> RowSpec:
         """The batch row of a request (its budget, temperature, seed and guide signatures)."""
-        seed = self._row_seeds([request.seed if request.sampling_seed is None else request.sampling_seed])[0]
+        seed = self._row_seeds(
+            [request.seed if request.sampling_seed is None else request.sampling_seed]
+        )[0]
         guided = self.guided_tool_calls and request.tools
-        return RowSpec(list(prompt_ids), self._budget(request, len(prompt_ids)), self._temperature(request), seed,
-                       tool_signatures(request.tools) if guided else {})
+        return RowSpec(
+            list(prompt_ids),
+            self._budget(request, len(prompt_ids)),
+            self._temperature(request),
+            seed,
+            tool_signatures(request.tools) if guided else {},
+        )
 
     def _temperature(self, request: ChatRequest) -> float:
         return self.temperature if self.temperature is not None else request.temperature
@@ -196,28 +213,42 @@ class LocalPolicy(ContinuousWorker):
         wanted = self.max_new_tokens if self.max_new_tokens is not None else request.max_new_tokens
         room = self.context_tokens - prompt_len
         if room <= 0:
-            raise ContextLengthError(f"prompt of {prompt_len} tokens does not fit the context window of {self.name!r}")
+            raise ContextLengthError(
+                f"prompt of {prompt_len} tokens does not fit the context window of {self.name!r}"
+            )
         return max(1, min(int(wanted), room))
 
     def _row_seeds(self, request_seeds: list[int | None]) -> list[int]:
         """One generator seed per row: the request's own, else from the policy's seed, else fresh."""
         rng = self._rng or random.Random()
-        return [int(s) & 0xFFFF_FFFF_FFFF_FFFF if s is not None else rng.getrandbits(63) for s in request_seeds]
+        return [
+            int(s) & 0xFFFF_FFFF_FFFF_FFFF if s is not None else rng.getrandbits(63)
+            for s in request_seeds
+        ]
 
     def _completion(
-        self, request: ChatRequest, prompt_ids: list[int], row: list[int], temperature: float, batch_size: int,
-        cached_tokens: int = 0, logprobs: list[float] | None = None,
+        self,
+        request: ChatRequest,
+        prompt_ids: list[int],
+        row: list[int],
+        temperature: float,
+        batch_size: int,
+        cached_tokens: int = 0,
+        logprobs: list[float] | None = None,
     ) -> Completion:
         stop_at = next((i for i, t in enumerate(row) if t in self.stop_token_ids), None)
         completion_ids = row if stop_at is None else row[: stop_at + 1]
         finish_reason = "length" if stop_at is None else "stop"
         text_ids = completion_ids if stop_at is None else completion_ids[:-1]
         raw_text = self.tokenizer.decode(text_ids, skip_special_tokens=False)
-        reasoning_open = prompt_opens_reasoning(self.tokenizer.decode(prompt_ids, skip_special_tokens=False))
+        reasoning_open = prompt_opens_reasoning(
+            self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
+        )
         return Completion(
             raw_text=raw_text,
-            interpretation=interpret(raw_text, request.tools, finish_reason=finish_reason,
-                                     reasoning_open=reasoning_open),
+            interpretation=interpret(
+                raw_text, request.tools, finish_reason=finish_reason, reasoning_open=reasoning_open
+            ),
             finish_reason=finish_reason,
             input_tokens=len(prompt_ids),
             cached_input_tokens=cached_tokens,

@@ -42,7 +42,6 @@ from rewardbox.policy.serving_config import HERMES_PARSER, ServingConfig
 from rewardbox.sandbox.base import ToolSpec
 
 
-
 class RecordedTurn(Protocol):
     """What the recorder reads of one agent turn (``rewardbox.episode.trajectory.AgentTurn`` has it)."""
 
@@ -66,7 +65,9 @@ class RecordedEpisode(Protocol):
 
 CORPUS_FILE = "parity_corpus.json"
 _HERMES_CALL = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
-Reading = tuple[tuple[tuple[str, str], ...], int]  # ((name, canonical arguments JSON), ...), malformed count
+Reading = tuple[
+    tuple[tuple[str, str], ...], int
+]  # ((name, canonical arguments JSON), ...), malformed count
 
 
 @dataclass(frozen=True)
@@ -92,24 +93,41 @@ class RecordedCompletion:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict (the corpus and recorded-file format); ``from_json`` reads it back."""
-        out: dict[str, Any] = {"source": self.source, "raw_text": self.raw_text, "finish_reason": self.finish_reason,
-                               "reasoning_open": self.reasoning_open,
-                               "tools": [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                                         for t in self.tools]}
+        out: dict[str, Any] = {
+            "source": self.source,
+            "raw_text": self.raw_text,
+            "finish_reason": self.finish_reason,
+            "reasoning_open": self.reasoning_open,
+            "tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in self.tools
+            ],
+        }
         if self.executed is not None:
-            out["executed"] = {"calls": [list(c) for c in self.executed[0]], "malformed": self.executed[1]}
+            out["executed"] = {
+                "calls": [list(c) for c in self.executed[0]],
+                "malformed": self.executed[1],
+            }
         return out
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "RecordedCompletion":
+    def from_json(cls, data: dict[str, Any]) -> RecordedCompletion:
         """Raises KeyError / TypeError on a malformed entry (a bad corpus file is a config error)."""
         executed = data.get("executed")
         return cls(
-            source=str(data["source"]), raw_text=str(data["raw_text"]),
-            tools=tuple(ToolSpec(t["name"], t.get("description", ""), t.get("input_schema") or {"type": "object"})
-                        for t in data["tools"]),
-            finish_reason=data.get("finish_reason", "stop"), reasoning_open=bool(data.get("reasoning_open", False)),
-            executed=None if executed is None else (tuple(tuple(c) for c in executed["calls"]), int(executed["malformed"])),
+            source=str(data["source"]),
+            raw_text=str(data["raw_text"]),
+            tools=tuple(
+                ToolSpec(
+                    t["name"], t.get("description", ""), t.get("input_schema") or {"type": "object"}
+                )
+                for t in data["tools"]
+            ),
+            finish_reason=data.get("finish_reason", "stop"),
+            reasoning_open=bool(data.get("reasoning_open", False)),
+            executed=None
+            if executed is None
+            else (tuple(tuple(c) for c in executed["calls"]), int(executed["malformed"])),
         )
 
 
@@ -140,14 +158,21 @@ def reading(interpretation: Interpretation) -> Reading:
 
 def read_training(rec: RecordedCompletion) -> Reading:
     """The training path's reading (``interpret``)."""
-    return reading(interpret(rec.raw_text, rec.tools, finish_reason=rec.finish_reason,
-                             reasoning_open=rec.reasoning_open))
+    return reading(
+        interpret(
+            rec.raw_text,
+            rec.tools,
+            finish_reason=rec.finish_reason,
+            reasoning_open=rec.reasoning_open,
+        )
+    )
 
 
 def read_endpoint_text(rec: RecordedCompletion) -> Reading:
     """The endpoint policy's reading when the server returns the whole text as ``content``."""
-    interpretation, _ = combine(rec.raw_text, "", [], list(rec.tools), rec.finish_reason,
-                                reasoning_open=rec.reasoning_open)
+    interpretation, _ = combine(
+        rec.raw_text, "", [], list(rec.tools), rec.finish_reason, reasoning_open=rec.reasoning_open
+    )
     return reading(interpretation)
 
 
@@ -157,15 +182,34 @@ def served_hermes(rec: RecordedCompletion, *, reasoning_parser: bool) -> tuple[I
     if reasoning_parser:
         reasoning, text, closed = split_reasoning(rec.raw_text, reasoning_open=rec.reasoning_open)
         if not closed:
-            reasoning, text = "", rec.raw_text  # no closed block: the parser leaves the text as content
+            reasoning, text = (
+                "",
+                rec.raw_text,
+            )  # no closed block: the parser leaves the text as content
     content, calls = hermes_extract(text)
-    message = ChatCompletionMessage.model_validate({
-        "role": "assistant", "content": content,
-        "tool_calls": [{"id": f"chatcmpl-tool-{i}", "type": "function", "function": {"name": n, "arguments": a}}
-                       for i, (n, a) in enumerate(calls)] or None,
-    })
-    return combine(message.content or "", reasoning, list(message.tool_calls or []), list(rec.tools),
-                   rec.finish_reason, reasoning_open=rec.reasoning_open and not reasoning_parser)
+    message = ChatCompletionMessage.model_validate(
+        {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [
+                {
+                    "id": f"chatcmpl-tool-{i}",
+                    "type": "function",
+                    "function": {"name": n, "arguments": a},
+                }
+                for i, (n, a) in enumerate(calls)
+            ]
+            or None,
+        }
+    )
+    return combine(
+        message.content or "",
+        reasoning,
+        list(message.tool_calls or []),
+        list(rec.tools),
+        rec.finish_reason,
+        reasoning_open=rec.reasoning_open and not reasoning_parser,
+    )
 
 
 def hermes_extract(text: str) -> tuple[str | None, list[tuple[str, str]]]:
@@ -178,26 +222,34 @@ def hermes_extract(text: str) -> tuple[str | None, list[tuple[str, str]]]:
         return text, []
     try:
         bodies = [json.loads(a or b) for a, b in _HERMES_CALL.findall(text)]
-        calls = [(body["name"], strict_json.dumps(body["arguments"], ensure_ascii=False)) for body in bodies]
+        calls = [
+            (body["name"], strict_json.dumps(body["arguments"], ensure_ascii=False))
+            for body in bodies
+        ]
     except Exception:  # noqa: BLE001 - vLLM catches every error here the same way
         return text, []
-    return text[:text.find("<tool_call>")] or None, calls
+    return text[: text.find("<tool_call>")] or None, calls
 
 
-def read_paths(rec: RecordedCompletion, *, hermes: bool, reasoning_parser: bool) -> dict[str, Reading]:
+def read_paths(
+    rec: RecordedCompletion, *, hermes: bool, reasoning_parser: bool
+) -> dict[str, Reading]:
     """Every path's reading of ``rec`` (``training`` first); ``endpoint_hermes`` and ``replay`` need ``hermes``."""
     out = {"training": read_training(rec), "endpoint_text": read_endpoint_text(rec)}
     if hermes:
         interpretation, raw_text = served_hermes(rec, reasoning_parser=reasoning_parser)
         out["endpoint_hermes"] = reading(interpretation)
-        out["replay"] = reading(interpret(raw_text, rec.tools, finish_reason=rec.finish_reason, reasoning_open=False))
+        out["replay"] = reading(
+            interpret(raw_text, rec.tools, finish_reason=rec.finish_reason, reasoning_open=False)
+        )
     if rec.executed is not None:
         out["executed"] = rec.executed
     return out
 
 
-def check_parity(records: Iterable[RecordedCompletion], *, hermes: bool = True,
-                 reasoning_parser: bool = False) -> ParityReport:
+def check_parity(
+    records: Iterable[RecordedCompletion], *, hermes: bool = True, reasoning_parser: bool = False
+) -> ParityReport:
     """Read every record on every path and list where a path disagrees with the training path.
 
     Args:
@@ -216,8 +268,15 @@ def check_parity(records: Iterable[RecordedCompletion], *, hermes: bool = True,
         reference = readings["training"]
         for path, value in readings.items():
             if value != reference:
-                report.mismatches.append({"source": rec.source, "path": path, "raw_text": rec.raw_text[:300],
-                                          "training": _show(reference), path: _show(value)})
+                report.mismatches.append(
+                    {
+                        "source": rec.source,
+                        "path": path,
+                        "raw_text": rec.raw_text[:300],
+                        "training": _show(reference),
+                        path: _show(value),
+                    }
+                )
     return report
 
 
@@ -225,7 +284,10 @@ def shipped_corpus() -> list[RecordedCompletion]:
     """The corpus shipped with the package (``policy/parity_corpus.json``): edge cases of the call format."""
     text = resources.files("rewardbox.policy").joinpath(CORPUS_FILE).read_text(encoding="utf-8")
     data = json.loads(text)
-    return [RecordedCompletion.from_json({"tools": data["tools"], **entry}) for entry in data["completions"]]
+    return [
+        RecordedCompletion.from_json({"tools": data["tools"], **entry})
+        for entry in data["completions"]
+    ]
 
 
 def recorded_turns(result: RecordedEpisode, limit: int | None = None) -> list[RecordedCompletion]:
@@ -238,8 +300,16 @@ def recorded_turns(result: RecordedEpisode, limit: int | None = None) -> list[Re
     out = []
     for index, turn in enumerate(result.agent_turns[:limit]):
         executed = _executed(messages[index]) if index < len(messages) else None
-        out.append(RecordedCompletion(f"{result.uid}/{result.trial}/{index}", turn.raw_text, tuple(result.tools),
-                                      turn.finish_reason, False, executed))
+        out.append(
+            RecordedCompletion(
+                f"{result.uid}/{result.trial}/{index}",
+                turn.raw_text,
+                tuple(result.tools),
+                turn.finish_reason,
+                False,
+                executed,
+            )
+        )
     return out
 
 
@@ -269,7 +339,11 @@ class ParityRecorder:
     def write(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(strict_json.dumps({"completions": [r.to_json() for r in self.records]}, ensure_ascii=False))
+        path.write_text(
+            strict_json.dumps(
+                {"completions": [r.to_json() for r in self.records]}, ensure_ascii=False
+            )
+        )
         return path
 
 
@@ -278,12 +352,19 @@ def load_recorded(path: str | Path) -> list[RecordedCompletion]:
     path = Path(path)
     if not path.exists():
         return []
-    return [RecordedCompletion.from_json(e) for e in json.loads(path.read_text(encoding="utf-8"))["completions"]]
+    return [
+        RecordedCompletion.from_json(e)
+        for e in json.loads(path.read_text(encoding="utf-8"))["completions"]
+    ]
 
 
 def _executed(message: dict[str, Any]) -> Reading:
     calls = message.get("tool_calls") or []
-    good = tuple((c["function"]["name"], _canonical(c["function"]["arguments"])) for c in calls if "raw" not in c)
+    good = tuple(
+        (c["function"]["name"], _canonical(c["function"]["arguments"]))
+        for c in calls
+        if "raw" not in c
+    )
     return good, sum(1 for c in calls if "raw" in c)
 
 
@@ -294,7 +375,10 @@ def _canonical(arguments: Any) -> str:
 
 
 def _show(value: Reading) -> dict[str, Any]:
-    return {"calls": [f"{name}({arguments})" for name, arguments in value[0]], "malformed": value[1]}
+    return {
+        "calls": [f"{name}({arguments})" for name, arguments in value[0]],
+        "malformed": value[1],
+    }
 
 
 def served_paths(serving: ServingConfig, policy: PolicyConfig) -> dict[str, bool]:
@@ -305,5 +389,7 @@ def served_paths(serving: ServingConfig, policy: PolicyConfig) -> dict[str, bool
     the training path with the text endpoint path and with what the run executed.
     """
     served = serving.kind == "vllm" and serving.parser == HERMES_PARSER
-    return {"hermes": served or policy.kind == "endpoint",
-            "reasoning_parser": served and serving.reasoning_parser is not None}
+    return {
+        "hermes": served or policy.kind == "endpoint",
+        "reasoning_parser": served and serving.reasoning_parser is not None,
+    }

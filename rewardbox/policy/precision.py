@@ -42,8 +42,9 @@ def has_bf16_units(device: str | torch.device = "cpu", flags: set[str] | None = 
     return bool((cpu_flags() if flags is None else flags) & set(BF16_CPU_FLAGS))
 
 
-def resolve_dtype(dtype: torch.dtype | str, device: str | torch.device = "cpu",
-                  flags: set[str] | None = None) -> torch.dtype:
+def resolve_dtype(
+    dtype: torch.dtype | str, device: str | torch.device = "cpu", flags: set[str] | None = None
+) -> torch.dtype:
     """The torch dtype for a config value: ``"auto"`` -> bfloat16 with bf16 units, else float32.
 
     Raises:
@@ -56,5 +57,7 @@ def resolve_dtype(dtype: torch.dtype | str, device: str | torch.device = "cpu",
         return torch.bfloat16 if has_bf16_units(device, flags) else torch.float32
     value = getattr(torch, name, None)
     if not isinstance(value, torch.dtype) or not value.is_floating_point:
-        raise ValueError(f"dtype {dtype!r} is not a torch floating dtype; use auto, float32, bfloat16 or float16")
+        raise ValueError(
+            f"dtype {dtype!r} is not a torch floating dtype; use auto, float32, bfloat16 or float16"
+        )
     return value

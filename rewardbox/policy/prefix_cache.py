@@ -52,7 +52,9 @@ class PrefixCache:
         """Drop every cached prefix (the weights changed)."""
         self._entries.clear()
 
-    def prepare(self, model, prompts: list[list[int]], pad_id: int, device) -> tuple[dict, int] | None:
+    def prepare(
+        self, model, prompts: list[list[int]], pad_id: int, device
+    ) -> tuple[dict, int] | None:
         """Inputs for ``model.generate`` that reuse a cached prefix, or None when not worth it.
 
         Returns:
@@ -74,12 +76,18 @@ class PrefixCache:
         mask[:, :n] = 1
         for row, prompt in enumerate(prompts):
             suffix = prompt[n:]
-            ids[row, n + width - len(suffix):] = torch.tensor(suffix)
-            mask[row, n + width - len(suffix):] = 1
-        inputs = {"input_ids": ids.to(device), "attention_mask": mask.to(device), "cache": batch_cache}
+            ids[row, n + width - len(suffix) :] = torch.tensor(suffix)
+            mask[row, n + width - len(suffix) :] = 1
+        inputs = {
+            "input_ids": ids.to(device),
+            "attention_mask": mask.to(device),
+            "cache": batch_cache,
+        }
         return inputs, n + width
 
-    def _lookup(self, model, shared: list[int], device, *, extend: bool) -> tuple[list[int], object]:
+    def _lookup(
+        self, model, shared: list[int], device, *, extend: bool
+    ) -> tuple[list[int], object]:
         """The longest cached prefix of ``shared`` (a hit), cropped and kept as its own entry when an entry
         holds more than ``shared``; extended at batch 1 to all of ``shared`` when ``extend`` (rows > 1).
         A miss computes all of ``shared``. Returns (the prefix's tokens, its cache; never modified later)."""
@@ -99,7 +107,9 @@ class PrefixCache:
             cache.crop(length - len(best))
             self._store(shared[:length], cache)
         if extend and length < len(shared):
-            return shared, self._store(shared, self._run(model, shared[length:], copy.deepcopy(cache), device))
+            return shared, self._store(
+                shared, self._run(model, shared[length:], copy.deepcopy(cache), device)
+            )
         return shared[:length], cache
 
     def _run(self, model, tokens: list[int], cache, device):
@@ -107,8 +117,12 @@ class PrefixCache:
         with torch.inference_mode():
             start = 0 if cache is None else cache.get_seq_length()
             positions = torch.arange(start, start + len(tokens), device=device)[None]
-            out = model(input_ids=torch.tensor([tokens], device=device), position_ids=positions,
-                        cache=cache, use_cache=True)
+            out = model(
+                input_ids=torch.tensor([tokens], device=device),
+                position_ids=positions,
+                cache=cache,
+                use_cache=True,
+            )
         return out.cache
 
     def _store(self, tokens: list[int], cache):

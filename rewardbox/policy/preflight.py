@@ -54,8 +54,10 @@ class EndpointPreflightError(RuntimeError):
 
     def __init__(self, endpoint: Endpoint, error: str):
         self.endpoint = endpoint
-        super().__init__(f"{endpoint.role} endpoint {endpoint.base_url} (model {endpoint.model!r}): {error}; "
-                         "no episode was run")
+        super().__init__(
+            f"{endpoint.role} endpoint {endpoint.base_url} (model {endpoint.model!r}): {error}; "
+            "no episode was run"
+        )
 
 
 def served_models(endpoint: Endpoint, client: httpx.Client) -> list[str]:
@@ -69,15 +71,22 @@ def served_models(endpoint: Endpoint, client: httpx.Client) -> list[str]:
     try:
         response = client.get(url, headers=headers)
     except httpx.HTTPError as exc:
-        raise EndpointPreflightError(endpoint, f"unreachable ({type(exc).__name__}: {exc})") from exc
+        raise EndpointPreflightError(
+            endpoint, f"unreachable ({type(exc).__name__}: {exc})"
+        ) from exc
     if response.status_code >= 400:
-        raise EndpointPreflightError(endpoint, f"GET {url} answered HTTP {response.status_code}: {response.text[:200]}")
+        raise EndpointPreflightError(
+            endpoint, f"GET {url} answered HTTP {response.status_code}: {response.text[:200]}"
+        )
     try:
         data = response.json()["data"]
         return [str(item["id"]) for item in data]
     except (ValueError, KeyError, TypeError) as exc:
-        raise EndpointPreflightError(endpoint, f"GET {url} did not answer a model list "
-                                               f"({type(exc).__name__}: {exc}): {response.text[:200]}") from exc
+        raise EndpointPreflightError(
+            endpoint,
+            f"GET {url} did not answer a model list "
+            f"({type(exc).__name__}: {exc}): {response.text[:200]}",
+        ) from exc
 
 
 def preflight(endpoints: Iterable[Endpoint], timeout_s: float = PREFLIGHT_TIMEOUT_S) -> None:
@@ -95,5 +104,6 @@ def preflight(endpoints: Iterable[Endpoint], timeout_s: float = PREFLIGHT_TIMEOU
                 seen[key] = served_models(endpoint, client)
             if endpoint.model not in seen[key]:
                 listed = ", ".join(seen[key][:10]) or "none"
-                raise EndpointPreflightError(endpoint, f"model {endpoint.model!r} is not served there "
-                                                       f"(it serves: {listed})")
+                raise EndpointPreflightError(
+                    endpoint, f"model {endpoint.model!r} is not served there (it serves: {listed})"
+                )

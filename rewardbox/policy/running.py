@@ -68,7 +68,9 @@ class FinishedRow:
     peak_rows: int
 
 
-def left_pad(prompts: list[list[int]], pad_token_id: int, device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    prompts: list[list[int]], pad_token_id: int, device: Any
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``([B, W] ids, [B, W] mask)`` of left-padded prompts."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
@@ -91,12 +93,22 @@ class RunningBatch:
         vocabulary: builds the guide's ``VocabularyIndex`` (called once, when the first guided row joins).
     """
 
-    def __init__(self, model: Any, stop_token_ids: list[int], pad_token_id: int, device: Any, *,
-                 prefix_cache: PrefixCache | None = None, vocabulary: Callable[[], VocabularyIndex] | None = None):
+    def __init__(
+        self,
+        model: Any,
+        stop_token_ids: list[int],
+        pad_token_id: int,
+        device: Any,
+        *,
+        prefix_cache: PrefixCache | None = None,
+        vocabulary: Callable[[], VocabularyIndex] | None = None,
+    ):
         self.model, self.stops = model, {int(t) for t in stop_token_ids}
         self.pad_token_id, self.device = pad_token_id, device
         self.prefix_cache, self._vocabulary = prefix_cache, vocabulary
-        self.steps = self.row_steps = 0  # decode forwards run, and rows they carried (rows per step = ratio)
+        self.steps = self.row_steps = (
+            0  # decode forwards run, and rows they carried (rows per step = ratio)
+        )
         self._reset()
 
     def _reset(self) -> None:
@@ -132,12 +144,16 @@ class RunningBatch:
             self._reset()
         slots = [self._add(spec) for spec in specs]
         ids, mask, cache, cached = self._inputs([s.prompt_ids for s in specs])
-        rows, logits = prefill(self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots)
+        rows, logits = prefill(
+            self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots
+        )
         for slot in slots:
             self._cached[slot] = cached
         finished = self._draw(rows, logits)
         if rows.slots:
-            self.rows = rows if self.rows is None else merge_rows(self.rows, rows, self._capacity(rows))
+            self.rows = (
+                rows if self.rows is None else merge_rows(self.rows, rows, self._capacity(rows))
+            )
         return slots, finished
 
     def step(self) -> list[FinishedRow]:
@@ -184,16 +200,26 @@ class RunningBatch:
         """(ids, mask, prefix cache or None, cached columns) for new rows."""
         prepared = None
         if self.prefix_cache is not None:
-            prepared = self.prefix_cache.prepare(self.model, prompts, self.pad_token_id, self.device)
+            prepared = self.prefix_cache.prepare(
+                self.model, prompts, self.pad_token_id, self.device
+            )
         if prepared is None:
             return (*left_pad(prompts, self.pad_token_id, self.device), None, 0)
         inputs = prepared[0]
-        return inputs["input_ids"], inputs["attention_mask"], inputs["cache"], inputs["cache"].get_seq_length()
+        return (
+            inputs["input_ids"],
+            inputs["attention_mask"],
+            inputs["cache"],
+            inputs["cache"].get_seq_length(),
+        )
 
     def _capacity(self, joining: Rows) -> int:
         """KV positions a merged batch needs: its width plus the largest budget left to any row."""
         width = max(self.rows.cache.get_seq_length(), joining.cache.get_seq_length())
-        left = max(self._specs[s].budget - len(self.completions[s]) for s in self.rows.slots + joining.slots)
+        left = max(
+            self._specs[s].budget - len(self.completions[s])
+            for s in self.rows.slots + joining.slots
+        )
         return width + max(1, left)
 
     def _draw(self, rows: Rows, logits: torch.Tensor) -> list[FinishedRow]:
@@ -216,5 +242,11 @@ class RunningBatch:
 
     def _finished(self, slot: int) -> FinishedRow:
         events = [] if self.guide is None else [e for e in self.guide.events if e.row == slot]
-        return FinishedRow(slot, list(self.completions[slot]), list(self.sampler.logprobs[slot]), events,
-                           self._cached[slot], self._peak[slot])
+        return FinishedRow(
+            slot,
+            list(self.completions[slot]),
+            list(self.sampler.logprobs[slot]),
+            events,
+            self._cached[slot],
+            self._peak[slot],
+        )

@@ -42,11 +42,17 @@ class PerRowSampler(LogitsProcessor):
         ValueError: ``temperatures`` and ``seeds`` differ in length.
     """
 
-    def __init__(self, seeds: list[int], device: torch.device | str = "cpu",
-                 temperatures: Sequence[float] | None = None):
+    def __init__(
+        self,
+        seeds: list[int],
+        device: torch.device | str = "cpu",
+        temperatures: Sequence[float] | None = None,
+    ):
         self.device = device
         self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-        self.temperatures = [1.0] * len(seeds) if temperatures is None else [float(t) for t in temperatures]
+        self.temperatures = (
+            [1.0] * len(seeds) if temperatures is None else [float(t) for t in temperatures]
+        )
         if len(self.temperatures) != len(seeds):
             raise ValueError(f"{len(self.temperatures)} temperatures for {len(seeds)} rows")
         self.logprobs: list[list[float]] = [[] for _ in seeds]
@@ -82,13 +88,19 @@ class PerRowSampler(LogitsProcessor):
             scaled = scores[index].float()
             temperatures = [self.temperatures[rows[i]] for i in sampled]
             if any(t != 1.0 for t in temperatures):
-                scaled = scaled / torch.tensor(temperatures, dtype=scaled.dtype, device=scaled.device)[:, None]
+                scaled = (
+                    scaled
+                    / torch.tensor(temperatures, dtype=scaled.dtype, device=scaled.device)[:, None]
+                )
             logp = torch.log_softmax(scaled, dim=-1)  # [S, V], one batched op
             probs = logp.exp()
             top_p, top_token = probs.max(dim=-1)
-            picks = [top_token[j : j + 1] if top_p[j] >= 1.0
-                     else torch.multinomial(probs[j], 1, generator=self.generators[rows[i]])
-                     for j, i in enumerate(sampled)]
+            picks = [
+                top_token[j : j + 1]
+                if top_p[j] >= 1.0
+                else torch.multinomial(probs[j], 1, generator=self.generators[rows[i]])
+                for j, i in enumerate(sampled)
+            ]
             picked = torch.cat(picks)
             chosen[index] = picked
             for i, value in zip(sampled, logp.gather(1, picked[:, None]).squeeze(1).tolist()):

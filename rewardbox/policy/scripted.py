@@ -20,13 +20,19 @@ DONE_ANSWER = "All done."
 def _estimate(request: ChatRequest, raw_text: str) -> dict[str, Any]:
     """A rough size estimate (characters / 4); token counts stay 0 (no model ran)."""
     prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
-    return {"scripted": True, "estimated_input_tokens": prompt_chars // 4, "estimated_output_tokens": len(raw_text) // 4}
+    return {
+        "scripted": True,
+        "estimated_input_tokens": prompt_chars // 4,
+        "estimated_output_tokens": len(raw_text) // 4,
+    }
 
 
 def _complete(request: ChatRequest, raw_text: str) -> Completion:
     return Completion(
         raw_text=raw_text,
-        interpretation=interpret(raw_text, request.tools, reasoning_open=False),  # scripted text opens no reasoning
+        interpretation=interpret(
+            raw_text, request.tools, reasoning_open=False
+        ),  # scripted text opens no reasoning
         finish_reason="stop",
         extra=_estimate(request, raw_text),
     )
@@ -59,9 +65,13 @@ class GoldenReplayPolicy:
             _server, tool, parameters = golden[done]
             body = strict_json.dumps({"name": tool, "arguments": parameters}, ensure_ascii=False)
             return f"{CALL_OPEN}{body}{CALL_CLOSE}"
-        values = [str(v) for v in (getattr(task, "metadata", None) or {}).get("response_values", [])]
+        values = [
+            str(v) for v in (getattr(task, "metadata", None) or {}).get("response_values", [])
+        ]
         if not values:  # tasks loaded from a dataset: report what the golden calls returned
-            values = [f"Results: {m.get('content')}" for m in request.messages if m.get("role") == "tool"]
+            values = [
+                f"Results: {m.get('content')}" for m in request.messages if m.get("role") == "tool"
+            ]
         told = (" " + " ".join(values)) if values else ""
         return f"{DONE_ANSWER}{told} <DONE>"
 

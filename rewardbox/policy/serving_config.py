@@ -52,7 +52,9 @@ class ServingConfig(BaseModel):
 
     kind: Literal["none", "vllm"] = "none"
     executable: str = "vllm"
-    model_family: Literal["rewardbox", "smollm", "qwen", "hermes", "llama3", "mistral"] = "rewardbox"
+    model_family: Literal["rewardbox", "smollm", "qwen", "hermes", "llama3", "mistral"] = (
+        "rewardbox"
+    )
     tool_call_parser: str | None = None
     chat_template: str | None = None
     reasoning_parser: str | None = None
@@ -69,11 +71,13 @@ class ServingConfig(BaseModel):
     require_gpu: bool = True
 
     @model_validator(mode="after")
-    def _check_args(self) -> "ServingConfig":
+    def _check_args(self) -> ServingConfig:
         owned = {"--port", "--host", "--tool-call-parser", "--chat-template", "--served-model-name"}
         clash = sorted(a.split("=", 1)[0] for a in self.extra_args if a.split("=", 1)[0] in owned)
         if clash:
-            raise ValueError(f"serving.extra_args sets {clash}: use the serving fields of the same name instead")
+            raise ValueError(
+                f"serving.extra_args sets {clash}: use the serving fields of the same name instead"
+            )
         return self
 
     @property

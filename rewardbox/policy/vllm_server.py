@@ -77,10 +77,24 @@ class VllmServer:
         """
         keep = {"name": policy.name}
         if policy.kind == "endpoint":
-            keep |= {k: getattr(policy, k) for k in ("timeout_s", "max_retries", "max_timeout_retries",
-                                                     "max_rate_limit_retries", "extra_body")}
-        return PolicyConfig(kind="endpoint", base_url=self.base_url, model=self.model,
-                            api_key_env="VLLM_API_KEY", reasoning_open=False, **keep)
+            keep |= {
+                k: getattr(policy, k)
+                for k in (
+                    "timeout_s",
+                    "max_retries",
+                    "max_timeout_retries",
+                    "max_rate_limit_retries",
+                    "extra_body",
+                )
+            }
+        return PolicyConfig(
+            kind="endpoint",
+            base_url=self.base_url,
+            model=self.model,
+            api_key_env="VLLM_API_KEY",
+            reasoning_open=False,
+            **keep,
+        )
 
 
 def template_path(config: ServingConfig) -> Path:
@@ -99,9 +113,24 @@ def build_command(config: ServingConfig, checkpoint_dir: str | os.PathLike, port
     template = template_path(config)
     if not template.is_file():
         raise FileNotFoundError(f"serving.chat_template {str(template)!r} does not exist")
-    command = [config.executable, "serve", str(checkpoint_dir), "--host", config.host, "--port", str(port),
-               "--served-model-name", config.served_model_name, "--dtype", config.dtype,
-               "--enable-auto-tool-choice", "--tool-call-parser", config.parser, "--chat-template", str(template)]
+    command = [
+        config.executable,
+        "serve",
+        str(checkpoint_dir),
+        "--host",
+        config.host,
+        "--port",
+        str(port),
+        "--served-model-name",
+        config.served_model_name,
+        "--dtype",
+        config.dtype,
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        config.parser,
+        "--chat-template",
+        str(template),
+    ]
     if config.reasoning_parser:
         command += ["--reasoning-parser", config.reasoning_parser]
     if config.max_model_len:
@@ -125,21 +154,30 @@ def unavailable_reason(config: ServingConfig, *, gpu_available: bool | None = No
         gpu_available: overrides the ``torch.cuda.is_available()`` probe (tests).
     """
     if shutil.which(config.executable) is None:
-        return (f"vLLM serving skipped: no {config.executable!r} executable on PATH (install vllm on a GPU "
-                "machine, or point policy.kind: endpoint at any OpenAI-compatible server)")
+        return (
+            f"vLLM serving skipped: no {config.executable!r} executable on PATH (install vllm on a GPU "
+            "machine, or point policy.kind: endpoint at any OpenAI-compatible server)"
+        )
     if config.require_gpu:
         if gpu_available is None:
             import torch
 
             gpu_available = torch.cuda.is_available()
         if not gpu_available:
-            return ("vLLM serving skipped: no CUDA GPU on this machine (serving.require_gpu); "
-                    "the profile's policy is used instead")
+            return (
+                "vLLM serving skipped: no CUDA GPU on this machine (serving.require_gpu); "
+                "the profile's policy is used instead"
+            )
     return None
 
 
-def wait_for_health(root_url: str, timeout_s: float, poll_s: float = 1.0,
-                    process: subprocess.Popen | None = None, log_path: Path | None = None) -> float:
+def wait_for_health(
+    root_url: str,
+    timeout_s: float,
+    poll_s: float = 1.0,
+    process: subprocess.Popen | None = None,
+    log_path: Path | None = None,
+) -> float:
     """Poll ``GET <root_url>/health`` until it answers 200; return the seconds waited.
 
     Raises:
@@ -152,8 +190,11 @@ def wait_for_health(root_url: str, timeout_s: float, poll_s: float = 1.0,
 
     def poll() -> None:
         if process is not None and process.poll() is not None:
-            raise ServingError(f"vllm serve exited with code {process.returncode} before it was healthy"
-                               f"{_log_tail(log_path)}", cause="crash")
+            raise ServingError(
+                f"vllm serve exited with code {process.returncode} before it was healthy"
+                f"{_log_tail(log_path)}",
+                cause="crash",
+            )
         try:
             response = httpx.get(f"{root_url}/health", timeout=per_poll_s)
         except httpx.HTTPError as exc:
@@ -161,13 +202,20 @@ def wait_for_health(root_url: str, timeout_s: float, poll_s: float = 1.0,
         if response.status_code != 200:
             raise _NotHealthy(f"HTTP {response.status_code}")
 
-    retrying = Retrying(retry=retry_if_exception_type(_NotHealthy), stop=stop_after_delay(timeout_s),
-                        wait=wait_fixed(poll_s), reraise=True)
+    retrying = Retrying(
+        retry=retry_if_exception_type(_NotHealthy),
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(poll_s),
+        reraise=True,
+    )
     try:
         retrying(poll)
     except _NotHealthy as exc:
-        raise ServingError(f"{root_url}/health did not answer 200 within {timeout_s:.0f} s (last: {exc})"
-                           f"{_log_tail(log_path)}", cause="timeout") from exc
+        raise ServingError(
+            f"{root_url}/health did not answer 200 within {timeout_s:.0f} s (last: {exc})"
+            f"{_log_tail(log_path)}",
+            cause="timeout",
+        ) from exc
     return time.monotonic() - started
 
 
@@ -191,8 +239,10 @@ def stop_process_group(process: subprocess.Popen, timeout_s: float) -> str:
         return "killed"
 
 
-_DEFAULT_SIGTERM_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
-                              "signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execvp(sys.argv[1], sys.argv[1:])")
+_DEFAULT_SIGTERM_THEN_EXEC = (
+    "import os, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+    "signal.pthread_sigmask(signal.SIG_SETMASK, []); os.execvp(sys.argv[1], sys.argv[1:])"
+)
 """Run before the server's own argv (same pid, then exec): an ignored SIGTERM (``SIG_IGN``) and a blocked
 signal mask survive ``exec``, so a server started from a process that ignores or blocks SIGTERM (some test
 runners, supervisors, threads of other libraries) could only be SIGKILLed; this restores the default first,
@@ -200,7 +250,9 @@ which ``subprocess``'s ``restore_signals`` does not do for SIGTERM."""
 
 
 @contextmanager
-def serve(config: ServingConfig, checkpoint_dir: str | os.PathLike, log_path: str | os.PathLike) -> Iterator[VllmServer]:
+def serve(
+    config: ServingConfig, checkpoint_dir: str | os.PathLike, log_path: str | os.PathLike
+) -> Iterator[VllmServer]:
     """Run ``vllm serve`` on ``checkpoint_dir`` for the block; stop its process group after, whatever happens.
 
     Args:
@@ -219,12 +271,24 @@ def serve(config: ServingConfig, checkpoint_dir: str | os.PathLike, log_path: st
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log_file:
-        process = subprocess.Popen([sys.executable, "-c", _DEFAULT_SIGTERM_THEN_EXEC, *command], stdout=log_file,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    server = VllmServer(f"http://{config.host}:{port}/v1", config.served_model_name, command, process, log_path)
+        process = subprocess.Popen(
+            [sys.executable, "-c", _DEFAULT_SIGTERM_THEN_EXEC, *command],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    server = VllmServer(
+        f"http://{config.host}:{port}/v1", config.served_model_name, command, process, log_path
+    )
     try:
-        server.startup_s = wait_for_health(f"http://{config.host}:{port}", config.startup_timeout_s,
-                                           config.health_poll_s, process, log_path)
+        server.startup_s = wait_for_health(
+            f"http://{config.host}:{port}",
+            config.startup_timeout_s,
+            config.health_poll_s,
+            process,
+            log_path,
+        )
         yield server
     finally:
         server.metadata["shutdown"] = stop_process_group(process, config.shutdown_timeout_s)

@@ -50,7 +50,9 @@ class ContinuousWorker:
         self._waiting: list[Pending] = []
         self._slots: dict[int, Pending] = {}
         self._batch, self._batch_version = self._new_batch(), self._weights_version
-        self._thread = threading.Thread(target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True)
+        self._thread = threading.Thread(
+            target=self._worker, name=f"LocalPolicy[{self.name}]", daemon=True
+        )
         self._thread.start()
 
     def _worker(self) -> None:
@@ -87,7 +89,9 @@ class ContinuousWorker:
             try:
                 if block and not self._waiting:
                     item = self._queue.get()
-                    deadline = time.monotonic() + self.batch_wait_s  # wait for company after the first
+                    deadline = (
+                        time.monotonic() + self.batch_wait_s
+                    )  # wait for company after the first
                 elif not company or len(self._waiting) + len(self._slots) >= self.max_batch_size:
                     item = self._queue.get_nowait()
                 else:
@@ -99,7 +103,9 @@ class ContinuousWorker:
                 break
             self._waiting.append(item)
         self._tokenize([p for p in self._waiting if p.prompt_ids is None])
-        self._waiting = [p for p in self._waiting if p.prompt_ids is not None and not p.future.cancelled()]
+        self._waiting = [
+            p for p in self._waiting if p.prompt_ids is not None and not p.future.cancelled()
+        ]
         return stop
 
     def _tokenize(self, fresh: list[Pending]) -> None:
@@ -112,22 +118,35 @@ class ContinuousWorker:
         prompts: list[tuple[Pending, str]] = []
         for pending in fresh:
             try:
-                prompts.append((pending, render_prompt(pending.request.messages, pending.request.tools)))
+                prompts.append(
+                    (pending, render_prompt(pending.request.messages, pending.request.tools))
+                )
             except Exception as exc:  # noqa: BLE001 - a bad request fails alone, as a system error
-                fail(pending, EndpointError(f"cannot render the prompt: {type(exc).__name__}: {exc}"))
+                fail(
+                    pending, EndpointError(f"cannot render the prompt: {type(exc).__name__}: {exc}")
+                )
         if not prompts:
             return
         try:
-            encoded = self.tokenizer([text for _, text in prompts], add_special_tokens=False).input_ids
+            encoded = self.tokenizer(
+                [text for _, text in prompts], add_special_tokens=False
+            ).input_ids
         except Exception as exc:  # noqa: BLE001 - a tokenizer fault is a system error of these requests
             for pending, _ in prompts:
-                fail(pending, EndpointError(f"cannot tokenise the prompt: {type(exc).__name__}: {exc}"))
+                fail(
+                    pending,
+                    EndpointError(f"cannot tokenise the prompt: {type(exc).__name__}: {exc}"),
+                )
             return
         for (pending, _), ids in zip(prompts, encoded):
             if len(ids) >= self.context_tokens:
-                fail(pending, ContextLengthError(
-                    f"prompt of {len(ids)} tokens does not fit the context window "
-                    f"({self.context_tokens} tokens) of {self.name!r}"))
+                fail(
+                    pending,
+                    ContextLengthError(
+                        f"prompt of {len(ids)} tokens does not fit the context window "
+                        f"({self.context_tokens} tokens) of {self.name!r}"
+                    ),
+                )
                 pending.prompt_ids = None
             else:
                 pending.prompt_ids = list(ids)
@@ -173,7 +192,9 @@ class ContinuousWorker:
         if self._batch_version == self._weights_version:
             return
         if self._slots:
-            error = EndpointError(f"the weights of {self.name!r} changed while these requests were decoding")
+            error = EndpointError(
+                f"the weights of {self.name!r} changed while these requests were decoding"
+            )
             for pending in self._slots.values():
                 fail(pending, error)
             self._slots.clear()
@@ -200,8 +221,15 @@ class ContinuousWorker:
 
     def _finish(self, request: Any, prompt_ids: list[int], row: FinishedRow) -> Any:
         """The ``Completion`` of a finished row, forced closes recorded."""
-        completion = self._completion(request, prompt_ids, row.tokens, self._temperature(request), row.peak_rows,
-                                      row.cached_tokens, row.logprobs)
+        completion = self._completion(
+            request,
+            prompt_ids,
+            row.tokens,
+            self._temperature(request),
+            row.peak_rows,
+            row.cached_tokens,
+            row.logprobs,
+        )
         for event in row.events:
             record_forced_close(completion, event)
         return completion

@@ -14,7 +14,9 @@ import polars as pl
 from rewardbox.metrics.splits import domain_to_split
 
 
-def changed_tasks_table(changed: pl.DataFrame, splits: Mapping[str, Sequence[str]] | None = None) -> str:
+def changed_tasks_table(
+    changed: pl.DataFrame, splits: Mapping[str, Sequence[str]] | None = None
+) -> str:
     """Markdown table of ``changed_tasks`` rows: uid, domain, split (with ``splits``), base c/n,
     tuned c/n, change in points; a sentence when no task changed."""
     if changed.height == 0:
@@ -24,10 +26,18 @@ def changed_tasks_table(changed: pl.DataFrame, splits: Mapping[str, Sequence[str
     owner = domain_to_split(splits or {})
     columns = [pl.col("uid"), pl.col("domain").fill_null("")]
     if owner:
-        columns.append(pl.col("domain").replace_strict(owner, default="(none)", return_dtype=pl.Utf8).alias("split"))
-    columns += [pl.format("{}/{}", "base_c", "base_n").alias("base c/n"),
-                pl.format("{}/{}", "tuned_c", "tuned_n").alias("tuned c/n"),
-                (pl.col("change") * 100).map_elements(lambda v: f"{v:+.2f} pts", return_dtype=pl.Utf8).alias("change")]
+        columns.append(
+            pl.col("domain")
+            .replace_strict(owner, default="(none)", return_dtype=pl.Utf8)
+            .alias("split")
+        )
+    columns += [
+        pl.format("{}/{}", "base_c", "base_n").alias("base c/n"),
+        pl.format("{}/{}", "tuned_c", "tuned_n").alias("tuned c/n"),
+        (pl.col("change") * 100)
+        .map_elements(lambda v: f"{v:+.2f} pts", return_dtype=pl.Utf8)
+        .alias("change"),
+    ]
     gained = int((changed["change"] > 0).sum())
     note = f"\n\n{changed.height} task(s) changed: {gained} up, {changed.height - gained} down."
     return markdown_table(changed.select(columns)) + note

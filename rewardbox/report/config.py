@@ -10,7 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rewardbox.metrics.cost import PriceTable
 from rewardbox.metrics.splits import domain_to_split
 
-UNPRICED = {"usd_per_1m_input_tokens": 0.0, "usd_per_1m_cached_input_tokens": 0.0, "usd_per_1m_output_tokens": 0.0}
+UNPRICED = {
+    "usd_per_1m_input_tokens": 0.0,
+    "usd_per_1m_cached_input_tokens": 0.0,
+    "usd_per_1m_output_tokens": 0.0,
+}
 
 
 class ReportConfig(BaseModel):
@@ -30,11 +34,13 @@ class ReportConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     k_values: list[int] = [1, 2, 4, 8, 20]
-    price_table: PriceTable = Field(default_factory=lambda: PriceTable(version="unpriced", models={"*": UNPRICED}))
+    price_table: PriceTable = Field(
+        default_factory=lambda: PriceTable(version="unpriced", models={"*": UNPRICED})
+    )
     confidence: float = Field(0.95, gt=0, lt=1)
     splits: dict[str, list[str]] = {}
 
     @model_validator(mode="after")
-    def _one_split_per_domain(self) -> "ReportConfig":
+    def _one_split_per_domain(self) -> ReportConfig:
         domain_to_split(self.splits)
         return self

@@ -45,9 +45,13 @@ def render_report_markdown(
     parts = [f"# {title}", ""]
     if notes:
         parts += [f"- {note}" for note in notes] + [""]
-    headings = {"overall": "Overall: base vs tuned", "per_split": "Per split (in distribution, out of distribution)",
-                "changed_tasks": "Tasks that changed (base and tuned counts)",
-                "per_domain": "Per domain", "per_task": "Per task"}
+    headings = {
+        "overall": "Overall: base vs tuned",
+        "per_split": "Per split (in distribution, out of distribution)",
+        "changed_tasks": "Tasks that changed (base and tuned counts)",
+        "per_domain": "Per domain",
+        "per_task": "Per task",
+    }
     if "overall" in tables:
         parts += [f"## {headings['overall']}", "", tables["overall"], ""]
     for caption, link in (images or {}).items():

@@ -53,11 +53,18 @@ def domain_frames(rel: Reliability) -> dict[str, pl.DataFrame]:
     costs = rel.per_domain_cost
     if costs is not None and costs.height:
         version = rel.price_table_version
-        frames[f"cost (USD, prices {version})"] = pl.DataFrame([{
-            "domain": c["domain"], "policy": side,
-            "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
-            "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
-        } for c in costs.iter_rows(named=True) for side in ("base", "tuned")])
+        frames[f"cost (USD, prices {version})"] = pl.DataFrame(
+            [
+                {
+                    "domain": c["domain"],
+                    "policy": side,
+                    "$/success": fmt_usd(c[f"{side}_cost_per_successful_trial_usd"]),
+                    "total": fmt_usd(c[f"{side}_campaign_cost_usd"]),
+                }
+                for c in costs.iter_rows(named=True)
+                for side in ("base", "tuned")
+            ]
+        )
     return frames
 
 
@@ -65,23 +72,55 @@ def _metric_frames(rows: list[dict[str, Any]], k: int) -> dict[str, pl.DataFrame
     """The pass@1, pass@1 change, pass@k and pass^k tables of :func:`domain_frames` from its per-domain rows."""
     return {
         # one row per domain and policy: two "75.00% [50.00, 100.00]" cells side by side wrapped at 1600 px
-        "pass@1": pl.DataFrame([{
-            "domain": r["domain"], "policy": side, "pass@1": fmt_pct(r[f"{side}_pass_at_1"]),
-            "interval": _interval(r[f"{side}_pass_at_1"], r[f"{side}_pass_at_1_interval"]), "tasks": str(r[f"{side}_tasks"]),
-        } for r in rows for side in ("base", "tuned")]),
-        "pass@1 change": pl.DataFrame([{
-            "domain": r["domain"], "tuned - base (pts)": _pass_at_1_change(r), "verdict": r["pass_at_1_verdict"],
-        } for r in rows]),
-        f"pass@{k}": pl.DataFrame([{
-            "domain": r["domain"], "base": fmt_pct(r["base_pass_at_k"]), "tuned": fmt_pct(r["tuned_pass_at_k"]),
-            "change": _points(r["base_pass_at_k"], r["tuned_pass_at_k"]),
-            "P(better)": NA if r["prob_tuned_better"] is None else f"{r['prob_tuned_better']:.3f}",
-        } for r in rows]),
-        f"pass^{k}": pl.DataFrame([{
-            "domain": r["domain"], "base": fmt_pct(r["base_pass_hat_k"]), "tuned": fmt_pct(r["tuned_pass_hat_k"]),
-            "change": _points(r["base_pass_hat_k"], r["tuned_pass_hat_k"]),
-            "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
-        } for r in rows]),
+        "pass@1": pl.DataFrame(
+            [
+                {
+                    "domain": r["domain"],
+                    "policy": side,
+                    "pass@1": fmt_pct(r[f"{side}_pass_at_1"]),
+                    "interval": _interval(r[f"{side}_pass_at_1"], r[f"{side}_pass_at_1_interval"]),
+                    "tasks": str(r[f"{side}_tasks"]),
+                }
+                for r in rows
+                for side in ("base", "tuned")
+            ]
+        ),
+        "pass@1 change": pl.DataFrame(
+            [
+                {
+                    "domain": r["domain"],
+                    "tuned - base (pts)": _pass_at_1_change(r),
+                    "verdict": r["pass_at_1_verdict"],
+                }
+                for r in rows
+            ]
+        ),
+        f"pass@{k}": pl.DataFrame(
+            [
+                {
+                    "domain": r["domain"],
+                    "base": fmt_pct(r["base_pass_at_k"]),
+                    "tuned": fmt_pct(r["tuned_pass_at_k"]),
+                    "change": _points(r["base_pass_at_k"], r["tuned_pass_at_k"]),
+                    "P(better)": NA
+                    if r["prob_tuned_better"] is None
+                    else f"{r['prob_tuned_better']:.3f}",
+                }
+                for r in rows
+            ]
+        ),
+        f"pass^{k}": pl.DataFrame(
+            [
+                {
+                    "domain": r["domain"],
+                    "base": fmt_pct(r["base_pass_hat_k"]),
+                    "tuned": fmt_pct(r["tuned_pass_hat_k"]),
+                    "change": _points(r["base_pass_hat_k"], r["tuned_pass_hat_k"]),
+                    "all-pass b/t": f"{r['base_all_pass_tasks']}/{r['tuned_all_pass_tasks']}",
+                }
+                for r in rows
+            ]
+        ),
     }
 
 

@@ -50,7 +50,9 @@ def _points(values: Mapping[Any, float], ks: list[int]) -> str:
     return " ".join(out)
 
 
-def reliability_svg(summary_base: Mapping[str, Any], summary_tuned: Mapping[str, Any], most: int = 40) -> str:
+def reliability_svg(
+    summary_base: Mapping[str, Any], summary_tuned: Mapping[str, Any], most: int = 40
+) -> str:
     """pass@k (solid) and pass^k (dashed) against k, base (grey) and tuned (blue), y from 0 to 100 %.
 
     Args:
@@ -61,19 +63,27 @@ def reliability_svg(summary_base: Mapping[str, Any], summary_tuned: Mapping[str,
     Returns:
         The SVG text (no XML declaration); an empty chart when no k has a value.
     """
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-size="9">',
-             f'<text y="{TOP + 6}">100%</text><g fill="none"><path d="M{LEFT} {TOP}V{BOTTOM}H{WIDTH - 68}" stroke="#aaa"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" font-size="9">',
+        f'<text y="{TOP + 6}">100%</text><g fill="none"><path d="M{LEFT} {TOP}V{BOTTOM}H{WIDTH - 68}" stroke="#aaa"/>',
+    ]
     for name, summary in (("base", summary_base), ("tuned", summary_tuned)):
         for key, dash in (("pass_at_k", ""), ("pass_hat_k", ' stroke-dasharray="3"')):
             values = {int(k): v for k, v in (summary.get(key) or {}).items()}
-            ks = sorted(int(k) for k in {**(summary_base.get(key) or {}), **(summary_tuned.get(key) or {})})
+            ks = sorted(
+                int(k) for k in {**(summary_base.get(key) or {}), **(summary_tuned.get(key) or {})}
+            )
             if values and ks:
                 kept = thin(ks, most)
-                parts.append(f'<polyline points="{_points(values, kept)}" stroke="{COLORS[name]}"{dash}/>')
-    parts.append(f'</g><text x="{WIDTH - 62}" y="{TOP + 10}" fill="{COLORS["tuned"]}">tuned</text>'
-                 f'<text x="{WIDTH - 62}" y="{TOP + 22}" fill="{COLORS["base"]}">base</text>'
-                 f'<text x="{WIDTH - 62}" y="{TOP + 40}">— pass@k</text>'
-                 f'<text x="{WIDTH - 62}" y="{TOP + 52}">- - pass^k</text></svg>')
+                parts.append(
+                    f'<polyline points="{_points(values, kept)}" stroke="{COLORS[name]}"{dash}/>'
+                )
+    parts.append(
+        f'</g><text x="{WIDTH - 62}" y="{TOP + 10}" fill="{COLORS["tuned"]}">tuned</text>'
+        f'<text x="{WIDTH - 62}" y="{TOP + 22}" fill="{COLORS["base"]}">base</text>'
+        f'<text x="{WIDTH - 62}" y="{TOP + 40}">— pass@k</text>'
+        f'<text x="{WIDTH - 62}" y="{TOP + 52}">- - pass^k</text></svg>'
+    )
     return "".join(parts)
 
 
@@ -95,8 +105,10 @@ def band_svg(difficulty_df: pl.DataFrame) -> str:
         n = int(by_band.get(band, 0))
         bars.append(f"M{60 * i + 6} 76h48v{-round(64 * n / top)}h-48z")
         labels.append(f'<text x="{60 * i + 30}" y="90">{band} {n}</text>')
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{60 * len(bands)}" height="96" font-size="10" '
-            f'text-anchor="middle"><path d="{"".join(bars)}" fill="#17c"/>{"".join(labels)}</svg>')
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{60 * len(bands)}" height="96" font-size="10" '
+        f'text-anchor="middle"><path d="{"".join(bars)}" fill="#17c"/>{"".join(labels)}</svg>'
+    )
 
 
 TRAINING_PANELS = (("mean_reward", "mean reward"), ("loss", "loss"))
@@ -120,14 +132,20 @@ def training_svg(step_metrics: Sequence[Mapping[str, Any]], most: int = 40) -> s
     """
     rows = list(step_metrics)
     steps = [int(r.get("step", i)) for i, r in enumerate(rows)]
-    panels = [(key, title) for key, title in TRAINING_PANELS if any(r.get(key) is not None for r in rows)]
+    panels = [
+        (key, title) for key, title in TRAINING_PANELS if any(r.get(key) is not None for r in rows)
+    ]
     if not panels:
         raise ValueError(f"step_metrics has none of {[key for key, _ in TRAINING_PANELS]}")
     axes = "".join(f"M{170 * i + 4} 80h152" for i in range(len(panels)))
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{170 * len(panels)}" height="96" font-size="9">'
-             f'<path d="{axes}" stroke="#aaa"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{170 * len(panels)}" height="96" font-size="9">'
+        f'<path d="{axes}" stroke="#aaa"/>'
+    ]
     for i, (key, title) in enumerate(panels):
-        points = thin([(s, float(r[key])) for s, r in zip(steps, rows) if r.get(key) is not None], most)
+        points = thin(
+            [(s, float(r[key])) for s, r in zip(steps, rows) if r.get(key) is not None], most
+        )
         parts.append(_panel(170 * i, title, points))
     return "".join(parts) + "</svg>"
 
@@ -136,11 +154,19 @@ def _panel(x0: int, title: str, points: list[tuple[int, float]]) -> str:
     """One panel 160 wide: title and y range on top, the line (or a dot), first and last step below."""
     (first, _), (last, _) = points[0], points[-1]
     low, high = min(v for _, v in points), max(v for _, v in points)
-    xy = [(x0 + 8 + 144 * (s - first) / max(last - first, 1), 74 - 56 * (v - low) / ((high - low) or 1))
-          for s, v in points]
+    xy = [
+        (
+            x0 + 8 + 144 * (s - first) / max(last - first, 1),
+            74 - 56 * (v - low) / ((high - low) or 1),
+        )
+        for s, v in points
+    ]
     line = " ".join(f"{x:.0f},{y:.0f}" for x, y in xy)
-    mark = (f'<polyline points="{line}" fill="none" stroke="#17c"/>' if len(xy) > 1
-            else f'<circle cx="{xy[0][0]:.0f}" cy="{xy[0][1]:.0f}" r="3" fill="#17c"/>')
+    mark = (
+        f'<polyline points="{line}" fill="none" stroke="#17c"/>'
+        if len(xy) > 1
+        else f'<circle cx="{xy[0][0]:.0f}" cy="{xy[0][1]:.0f}" r="3" fill="#17c"/>'
+    )
     steps = f'<text x="{x0 + 4}" y="92">{first}</text>'
     if last != first:
         steps += f'<text x="{x0 + 152}" y="92" text-anchor="end">{last}</text>'
@@ -152,7 +178,9 @@ def svg_markdown(svg: str, alt: str) -> str:
     return f"![{alt}](data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()})"
 
 
-def fitted_markdown(build: Callable[[int], str], alt: str, limit: int = INLINE_MD_LIMIT) -> str | None:
+def fitted_markdown(
+    build: Callable[[int], str], alt: str, limit: int = INLINE_MD_LIMIT
+) -> str | None:
     """The markdown of ``build(most)`` for the largest ``most`` of ``POINT_BUDGETS`` that fits under ``limit``.
 
     Args:

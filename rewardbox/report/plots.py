@@ -81,7 +81,10 @@ def reliability_figure(summary_base: Mapping[str, Any], summary_tuned: Mapping[s
         (axes[0], "pass_at_k", "pass@k (at least one of k)"),
         (axes[1], "pass_hat_k", "pass^k (all k)"),
     ):
-        for label, summary, style in (("base", summary_base, "o--"), ("tuned", summary_tuned, "s-")):
+        for label, summary, style in (
+            ("base", summary_base, "o--"),
+            ("tuned", summary_tuned, "s-"),
+        ):
             points = sorted((int(k), v) for k, v in summary[key].items())
             if points:
                 ax.plot([p[0] for p in points], [100 * p[1] for p in points], style, label=label)
@@ -97,14 +100,23 @@ def reliability_figure(summary_base: Mapping[str, Any], summary_tuned: Mapping[s
 
 
 def _step_columns(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    df = step_metrics if isinstance(step_metrics, pl.DataFrame) else pl.DataFrame(list(step_metrics))
+    df = (
+        step_metrics if isinstance(step_metrics, pl.DataFrame) else pl.DataFrame(list(step_metrics))
+    )
     if df.height == 0:
         raise ValueError("step_metrics is empty; nothing to plot")
-    present = [key for key in TRAINING_CURVE_KEYS if key in df.columns and df[key].is_not_null().any()]
+    present = [
+        key for key in TRAINING_CURVE_KEYS if key in df.columns and df[key].is_not_null().any()
+    ]
     if not present:
-        raise ValueError(f"step_metrics has none of {list(TRAINING_CURVE_KEYS)}; columns are {df.columns}")
+        raise ValueError(
+            f"step_metrics has none of {list(TRAINING_CURVE_KEYS)}; columns are {df.columns}"
+        )
     steps = df["step"].to_list() if "step" in df.columns else list(range(df.height))
-    return {"step": steps, **{key: [float("nan") if v is None else v for v in df[key].to_list()] for key in present}}
+    return {
+        "step": steps,
+        **{key: [float("nan") if v is None else v for v in df[key].to_list()] for key in present},
+    }
 
 
 PANELS_PER_ROW = 3
@@ -140,8 +152,13 @@ def training_curve_figure(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any
     rows = -(-len(keys) // cols)
     fig = Figure(figsize=(PANEL_WIDTH_IN * cols, PANEL_HEIGHT_IN * rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    titles = {"mean_reward": "mean reward", "zero_variance_frac": "zero-variance groups (share)", "loss": "loss",
-              "clip_frac": "clipped tokens (share)", "logprob_gap_max": "max |sampler - trainer| log-prob"}
+    titles = {
+        "mean_reward": "mean reward",
+        "zero_variance_frac": "zero-variance groups (share)",
+        "loss": "loss",
+        "clip_frac": "clipped tokens (share)",
+        "logprob_gap_max": "max |sampler - trainer| log-prob",
+    }
     steps = [int(s) for s in columns["step"]]
     for ax, key in zip(axes, keys):
         ax.plot(steps, columns[key], "-", marker=".")
@@ -152,7 +169,7 @@ def training_curve_figure(step_metrics: pl.DataFrame | Sequence[Mapping[str, Any
             ax.set_xlim(steps[0] - 1, steps[0] + 1)
             ax.set_xticks([steps[0]])
         ax.grid(alpha=0.3)
-    for ax in axes[len(keys):]:
+    for ax in axes[len(keys) :]:
         ax.set_axis_off()
     FigureCanvasAgg(fig)
     return fig

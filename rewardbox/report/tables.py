@@ -67,7 +67,9 @@ def _pass_k_cell(summary: dict[str, Any], key: str, k: int) -> str:
 
 
 def _all_pass_label(summary_base: dict[str, Any], summary_tuned: dict[str, Any], k: int) -> str:
-    equal = all(s["clean_counts_equal"] and s["n_clean_max"] == k for s in (summary_base, summary_tuned))
+    equal = all(
+        s["clean_counts_equal"] and s["n_clean_max"] == k for s in (summary_base, summary_tuned)
+    )
     return f"observed {k}/{k} tasks" if equal else "tasks passing all their clean trials"
 
 
@@ -80,11 +82,16 @@ def fmt_change(entry: dict[str, Any] | None) -> str:
     return f"{100 * point:+.2f} pts [{100 * low:+.2f}, {100 * high:+.2f}], {p + ', ' if p else ''}{entry['verdict']}"
 
 
-def _boot_row(label: str, entry: dict[str, Any] | None, cells: tuple[str, str], change: str) -> tuple[str, str, str, str]:
+def _boot_row(
+    label: str, entry: dict[str, Any] | None, cells: tuple[str, str], change: str
+) -> tuple[str, str, str, str]:
     """A table row with bootstrap intervals where the entry has them, else the given cells and change."""
     if not entry:
         return (label, *cells, change)
-    sides = [fmt_interval(e[0], (e[1], e[2])) if e else cell for e, cell in zip((entry["base"], entry["tuned"]), cells)]
+    sides = [
+        fmt_interval(e[0], (e[1], e[2])) if e else cell
+        for e, cell in zip((entry["base"], entry["tuned"]), cells)
+    ]
     return (label, *sides, fmt_change(entry) or change)
 
 
@@ -101,8 +108,12 @@ def _overall_table(rel: Reliability) -> str:
     rows: list[tuple[str, str, str, str]] = [
         ("tasks (with a clean trial)", str(base["tasks"]), str(tuned["tasks"]), ""),
         ("clean trials", str(base["clean_trials"]), str(tuned["clean_trials"]), ""),
-        _boot_row(f"pass@1 ({level})", boot.get("pass_at_1"), (NA, NA),
-                  _fmt_points(base["pass_at_1"], tuned["pass_at_1"])),
+        _boot_row(
+            f"pass@1 ({level})",
+            boot.get("pass_at_1"),
+            (NA, NA),
+            _fmt_points(base["pass_at_1"], tuned["pass_at_1"]),
+        ),
     ]
     for key, boot_key, label in (
         ("pass_at_k", f"pass_at_{k}", f"pass@{k} (at least one of {k}, unbiased)"),
@@ -120,13 +131,25 @@ def _overall_table(rel: Reliability) -> str:
             f"{tuned['observed_all_pass_tasks'] - base['observed_all_pass_tasks']:+d}",
         ),
         ("system errors (not scored)", str(base["system_errors"]), str(tuned["system_errors"]), ""),
-        ("completions cut by the token budget", _truncation_cell(rel.base_truncation), _truncation_cell(rel.tuned_truncation), ""),
+        (
+            "completions cut by the token budget",
+            _truncation_cell(rel.base_truncation),
+            _truncation_cell(rel.tuned_truncation),
+            "",
+        ),
     ]
     for name in ("input_tokens", "cached_input_tokens", "output_tokens"):
         rows.append((name.replace("_", " "), f"{base[name]:,}", f"{tuned[name]:,}", ""))
     rows += _cost_rows(rel)
     overall_p = rel.comparison["overall_prob_tuned_better"]
-    rows.append(("P(tuned better), mean over shared tasks", "", NA if overall_p is None else f"{overall_p:.3f}", ""))
+    rows.append(
+        (
+            "P(tuned better), mean over shared tasks",
+            "",
+            NA if overall_p is None else f"{overall_p:.3f}",
+            "",
+        )
+    )
     df = pl.DataFrame(rows, schema=["metric", "base", "tuned", "change"], orient="row")
     return markdown_table(df)
 
@@ -149,7 +172,12 @@ def _cost_rows(rel: Reliability) -> list[tuple[str, str, str, str]]:
             fmt_usd(tuned_cost["cost_per_dependable_task_usd"]),
             "",
         ),
-        ("campaign cost (USD)", fmt_usd(base_cost["campaign_cost_usd"]), fmt_usd(tuned_cost["campaign_cost_usd"]), ""),
+        (
+            "campaign cost (USD)",
+            fmt_usd(base_cost["campaign_cost_usd"]),
+            fmt_usd(tuned_cost["campaign_cost_usd"]),
+            "",
+        ),
     ]
 
 
@@ -166,7 +194,9 @@ def _task_table(rel: Reliability) -> str:
         *(["domain"] if "domain" in per_task.columns else []),
         pl.format("{}/{}", "base_c", "base_n").alias("base c/n"),
         pl.format("{}/{}", "tuned_c", "tuned_n").alias("tuned c/n"),
-        pl.col("prob_tuned_better").map_elements(lambda p: f"{p:.3f}", return_dtype=pl.Utf8).alias("P(tuned better)"),
+        pl.col("prob_tuned_better")
+        .map_elements(lambda p: f"{p:.3f}", return_dtype=pl.Utf8)
+        .alias("P(tuned better)"),
     )
     table = markdown_table(df)
     unmatched = rel.comparison["unmatched_tasks"]
@@ -188,9 +218,20 @@ def split_rows(result: dict[str, Any], k_values: Sequence[int]) -> pl.DataFrame:
         for key, label in names:
             if (metric := entry["metrics"].get(key)) is None:
                 continue
-            sides = [fmt_interval(e[0], (e[1], e[2])) if e else NA for e in (metric["base"], metric["tuned"])]
-            rows.append({"split": split, "tasks": str(entry["tasks"]), "metric": label, f"base ({level})": sides[0],
-                         f"tuned ({level})": sides[1], f"change ({level})": fmt_change(metric) or NA})
+            sides = [
+                fmt_interval(e[0], (e[1], e[2])) if e else NA
+                for e in (metric["base"], metric["tuned"])
+            ]
+            rows.append(
+                {
+                    "split": split,
+                    "tasks": str(entry["tasks"]),
+                    "metric": label,
+                    f"base ({level})": sides[0],
+                    f"tuned ({level})": sides[1],
+                    f"change ({level})": fmt_change(metric) or NA,
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -226,7 +267,9 @@ def reliability_tables(
     Keyword arguments are those of ``rewardbox.metrics.reliability.compute_reliability``. See its docs
     for errors; the tables show ``n/a`` with a reason for undefined values.
     """
-    return format_reliability_tables(compute_reliability(base_rows, tuned_rows, k, price_table, **kwargs))
+    return format_reliability_tables(
+        compute_reliability(base_rows, tuned_rows, k, price_table, **kwargs)
+    )
 
 
 def band_table(difficulty_df: pl.DataFrame) -> str:

@@ -20,6 +20,12 @@ def verdict_summary(reliability: Reliability) -> dict[str, Any]:
     overall = reliability.pass_at_1_change
     lines = [f"pass@1 change (tuned - base), all tasks: {fmt_change(overall) or 'n/a'}"]
     for split, entry in reliability.per_split.get("splits", {}).items():
-        lines.append(f"pass@1 change, {split}: {fmt_change(entry['metrics'].get('pass_at_1')) or 'n/a'}")
-    return {"lines": lines, "pass_at_1_verdict": (overall or {}).get("verdict", "n/a"),
-            "pass_at_1_p": fmt_p(overall), "changed_tasks": int(reliability.changed_tasks.height)}
+        lines.append(
+            f"pass@1 change, {split}: {fmt_change(entry['metrics'].get('pass_at_1')) or 'n/a'}"
+        )
+    return {
+        "lines": lines,
+        "pass_at_1_verdict": (overall or {}).get("verdict", "n/a"),
+        "pass_at_1_p": fmt_p(overall),
+        "changed_tasks": int(reliability.changed_tasks.height),
+    }

@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 
+from rewardbox.config.profile import Profile
 from rewardbox.episode.budget import check_policy_budget as check_episode_budget
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.parts import CampaignParts
@@ -28,12 +29,14 @@ from rewardbox.policy.factory import build_policy as build_policy_from_config
 from rewardbox.policy.preflight import Endpoint, preflight
 from rewardbox.sandbox.base import SandboxFactory
 from rewardbox.sandbox.factory import build_sandbox_factory
-from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config, merge_servers_configs
+from rewardbox.sandbox.servers_config import (
+    ServersConfig,
+    load_servers_config,
+    merge_servers_configs,
+)
 from rewardbox.tasks.config import TaskSource
 from rewardbox.tasks.schema import Task
 from rewardbox.tasks.sources import resolve_dataset
-
-from rewardbox.config.profile import Profile
 
 SandboxReportSink = Callable[[dict], None]
 """Receives a sandbox factory's ``report()`` when a runner closes (``ExternalSandboxFactory.report``)."""
@@ -50,7 +53,9 @@ def build_user_simulator(profile: Profile) -> UserSimulator:
 def build_grader(profile: Profile) -> TestRunner:
     """The grading worker pool ``profile.grading`` describes; the caller closes it (``close()``)."""
     cfg = profile.grading
-    return TestRunner(max_workers=cfg.workers, timeout_s=cfg.timeout_s, judge_config=cfg.judge_config())
+    return TestRunner(
+        max_workers=cfg.workers, timeout_s=cfg.timeout_s, judge_config=cfg.judge_config()
+    )
 
 
 def build_policy(profile: Profile, checkpoint_dir: str | Path | None = None) -> Policy:
@@ -89,12 +94,16 @@ def profile_servers_config(profile: Profile) -> ServersConfig:
             has two different definitions (names the files and the field).
     """
     sources = [*profile.tasks.candidates, *profile.tasks.benchmark]
-    paths = [Path(profile.sandbox.servers_yaml).expanduser()] if profile.sandbox.servers_yaml else []
+    paths = (
+        [Path(profile.sandbox.servers_yaml).expanduser()] if profile.sandbox.servers_yaml else []
+    )
     paths += [_source_servers_path(s) for s in sources if s.servers]
     paths = list(dict.fromkeys(p.resolve() for p in paths))
     if not paths:
-        raise ValueError(f"profile {profile.name!r}: sandbox.kind 'external' needs sandbox.servers_yaml "
-                         "or a 'servers' file on at least one task source")
+        raise ValueError(
+            f"profile {profile.name!r}: sandbox.kind 'external' needs sandbox.servers_yaml "
+            "or a 'servers' file on at least one task source"
+        )
     return merge_servers_configs([load_servers_config(p) for p in paths])
 
 
@@ -107,17 +116,25 @@ def build_sandbox(profile: Profile) -> SandboxFactory:
     """
     cfg = profile.sandbox
     if cfg.kind == "external":
-        return build_sandbox_factory("external", servers=profile_servers_config(profile),
-                                     timeouts={"tool_s": cfg.tool_timeout_s})
+        return build_sandbox_factory(
+            "external",
+            servers=profile_servers_config(profile),
+            timeouts={"tool_s": cfg.tool_timeout_s},
+        )
     if cfg.kind == "proxy":
         return build_sandbox_factory("proxy", base_url=cfg.proxy_url)
     return build_sandbox_factory("inprocess")
 
 
 @asynccontextmanager
-async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | None = None, *,
-                         episode: EpisodeConfig | None = None,
-                         on_sandbox_report: SandboxReportSink | None = None) -> AsyncIterator[EpisodeRunner]:
+async def episode_runner(
+    profile: Profile,
+    policy: Policy,
+    grader: TestRunner | None = None,
+    *,
+    episode: EpisodeConfig | None = None,
+    on_sandbox_report: SandboxReportSink | None = None,
+) -> AsyncIterator[EpisodeRunner]:
     """An ``EpisodeRunner`` for ``policy`` with the profile's sandbox, user and grader.
 
     The grading worker pool is created here unless one is passed, and closed on exit,
@@ -131,7 +148,9 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
         grader = build_grader(profile)
     sandboxes = build_sandbox(profile)
     try:
-        yield EpisodeRunner(policy, sandboxes, build_user_simulator(profile), grader, episode or profile.episode)
+        yield EpisodeRunner(
+            policy, sandboxes, build_user_simulator(profile), grader, episode or profile.episode
+        )
     finally:
         if on_sandbox_report is not None and hasattr(sandboxes, "report"):
             on_sandbox_report(sandboxes.report())
@@ -141,16 +160,21 @@ async def episode_runner(profile: Profile, policy: Policy, grader: TestRunner | 
             grader.close()
 
 
-def campaign_parts(profile: Profile, on_sandbox_report: SandboxReportSink | None = None) -> CampaignParts:
+def campaign_parts(
+    profile: Profile, on_sandbox_report: SandboxReportSink | None = None
+) -> CampaignParts:
     """The explicit parts a campaign below ``runtime`` runs with (``rewardbox.episode.parts``).
 
     The runner is :func:`episode_runner` bound to ``profile`` (picklable for Ray workers when
     ``on_sandbox_report`` is, e.g. None), the executor is ``profile.executor`` bounded by
     ``episode.concurrency``, and the preflight is :func:`preflight_step` for the profile's endpoints.
     """
-    return CampaignParts(episode=profile.episode,
-                         runner=partial(episode_runner, profile, on_sandbox_report=on_sandbox_report),
-                         executor=profile.executor, preflight=partial(preflight_step, profile))
+    return CampaignParts(
+        episode=profile.episode,
+        runner=partial(episode_runner, profile, on_sandbox_report=on_sandbox_report),
+        executor=profile.executor,
+        preflight=partial(preflight_step, profile),
+    )
 
 
 def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task]) -> None:
@@ -163,7 +187,9 @@ def check_policy_budget(policy: Policy, profile: Profile, tasks: Sequence[Task])
     check_episode_budget(policy, profile.episode, tasks)
 
 
-def step_endpoints(profile: Profile, policy: Policy | None = None, role: str = "policy") -> list[Endpoint]:
+def step_endpoints(
+    profile: Profile, policy: Policy | None = None, role: str = "policy"
+) -> list[Endpoint]:
     """The OpenAI-compatible endpoints an episode step with ``policy`` calls: the policy (when it is an
     endpoint policy, e.g. a served vLLM checkpoint or the reference), the user simulator and the judge
     (when the profile configures them as endpoints). Keys are read as the clients read them."""
@@ -172,23 +198,41 @@ def step_endpoints(profile: Profile, policy: Policy | None = None, role: str = "
     if getattr(policy, "base_url", None) and getattr(policy, "model", None):
         out.append(Endpoint(role, policy.base_url, policy.model, getattr(client, "api_key", None)))
     if profile.user.kind == "endpoint":
-        out.append(Endpoint("user simulator", profile.user.base_url, profile.user.model,
-                            os.environ.get(profile.user.api_key_env)))
+        out.append(
+            Endpoint(
+                "user simulator",
+                profile.user.base_url,
+                profile.user.model,
+                os.environ.get(profile.user.api_key_env),
+            )
+        )
     judge = profile.grading.judge_config()
     if judge is not None:
-        out.append(Endpoint("judge", judge["base_url"], judge["model"], os.environ.get(judge["api_key_env"])))
+        out.append(
+            Endpoint(
+                "judge", judge["base_url"], judge["model"], os.environ.get(judge["api_key_env"])
+            )
+        )
     return out
 
 
-def policy_config_endpoint(config: PolicyConfig, role: str = "policy", api_key: str | None = None) -> list[Endpoint]:
+def policy_config_endpoint(
+    config: PolicyConfig, role: str = "policy", api_key: str | None = None
+) -> list[Endpoint]:
     """``[Endpoint]`` for an endpoint policy's config (key: ``api_key``, else its ``api_key_env``); ``[]`` otherwise."""
     if config.kind != "endpoint":
         return []
-    return [Endpoint(role, config.base_url, config.model, api_key or os.environ.get(config.api_key_env))]
+    return [
+        Endpoint(role, config.base_url, config.model, api_key or os.environ.get(config.api_key_env))
+    ]
 
 
-def preflight_step(profile: Profile, policy: Policy | None = None, role: str = "policy",
-                   extra: Sequence[Endpoint] = ()) -> None:
+def preflight_step(
+    profile: Profile,
+    policy: Policy | None = None,
+    role: str = "policy",
+    extra: Sequence[Endpoint] = (),
+) -> None:
     """Before any episode: every endpoint of :func:`step_endpoints` (and ``extra``) answers and serves
     its model (``rewardbox.policy.preflight``).
 

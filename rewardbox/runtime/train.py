@@ -21,8 +21,13 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
-from rewardbox.runtime.compose import (campaign_parts, check_policy_budget, episode_runner, policy_config_endpoint,
-                                       preflight_step)
+from rewardbox.runtime.compose import (
+    campaign_parts,
+    check_policy_budget,
+    episode_runner,
+    policy_config_endpoint,
+    preflight_step,
+)
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
 from rewardbox.training.checkpoint import merge_checkpoint
@@ -30,8 +35,14 @@ from rewardbox.training.local import RolloutParts, train_local_grpo
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import TrainingSummary
 from rewardbox.training.verl.config import DryRun, dry_run
-from rewardbox.training.verl.job import (VerlLaunch, VerlRunResult, merge_verl_checkpoint, prepare_launch,
-                                         run_verl_training, verl_python)
+from rewardbox.training.verl.job import (
+    VerlLaunch,
+    VerlRunResult,
+    merge_verl_checkpoint,
+    prepare_launch,
+    run_verl_training,
+    verl_python,
+)
 from rewardbox.training.verl.merge_run import read_fidelity
 from rewardbox.training.verl.ray_job import JobClient
 
@@ -70,15 +81,26 @@ def rollout_parts(profile: Profile) -> RolloutParts:
     """Local GRPO's rollout parts (``training.local.RolloutParts``) from ``profile``'s ``policy``,
     ``episode`` (at ``grpo.temperature``), ``selection.boundaries`` and ``probe.trials``."""
     rollouts = rollout_profile(profile)
-    return RolloutParts(policy=profile.policy, episode=rollouts.episode,
-                        runner_factory=partial(episode_runner, rollouts),
-                        check_budget=lambda policy, tasks: check_policy_budget(policy, rollouts, tasks),
-                        boundaries=tuple(profile.selection.boundaries), first_trial=profile.probe.trials)
+    return RolloutParts(
+        policy=profile.policy,
+        episode=rollouts.episode,
+        runner_factory=partial(episode_runner, rollouts),
+        check_budget=lambda policy, tasks: check_policy_budget(policy, rollouts, tasks),
+        boundaries=tuple(profile.selection.boundaries),
+        first_trial=profile.probe.trials,
+    )
 
 
-def train_local(profile: Profile, pool: Sequence[Task], base_checkpoint: str | Path, out_dir: Path, *,
-                probe_rows: Any = None, log: ProgressSink | None = None,
-                policy_api_key: str | None = None) -> tuple[Path, TrainingSummary]:
+def train_local(
+    profile: Profile,
+    pool: Sequence[Task],
+    base_checkpoint: str | Path,
+    out_dir: Path,
+    *,
+    probe_rows: Any = None,
+    log: ProgressSink | None = None,
+    policy_api_key: str | None = None,
+) -> tuple[Path, TrainingSummary]:
     """``grpo.backend: local``: a LoRA adapter trained on ``pool`` into ``out_dir`` (emptied first).
 
     Before anything is written the rollouts' endpoints must answer and serve their models
@@ -97,10 +119,19 @@ def train_local(profile: Profile, pool: Sequence[Task], base_checkpoint: str | P
     """
     _check_pool(pool)
     if pool:
-        preflight_step(profile, extra=policy_config_endpoint(profile.policy, api_key=policy_api_key))
+        preflight_step(
+            profile, extra=policy_config_endpoint(profile.policy, api_key=policy_api_key)
+        )
     shutil.rmtree(out_dir, ignore_errors=True)
-    return train_local_grpo(pool, Path(base_checkpoint), out_dir, profile.grpo, rollout_parts(profile),
-                            log=log, probe=None if probe_rows is None else ProbeHistory.from_rows(probe_rows))
+    return train_local_grpo(
+        pool,
+        Path(base_checkpoint),
+        out_dir,
+        profile.grpo,
+        rollout_parts(profile),
+        log=log,
+        probe=None if probe_rows is None else ProbeHistory.from_rows(probe_rows),
+    )
 
 
 @dataclass
@@ -133,12 +164,21 @@ class VerlTraining:
         checkpoint would read every byte); None for a dry run (the caller hashes its files)."""
         if self.run is None:
             return None
-        return hashlib.sha256(f"{self.run.job_id}:{self.run.checkpoint.step}".encode()).hexdigest()[:16]
+        return hashlib.sha256(f"{self.run.job_id}:{self.run.checkpoint.step}".encode()).hexdigest()[
+            :16
+        ]
 
 
-def train_verl(profile: Profile, pool: Sequence[Task], base_checkpoint: str, *,
-               job_client: Callable[[], JobClient], local_head: bool, log: Callable[[str], None],
-               on_submit: Callable[[str, Path], None] | None = None) -> VerlTraining:
+def train_verl(
+    profile: Profile,
+    pool: Sequence[Task],
+    base_checkpoint: str,
+    *,
+    job_client: Callable[[], JobClient],
+    local_head: bool,
+    log: Callable[[str], None],
+    on_submit: Callable[[str, Path], None] | None = None,
+) -> VerlTraining:
     """``grpo.backend: verl``: train on verl as a Ray job, or with ``verl.dry_run`` only write its launch.
 
     Args:
@@ -155,11 +195,19 @@ def train_verl(profile: Profile, pool: Sequence[Task], base_checkpoint: str, *,
             holds its log tail (``training.verl.job.run_verl_training``).
     """
     _check_pool(pool)
-    launch = prepare_launch(profile.grpo, profile.verl, pool, base_checkpoint, profile.artifacts_path,
-                            local_head=local_head)
+    launch = prepare_launch(
+        profile.grpo,
+        profile.verl,
+        pool,
+        base_checkpoint,
+        profile.artifacts_path,
+        local_head=local_head,
+    )
     if profile.verl.dry_run:
         return _dry_run(profile, launch, profile.artifacts_path / "verl" / "dry_run")
-    submitted = None if on_submit is None else (lambda job_id: on_submit(job_id, launch.checkpoint_dir))
+    submitted = (
+        None if on_submit is None else (lambda job_id: on_submit(job_id, launch.checkpoint_dir))
+    )
     run = run_verl_training(job_client(), launch, profile.verl, log, on_submit=submitted)
     return VerlTraining(launch, run.checkpoint.actor_dir, run=run)
 
@@ -167,14 +215,21 @@ def train_verl(profile: Profile, pool: Sequence[Task], base_checkpoint: str, *,
 def _dry_run(profile: Profile, launch: VerlLaunch, out_dir: Path) -> VerlTraining:
     python = verl_python(profile.verl)
     validator = python if Path(python).exists() else None
-    result = dry_run(profile.grpo, launch.config, out_dir, validator, launch.run_overrides, launch.command[0])
+    result = dry_run(
+        profile.grpo, launch.config, out_dir, validator, launch.run_overrides, launch.command[0]
+    )
     if validator is not None and not result.validated:
         raise VerlConfigRejectedError(f"verl rejected the launch config: {result.problem}")
     return VerlTraining(launch, out_dir, dry=result, python=python)
 
 
-def merge(profile: Profile, base_checkpoint: str, trained: str, out_dir: Path,
-          log: Callable[[str], None] | None = None) -> Path:
+def merge(
+    profile: Profile,
+    base_checkpoint: str,
+    trained: str,
+    out_dir: Path,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """The trained checkpoint merged into the base weights in ``out_dir`` (emptied first): an HF
     safetensors directory transformers loads.
 
@@ -191,12 +246,22 @@ def merge(profile: Profile, base_checkpoint: str, trained: str, out_dir: Path,
         return merge_checkpoint(base_checkpoint, trained, out_dir)
     verl, grpo = profile.verl, profile.grpo
     if verl.dry_run:
-        raise MergeError("verl.dry_run is true: grpo_checkpoint wrote a launch, not a checkpoint; "
-                         "set verl.dry_run: false to train and merge")
+        raise MergeError(
+            "verl.dry_run is true: grpo_checkpoint wrote a launch, not a checkpoint; "
+            "set verl.dry_run: false to train and merge"
+        )
     try:
-        return merge_verl_checkpoint(trained, base_checkpoint, out_dir, verl_python(verl), verl.merge_timeout_s,
-                                     lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None, log=log,
-                                     dtype=verl.merge_dtype, tolerance=verl.merge_tolerance())
+        return merge_verl_checkpoint(
+            trained,
+            base_checkpoint,
+            out_dir,
+            verl_python(verl),
+            verl.merge_timeout_s,
+            lora_alpha=grpo.lora_alpha if grpo.finetune == "lora" else None,
+            log=log,
+            dtype=verl.merge_dtype,
+            tolerance=verl.merge_tolerance(),
+        )
     except (FileNotFoundError, RuntimeError, ValueError) as exc:
         raise MergeError(str(exc)) from exc
 
@@ -230,7 +295,9 @@ def merge_fidelity(profile: Profile, merged_dir: str) -> MergeFidelity:
     if report is None:
         return MergeFidelity(passed=False, checked=True, rtol=rtol, atol=atol)
     as_configured = report.get("lora") or (report.get("rtol"), report.get("atol")) == (rtol, atol)
-    return MergeFidelity(bool(report.get("within")) and bool(as_configured), True, report, rtol, atol)
+    return MergeFidelity(
+        bool(report.get("within")) and bool(as_configured), True, report, rtol, atol
+    )
 
 
 @dataclass
@@ -263,7 +330,9 @@ def run_merged(profile: Profile, merged_dir: str, tasks: Sequence[Task]) -> Merg
     except (OSError, ValueError) as exc:
         return MergedRun(passed=False, load_error=f"{type(exc).__name__}: {exc}")
     parameters = sum(p.numel() for p in policy.model.parameters())
-    rows, results = run_trials(list(tasks)[:1], 1, policy, campaign_parts(profile), executor=LocalExecutor(1))
+    rows, results = run_trials(
+        list(tasks)[:1], 1, policy, campaign_parts(profile), executor=LocalExecutor(1)
+    )
     ok = bool(results) and results[0].system_error is None and results[0].turns > 0
     error = str(results[0].system_error) if results else "none"
     return MergedRun(passed=ok, parameters=parameters, rows=rows, system_error=error)

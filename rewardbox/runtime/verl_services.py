@@ -22,13 +22,17 @@ from rewardbox.tasks.sources import load_sources
 from rewardbox.training.verl.agent_loop import LoopServices
 
 
-def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: Sequence[str] = ()) -> list[Task]:
+def load_served_tasks(
+    profile: Profile, domains: Sequence[str] = (), datasets: Sequence[str] = ()
+) -> list[Task]:
     """Tasks to serve: the named embedded domains and ThinkingBox dataset directories, else the profile's candidates.
 
     Raises:
         ValueError: nothing loaded; the message carries the loaders' errors (file, line, field).
     """
-    sources = [TaskSource(dataset=f"embedded:{d}") for d in domains] + [TaskSource(dataset=p) for p in datasets]
+    sources = [TaskSource(dataset=f"embedded:{d}") for d in domains] + [
+        TaskSource(dataset=p) for p in datasets
+    ]
     loaded = load_sources(sources or profile.tasks.candidates, "candidate")
     if not loaded.tasks:
         raise ValueError("no task loaded: " + ("; ".join(loaded.errors) or "the sources are empty"))
@@ -38,11 +42,20 @@ def load_served_tasks(profile: Profile, domains: Sequence[str] = (), datasets: S
 def loop_services(profile: Profile) -> LoopServices:
     """What every episode of one process shares, from the profile's ``sandbox``, ``user``, ``grading``
     and ``episode`` sections: sandbox factory, user simulator, grader (the caller closes it), limits."""
-    return LoopServices(build_sandbox(profile), build_user_simulator(profile), build_grader(profile), profile.episode)
+    return LoopServices(
+        build_sandbox(profile),
+        build_user_simulator(profile),
+        build_grader(profile),
+        profile.episode,
+    )
 
 
-def server_parts(profile_name: str, domains: Sequence[str] = (), datasets: Sequence[str] = (),
-                 limits: Mapping[str, Any] | None = None) -> tuple[list[Task], LoopServices]:
+def server_parts(
+    profile_name: str,
+    domains: Sequence[str] = (),
+    datasets: Sequence[str] = (),
+    limits: Mapping[str, Any] | None = None,
+) -> tuple[list[Task], LoopServices]:
     """The environment server's tasks and shared parts for a profile (name or YAML path).
 
     Args:

@@ -27,21 +27,29 @@ class ToolSpec:
 
     name: str
     description: str
-    input_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    input_schema: dict[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}
+    )
     is_end_turn: bool = False
 
     def to_openai(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry: ``{type: function, function: {...}}``."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.input_schema},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            },
         }
 
 
 class Sandbox(Protocol):
     """One episode's backend. Async; not shared between episodes."""
 
-    async def start(self, world_state: dict[str, Any], available_tools: list[str]) -> dict[str, Any]:
+    async def start(
+        self, world_state: dict[str, Any], available_tools: list[str]
+    ) -> dict[str, Any]:
         """Spawn and init servers. Returns ``{server: init_result}``. Raises SandboxError."""
 
     async def list_tools(self) -> list[ToolSpec]:

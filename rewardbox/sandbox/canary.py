@@ -30,7 +30,9 @@ HASH_KEYS = ("result_db_hash", "golden_db_hash")
 Claim = Literal["canary", "trusted", "fresh"]
 
 
-def canary_verdict(reused: dict[str, Any], fresh: dict[str, Any], *, unchecked_ok: bool = False) -> str | None:
+def canary_verdict(
+    reused: dict[str, Any], fresh: dict[str, Any], *, unchecked_ok: bool = False
+) -> str | None:
     """Why the reused process's state right after init cannot be trusted, or None when it can.
 
     Args:
@@ -45,12 +47,16 @@ def canary_verdict(reused: dict[str, Any], fresh: dict[str, Any], *, unchecked_o
     if not keys:
         if unchecked_ok:
             return None
-        return ("its effects report no result_db_hash/golden_db_hash, so a reused process cannot be checked "
-                "against a fresh one (set reuse_unchecked: true on the server in servers.yaml to reuse anyway)")
+        return (
+            "its effects report no result_db_hash/golden_db_hash, so a reused process cannot be checked "
+            "against a fresh one (set reuse_unchecked: true on the server in servers.yaml to reuse anyway)"
+        )
     differs = [k for k in keys if reused.get(k) != fresh.get(k)]
     if differs:
-        return (f"right after __reserved__init a reused process reports {differs[0]} {reused.get(differs[0])!r} "
-                f"but a fresh process {fresh.get(differs[0])!r}: its init keeps state from earlier episodes")
+        return (
+            f"right after __reserved__init a reused process reports {differs[0]} {reused.get(differs[0])!r} "
+            f"but a fresh process {fresh.get(differs[0])!r}: its init keeps state from earlier episodes"
+        )
     return None
 
 
@@ -103,7 +109,11 @@ class ReuseLedger:
             return
         self._status[name] = "retired"
         self.retired[name] = reason
-        logger.warning("server %s: reuse retired, every episode gets a fresh process from now on: %s", name, reason)
+        logger.warning(
+            "server %s: reuse retired, every episode gets a fresh process from now on: %s",
+            name,
+            reason,
+        )
 
     def report(self) -> dict[str, str]:
         """``{server: status}`` for every server seen (``unchecked``/``checking``/``trusted``/``retired``)."""

@@ -59,4 +59,6 @@ class SandboxTimeouts:
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if not isinstance(value, int | float) or value <= 0:
-                raise ValueError(f"SandboxTimeouts.{name} must be a positive number of seconds, got {value!r}")
+                raise ValueError(
+                    f"SandboxTimeouts.{name} must be a positive number of seconds, got {value!r}"
+                )

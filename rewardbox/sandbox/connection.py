@@ -81,13 +81,26 @@ class ServerConnection:
         source: the servers.yaml path, for error messages.
     """
 
-    def __init__(self, name: str, config: ProcessServer | RemoteServer, *, workdir: Path,
-                 timeouts: SandboxTimeouts, connect_attempts: int = 3, mode: str = "legacy",
-                 source: str = "<servers config>"):
+    def __init__(
+        self,
+        name: str,
+        config: ProcessServer | RemoteServer,
+        *,
+        workdir: Path,
+        timeouts: SandboxTimeouts,
+        connect_attempts: int = 3,
+        mode: str = "legacy",
+        source: str = "<servers config>",
+    ):
         if connect_attempts < 1:
             raise ValueError(f"connect_attempts must be >= 1, got {connect_attempts}")
         self.name, self.config, self.workdir = name, config, workdir
-        self.timeouts, self.attempts, self.mode, self.source = timeouts, connect_attempts, mode, source
+        self.timeouts, self.attempts, self.mode, self.source = (
+            timeouts,
+            connect_attempts,
+            mode,
+            source,
+        )
         self.state: State = "new"
         self.tools: dict[str, mcp_types.Tool] = {}
         self.processes: list[TrackedProcess] = []
@@ -103,11 +116,15 @@ class ServerConnection:
     def _resolve_spawn(self) -> dict[str, Any]:
         """Substituted spawn (or endpoint) parameters. Raises ServersConfigError."""
         if isinstance(self.config, RemoteServer):
-            return {"url": self.config.resolved_endpoint(self.source, self.name),
-                    "headers": self.config.resolved_headers(self.source, self.name)}
-        return {"argv": self.config.argv(self.source, self.name),
-                "env": self.config.process_env(self.source, self.name),
-                "cwd": self.config.resolved_cwd(self.source, self.name)}
+            return {
+                "url": self.config.resolved_endpoint(self.source, self.name),
+                "headers": self.config.resolved_headers(self.source, self.name),
+            }
+        return {
+            "argv": self.config.argv(self.source, self.name),
+            "env": self.config.process_env(self.source, self.name),
+            "cwd": self.config.resolved_cwd(self.source, self.name),
+        }
 
     def use_template(self, attach_argv: list[str]) -> None:
         """Fork this episode's server from a template: ``attach_argv`` (without the pidfile) replaces the command."""
@@ -143,7 +160,9 @@ class ServerConnection:
         self._attempt += 1
         ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._own(ready, self._stop), name=f"mcp-server-{self.name}")
+        self._task = asyncio.create_task(
+            self._own(ready, self._stop), name=f"mcp-server-{self.name}"
+        )
         try:
             async with asyncio.timeout(self.timeouts.connect_s):
                 self._client = await asyncio.shield(ready)
@@ -166,7 +185,9 @@ class ServerConnection:
         try:
             async with self._open_transport() as transport, transport as streams:
                 try:
-                    async with Client(OpenedTransport(streams), mode=self.mode, cache=None) as client:
+                    async with Client(
+                        OpenedTransport(streams), mode=self.mode, cache=None
+                    ) as client:
                         if not ready.done():
                             ready.set_result(client)
                         await stop.wait()
@@ -177,7 +198,9 @@ class ServerConnection:
                     raise
         except BaseException as exc:
             if not ready.done():
-                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError("connection cancelled"))
+                ready.set_exception(
+                    exc if isinstance(exc, Exception) else ConnectionError("connection cancelled")
+                )
             if not isinstance(exc, Exception):
                 raise
             logger.debug("server %s: transport ended with %s", self.name, describe_failure(exc))
@@ -192,7 +215,9 @@ class ServerConnection:
             argv = [*self._spawn["argv"], str(self._pidfile())]
         else:
             argv = launcher_argv(self._spawn["argv"], self._pidfile())
-        params = StdioServerParameters(command=argv[0], args=argv[1:], env=self._spawn["env"], cwd=self._spawn["cwd"])
+        params = StdioServerParameters(
+            command=argv[0], args=argv[1:], env=self._spawn["env"], cwd=self._spawn["cwd"]
+        )
         with open(self._stderr_path(), "w", encoding="utf-8") as errlog:
             yield stdio_client(params, errlog=errlog)
 
@@ -209,7 +234,9 @@ class ServerConnection:
         return tools
 
     # ----- calls ---------------------------------------------------------
-    async def call(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> mcp_types.CallToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], timeout_s: float
+    ) -> mcp_types.CallToolResult:
         """Call one tool with a time limit.
 
         Returns:
@@ -221,15 +248,19 @@ class ServerConnection:
                 is marked poisoned, to be killed without ceremony at close).
         """
         if self.state not in ("ready", "poisoned") or self._client is None:
-            raise SandboxError(f"server {self.name!r} is not running (state {self.state}){self.stderr_tail()}",
-                               cause="crash")
+            raise SandboxError(
+                f"server {self.name!r} is not running (state {self.state}){self.stderr_tail()}",
+                cause="crash",
+            )
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._client.call_tool(tool, arguments)
         except TimeoutError:
             self.state = "poisoned"
-            raise SandboxError(f"tool {tool!r} on server {self.name!r} timed out after {timeout_s} s",
-                               cause="timeout") from None
+            raise SandboxError(
+                f"tool {tool!r} on server {self.name!r} timed out after {timeout_s} s",
+                cause="timeout",
+            ) from None
         except Exception as exc:
             # A crash closes the pipe a moment before the process is seen to exit.
             died = bool(self.processes) and await wait_dead(self.processes, _DEATH_WAIT_S)
@@ -237,7 +268,8 @@ class ServerConnection:
                 self.state = "dead"
             what = "exited mid-call" if died else "failed"
             raise SandboxError(
-                f"server {self.name!r} {what} during {tool!r}: {describe_failure(exc)}{self.stderr_tail()}", cause="crash"
+                f"server {self.name!r} {what} during {tool!r}: {describe_failure(exc)}{self.stderr_tail()}",
+                cause="crash",
             ) from exc
 
     async def ping(self, timeout_s: float) -> bool:
@@ -315,7 +347,9 @@ class ServerConnection:
             task.cancel()
             await asyncio.wait({task}, timeout=self.timeouts.term_grace_s + 3.0)
         if task.done() and not task.cancelled() and task.exception() is not None:
-            logger.debug("server %s: owner task ended with %s", self.name, describe_failure(task.exception()))
+            logger.debug(
+                "server %s: owner task ended with %s", self.name, describe_failure(task.exception())
+            )
 
     # ----- processes and logs ---------------------------------------------
     def _pidfile(self) -> Path:

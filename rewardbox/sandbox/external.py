@@ -87,20 +87,36 @@ class ExternalSandbox(ReuseMixin):
     ``rewardbox.sandbox.factory.build_sandbox_factory``).
     """
 
-    def __init__(self, servers: ServersConfig | str | Path, *, timeouts: SandboxTimeouts | None = None,
-                 connect_attempts: int = 3, mode: str = "legacy", session_id: str | None = None,
-                 pool: ServerPool | None = None, templates: TemplateSet | None = None):
-        self.config = servers if isinstance(servers, ServersConfig) else load_servers_config(servers)
+    def __init__(
+        self,
+        servers: ServersConfig | str | Path,
+        *,
+        timeouts: SandboxTimeouts | None = None,
+        connect_attempts: int = 3,
+        mode: str = "legacy",
+        session_id: str | None = None,
+        pool: ServerPool | None = None,
+        templates: TemplateSet | None = None,
+    ):
+        self.config = (
+            servers if isinstance(servers, ServersConfig) else load_servers_config(servers)
+        )
         self.timeouts = timeouts or SandboxTimeouts()
         self.connect_attempts = connect_attempts
         self.mode = mode
         self.session_id = session_id or uuid.uuid4().hex
         self._conns: list[ServerConnection] = []
         self._pool = pool
-        self._templates = templates if pool is not None else None  # a template's canary needs the pool's ledger
-        self._pooled: dict[str, ServerConnection] = {}  # server name -> connection leased from the pool
+        self._templates = (
+            templates if pool is not None else None
+        )  # a template's canary needs the pool's ledger
+        self._pooled: dict[
+            str, ServerConnection
+        ] = {}  # server name -> connection leased from the pool
         self._faulted = False  # start failed: leased processes are retired, not reused
-        self.events: list[str] = []  # once per server and campaign: a template fallback, a retired reuse
+        self.events: list[
+            str
+        ] = []  # once per server and campaign: a template fallback, a retired reuse
         self._route: dict[str, ServerConnection] = {}
         self._available: list[str] = []
         self._workdir: Path | None = None
@@ -110,7 +126,9 @@ class ExternalSandbox(ReuseMixin):
         self._finalizer = weakref.finalize(self, kill_now, self._procs)
 
     # ----- lifecycle -----------------------------------------------------
-    async def start(self, world_state: dict[str, Any], available_tools: list[str] | None) -> dict[str, Any]:
+    async def start(
+        self, world_state: dict[str, Any], available_tools: list[str] | None
+    ) -> dict[str, Any]:
         """Spawn every server in ``world_state`` order, list tools, check, init.
 
         Args:
@@ -131,12 +149,20 @@ class ExternalSandbox(ReuseMixin):
         try:
             self._conns = self._make_connections(world_state)
             await self._connect_all()
-            self._route = {name: conn for conn in self._conns for name in conn.tools
-                           if not name.startswith(RESERVED_PREFIX)}
+            self._route = {
+                name: conn
+                for conn in self._conns
+                for name in conn.tools
+                if not name.startswith(RESERVED_PREFIX)
+            }
             self._available = self._check_available(available_tools)
             results = await self._init_all(world_state)
-            self._route = {name: conn for conn in self._conns for name in conn.tools
-                           if not name.startswith(RESERVED_PREFIX)}  # a canary may have swapped a connection
+            self._route = {
+                name: conn
+                for conn in self._conns
+                for name in conn.tools
+                if not name.startswith(RESERVED_PREFIX)
+            }  # a canary may have swapped a connection
             return results
         except BaseException as exc:
             self._faulted = True
@@ -148,7 +174,9 @@ class ExternalSandbox(ReuseMixin):
 
     def _make_connections(self, world_state: dict[str, Any]) -> list[ServerConnection]:
         if not isinstance(world_state, dict) or not world_state:
-            raise SandboxError(f"world_state must be a non-empty mapping of server names, got {world_state!r}")
+            raise SandboxError(
+                f"world_state must be a non-empty mapping of server names, got {world_state!r}"
+            )
         self._workdir = Path(tempfile.mkdtemp(prefix="rewardbox-sandbox-"))
         conns = []
         for name in world_state:
@@ -163,7 +191,9 @@ class ExternalSandbox(ReuseMixin):
         return conns
 
     async def _connect_all(self) -> None:
-        results = await asyncio.gather(*(self._connect_one(c) for c in self._conns), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._connect_one(c) for c in self._conns), return_exceptions=True
+        )
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -192,8 +222,15 @@ class ExternalSandbox(ReuseMixin):
             self._procs.extend(p for p in conn.processes if p not in self._procs)
 
     def _fresh(self, name: str) -> ServerConnection:
-        return ServerConnection(name, self.config.get(name), workdir=self._workdir, timeouts=self.timeouts,
-                                connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source)
+        return ServerConnection(
+            name,
+            self.config.get(name),
+            workdir=self._workdir,
+            timeouts=self.timeouts,
+            connect_attempts=self.connect_attempts,
+            mode=self.mode,
+            source=self.config.source,
+        )
 
     def _check_available(self, available_tools: list[str] | None) -> list[str]:
         if available_tools is None:
@@ -227,8 +264,13 @@ class ExternalSandbox(ReuseMixin):
         specs = []
         for name in self._available:
             tool = self._route[name].tools[name]
-            specs.append(ToolSpec(name=name, description=tool.description or "",
-                                  input_schema=clean_schema(tool.input_schema)))
+            specs.append(
+                ToolSpec(
+                    name=name,
+                    description=tool.description or "",
+                    input_schema=clean_schema(tool.input_schema),
+                )
+            )
         return specs
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -243,14 +285,18 @@ class ExternalSandbox(ReuseMixin):
         """
         if name == SERVER_TOOL:
             return await self.call_server_tool(
-                arguments.get("server_name", ""), arguments.get("tool_name", ""), arguments.get("arguments") or {}
+                arguments.get("server_name", ""),
+                arguments.get("tool_name", ""),
+                arguments.get("arguments") or {},
             )
         if name not in self._available:
             raise SandboxError(f"Tool {name} does not exist")
         result = await self._route[name].call(name, arguments, self.timeouts.tool_s)
         return first_text(result)
 
-    async def call_server_tool(self, server_name: str, tool_name: str, arguments: dict[str, Any]) -> str:
+    async def call_server_tool(
+        self, server_name: str, tool_name: str, arguments: dict[str, Any]
+    ) -> str:
         """Call any tool of one server by name, ignoring ``available_tools``.
 
         Raises:
@@ -287,7 +333,9 @@ class ExternalSandbox(ReuseMixin):
     async def _close_all(self) -> None:
         leased = set(map(id, self._pooled.values()))
         try:
-            await asyncio.gather(*(self._end(c, id(c) in leased) for c in self._conns), return_exceptions=True)
+            await asyncio.gather(
+                *(self._end(c, id(c) in leased) for c in self._conns), return_exceptions=True
+            )
         except Exception:
             logger.exception("sandbox close failed")
         finally:

@@ -52,7 +52,11 @@ class ReuseMixin:
 
     async def _fork_if_templated(self, conn: ServerConnection) -> None:
         """Point ``conn`` at its server's template when there is one and the canary allows it."""
-        if self._templates is None or self._pool is None or not isinstance(conn.config, ProcessServer):
+        if (
+            self._templates is None
+            or self._pool is None
+            or not isinstance(conn.config, ProcessServer)
+        ):
             return
         attach = await self._templates.attach_argv(conn.name)
         if attach is None:
@@ -68,10 +72,14 @@ class ReuseMixin:
         assert self._templates is not None
         if name in self._templates.new_fallbacks:
             self._templates.new_fallbacks.remove(name)
-            self.events.append(f"sandbox: server {name}: no template, fresh processes from now on: "
-                               f"{self._templates.fallbacks[name]}")
+            self.events.append(
+                f"sandbox: server {name}: no template, fresh processes from now on: "
+                f"{self._templates.fallbacks[name]}"
+            )
 
-    async def _canary(self, index: int, conn: ServerConnection, arguments: dict[str, Any] | None) -> None:
+    async def _canary(
+        self, index: int, conn: ServerConnection, arguments: dict[str, Any] | None
+    ) -> None:
         """Check a reused process right after init against a fresh one (``rewardbox.sandbox.canary``).
 
         On a mismatch the fresh process serves this episode and reuse of the server is retired.
@@ -87,10 +95,16 @@ class ReuseMixin:
             finally:
                 self._procs.extend(p for p in fresh.processes if p not in self._procs)
             if arguments is not None:
-                parse_init_reply(conn.name, first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)))
+                parse_init_reply(
+                    conn.name,
+                    first_text(await fresh.call(INIT_TOOL, arguments, self.timeouts.init_s)),
+                )
             server = self.config.get(conn.name)
-            verdict = canary_verdict(reused, await self._effects_of(fresh),
-                                     unchecked_ok=getattr(server, "reuse_unchecked", False))
+            verdict = canary_verdict(
+                reused,
+                await self._effects_of(fresh),
+                unchecked_ok=getattr(server, "reuse_unchecked", False),
+            )
         except BaseException:
             ledger.abandon(conn.name)
             if fresh is not None:
@@ -109,7 +123,9 @@ class ReuseMixin:
     async def _effects_of(self, conn: ServerConnection) -> dict[str, Any]:
         if EFFECTS_TOOL not in conn.tools:
             return {}
-        return parse_effects_reply(first_text(await conn.call(EFFECTS_TOOL, {}, self.timeouts.effects_s)))
+        return parse_effects_reply(
+            first_text(await conn.call(EFFECTS_TOOL, {}, self.timeouts.effects_s))
+        )
 
     async def _drop_reused(self, conn: ServerConnection) -> None:
         """End a reused process the canary found unfit (back to the pool as not reusable, or shut down)."""

@@ -28,7 +28,9 @@ from rewardbox.sandbox.base import Sandbox
 KINDS = ("external", "inprocess", "proxy")
 
 
-def _external(servers: str | Path | Any, timeouts: Any = None, **options: Any) -> Callable[[], Sandbox]:
+def _external(
+    servers: str | Path | Any, timeouts: Any = None, **options: Any
+) -> Callable[[], Sandbox]:
     from rewardbox.sandbox.config import SandboxTimeouts
     from rewardbox.sandbox.pool import ExternalSandboxFactory
     from rewardbox.sandbox.servers_config import ServersConfig, load_servers_config

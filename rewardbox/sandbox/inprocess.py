@@ -44,8 +44,6 @@ from rewardbox.sandbox.base import ToolSpec
 from rewardbox.sandbox.reserved import RESERVED_PREFIX, first_text, parse_init_reply
 from rewardbox.sandbox.schema import clean_schema
 
-
-
 logger = logging.getLogger(__name__)
 
 
@@ -77,7 +75,10 @@ class InProcessSandbox:
     """
 
     def __init__(
-        self, builders: Mapping[str, Callable[[], Any]] | None = None, *, call_timeout_s: float = 60.0
+        self,
+        builders: Mapping[str, Callable[[], Any]] | None = None,
+        *,
+        call_timeout_s: float = 60.0,
     ):
         self._builders = dict(builders) if builders is not None else None
         self.call_timeout_s = call_timeout_s
@@ -91,7 +92,9 @@ class InProcessSandbox:
     def _builder(self, server: str) -> Callable[[], Any]:
         if self._builders is not None:
             if server not in self._builders:
-                raise SandboxError(f"no in-process server named {server!r}; known: {sorted(self._builders)}")
+                raise SandboxError(
+                    f"no in-process server named {server!r}; known: {sorted(self._builders)}"
+                )
             return self._builders[server]
         from rewardbox.domains import registry
 
@@ -106,12 +109,16 @@ class InProcessSandbox:
         try:
             call = conn.server.call_tool(name, to_jsonable_python(arguments))
             return await asyncio.wait_for(call, self.call_timeout_s)
-        except asyncio.TimeoutError as exc:
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s",
-                               cause="timeout") from exc
+        except TimeoutError as exc:
+            raise SandboxError(
+                f"server {conn.name!r}: tool {name!r} timed out after {self.call_timeout_s} s",
+                cause="timeout",
+            ) from exc
         except Exception as exc:  # the JSON-RPC handler would answer is_error: the tool crashed
-            raise SandboxError(f"server {conn.name!r}: tool {name!r} crashed: {type(exc).__name__}: {exc}",
-                               cause="crash") from exc
+            raise SandboxError(
+                f"server {conn.name!r}: tool {name!r} crashed: {type(exc).__name__}: {exc}",
+                cause="crash",
+            ) from exc
 
     async def _connect(self, server: str) -> None:
         try:
@@ -121,17 +128,23 @@ class InProcessSandbox:
         except SandboxError:
             raise
         except Exception as exc:
-            raise SandboxError(f"server {server!r} could not start: {type(exc).__name__}: {exc}") from exc
+            raise SandboxError(
+                f"server {server!r} could not start: {type(exc).__name__}: {exc}"
+            ) from exc
         for tool in listing:
             if tool.name.startswith(RESERVED_PREFIX):
                 conn.reserved.add(tool.name)
                 continue
             self._routes[tool.name] = server  # later servers win a clash
             self._specs[tool.name] = ToolSpec(
-                name=tool.name, description=tool.description or "", input_schema=clean_schema(tool.input_schema)
+                name=tool.name,
+                description=tool.description or "",
+                input_schema=clean_schema(tool.input_schema),
             )
 
-    async def start(self, world_state: dict[str, Any], available_tools: list[str]) -> dict[str, Any]:
+    async def start(
+        self, world_state: dict[str, Any], available_tools: list[str]
+    ) -> dict[str, Any]:
         """Build, connect and init every server; returns ``{server: init_result}``.
 
         Raises:
@@ -183,7 +196,10 @@ class InProcessSandbox:
         server = self._routes[name]
         result = await self._call(self._connections[server], name, dict(arguments))
         if getattr(result, "is_error", False):
-            raise SandboxError(f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}", cause="crash")
+            raise SandboxError(
+                f"server {server!r}: tool {name!r} crashed: {first_text(result)[:500]}",
+                cause="crash",
+            )
         return first_text(result)
 
     async def get_effects(self) -> dict[str, dict[str, Any]]:
@@ -203,7 +219,9 @@ class InProcessSandbox:
             try:
                 value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise SandboxError(f"server {server!r}: geteffects is not JSON: {text[:300]}") from exc
+                raise SandboxError(
+                    f"server {server!r}: geteffects is not JSON: {text[:300]}"
+                ) from exc
             if not isinstance(value, dict) or value.get("status") == "error":
                 raise SandboxError(f"server {server!r}: geteffects failed: {text[:1000]}")
             effects[server] = value
@@ -217,8 +235,12 @@ class InProcessSandbox:
         for server, conn in self._connections.items():
             if conn.server is not None and RESERVED_PREFIX + "teardown" in conn.reserved:
                 try:
-                    await asyncio.wait_for(conn.server.call_tool(RESERVED_PREFIX + "teardown", {}), 10.0)
-                except Exception as exc:  # boundary: teardown errors are only logged (docs: "Reserved tools")
+                    await asyncio.wait_for(
+                        conn.server.call_tool(RESERVED_PREFIX + "teardown", {}), 10.0
+                    )
+                except (
+                    Exception
+                ) as exc:  # boundary: teardown errors are only logged (docs: "Reserved tools")
                     logger.warning("teardown of %s failed: %r", server, exc)
             conn.close()
 
@@ -231,7 +253,12 @@ class InProcessSandboxFactory:
         call_timeout_s: per-call limit in seconds.
     """
 
-    def __init__(self, builders: Mapping[str, Callable[[], Any]] | None = None, *, call_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        builders: Mapping[str, Callable[[], Any]] | None = None,
+        *,
+        call_timeout_s: float = 60.0,
+    ):
         self.builders = dict(builders) if builders is not None else None
         self.call_timeout_s = call_timeout_s
 

@@ -56,7 +56,6 @@ from rewardbox.sandbox.template import TemplateSet
 logger = logging.getLogger(__name__)
 
 
-
 def _cleanup(procs: list[TrackedProcess], workdir: list[Path]) -> None:
     kill_now(procs)
     for path in workdir:
@@ -78,11 +77,22 @@ class ServerPool:
         ledger: the campaign's reuse canary state per server (shared with templates).
     """
 
-    def __init__(self, config: ServersConfig, *, timeouts: SandboxTimeouts | None = None,
-                 connect_attempts: int = 3, mode: str = "legacy", ping_timeout_s: float = 5.0):
+    def __init__(
+        self,
+        config: ServersConfig,
+        *,
+        timeouts: SandboxTimeouts | None = None,
+        connect_attempts: int = 3,
+        mode: str = "legacy",
+        ping_timeout_s: float = 5.0,
+    ):
         self.config = config
         self.timeouts = timeouts or SandboxTimeouts()
-        self.connect_attempts, self.mode, self.ping_timeout_s = connect_attempts, mode, ping_timeout_s
+        self.connect_attempts, self.mode, self.ping_timeout_s = (
+            connect_attempts,
+            mode,
+            ping_timeout_s,
+        )
         self.counts: Counter[str] = Counter()
         self.ledger = ReuseLedger()
         self._idle: dict[str, list[ServerConnection]] = {}
@@ -95,11 +105,21 @@ class ServerPool:
     def reuses(self, name: str) -> bool:
         """True when server ``name`` is a process server with ``episodes_per_process > 1`` whose reuse is not retired."""
         server = self.config.servers.get(name)
-        return isinstance(server, ProcessServer) and server.episodes_per_process > 1 and self.ledger.allowed(name)
+        return (
+            isinstance(server, ProcessServer)
+            and server.episodes_per_process > 1
+            and self.ledger.allowed(name)
+        )
 
     def idle_pids(self) -> list[int]:
         """Pids of the warm processes waiting for an episode."""
-        return [p.pid for conns in self._idle.values() for c in conns for p in c.processes if p.is_alive()]
+        return [
+            p.pid
+            for conns in self._idle.values()
+            for c in conns
+            for p in c.processes
+            if p.is_alive()
+        ]
 
     async def acquire(self, name: str) -> ServerConnection:
         """A healthy, connected server ``name``: a warm one when any passes the check, else a new one.
@@ -142,8 +162,13 @@ class ServerPool:
         self._episodes[id(conn)] = served
         attempted = conn.state == "ready"  # a poisoned server gets its teardown try at retirement
         torn_down = attempted and await self._teardown(conn)
-        keep = (torn_down and reusable and conn.state == "ready" and served < self._cap(conn.name)
-                and self.ledger.allowed(conn.name))
+        keep = (
+            torn_down
+            and reusable
+            and conn.state == "ready"
+            and served < self._cap(conn.name)
+            and self.ledger.allowed(conn.name)
+        )
         if keep and INIT_TOOL in conn.tools and conn.loop is self._loop:
             self._idle.setdefault(conn.name, []).append(conn)
         else:
@@ -174,7 +199,9 @@ class ServerPool:
             return
         stale = [p for conns in self._idle.values() for c in conns for p in c.processes]
         if stale:
-            logger.info("server pool moved to a new event loop; dropping %d warm process(es)", len(stale))
+            logger.info(
+                "server pool moved to a new event loop; dropping %d warm process(es)", len(stale)
+            )
             kill_now(stale)
         self._idle.clear()
         self._episodes.clear()
@@ -183,12 +210,21 @@ class ServerPool:
     def _dir(self) -> Path:
         if not self._workdir:
             self._workdir.append(Path(tempfile.mkdtemp(prefix="rewardbox-pool-")))
-        path = Path(tempfile.mkdtemp(dir=self._workdir[0]))  # one per process: pidfiles and stderr log
+        path = Path(
+            tempfile.mkdtemp(dir=self._workdir[0])
+        )  # one per process: pidfiles and stderr log
         return path
 
     async def _spawn(self, name: str) -> ServerConnection:
-        conn = ServerConnection(name, self.config.get(name), workdir=self._dir(), timeouts=self.timeouts,
-                                connect_attempts=self.connect_attempts, mode=self.mode, source=self.config.source)
+        conn = ServerConnection(
+            name,
+            self.config.get(name),
+            workdir=self._dir(),
+            timeouts=self.timeouts,
+            connect_attempts=self.connect_attempts,
+            mode=self.mode,
+            source=self.config.source,
+        )
         try:
             await conn.connect()
         finally:
@@ -231,17 +267,28 @@ class ExternalSandboxFactory:
     event loop that ran the episodes when the campaign ends.
     """
 
-    def __init__(self, config: ServersConfig, *, timeouts: SandboxTimeouts | None = None, **options: Any):
+    def __init__(
+        self, config: ServersConfig, *, timeouts: SandboxTimeouts | None = None, **options: Any
+    ):
         self.config, self.timeouts, self.options = config, timeouts, options
-        self.pool = ServerPool(config, timeouts=timeouts, connect_attempts=options.get("connect_attempts", 3),
-                               mode=options.get("mode", "legacy"))
+        self.pool = ServerPool(
+            config,
+            timeouts=timeouts,
+            connect_attempts=options.get("connect_attempts", 3),
+            mode=options.get("mode", "legacy"),
+        )
         self.templates = TemplateSet(config, ready_timeout_s=(timeouts or SandboxTimeouts()).init_s)
 
     def __call__(self) -> Any:
         from rewardbox.sandbox.external import ExternalSandbox
 
-        return ExternalSandbox(self.config, timeouts=self.timeouts, pool=self.pool, templates=self.templates,
-                               **self.options)
+        return ExternalSandbox(
+            self.config,
+            timeouts=self.timeouts,
+            pool=self.pool,
+            templates=self.templates,
+            **self.options,
+        )
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Per server seen: how its processes were made and what the reuse canary found.
@@ -270,5 +317,7 @@ class ExternalSandboxFactory:
         return (_rebuild_factory, (self.config, self.timeouts, self.options))
 
 
-def _rebuild_factory(config: ServersConfig, timeouts: SandboxTimeouts | None, options: dict[str, Any]):
+def _rebuild_factory(
+    config: ServersConfig, timeouts: SandboxTimeouts | None, options: dict[str, Any]
+):
     return ExternalSandboxFactory(config, timeouts=timeouts, **options)

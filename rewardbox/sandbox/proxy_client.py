@@ -100,10 +100,17 @@ class ProxySandbox:
         retry_sleep: the coroutine used to wait between retries (tests).
     """
 
-    def __init__(self, base_url: str, api_key_env: str | None = None, timeout_s: float = 300.0, *,
-                 max_429_retries: int | None = None, geteffects_proxy_info: bool = False,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+    def __init__(
+        self,
+        base_url: str,
+        api_key_env: str | None = None,
+        timeout_s: float = 300.0,
+        *,
+        max_429_retries: int | None = None,
+        geteffects_proxy_info: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+        retry_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s}")
         self.base_url = base_url.rstrip("/")
@@ -114,12 +121,16 @@ class ProxySandbox:
         self.session_id: str | None = None
         self.available_tools: list[str] | None = None
         self._sleep = retry_sleep
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, transport=transport)
+        self._client = httpx.AsyncClient(
+            base_url=self.base_url, timeout=timeout_s, transport=transport
+        )
         self._closed = False
         self._created = False  # a refused or unreachable session_create leaves nothing to destroy
 
     # ----- Sandbox protocol ----------------------------------------------
-    async def start(self, world_state: dict[str, Any], available_tools: list[str] | None) -> dict[str, Any]:
+    async def start(
+        self, world_state: dict[str, Any], available_tools: list[str] | None
+    ) -> dict[str, Any]:
         """``/session_create``: spawn and init the servers on the proxy.
 
         Returns:
@@ -155,8 +166,11 @@ class ProxySandbox:
         tools = value.get("tools", {}) if isinstance(value, dict) else {}
         order = [n for n in (self.available_tools or []) if n in tools] or list(tools)
         return [
-            ToolSpec(name=name, description=tools[name].get("description") or "",
-                     input_schema=clean_schema(tools[name].get("inputSchema")))
+            ToolSpec(
+                name=name,
+                description=tools[name].get("description") or "",
+                input_schema=clean_schema(tools[name].get("inputSchema")),
+            )
             for name in order
         ]
 
@@ -175,7 +189,9 @@ class ProxySandbox:
         """``/get_effects``: ``{server: effects}`` (+ ``__reserved__proxy_info`` if asked)."""
         value = await self._post("get_effects", {"session_id": self._require_session()})
         if not isinstance(value, dict):
-            raise SandboxError(f"proxy get_effects returned {type(value).__name__}, expected an object")
+            raise SandboxError(
+                f"proxy get_effects returned {type(value).__name__}, expected an object"
+            )
         return value
 
     async def close(self) -> None:
@@ -228,8 +244,13 @@ class ProxySandbox:
                 return exc.retry_after_s
             return backoff(state)
 
-        retrying = AsyncRetrying(stop=should_stop, wait=wait, sleep=self._sleep,
-                                 retry=retry_if_exception_type(_Retryable), reraise=True)
+        retrying = AsyncRetrying(
+            stop=should_stop,
+            wait=wait,
+            sleep=self._sleep,
+            retry=retry_if_exception_type(_Retryable),
+            reraise=True,
+        )
         try:
             return await retrying(self._post_once, endpoint, body)
         except _Retryable as exc:
@@ -240,7 +261,8 @@ class ProxySandbox:
             response = await self._client.post(f"/{endpoint}", json=body, headers=self._headers())
         except httpx.TimeoutException as exc:
             raise ProxyTimeoutError(
-                f"proxy {endpoint} timed out after {self.timeout_s} s (not retried): {exc!r}", cause="timeout"
+                f"proxy {endpoint} timed out after {self.timeout_s} s (not retried): {exc!r}",
+                cause="timeout",
             ) from None
         except httpx.ConnectError as exc:
             raise _Retryable("connect", f"cannot connect to {self.base_url}: {exc}") from None
@@ -264,8 +286,12 @@ class ProxySandbox:
         try:
             payload = response.json()
         except ValueError:
-            raise SandboxError(f"proxy {endpoint} returned non-JSON: {response.text[:500]}") from None
+            raise SandboxError(
+                f"proxy {endpoint} returned non-JSON: {response.text[:500]}"
+            ) from None
         if not isinstance(payload, dict) or payload.get("success") is not True:
-            raise SandboxError(f"proxy {endpoint} returned an unexpected body: {response.text[:500]}")
+            raise SandboxError(
+                f"proxy {endpoint} returned an unexpected body: {response.text[:500]}"
+            )
         content = payload.get("content")
         return content.get("value") if isinstance(content, dict) else content

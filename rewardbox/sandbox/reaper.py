@@ -117,7 +117,9 @@ async def wait_dead(procs: list[TrackedProcess], timeout_s: float) -> bool:
     return True
 
 
-async def reap(procs: list[TrackedProcess], term_grace_s: float = 2.0, kill_wait_s: float = 1.0) -> list[int]:
+async def reap(
+    procs: list[TrackedProcess], term_grace_s: float = 2.0, kill_wait_s: float = 1.0
+) -> list[int]:
     """SIGTERM each live process group, wait up to ``term_grace_s``, then SIGKILL.
 
     Args:

@@ -25,7 +25,9 @@ def first_text(result: mcp_types.CallToolResult) -> str:
         return ""
     block = result.content[0]
     text = getattr(block, "text", None)
-    return text if isinstance(text, str) else block.model_dump_json(by_alias=True, exclude_none=True)
+    return (
+        text if isinstance(text, str) else block.model_dump_json(by_alias=True, exclude_none=True)
+    )
 
 
 def parse_init_reply(server: str, text: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ _SUBSCHEMA_SINGLE = ("items", "additionalProperties", "not")
 def _resolve_ref(ref: str, defs: Mapping[str, Any]) -> tuple[str, Any] | None:
     for prefix in ("#/$defs/", "#/definitions/"):
         if ref.startswith(prefix):
-            name = ref[len(prefix):]
+            name = ref[len(prefix) :]
             if name in defs:
                 return name, defs[name]
     return None

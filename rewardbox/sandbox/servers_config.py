@@ -142,7 +142,9 @@ class RemoteServer(BaseModel):
         """The endpoint URL with substitution applied."""
         return substitute(self.endpoint, field=f"servers.{name}.endpoint", path=path)
 
-    def resolved_headers(self, path: str | Path = "<servers config>", name: str = "") -> dict[str, str]:
+    def resolved_headers(
+        self, path: str | Path = "<servers config>", name: str = ""
+    ) -> dict[str, str]:
         """Header values with substitution applied (secrets come from the environment)."""
         return {
             key: substitute(value, field=f"servers.{name}.headers.{key}", path=path)
@@ -176,15 +178,21 @@ class ServersConfig(BaseModel):
             return self.servers[name]
         except KeyError:
             known = ", ".join(sorted(self.servers)) or "none"
-            note = f"; {UPSTREAM_INTERNAL_NOTE.format(python=sys.executable)}" if (
-                self.use_internal_servers and not upstream_internal_servers()) else ""
-            raise KeyError(f"server {name!r} is not defined in {self.source} (defined: {known}){note}") from None
+            note = (
+                f"; {UPSTREAM_INTERNAL_NOTE.format(python=sys.executable)}"
+                if (self.use_internal_servers and not upstream_internal_servers())
+                else ""
+            )
+            raise KeyError(
+                f"server {name!r} is not defined in {self.source} (defined: {known}){note}"
+            ) from None
 
 
 UPSTREAM_INTERNAL_NOTE = (
     "use_internal_servers adds ThinkingBox's bundled servers (tb/tools/mcp_*.py, e.g. cloud_drive) only when "
     "the {{python}} interpreter ({python}) can import the package tb.tools, and it cannot here; what it adds "
-    "here is rewardbox's embedded domain servers (docs/external_servers.md, \"use_internal_servers\")")
+    'here is rewardbox\'s embedded domain servers (docs/external_servers.md, "use_internal_servers")'
+)
 
 
 def upstream_internal_servers() -> dict[str, ProcessServer]:
@@ -208,8 +216,14 @@ def upstream_internal_servers() -> dict[str, ProcessServer]:
         root = str(Path(folder).resolve().parents[1])  # the directory that holds ``tb``
         pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
         for path in sorted(Path(folder).glob("mcp_*.py")):
-            servers.setdefault(path.stem.removeprefix("mcp_"), ProcessServer(
-                type="mcp-process", command=["{python}", "-m", f"tb.tools.{path.stem}"], env={"PYTHONPATH": pythonpath}))
+            servers.setdefault(
+                path.stem.removeprefix("mcp_"),
+                ProcessServer(
+                    type="mcp-process",
+                    command=["{python}", "-m", f"tb.tools.{path.stem}"],
+                    env={"PYTHONPATH": pythonpath},
+                ),
+            )
     return servers
 
 
@@ -230,8 +244,12 @@ def internal_servers() -> dict[str, ProcessServer]:
     root = str(Path(__file__).resolve().parents[2])  # so `-m rewardbox...` imports from any cwd
     pythonpath = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     ours = {
-        name: ProcessServer(type="mcp-process", command=["{python}", "-m", "rewardbox.domains.server", domain],
-                            env={"PYTHONPATH": pythonpath}, episodes_per_process=INTERNAL_EPISODES_PER_PROCESS)
+        name: ProcessServer(
+            type="mcp-process",
+            command=["{python}", "-m", "rewardbox.domains.server", domain],
+            env={"PYTHONPATH": pythonpath},
+            episodes_per_process=INTERNAL_EPISODES_PER_PROCESS,
+        )
         for domain, name in DOMAIN_SERVERS.items()
     }
     return {**upstream_internal_servers(), **ours}
@@ -250,12 +268,16 @@ def parse_servers_config(data: Any, source: str | Path = "<servers config>") -> 
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ServersConfigError(source, f"expected a mapping at the top level, got {type(data).__name__}")
+        raise ServersConfigError(
+            source, f"expected a mapping at the top level, got {type(data).__name__}"
+        )
     try:
         config = ServersConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise ServersConfigError(source, f"{first['msg']} ({len(exc.errors())} error(s))", _field_of(first)) from None
+        raise ServersConfigError(
+            source, f"{first['msg']} ({len(exc.errors())} error(s))", _field_of(first)
+        ) from None
     config._source = str(source)
     if config.use_internal_servers:
         for name, server in internal_servers().items():
@@ -284,11 +306,15 @@ def load_servers_config(path: str | Path) -> ServersConfig:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ServersConfigError(path, f"not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        raise ServersConfigError(
+            path, f"not valid YAML{where}: {getattr(exc, 'problem', exc)}"
+        ) from None
     return parse_servers_config(data, path)
 
 
-def _is_internal(name: str, server: ProcessServer | RemoteServer, internal: dict[str, ProcessServer]) -> bool:
+def _is_internal(
+    name: str, server: ProcessServer | RemoteServer, internal: dict[str, ProcessServer]
+) -> bool:
     return name in internal and server.model_dump() == internal[name].model_dump()
 
 
@@ -318,11 +344,18 @@ def merge_servers_configs(configs: Sequence[ServersConfig]) -> ServersConfig:
         for name, server in config.servers.items():
             if name not in merged or _is_internal(name, merged[name], internal):
                 merged[name], origin[name] = server, config.source
-            elif server.model_dump() != merged[name].model_dump() and not _is_internal(name, server, internal):
+            elif server.model_dump() != merged[name].model_dump() and not _is_internal(
+                name, server, internal
+            ):
                 raise ServersConfigError(
-                    config.source, f"server {name!r} is already defined differently in {origin[name]}; "
-                    "server names are global, rename one or make the definitions identical", f"servers.{name}")
+                    config.source,
+                    f"server {name!r} is already defined differently in {origin[name]}; "
+                    "server names are global, rename one or make the definitions identical",
+                    f"servers.{name}",
+                )
     sources = list(dict.fromkeys(c.source for c in configs))
-    out = ServersConfig(use_internal_servers=any(c.use_internal_servers for c in configs), servers=merged)
+    out = ServersConfig(
+        use_internal_servers=any(c.use_internal_servers for c in configs), servers=merged
+    )
     out._source = " + ".join(sources) or "<servers config>"
     return out

@@ -53,7 +53,10 @@ def split_python_command(argv: list[str]) -> tuple[list[str], list[str]] | str:
     if not argv:
         return "empty command"
     exe = shutil.which(argv[0]) or argv[0]
-    if not (_PYTHON_NAME.fullmatch(os.path.basename(exe)) or os.path.realpath(exe) == os.path.realpath(sys.executable)):
+    if not (
+        _PYTHON_NAME.fullmatch(os.path.basename(exe))
+        or os.path.realpath(exe) == os.path.realpath(sys.executable)
+    ):
         return f"{argv[0]!r} is not a Python interpreter"
     i = 1
     while i < len(argv) and argv[i] in _SAFE_FLAGS:
@@ -90,7 +93,9 @@ class TemplateSet:
     def __init__(self, config: ServersConfig, *, ready_timeout_s: float = 120.0):
         self.config, self.ready_timeout_s = config, ready_timeout_s
         self.fallbacks: dict[str, str] = {}
-        self.new_fallbacks: list[str] = []  # servers that fell back since the caller last took this list
+        self.new_fallbacks: list[
+            str
+        ] = []  # servers that fell back since the caller last took this list
         self._templates: dict[str, _Template] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._procs: list[TrackedProcess] = []
@@ -101,7 +106,11 @@ class TemplateSet:
         """The stdio command that forks an episode's server from ``name``'s template (pidfile appended
         by the caller), or None: spawn a fresh process. Never raises."""
         server = self.config.servers.get(name)
-        if not isinstance(server, ProcessServer) or server.start != "template" or name in self.fallbacks:
+        if (
+            not isinstance(server, ProcessServer)
+            or server.start != "template"
+            or name in self.fallbacks
+        ):
             return None
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:
@@ -110,7 +119,12 @@ class TemplateSet:
                 try:
                     template = await self._start(name, server)
                 except Exception as exc:  # noqa: BLE001 - any failure means: fresh processes
-                    self.fall_back(name, f"{type(exc).__name__}: {exc}" if not isinstance(exc, _NoTemplate) else str(exc))
+                    self.fall_back(
+                        name,
+                        f"{type(exc).__name__}: {exc}"
+                        if not isinstance(exc, _NoTemplate)
+                        else str(exc),
+                    )
                     return None
         return [sys.executable, "-I", "-S", ATTACH, template.socket]
 
@@ -160,11 +174,19 @@ class TemplateSet:
         workdir = Path(tempfile.mkdtemp(prefix="rewardbox-template-"))
         self._dirs.append(workdir)
         pidfile, errlog = workdir / "template.pid", workdir / "template.stderr"
-        command = launcher_argv([*interpreter, ZYGOTE, "--socket", str(workdir / "fork.sock"), "--", *target], pidfile)
+        command = launcher_argv(
+            [*interpreter, ZYGOTE, "--socket", str(workdir / "fork.sock"), "--", *target], pidfile
+        )
         with open(errlog, "w", encoding="utf-8") as err:
-            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
-                                    env=server.process_env(self.config.source, name),
-                                    cwd=server.resolved_cwd(self.config.source, name), start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=server.process_env(self.config.source, name),
+                cwd=server.resolved_cwd(self.config.source, name),
+                start_new_session=True,
+            )
         template = _Template(proc, None, workdir)
         try:
             status = await self._wait_status(proc)
@@ -175,9 +197,15 @@ class TemplateSet:
         if status != "ready":
             kill_now([template.tracked] if template.tracked else [])
             tail = errlog.read_text(encoding="utf-8", errors="replace").strip()[-1000:]
-            raise _NoTemplate(status.removeprefix("unforkable ") + (f"; stderr: ...{tail}" if tail else ""))
+            raise _NoTemplate(
+                status.removeprefix("unforkable ") + (f"; stderr: ...{tail}" if tail else "")
+            )
         self._templates[name] = template
-        logger.info("server %s: template ready (pid %s)", name, template.tracked.pid if template.tracked else "?")
+        logger.info(
+            "server %s: template ready (pid %s)",
+            name,
+            template.tracked.pid if template.tracked else "?",
+        )
         return template
 
     async def _wait_status(self, proc: subprocess.Popen) -> str:
@@ -196,7 +224,7 @@ class TemplateSet:
             buffer += chunk or b""
             for line in buffer.decode(errors="replace").splitlines():
                 if line.startswith(MARK):
-                    return line[len(MARK):].strip()
+                    return line[len(MARK) :].strip()
             await asyncio.sleep(_POLL_S)
         return f"unforkable the template was not ready after {self.ready_timeout_s} s"
 

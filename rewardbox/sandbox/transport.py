@@ -44,7 +44,9 @@ class OpenedTransport:
 
 
 @asynccontextmanager
-async def remote_transport(config: RemoteServer, url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
+async def remote_transport(
+    config: RemoteServer, url: str, headers: dict[str, str]
+) -> AsyncIterator[Any]:
     """A transport context for an ``mcp-remote`` server (streamable HTTP or SSE)."""
     if config.transport == "sse":
         from mcp.client.sse import sse_client

@@ -41,9 +41,16 @@ def _unforkable_reason(listener_fd):
     except OSError:
         return "cannot count threads (/proc/self/task unreadable)"
     if threads > 1:
-        hint = ("; numpy's OpenBLAS starts its threads at import: OPENBLAS_NUM_THREADS=1 in the server's env "
-                "avoids them" if "numpy" in sys.modules else "")
-        return "%d threads are running before the server serves (started at import)%s" % (threads, hint)
+        hint = (
+            "; numpy's OpenBLAS starts its threads at import: OPENBLAS_NUM_THREADS=1 in the server's env "
+            "avoids them"
+            if "numpy" in sys.modules
+            else ""
+        )
+        return "%d threads are running before the server serves (started at import)%s" % (
+            threads,
+            hint,
+        )
     for name in os.listdir("/proc/self/fd"):
         try:
             link = os.readlink("/proc/self/fd/" + name)
@@ -52,8 +59,10 @@ def _unforkable_reason(listener_fd):
         if link.startswith("socket:") and int(name) != listener_fd:
             return "an open socket (fd %s) before the server serves" % name
         if int(name) > 2 and int(name) != _STATE["status_fd"] and _shared_write(name, link):
-            return "a file open for writing (fd %s, %s) before the server serves: every child would share it" % (
-                name, link)
+            return (
+                "a file open for writing (fd %s, %s) before the server serves: every child would share it"
+                % (name, link)
+            )
     return None
 
 
@@ -73,7 +82,9 @@ def _shared_write(fd_name, link):
 def _become_child(fds, pidfile, template_pid):
     """In the forked child: the episode's pipes as fds 0/1/2, own session, dies with the template."""
     with open(pidfile, "w") as fh:
-        fh.write(str(os.getpid()))  # before serving: the episode tracks this pid from its first reply
+        fh.write(
+            str(os.getpid())
+        )  # before serving: the episode tracks this pid from its first reply
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
     if sys.platform.startswith("linux"):
@@ -180,7 +191,9 @@ def main(argv):
         sys.path.insert(0, os.path.dirname(os.path.abspath(target[0])))
         runpy.run_path(target[0], run_name="__main__")
     if not _STATE["forked"]:
-        _status("unforkable the server ended without calling asyncio.run or anyio.run (not an SDK stdio server)")
+        _status(
+            "unforkable the server ended without calling asyncio.run or anyio.run (not an SDK stdio server)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,13 @@ from rewardbox.selection.bands import (
     band_mass_matrix,
     band_masses,
 )
-from rewardbox.selection.difficulty import DIFFICULTY_COLUMNS, band_counts, task_difficulty, teachable, training_pool
+from rewardbox.selection.difficulty import (
+    DIFFICULTY_COLUMNS,
+    band_counts,
+    task_difficulty,
+    teachable,
+    training_pool,
+)
 
 __all__ = [
     "BANDS",

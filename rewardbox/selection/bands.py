@@ -48,7 +48,9 @@ JEFFREYS_PRIOR = 0.5
 def _validate_boundaries(boundaries: Sequence[float]) -> tuple[float, ...]:
     values = tuple(float(b) for b in boundaries)
     if len(values) != len(BANDS) - 1:
-        raise ValueError(f"boundaries needs {len(BANDS) - 1} cut points for {len(BANDS)} bands, got {values}")
+        raise ValueError(
+            f"boundaries needs {len(BANDS) - 1} cut points for {len(BANDS)} bands, got {values}"
+        )
     if not all(0.0 < b < 1.0 for b in values):
         raise ValueError(f"boundaries must lie strictly inside (0, 1), got {values}")
     if any(later <= earlier for earlier, later in zip(values, values[1:])):
@@ -56,10 +58,14 @@ def _validate_boundaries(boundaries: Sequence[float]) -> tuple[float, ...]:
     return values
 
 
-def _check_count_arrays(c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+def _check_count_arrays(
+    c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
     c_arr, n_arr = np.asarray(c), np.asarray(n)
     if c_arr.shape != n_arr.shape or c_arr.ndim != 1:
-        raise ValueError(f"c and n must be 1-d arrays of one length, got shapes {c_arr.shape} and {n_arr.shape}")
+        raise ValueError(
+            f"c and n must be 1-d arrays of one length, got shapes {c_arr.shape} and {n_arr.shape}"
+        )
     for name, arr in (("c", c_arr), ("n", n_arr)):
         if arr.size and (arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer)):
             raise ValueError(f"{name} must hold integer counts, got dtype {arr.dtype}")
@@ -67,12 +73,16 @@ def _check_count_arrays(c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[
     bad = np.flatnonzero((n_arr < 0) | (c_arr < 0) | (c_arr > n_arr))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"need 0 <= c <= n, got c={c_arr[i]}, n={n_arr[i]} at position {i} ({bad.size} bad)")
+        raise ValueError(
+            f"need 0 <= c <= n, got c={c_arr[i]}, n={n_arr[i]} at position {i} ({bad.size} bad)"
+        )
     return c_arr, n_arr
 
 
 def band_mass_matrix(
-    c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int], boundaries: Sequence[float] = DEFAULT_BOUNDARIES
+    c: np.ndarray | Sequence[int],
+    n: np.ndarray | Sequence[int],
+    boundaries: Sequence[float] = DEFAULT_BOUNDARIES,
 ) -> np.ndarray:
     """Posterior band masses of many tasks at once, shape ``(tasks, len(BANDS))``.
 
@@ -116,7 +126,9 @@ def band_indices(masses: np.ndarray) -> np.ndarray:
     return np.argmax(masses >= top - TIE_TOLERANCE, axis=1).astype(np.int64)
 
 
-def band_masses(c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES) -> dict[str, float]:
+def band_masses(
+    c: int, n: int, boundaries: Sequence[float] = DEFAULT_BOUNDARIES
+) -> dict[str, float]:
     """Posterior mass of each band under ``Beta(c + 1/2, n - c + 1/2)``.
 
     Args:
@@ -195,5 +207,7 @@ class SelectionConfig(BaseModel):
         if unknown:
             raise ValueError(f"unknown band(s) {unknown} in kept_bands; choose from {list(BANDS)}")
         if not value:
-            raise ValueError(f"kept_bands is empty, so the pool would be empty; choose from {list(BANDS)}")
+            raise ValueError(
+                f"kept_bands is empty, so the pool would be empty; choose from {list(BANDS)}"
+            )
         return tuple(dict.fromkeys(value))

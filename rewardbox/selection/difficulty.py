@@ -15,7 +15,13 @@ import numpy as np
 import polars as pl
 
 from rewardbox.metrics.rows import task_counts
-from rewardbox.selection.bands import BANDS, JEFFREYS_PRIOR, SelectionConfig, band_indices, band_mass_matrix
+from rewardbox.selection.bands import (
+    BANDS,
+    JEFFREYS_PRIOR,
+    SelectionConfig,
+    band_indices,
+    band_mass_matrix,
+)
 
 if TYPE_CHECKING:
     from rewardbox.tasks.schema import Task
@@ -33,7 +39,9 @@ DIFFICULTY_COLUMNS = (
 """Columns of :func:`task_difficulty` output, in order (``domain`` only when the probes have it)."""
 
 
-def task_difficulty(probe_rows: pl.DataFrame, config: SelectionConfig | None = None) -> pl.DataFrame:
+def task_difficulty(
+    probe_rows: pl.DataFrame, config: SelectionConfig | None = None
+) -> pl.DataFrame:
     """Per-task policy-relative difficulty from probe rows.
 
     Args:
@@ -86,7 +94,9 @@ def _difficulty_schema(with_domain: bool) -> dict[str, pl.DataType]:
     return schema
 
 
-def training_pool(difficulty_df: pl.DataFrame, config: SelectionConfig | None = None) -> pl.DataFrame:
+def training_pool(
+    difficulty_df: pl.DataFrame, config: SelectionConfig | None = None
+) -> pl.DataFrame:
     """The tasks whose band is in ``config.kept_bands`` (the rows of ``task_difficulty``).
 
     Tasks without a band (too few clean trials) never enter the pool.
@@ -105,7 +115,9 @@ def training_pool(difficulty_df: pl.DataFrame, config: SelectionConfig | None = 
     config = config or SelectionConfig()
     missing = [c for c in ("uid", "band") if c not in difficulty_df.columns]
     if missing:
-        raise ValueError(f"difficulty table: missing column(s) {missing}; pass the output of task_difficulty")
+        raise ValueError(
+            f"difficulty table: missing column(s) {missing}; pass the output of task_difficulty"
+        )
     return difficulty_df.filter(pl.col("band").is_in(list(config.kept_bands))).sort("uid")
 
 
@@ -138,12 +150,18 @@ def band_counts(difficulty_df: pl.DataFrame) -> pl.DataFrame:
     df = difficulty_df
     if "domain" not in df.columns:
         df = df.with_columns(domain=pl.lit("(all)"))
-    df = df.with_columns(pl.col("domain").fill_null("(all)").cast(pl.Utf8), pl.col("band").fill_null("unbanded"))
+    df = df.with_columns(
+        pl.col("domain").fill_null("(all)").cast(pl.Utf8), pl.col("band").fill_null("unbanded")
+    )
     domains = sorted(df["domain"].unique().to_list())
     bands = list(BANDS) + (["unbanded"] if (df["band"] == "unbanded").any() else [])
-    grid = pl.DataFrame({"domain": [d for d in domains for _ in bands], "band": bands * len(domains)})
+    grid = pl.DataFrame(
+        {"domain": [d for d in domains for _ in bands], "band": bands * len(domains)}
+    )
     counts = df.group_by("domain", "band").agg(pl.len().cast(pl.Int64).alias("tasks"))
-    return grid.join(counts, on=["domain", "band"], how="left").with_columns(pl.col("tasks").fill_null(0))
+    return grid.join(counts, on=["domain", "band"], how="left").with_columns(
+        pl.col("tasks").fill_null(0)
+    )
 
 
 def band_summary(difficulty_df: pl.DataFrame) -> pl.DataFrame:
@@ -157,4 +175,6 @@ def band_summary(difficulty_df: pl.DataFrame) -> pl.DataFrame:
     wide = counts.pivot(on="domain", index="band", values="tasks", sort_columns=True)
     domains = [c for c in wide.columns if c != "band"]
     per_domain = domains if domains != ["(all)"] else []  # no domain column: the total says it all
-    return wide.select("band", pl.sum_horizontal(domains).cast(pl.Int64).alias("tasks"), *per_domain)
+    return wide.select(
+        "band", pl.sum_horizontal(domains).cast(pl.Int64).alias("tasks"), *per_domain
+    )

@@ -145,8 +145,9 @@ def _probe_round(screen: FamilyScreen, wanted: Mapping[str, Sequence[Task]], pro
             result.uids.append(task.uid)
 
 
-def screen_families(families: Sequence[str], supply: Supply, probe: Probe, first: int = 2,
-                    more: int = 4) -> FamilyScreen:
+def screen_families(
+    families: Sequence[str], supply: Supply, probe: Probe, first: int = 2, more: int = 4
+) -> FamilyScreen:
     """Probe ``first`` instances per family, then ``more`` further ones for mixed families only.
 
     Args:
@@ -176,8 +177,12 @@ def screen_families(families: Sequence[str], supply: Supply, probe: Probe, first
     return screen
 
 
-def probe_rows_by_family(tasks: Sequence[Task], run_rows: Callable[[Sequence[Task]], pl.DataFrame],
-                         first: int = 2, more: int = 4) -> tuple[pl.DataFrame, FamilyScreen]:
+def probe_rows_by_family(
+    tasks: Sequence[Task],
+    run_rows: Callable[[Sequence[Task]], pl.DataFrame],
+    first: int = 2,
+    more: int = 4,
+) -> tuple[pl.DataFrame, FamilyScreen]:
     """Family-level screening over probe *rows*: the shape the ``probe_results`` asset stores.
 
     Args:
@@ -203,7 +208,11 @@ def probe_rows_by_family(tasks: Sequence[Task], run_rows: Callable[[Sequence[Tas
         frames.append(rows)
         clean = rows.filter(pl.col("system_error").is_null())
         counts = {t.uid: (0, 0) for t in batch}
-        for row in clean.group_by("uid").agg(pl.col("passed").sum().alias("c"), pl.len().alias("n")).iter_rows():
+        for row in (
+            clean.group_by("uid")
+            .agg(pl.col("passed").sum().alias("c"), pl.len().alias("n"))
+            .iter_rows()
+        ):
             counts[row[0]] = (int(row[1]), int(row[2]))
         return counts
 

@@ -36,8 +36,9 @@ REFERENCE_COLUMNS = ("uid", "n", "c", "system_errors", "c_first_runs", "exceedan
 from the stored trial rows each time, never stored themselves)."""
 
 
-def exceedance_probability(c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int],
-                           threshold: float) -> np.ndarray:
+def exceedance_probability(
+    c: np.ndarray | Sequence[int], n: np.ndarray | Sequence[int], threshold: float
+) -> np.ndarray:
     """P(p > threshold) under the Jeffreys posterior Beta(c + 1/2, n - c + 1/2), for many tasks at once.
 
     Evaluated once per distinct (c, n) pair with ``scipy.special.betaincc`` (the
@@ -68,8 +69,12 @@ def exceedance_probability(c: np.ndarray | Sequence[int], n: np.ndarray | Sequen
 
 def _first_run_successes(rows: pl.DataFrame, runs: int) -> pl.DataFrame:
     """Per uid, successes among its first ``runs`` clean trials by trial number: ``uid``, ``c_first_runs``."""
-    clean = with_outcome(rows, "reference rows").filter(~pl.col("is_system_error")).sort("uid", "trial")
-    return clean.group_by("uid").agg(pl.col("success").head(runs).sum().cast(pl.Int64).alias("c_first_runs"))
+    clean = (
+        with_outcome(rows, "reference rows").filter(~pl.col("is_system_error")).sort("uid", "trial")
+    )
+    return clean.group_by("uid").agg(
+        pl.col("success").head(runs).sum().cast(pl.Int64).alias("c_first_runs")
+    )
 
 
 def reference_verdicts(rows: pl.DataFrame, config: ReferenceConfig) -> pl.DataFrame:
@@ -93,10 +98,14 @@ def reference_verdicts(rows: pl.DataFrame, config: ReferenceConfig) -> pl.DataFr
     """
     counts = task_counts(rows, "reference rows").select("uid", "n", "c", "system_errors")
     first = _first_run_successes(rows, config.min_clean_runs)
-    table = counts.join(first, on="uid", how="left").with_columns(pl.col("c_first_runs").fill_null(0))
+    table = counts.join(first, on="uid", how="left").with_columns(
+        pl.col("c_first_runs").fill_null(0)
+    )
     enough = pl.col("n") >= config.min_clean_runs
     if config.rule == "posterior":
-        prob = exceedance_probability(table["c"].to_numpy(), table["n"].to_numpy(), config.posterior_threshold)
+        prob = exceedance_probability(
+            table["c"].to_numpy(), table["n"].to_numpy(), config.posterior_threshold
+        )
         table = table.with_columns(exceedance_prob=pl.Series(prob, dtype=pl.Float64))
         passes = pl.col("exceedance_prob") >= config.posterior_q
         verdict = pl.when(~enough).then(pl.lit("incomplete")).when(passes).then(pl.lit("passed"))
@@ -122,7 +131,9 @@ def gate_pool(pool_rows: pl.DataFrame, verdicts: pl.DataFrame) -> tuple[pl.DataF
         ``(kept rows, removed)``: the kept pool rows in input order, and one row per
         removed task, sorted by uid: ``uid``, ``verdict``, ``n``, ``c``.
     """
-    joined = pool_rows.select("uid").join(verdicts.select("uid", "verdict", "n", "c"), on="uid", how="left")
+    joined = pool_rows.select("uid").join(
+        verdicts.select("uid", "verdict", "n", "c"), on="uid", how="left"
+    )
     joined = joined.with_columns(pl.col("verdict").fill_null("not_probed"))
     passed = joined.filter(pl.col("verdict") == "passed")["uid"]
     removed = joined.filter(pl.col("verdict") != "passed").sort("uid")
@@ -132,7 +143,11 @@ def gate_pool(pool_rows: pl.DataFrame, verdicts: pl.DataFrame) -> tuple[pl.DataF
 def successes_histogram(verdicts: pl.DataFrame) -> pl.DataFrame:
     """Tasks per (clean runs n, successes c), with the verdicts in each cell: ``n``, ``c``, ``tasks``, ``passed``."""
     passed = (pl.col("verdict") == "passed").sum().cast(pl.Int64).alias("passed")
-    return verdicts.group_by("n", "c").agg(pl.len().cast(pl.Int64).alias("tasks"), passed).sort("n", "c")
+    return (
+        verdicts.group_by("n", "c")
+        .agg(pl.len().cast(pl.Int64).alias("tasks"), passed)
+        .sort("n", "c")
+    )
 
 
 def verdict_counts(verdicts: pl.DataFrame) -> dict[str, int]:

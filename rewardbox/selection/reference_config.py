@@ -51,17 +51,25 @@ class ReferenceConfig(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> ReferenceConfig:
         if (self.policy is None) == (self.import_results is None):
-            raise ValueError("reference needs exactly one source: 'policy' (an OpenAI-compatible endpoint, "
-                             "kind: endpoint) or 'import_results' (a tb infer JSONL file)")
+            raise ValueError(
+                "reference needs exactly one source: 'policy' (an OpenAI-compatible endpoint, "
+                "kind: endpoint) or 'import_results' (a tb infer JSONL file)"
+            )
         if self.policy is not None and self.policy.kind != "endpoint":
-            raise ValueError(f"reference.policy.kind must be 'endpoint' (an OpenAI-compatible server), "
-                             f"got {self.policy.kind!r}; for a finished run use import_results instead")
+            raise ValueError(
+                f"reference.policy.kind must be 'endpoint' (an OpenAI-compatible server), "
+                f"got {self.policy.kind!r}; for a finished run use import_results instead"
+            )
         if self.min_successes > self.min_clean_runs:
-            raise ValueError(f"reference.min_successes ({self.min_successes}) exceeds min_clean_runs "
-                             f"({self.min_clean_runs}): no task could pass; lower it or run more")
+            raise ValueError(
+                f"reference.min_successes ({self.min_successes}) exceeds min_clean_runs "
+                f"({self.min_clean_runs}): no task could pass; lower it or run more"
+            )
         if (self.posterior_threshold is None) != (self.posterior_q is None):
-            raise ValueError("reference.posterior_threshold and reference.posterior_q go together: set both "
-                             "(posterior rule) or neither (counts rule)")
+            raise ValueError(
+                "reference.posterior_threshold and reference.posterior_q go together: set both "
+                "(posterior rule) or neither (counts rule)"
+            )
         return self
 
     @property

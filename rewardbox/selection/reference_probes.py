@@ -46,8 +46,13 @@ class ReferenceProbeRun:
 
 
 async def probe_reference_async(
-    tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, parts: CampaignParts, *,
-    journal: CampaignJournal | None = None, log: ProgressSink | None = None,
+    tasks: Sequence[Task],
+    config: ReferenceConfig,
+    policy: Policy,
+    parts: CampaignParts,
+    *,
+    journal: CampaignJournal | None = None,
+    log: ProgressSink | None = None,
     executor: EpisodeExecutor | None = None,
 ) -> ReferenceProbeRun:
     """Run ``config.min_clean_runs`` trials of each task with ``policy``, re-running system errors.
@@ -70,8 +75,15 @@ async def probe_reference_async(
     """
     expected = campaign_keys(tasks, config.min_clean_runs)
     kwargs = {"log": log, "journal": journal, "keep_results": False, "executor": executor}
-    rows, _ = await run_trials_async(tasks, config.min_clean_runs, policy, parts, keys=expected,
-                                     label="reference_probe_results", **kwargs)
+    rows, _ = await run_trials_async(
+        tasks,
+        config.min_clean_runs,
+        policy,
+        parts,
+        keys=expected,
+        label="reference_probe_results",
+        **kwargs,
+    )
     refilled, rounds = 0, 0
     while rounds < config.max_refill_rounds:
         keys = repair_keys(rows, expected)
@@ -80,14 +92,22 @@ async def probe_reference_async(
         rounds += 1
         refilled += len(keys)
         emit(log, f"reference refill round {rounds}: re-running {len(keys)} system-error trial(s)")
-        repaired, _ = await run_trials_async(tasks, config.min_clean_runs, policy, parts, keys=keys,
-                                             label=f"reference_refill_{rounds}", **kwargs)
+        repaired, _ = await run_trials_async(
+            tasks,
+            config.min_clean_runs,
+            policy,
+            parts,
+            keys=keys,
+            label=f"reference_refill_{rounds}",
+            **kwargs,
+        )
         rows = merge_repair(rows, repaired)
     return ReferenceProbeRun(rows.sort("uid", "trial"), refilled, rounds)
 
 
-def probe_reference(tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, parts: CampaignParts,
-                    **kwargs) -> ReferenceProbeRun:
+def probe_reference(
+    tasks: Sequence[Task], config: ReferenceConfig, policy: Policy, parts: CampaignParts, **kwargs
+) -> ReferenceProbeRun:
     """Synchronous :func:`probe_reference_async`; closes the policy's resources after."""
 
     async def main() -> ReferenceProbeRun:

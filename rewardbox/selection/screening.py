@@ -35,9 +35,9 @@ layer imports it), so a screen there would make a package cycle.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
-import json
 
 import polars as pl
 
@@ -53,9 +53,18 @@ from rewardbox.tasks.schema import Task
 WRITE_TAG, NO_WRITE_TAG = "expects_write", "no_write"
 """Task tags that state whether the golden actions must change the state."""
 
-SCREEN_SCHEMA = {"uid": pl.Utf8, "domain": pl.Utf8, "valid": pl.Boolean, "expects_write": pl.Boolean,
-                 "read_only": pl.Boolean, "golden_passed": pl.Boolean, "null_passed": pl.Boolean,
-                 "system_error": pl.Utf8, "system_error_kind": pl.Utf8, "reason": pl.Utf8}
+SCREEN_SCHEMA = {
+    "uid": pl.Utf8,
+    "domain": pl.Utf8,
+    "valid": pl.Boolean,
+    "expects_write": pl.Boolean,
+    "read_only": pl.Boolean,
+    "golden_passed": pl.Boolean,
+    "null_passed": pl.Boolean,
+    "system_error": pl.Utf8,
+    "system_error_kind": pl.Utf8,
+    "reason": pl.Utf8,
+}
 
 
 def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool | None:
@@ -75,7 +84,10 @@ def expects_write(golden: EpisodeResult, null: EpisodeResult) -> bool | None:
             continue
         evidence = True
         null_effects = null.effects.get(server)
-        if not isinstance(null_effects, dict) or null_effects.get("result_db_hash") != effects["golden_db_hash"]:
+        if (
+            not isinstance(null_effects, dict)
+            or null_effects.get("result_db_hash") != effects["golden_db_hash"]
+        ):
             return True
     return False if evidence else None
 
@@ -92,7 +104,9 @@ def refused_golden_action(golden: EpisodeResult) -> str | None:
         except (TypeError, ValueError):
             continue
         if isinstance(payload, dict) and payload.get("error"):
-            return f"step {step} ({(record.get('tool_call') or {}).get('name')}): {payload['error']}"
+            return (
+                f"step {step} ({(record.get('tool_call') or {}).get('name')}): {payload['error']}"
+            )
     return None
 
 
@@ -103,8 +117,10 @@ def write_tag_mismatch(task: Task, writes: bool | None) -> str | None:
         return None
     tools = [tool for _, tool, _ in task.golden_interactions()]
     if WRITE_TAG in task.tags and not writes:
-        return (f"tagged {WRITE_TAG!r} but the golden actions write nothing (golden state equals the initial "
-                f"state; golden actions: {tools})")
+        return (
+            f"tagged {WRITE_TAG!r} but the golden actions write nothing (golden state equals the initial "
+            f"state; golden actions: {tools})"
+        )
     if NO_WRITE_TAG in task.tags and writes:
         return f"tagged {NO_WRITE_TAG!r} but the golden actions change the state (golden actions: {tools})"
     return None
@@ -112,25 +128,47 @@ def write_tag_mismatch(task: Task, writes: bool | None) -> str | None:
 
 def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> dict:
     """One screening row for a task from its golden-replay and null results."""
-    row = {"uid": task.uid, "domain": task.domain, "valid": False, "expects_write": None, "read_only": None,
-           "golden_passed": golden.passed, "null_passed": null.passed,
-           "system_error": golden.system_error or null.system_error,
-           "system_error_kind": (golden.system_error_kind if golden.system_error else null.system_error_kind)
-           if golden.system_error or null.system_error else None, "reason": ""}
-    unknown = sorted({tool for _, tool, _ in task.golden_interactions()} - set(task.available_tools))
-    golden_errors = [e.get("golden_error") for e in golden.effects.values() if isinstance(e, dict) and e.get("golden_error")]
+    row = {
+        "uid": task.uid,
+        "domain": task.domain,
+        "valid": False,
+        "expects_write": None,
+        "read_only": None,
+        "golden_passed": golden.passed,
+        "null_passed": null.passed,
+        "system_error": golden.system_error or null.system_error,
+        "system_error_kind": (
+            golden.system_error_kind if golden.system_error else null.system_error_kind
+        )
+        if golden.system_error or null.system_error
+        else None,
+        "reason": "",
+    }
+    unknown = sorted(
+        {tool for _, tool, _ in task.golden_interactions()} - set(task.available_tools)
+    )
+    golden_errors = [
+        e.get("golden_error")
+        for e in golden.effects.values()
+        if isinstance(e, dict) and e.get("golden_error")
+    ]
     refused = refused_golden_action(golden)
     if unknown:
         row["reason"] = f"golden trajectory uses tools outside the scenario: {unknown}"
     elif refused or golden_errors:
-        row["reason"] = (f"invalid task: a golden action is refused at {refused}" if refused
-                         else f"golden state cannot be built: {golden_errors[0]}")
+        row["reason"] = (
+            f"invalid task: a golden action is refused at {refused}"
+            if refused
+            else f"golden state cannot be built: {golden_errors[0]}"
+        )
     elif golden.system_error or null.system_error:
         row["reason"] = f"system error while screening: {golden.system_error or null.system_error}"
     elif not golden.passed and golden.termination_reason == TerminationReason.AGENT_LIMIT:
         needed = len(task.golden_interactions()) + 1
-        row["reason"] = (f"the task's own agent-turn limit ({task.max_agent_turns}) is below its golden trajectory "
-                         f"({needed - 1} calls and the answer: {needed} agent completions)")
+        row["reason"] = (
+            f"the task's own agent-turn limit ({task.max_agent_turns}) is below its golden trajectory "
+            f"({needed - 1} calls and the answer: {needed} agent completions)"
+        )
     elif not golden.passed:
         message = golden.test_outcome.message if golden.test_outcome else ""
         row["reason"] = f"golden replay fails its own test: {message[:300]}"
@@ -147,8 +185,13 @@ def screen_verdict(task: Task, golden: EpisodeResult, null: EpisodeResult) -> di
     return row
 
 
-def screen_tasks(tasks: Sequence[Task], parts: CampaignParts, executor: EpisodeExecutor | None = None, *,
-                 log: ProgressSink | None = None) -> tuple[list[Task], pl.DataFrame]:
+def screen_tasks(
+    tasks: Sequence[Task],
+    parts: CampaignParts,
+    executor: EpisodeExecutor | None = None,
+    *,
+    log: ProgressSink | None = None,
+) -> tuple[list[Task], pl.DataFrame]:
     """Run the golden and null policies once per task through the real loop and grader.
 
     ``parts`` are the campaign's (``rewardbox.runtime.compose.campaign_parts``); ``executor`` runs the
@@ -161,12 +204,22 @@ def screen_tasks(tasks: Sequence[Task], parts: CampaignParts, executor: EpisodeE
     longest = max((len(t.golden_interactions()) for t in tasks), default=0)
     # the golden replay writes one call per completion, then answers: the campaign's agent limits (which
     # bound the policy under test) must not cut it, or a valid deep task reads as ungradable
-    parts = parts.with_episode(max_agent_turns=max(parts.episode.max_agent_turns, longest + 2),
-                               max_agent_steps_per_user_turn=max(parts.episode.max_agent_steps_per_user_turn,
-                                                                 longest + 2))
-    _, golden = run_trials(tasks, 1, GoldenReplayPolicy(), parts, executor=executor, log=log,
-                           label="screen (golden replay)")
-    _, null = run_trials(tasks, 1, NullPolicy(), parts, executor=executor, log=log, label="screen (null run)")
+    parts = parts.with_episode(
+        max_agent_turns=max(parts.episode.max_agent_turns, longest + 2),
+        max_agent_steps_per_user_turn=max(parts.episode.max_agent_steps_per_user_turn, longest + 2),
+    )
+    _, golden = run_trials(
+        tasks,
+        1,
+        GoldenReplayPolicy(),
+        parts,
+        executor=executor,
+        log=log,
+        label="screen (golden replay)",
+    )
+    _, null = run_trials(
+        tasks, 1, NullPolicy(), parts, executor=executor, log=log, label="screen (null run)"
+    )
     golden_by, null_by = {r.uid: r for r in golden}, {r.uid: r for r in null}
     rows = {t.uid: screen_verdict(t, golden_by[t.uid], null_by[t.uid]) for t in tasks}
     valid = [_marked(t, rows[t.uid]) for t in tasks if rows[t.uid]["valid"]]
@@ -179,16 +232,20 @@ def _marked(task: Task, row: dict) -> Task:
         return replace(task, metadata={**task.metadata, "read_only": None})
     if not row["read_only"]:
         return task
-    return replace(task, metadata={**task.metadata, "read_only": True, "null_passes": bool(row["null_passed"])})
+    return replace(
+        task, metadata={**task.metadata, "read_only": True, "null_passes": bool(row["null_passed"])}
+    )
 
 
 def write_evidence_counts(report: pl.DataFrame) -> dict[str, int]:
     """Valid screened tasks by what their servers' hashes say: ``expects_write``, ``read_only``,
     ``write_unknown`` (no server reported a ``golden_db_hash``, so neither is known)."""
     valid = report.filter(pl.col("valid"))
-    return {"expects_write": int(valid["expects_write"].fill_null(False).sum()),
-            "read_only": int(valid["read_only"].fill_null(False).sum()),
-            "write_unknown": int(valid["expects_write"].is_null().sum())}
+    return {
+        "expects_write": int(valid["expects_write"].fill_null(False).sum()),
+        "read_only": int(valid["read_only"].fill_null(False).sum()),
+        "write_unknown": int(valid["expects_write"].is_null().sum()),
+    }
 
 
 def ungradable(report: pl.DataFrame) -> list[str]:

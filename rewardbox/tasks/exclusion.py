@@ -52,19 +52,25 @@ def load_test_list(path: str | Path) -> list[str]:
     if root is None:
         return []
     if not isinstance(root, yaml.SequenceNode):
-        raise TaskFormatError(str(path), "a test list must be a YAML list of 'file.py:test_name'", line=1)
+        raise TaskFormatError(
+            str(path), "a test list must be a YAML list of 'file.py:test_name'", line=1
+        )
     uids: list[str] = []
     seen: set[str] = set()
     for node in root.value:
         line = node.start_mark.line + 1
         if not isinstance(node, yaml.ScalarNode) or node.tag != "tag:yaml.org,2002:str":
-            raise TaskFormatError(str(path), "each entry must be a string 'file.py:test_name'", line=line, field="uid")
+            raise TaskFormatError(
+                str(path), "each entry must be a string 'file.py:test_name'", line=line, field="uid"
+            )
         try:
             parse_uid(node.value)
         except ValueError as exc:
             raise TaskFormatError(str(path), str(exc), line=line, field="uid") from exc
         if node.value in seen:
-            raise TaskFormatError(str(path), f"duplicate entry {node.value!r}", line=line, field="uid")
+            raise TaskFormatError(
+                str(path), f"duplicate entry {node.value!r}", line=line, field="uid"
+            )
         seen.add(node.value)
         uids.append(node.value)
     return uids
@@ -74,7 +80,9 @@ def write_test_list(path: str | Path, uids: Sequence[str]) -> Path:
     """Write ``uids`` as a test list that :func:`load_test_list` reads back."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(list(uids), default_flow_style=False, allow_unicode=True), encoding="utf-8")
+    path.write_text(
+        yaml.safe_dump(list(uids), default_flow_style=False, allow_unicode=True), encoding="utf-8"
+    )
     return path
 
 
@@ -101,7 +109,9 @@ def overlap_reason(task: Task, uids: set[str], hashes: dict[str, str]) -> str | 
     return None
 
 
-def exclude_overlap(candidates: Iterable[Task], benchmark: Iterable[Task | str]) -> tuple[list[Task], list[Task]]:
+def exclude_overlap(
+    candidates: Iterable[Task], benchmark: Iterable[Task | str]
+) -> tuple[list[Task], list[Task]]:
     """Drop every candidate that shares a uid or a content hash with the benchmark.
 
     Args:

@@ -83,10 +83,22 @@ def record_hash(record: dict[str, Any], domain: str) -> str:
     The record's ``init`` is the test's ``init`` block and carries the golden calls, so
     the hash equals that of the task loaded from the written file (a test holds them equal).
     """
-    task = Task(uid=record["uid"], dataset=domain, scenario=domain, agent="", query=record["query"],
-                user_context=record["user_context"], init=record["init"], world_state=record["init"],
-                tools=(), system_instructions="", bot_instructions="", test_code="",
-                test_name=record["name"], test_file=record["file"])
+    task = Task(
+        uid=record["uid"],
+        dataset=domain,
+        scenario=domain,
+        agent="",
+        query=record["query"],
+        user_context=record["user_context"],
+        init=record["init"],
+        world_state=record["init"],
+        tools=(),
+        system_instructions="",
+        bot_instructions="",
+        test_code="",
+        test_name=record["name"],
+        test_file=record["file"],
+    )
     return task.content_hash()
 
 
@@ -94,8 +106,12 @@ def _families(recipe: DatasetRecipe, names: Sequence[str] | None):
     by_name = {f.name: f for f in recipe.families}
     unknown = [n for n in names or () if n not in by_name]
     if unknown:
-        raise ValueError(f"{recipe.domain.name}: unknown families {unknown}; known: {sorted(by_name)}")
-    chosen = [by_name[n] for n in names] if names else [f for f in recipe.families if not f.held_out]
+        raise ValueError(
+            f"{recipe.domain.name}: unknown families {unknown}; known: {sorted(by_name)}"
+        )
+    chosen = (
+        [by_name[n] for n in names] if names else [f for f in recipe.families if not f.held_out]
+    )
     held_out = [f.name for f in chosen if f.held_out]
     if held_out:
         raise ValueError(f"{recipe.domain.name}: held-out templates never train: {held_out}")
@@ -104,12 +120,18 @@ def _families(recipe: DatasetRecipe, names: Sequence[str] | None):
 
 def _renamed(record: dict[str, Any], domain: str, number: int) -> dict[str, Any]:
     name = f"test_{domain}_{record['family']}_g{number:02d}"
-    return {**record, "name": name, "uid": f"{record['file']}:{name}", "split": "candidate",
-            "tags": [*record["tags"], GENERATED_TAG]}
+    return {
+        **record,
+        "name": name,
+        "uid": f"{record['file']}:{name}",
+        "split": "candidate",
+        "tags": [*record["tags"], GENERATED_TAG],
+    }
 
 
-def generate_training_tasks(domain: str, seed: int, per_family: int,
-                            families: Sequence[str] | None = None) -> GeneratedPool:
+def generate_training_tasks(
+    domain: str, seed: int, per_family: int, families: Sequence[str] | None = None
+) -> GeneratedPool:
     """``per_family`` new instances of each family, none a twin of a shipped task.
 
     Args:
@@ -123,7 +145,9 @@ def generate_training_tasks(domain: str, seed: int, per_family: int,
     """
     recipe = domain_recipe(domain)
     if seed == recipe.default_seed:
-        raise ValueError(f"{domain}: seed {seed} is the shipped dataset's seed; training needs its own")
+        raise ValueError(
+            f"{domain}: seed {seed} is the shipped dataset's seed; training needs its own"
+        )
     chosen = _families(recipe, families)
     if per_family < 1:
         raise ValueError(f"per_family must be >= 1, got {per_family}")
@@ -135,7 +159,9 @@ def generate_training_tasks(domain: str, seed: int, per_family: int,
             if made_here == per_family:
                 break
             rng = random.Random(f"{seed}:training:{family.name}:{k}")
-            builder = recipe.new_builder(rng.randint(1, 999), rng)  # the id range from the same draw
+            builder = recipe.new_builder(
+                rng.randint(1, 999), rng
+            )  # the id range from the same draw
             record = task_record(family, k, family.build(builder, k), builder, recipe.domain)
             twin = shipped.get(record_hash(record, domain))
             if twin is not None:
@@ -150,22 +176,30 @@ def generate_training_tasks(domain: str, seed: int, per_family: int,
 
 def _command(domain: str, seed: int, per_family: int, families: Sequence[str] | None) -> str:
     fams = f" --families {' '.join(families)}" if families else ""
-    return (f"python -m rewardbox.tasks.generated --domain {domain} --seed {seed} "
-            f"--per-family {per_family}{fams} --out DIR")
+    return (
+        f"python -m rewardbox.tasks.generated --domain {domain} --seed {seed} "
+        f"--per-family {per_family}{fams} --out DIR"
+    )
 
 
-def render_files(domain: str, seed: int, per_family: int, families: Sequence[str] | None,
-                 pool: GeneratedPool) -> dict[str, str]:
+def render_files(
+    domain: str, seed: int, per_family: int, families: Sequence[str] | None, pool: GeneratedPool
+) -> dict[str, str]:
     """``{relative path: text}`` of the generated dataset (agent, scenario, test files, test list)."""
     recipe = domain_recipe(domain)
-    head = (f"# Generated by `{_command(domain, seed, per_family, families)}`\n"
-            f"# (seed {seed}; training only, never a benchmark task). Do not edit by hand: "
-            "change the templates and regenerate.\n")
-    files = {"agent/agent.yaml": recipe.agent_yaml(), f"scenario/{domain}.yaml": recipe.scenario_yaml(),
-             "testlists/candidates.yaml": to_yaml([t["uid"] for t in pool.tasks])}
+    head = (
+        f"# Generated by `{_command(domain, seed, per_family, families)}`\n"
+        f"# (seed {seed}; training only, never a benchmark task). Do not edit by hand: "
+        "change the templates and regenerate.\n"
+    )
+    files = {
+        "agent/agent.yaml": recipe.agent_yaml(),
+        f"scenario/{domain}.yaml": recipe.scenario_yaml(),
+        "testlists/candidates.yaml": to_yaml([t["uid"] for t in pool.tasks]),
+    }
     for name in dict.fromkeys(t["file"] for t in pool.tasks):
         text = recipe.render_test_file([t for t in pool.tasks if t["file"] == name], seed)
-        body = text[text.index('"""!'):]  # the shipped head names the shipped command; replace it
+        body = text[text.index('"""!') :]  # the shipped head names the shipped command; replace it
         files[f"test_case/{name}"] = head + body
     return files
 
@@ -174,15 +208,23 @@ def _stale(out: Path, files: dict[str, str]) -> list[Path]:
     """Dataset files (``.py``, ``.yaml``) under ``out`` that the generation does not make (caches ignored)."""
     if not out.is_dir():
         return []
-    return [p for p in out.rglob("*") if p.is_file() and p.suffix in (".py", ".yaml")
-            and "__pycache__" not in p.parts and p.relative_to(out).as_posix() not in files]
+    return [
+        p
+        for p in out.rglob("*")
+        if p.is_file()
+        and p.suffix in (".py", ".yaml")
+        and "__pycache__" not in p.parts
+        and p.relative_to(out).as_posix() not in files
+    ]
 
 
 def _up_to_date(out: Path, files: dict[str, str]) -> bool:
     if _stale(out, files):
         return False
-    return all((out / rel).is_file() and (out / rel).read_text(encoding="utf-8") == text
-               for rel, text in files.items())
+    return all(
+        (out / rel).is_file() and (out / rel).read_text(encoding="utf-8") == text
+        for rel, text in files.items()
+    )
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -193,8 +235,9 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_training_dataset(out: str | Path, domain: str, seed: int, per_family: int,
-                           families: Sequence[str] | None = None) -> GeneratedPool:
+def write_training_dataset(
+    out: str | Path, domain: str, seed: int, per_family: int, families: Sequence[str] | None = None
+) -> GeneratedPool:
     """Write (or keep, when byte-identical) the generated dataset under ``out``.
 
     Dataset files (``.py``, ``.yaml``) under ``out`` that the generation does not make are
@@ -229,8 +272,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     pool = write_training_dataset(args.out, args.domain, args.seed, args.per_family, args.families)
-    print(f"wrote {len(pool.tasks)} training-only tasks under {args.out}; {len(pool.twins)} twin(s) of "
-          f"shipped tasks skipped; short families: {pool.short or 'none'}")
+    print(
+        f"wrote {len(pool.tasks)} training-only tasks under {args.out}; {len(pool.twins)} twin(s) of "
+        f"shipped tasks skipped; short families: {pool.short or 'none'}"
+    )
 
 
 if __name__ == "__main__":

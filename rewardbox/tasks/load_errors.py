@@ -48,4 +48,6 @@ def syntax_error(path: str | Path, exc: SyntaxError) -> TaskFormatError:
     column = f", column {exc.offset}" if exc.offset else ""
     text = (exc.text or "").strip()
     shown = f": {text[:200]!r}" if text else ""
-    return TaskFormatError(str(path), f"not valid Python ({exc.msg}{column}){shown}", line=exc.lineno)
+    return TaskFormatError(
+        str(path), f"not valid Python ({exc.msg}{column}){shown}", line=exc.lineno
+    )

@@ -17,7 +17,9 @@ from typing import Any
 import yaml
 
 from rewardbox.errors import TaskFormatError
-from rewardbox.grading.outcome import TEST_FN_BINDING  # the grader owns the name; the loaders write it
+from rewardbox.grading.outcome import (
+    TEST_FN_BINDING,  # the grader owns the name; the loaders write it
+)
 from rewardbox.tasks.load_errors import syntax_error, yaml_error
 
 # Keys a test's YAML block may hold (docs/thinkingbox.md, "Test files").
@@ -33,7 +35,6 @@ CONFIG_FIELDS = (
     "format_query",
     "tags",
 )
-
 
 
 @dataclass
@@ -78,7 +79,9 @@ def load_bang_yaml(node: ast.Expr, path: Path) -> dict[str, Any] | None:
     if obj is None:
         return {}
     if not isinstance(obj, dict):
-        raise TaskFormatError(str(path), f"YAML block must be a mapping, got {type(obj).__name__}", line=node.lineno)
+        raise TaskFormatError(
+            str(path), f"YAML block must be a mapping, got {type(obj).__name__}", line=node.lineno
+        )
     return obj
 
 
@@ -93,7 +96,10 @@ def check_config_keys(obj: dict[str, Any], node: ast.Expr, path: Path) -> None:
             continue
         line = node.lineno + _key_offset(bang_yaml(node.value.value) or "", key)
         raise TaskFormatError(
-            str(path), f"unknown test config key {key!r}; allowed: {', '.join(CONFIG_FIELDS)}", line=line, field=key
+            str(path),
+            f"unknown test config key {key!r}; allowed: {', '.join(CONFIG_FIELDS)}",
+            line=line,
+            field=key,
         )
 
 
@@ -118,7 +124,11 @@ def merge_config(defaults: dict[str, Any], own: dict[str, Any]) -> dict[str, Any
 
 
 def _is_string_expr(node: ast.AST) -> bool:
-    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    return (
+        isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    )
 
 
 def _first_line(node: ast.FunctionDef) -> int:
@@ -126,7 +136,9 @@ def _first_line(node: ast.FunctionDef) -> int:
     return min([node.lineno] + [d.lineno for d in node.decorator_list])
 
 
-def parse_python_test_file(path: Path, code: str | None = None) -> tuple[list[RawTestCase], list[TaskFormatError]]:
+def parse_python_test_file(
+    path: Path, code: str | None = None
+) -> tuple[list[RawTestCase], list[TaskFormatError]]:
     """Parse one Python test file into raw test cases (docs/thinkingbox.md, "Test files").
 
     Defaults are merged in file order: a test sees the defaults defined above
@@ -190,5 +202,9 @@ def _build_test_codes(
             continue
         body = blank[: start - 1] + lines[start - 1 : end] + blank[end:]
         test_code = "\n".join(body + [f"{TEST_FN_BINDING} = {node.name}", ""])
-        tests.append(RawTestCase(name=node.name, config=config, test_code=test_code, path=path, lineno=node.lineno))
+        tests.append(
+            RawTestCase(
+                name=node.name, config=config, test_code=test_code, path=path, lineno=node.lineno
+            )
+        )
     return tests

@@ -19,11 +19,21 @@ from rewardbox import strict_json
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace; the input of every content hash."""
-    return strict_json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return strict_json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+    )
 
 
-GRADING_ONLY_KEYS = frozenset({"golden_test_case", "rubrics_yesno", "rubrics", "rubric", "expected_response",
-                               "judge_questions"})
+GRADING_ONLY_KEYS = frozenset(
+    {
+        "golden_test_case",
+        "rubrics_yesno",
+        "rubrics",
+        "rubric",
+        "expected_response",
+        "judge_questions",
+    }
+)
 """Keys of a server's ``init`` block that only the grader reads; not part of a task's identity.
 ``golden_test_case`` enters identity through its golden actions instead."""
 
@@ -39,8 +49,11 @@ def starting_data(init: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(block, dict):
             out[server] = block
             continue
-        kept = {k: v for k, v in block.items()
-                if k not in GRADING_ONLY_KEYS and not str(k).startswith("rubric") and v is not None}
+        kept = {
+            k: v
+            for k, v in block.items()
+            if k not in GRADING_ONLY_KEYS and not str(k).startswith("rubric") and v is not None
+        }
         if kept:
             out[server] = kept
     return out
@@ -134,19 +147,21 @@ class Task:
         (``(server, tool, parameters)`` in order). Two tasks that differ only in
         how they are graded (e.g. one adds ``rubrics_yesno``) are the same task.
         """
-        payload = canonical_json({
-            "query": " ".join(self.query.split()),
-            "user_context": " ".join(self.user_context.split()),
-            "starting_data": starting_data(self.init),
-            "golden_actions": [list(item) for item in self.golden_interactions()],
-        })
+        payload = canonical_json(
+            {
+                "query": " ".join(self.query.split()),
+                "user_context": " ".join(self.user_context.split()),
+                "starting_data": starting_data(self.init),
+                "golden_actions": [list(item) for item in self.golden_interactions()],
+            }
+        )
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Task":
+    def from_dict(cls, data: dict[str, Any]) -> Task:
         data = dict(data)
         data["tools"] = tuple(ToolOverride(**t) for t in data.get("tools", ()))
         data["builtin_tools"] = tuple(data.get("builtin_tools", ()))

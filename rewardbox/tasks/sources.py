@@ -56,7 +56,7 @@ def resolve_dataset(dataset: str) -> Path:
     if dataset.startswith(EMBEDDED_PREFIX):
         from rewardbox.domains.registry import dataset_dir
 
-        return dataset_dir(dataset[len(EMBEDDED_PREFIX):])
+        return dataset_dir(dataset[len(EMBEDDED_PREFIX) :])
     path = Path(dataset).expanduser().resolve()
     if not path.is_dir():
         raise FileNotFoundError(f"dataset directory {path} does not exist")
@@ -73,10 +73,16 @@ def _resolve_list(dataset_path: Path, test_list: str | None) -> Path | None:
 def _source_name(source, path: Path) -> str:
     if source.name:
         return source.name
-    return source.dataset[len(EMBEDDED_PREFIX):] if source.dataset.startswith(EMBEDDED_PREFIX) else path.name
+    return (
+        source.dataset[len(EMBEDDED_PREFIX) :]
+        if source.dataset.startswith(EMBEDDED_PREFIX)
+        else path.name
+    )
 
 
-def load_sources(sources, split: str, limit: int | None = None, domains: dict[str, str] | None = None) -> LoadedTasks:
+def load_sources(
+    sources, split: str, limit: int | None = None, domains: dict[str, str] | None = None
+) -> LoadedTasks:
     """Load every source of one split (``"candidate"``, ``"benchmark"`` or ``"exclude_only"``); no policy applied.
 
     Args:
@@ -96,8 +102,12 @@ def load_sources(sources, split: str, limit: int | None = None, domains: dict[st
     for source in sources:
         path = source_dir(source, split)
         try:
-            loaded = load_dataset(path, test_list=_resolve_list(path, source.test_list),
-                                  dataset_name=_source_name(source, path), strict=False)
+            loaded = load_dataset(
+                path,
+                test_list=_resolve_list(path, source.test_list),
+                dataset_name=_source_name(source, path),
+                strict=False,
+            )
         except TaskFormatError as exc:
             out.errors.append(str(exc))
             out.unreadable_sources.append(source.dataset)
@@ -134,14 +144,21 @@ def _write_generated(source, split: str) -> None:
     if spec is None:
         return
     if split != "candidate":
-        raise TaskSetLoadError(split, [f"{source.dataset}: generate: {spec.domain} seed {spec.seed}"],
-                               "generated tasks are training-only; list them under tasks.candidates")
+        raise TaskSetLoadError(
+            split,
+            [f"{source.dataset}: generate: {spec.domain} seed {spec.seed}"],
+            "generated tasks are training-only; list them under tasks.candidates",
+        )
     from rewardbox.tasks.generated import write_training_dataset
 
     try:
-        write_training_dataset(source.dataset, spec.domain, spec.seed, spec.per_family, spec.families)
+        write_training_dataset(
+            source.dataset, spec.domain, spec.seed, spec.per_family, spec.families
+        )
     except (KeyError, ValueError) as exc:
-        raise TaskSetLoadError(split, [f"{source.dataset}: {exc}"], "the generator refused the source") from exc
+        raise TaskSetLoadError(
+            split, [f"{source.dataset}: {exc}"], "the generator refused the source"
+        ) from exc
 
 
 def _with_domain(task: Task, domains: dict[str, str]) -> Task:
@@ -150,7 +167,9 @@ def _with_domain(task: Task, domains: dict[str, str]) -> Task:
     return replace(task, metadata={**task.metadata, "domain": domains[task.scenario]})
 
 
-def check_load_policy(loaded: LoadedTasks, split: str, on_error: str = "fail", max_skipped_frac: float = 0.0) -> None:
+def check_load_policy(
+    loaded: LoadedTasks, split: str, on_error: str = "fail", max_skipped_frac: float = 0.0
+) -> None:
     """Raise unless ``loaded`` is acceptable under the policy (see ``CandidateLoadPolicy``).
 
     Args:
@@ -167,13 +186,23 @@ def check_load_policy(loaded: LoadedTasks, split: str, on_error: str = "fail", m
     if not loaded.errors:
         return
     if on_error == "fail":
-        raise TaskSetLoadError(split, loaded.errors, f"{len(loaded.errors)} load error(s), {loaded.failed} task(s) "
-                               "not loaded; policy on_error=fail")
+        raise TaskSetLoadError(
+            split,
+            loaded.errors,
+            f"{len(loaded.errors)} load error(s), {loaded.failed} task(s) "
+            "not loaded; policy on_error=fail",
+        )
     if loaded.unreadable_sources:
-        raise TaskSetLoadError(split, loaded.errors, f"unreadable source(s) {loaded.unreadable_sources}")
+        raise TaskSetLoadError(
+            split, loaded.errors, f"unreadable source(s) {loaded.unreadable_sources}"
+        )
     if loaded.failed_frac > max_skipped_frac:
-        raise TaskSetLoadError(split, loaded.errors, f"{loaded.failed} of {loaded.attempted} task(s) "
-                               f"failed to load ({loaded.failed_frac:.1%} > max_skipped_frac {max_skipped_frac:.1%})")
+        raise TaskSetLoadError(
+            split,
+            loaded.errors,
+            f"{loaded.failed} of {loaded.attempted} task(s) "
+            f"failed to load ({loaded.failed_frac:.1%} > max_skipped_frac {max_skipped_frac:.1%})",
+        )
 
 
 def load_held_out(config) -> LoadedTasks:
@@ -199,7 +228,9 @@ def load_candidates(config) -> LoadedTasks:
     """
     from rewardbox.tasks.exclusion import exclude_overlap
 
-    candidates = load_sources(config.candidates, "candidate", domains=getattr(config, "domains", {}))
+    candidates = load_sources(
+        config.candidates, "candidate", domains=getattr(config, "domains", {})
+    )
     policy = config.candidate_loading
     check_load_policy(candidates, "candidate", policy.on_error, policy.max_skipped_frac)
     held_out = load_held_out(config).tasks
@@ -226,8 +257,12 @@ def check_generated_disjoint(candidates: list[Task], held_out: list[Task]) -> No
 
     problems = check_disjoint([t for t in candidates if GENERATED_TAG in t.tags], held_out)
     if problems:
-        raise TaskSetLoadError("candidate", problems, f"{len(problems)} generated training task(s) are "
-                               "held-out tasks (same uid or same content hash)")
+        raise TaskSetLoadError(
+            "candidate",
+            problems,
+            f"{len(problems)} generated training task(s) are "
+            "held-out tasks (same uid or same content hash)",
+        )
 
 
 def load_benchmark(config) -> LoadedTasks:

@@ -140,7 +140,9 @@ def _yaml_line(text: str, loc: tuple[Any, ...]) -> int | None:
             if not match:
                 break
             line, node = match[0][0].start_mark.line + 1, match[0][1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        elif (
+            isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value)
+        ):
             node = node.value[part]
             line = node.start_mark.line + 1
         else:
@@ -152,7 +154,9 @@ def format_validation_error(path: Path, exc: ValidationError, line_of: Any) -> T
     """The first pydantic error as a TaskFormatError; ``line_of(loc)`` gives its line."""
     first = exc.errors()[0]
     loc = tuple(first["loc"])
-    return TaskFormatError(str(path), first["msg"], line=line_of(loc), field=".".join(map(str, loc)) or None)
+    return TaskFormatError(
+        str(path), first["msg"], line=line_of(loc), field=".".join(map(str, loc)) or None
+    )
 
 
 def load_config_file(path: Path, model: type[BaseModel]) -> BaseModel:
@@ -178,7 +182,12 @@ class Conftest(BaseModel):
 def builtin_tool_dict(tool: BuiltinTool) -> dict[str, Any]:
     """``{name, description, input_schema, is_end_turn}``: the fields of ``ToolSpec``."""
     schema = tool.input_schema or tool.parameters or {"type": "object", "properties": {}}
-    return {"name": tool.name, "description": tool.description, "input_schema": schema, "is_end_turn": tool.is_end_turn}
+    return {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": schema,
+        "is_end_turn": tool.is_end_turn,
+    }
 
 
 UPSTREAM_REQUIRED_KEYS: dict[str, tuple[str, ...]] = {
@@ -195,7 +204,11 @@ loader is more lenient (docs/thinkingbox.md, "Running our domains under tb infer
 def _missing(path: Path, where: str, value: Any, kind: str) -> list[str]:
     if not isinstance(value, dict):
         return [f"{path} ({where}): expected a mapping, got {type(value).__name__}"]
-    return [f"{path} ({where}): required key {key!r} is missing" for key in UPSTREAM_REQUIRED_KEYS[kind] if key not in value]
+    return [
+        f"{path} ({where}): required key {key!r} is missing"
+        for key in UPSTREAM_REQUIRED_KEYS[kind]
+        if key not in value
+    ]
 
 
 def upstream_schema_problems(root: str | Path) -> list[str]:

@@ -61,7 +61,9 @@ class LoadResult:
         """Raise one TaskFormatError listing every error, if there are any."""
         if self.errors:
             lines = "\n".join(f"  {e}" for e in self.errors)
-            raise TaskFormatError(self.errors[0].path, f"{len(self.errors)} task format error(s):\n{lines}")
+            raise TaskFormatError(
+                self.errors[0].path, f"{len(self.errors)} task format error(s):\n{lines}"
+            )
 
 
 class ThinkingBoxDataset:
@@ -158,8 +160,13 @@ class ThinkingBoxDataset:
         scenario_tags, scenario_skip = flatten_tags(scenario.tags)
         test_tags, test_skip = flatten_tags(cfg.tags)
         rel = raw.path.relative_to(self.root).as_posix()
-        metadata = {**raw.extra.get("metadata", {}), "test_case_file": rel, "test_case_name": raw.name,
-                    "agent": agent_name, "scenario": cfg.scenario}
+        metadata = {
+            **raw.extra.get("metadata", {}),
+            "test_case_file": rel,
+            "test_case_name": raw.name,
+            "agent": agent_name,
+            "scenario": cfg.scenario,
+        }
         if cfg.history is not None:
             metadata["history"] = cfg.history
         task = Task(
@@ -173,13 +180,17 @@ class ThinkingBoxDataset:
             world_state=merge_init(scenario.world_state, cfg.init),
             tools=tuple(ToolOverride(**t.model_dump()) for t in scenario.tools),
             system_instructions=agent.system_instructions,
-            bot_instructions=merge_bot_instructions(scenario.bot_instructions, cfg.bot_instructions),
+            bot_instructions=merge_bot_instructions(
+                scenario.bot_instructions, cfg.bot_instructions
+            ),
             test_code=raw.test_code,
             test_name=raw.name,
             test_file=rel,
             builtin_tools=tuple(builtin_tool_dict(t) for t in agent.builtin_tools),
             tags=tuple(scenario_tags + test_tags),
-            max_user_turns=cfg.max_user_sim_turns if cfg.max_user_sim_turns is not None else DEFAULT_MAX_USER_SIM_TURNS,
+            max_user_turns=cfg.max_user_sim_turns
+            if cfg.max_user_sim_turns is not None
+            else DEFAULT_MAX_USER_SIM_TURNS,
             max_agent_turns=cfg.max_agent_sim_turns,
             metadata=metadata,
             fixtures={**self.fixtures_for(raw.path), **scenario.fixtures},
@@ -228,7 +239,9 @@ def _add_error(result: LoadResult, exc: TaskFormatError) -> None:
         result.errors.append(exc)
 
 
-def _hydrate_into(dataset: ThinkingBoxDataset, raw: RawTestCase, result: LoadResult) -> tuple[Task, bool] | None:
+def _hydrate_into(
+    dataset: ThinkingBoxDataset, raw: RawTestCase, result: LoadResult
+) -> tuple[Task, bool] | None:
     try:
         return dataset.hydrate(raw)
     except TaskFormatError as exc:
@@ -249,15 +262,24 @@ def _load_all(dataset: ThinkingBoxDataset) -> LoadResult:
                 continue
             task, skip = hydrated
             if task.uid in seen:
-                _add_error(result, TaskFormatError(
-                    str(raw.path), f"duplicate uid {task.uid!r} (also in {seen[task.uid]})", line=raw.lineno, field="uid"))
+                _add_error(
+                    result,
+                    TaskFormatError(
+                        str(raw.path),
+                        f"duplicate uid {task.uid!r} (also in {seen[task.uid]})",
+                        line=raw.lineno,
+                        field="uid",
+                    ),
+                )
                 continue
             seen[task.uid] = task.test_file
             (result.skipped.append(task.uid) if skip else result.tasks.append(task))
     return result
 
 
-def _load_listed(dataset: ThinkingBoxDataset, uids: list[str], list_name: str, strict: bool) -> LoadResult:
+def _load_listed(
+    dataset: ThinkingBoxDataset, uids: list[str], list_name: str, strict: bool
+) -> LoadResult:
     result = LoadResult()
     files: dict[str, dict[str, RawTestCase]] = {}
     missing: list[str] = []
@@ -271,7 +293,9 @@ def _load_listed(dataset: ThinkingBoxDataset, uids: list[str], list_name: str, s
         if file_name not in files:
             files[file_name] = _parse_by_name(dataset, file_name, result)
         raw = files[file_name].get(test_name)
-        hydrated = _hydrate_into(dataset, raw, result) if raw is not None and uid not in loaded else None
+        hydrated = (
+            _hydrate_into(dataset, raw, result) if raw is not None and uid not in loaded else None
+        )
         if hydrated is None:
             missing.append(uid)
             continue
@@ -289,7 +313,9 @@ def _load_listed(dataset: ThinkingBoxDataset, uids: list[str], list_name: str, s
     return result
 
 
-def _parse_by_name(dataset: ThinkingBoxDataset, file_name: str, result: LoadResult) -> dict[str, RawTestCase]:
+def _parse_by_name(
+    dataset: ThinkingBoxDataset, file_name: str, result: LoadResult
+) -> dict[str, RawTestCase]:
     try:
         path = dataset.get_testfile_path(file_name)
     except FileNotFoundError:

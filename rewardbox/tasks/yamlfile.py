@@ -44,16 +44,18 @@ UPSTREAM_ENTRY_KEYS = frozenset(CONFIG_FIELDS) | {"uid", "name", "test_code", "m
 DECLARATIVE_ENTRY_KEYS = frozenset(CONFIG_FIELDS) | {"name", "validate"}
 FILE_KEYS = frozenset(CONFIG_FIELDS) | {"tests", "test_cases"}
 
-_CHECKS_SOURCE = '''\
+_CHECKS_SOURCE = """\
 
 from thinkingbox.common import Judge, TestContext
 
 from rewardbox.grading.reward import validate_database, validate_response, validate_rubrics_yesno
-'''
+"""
 """The head of a declarative test's code: the checks come from the reward module, never a copy."""
 
 
-def parse_yaml_test_file(path: Path, text: str | None = None) -> tuple[list[RawTestCase], list[TaskFormatError]]:
+def parse_yaml_test_file(
+    path: Path, text: str | None = None
+) -> tuple[list[RawTestCase], list[TaskFormatError]]:
     """Parse one YAML test file; a broken entry is reported, the others load.
 
     Returns:
@@ -69,7 +71,11 @@ def parse_yaml_test_file(path: Path, text: str | None = None) -> tuple[list[RawT
     if root is None:
         return [], []
     if not isinstance(root, yaml.MappingNode):
-        return [], [TaskFormatError(str(path), "a YAML test file must be a mapping", line=root.start_mark.line + 1)]
+        return [], [
+            TaskFormatError(
+                str(path), "a YAML test file must be a mapping", line=root.start_mark.line + 1
+            )
+        ]
     try:
         _check_keys(root, FILE_KEYS, path)
     except TaskFormatError as exc:
@@ -103,12 +109,18 @@ def _check_keys(node: yaml.MappingNode, allowed: frozenset[str], path: Path) -> 
             )
 
 
-def _entries(root: yaml.MappingNode, section: str, path: Path, errors: list[TaskFormatError]) -> list[yaml.Node]:
+def _entries(
+    root: yaml.MappingNode, section: str, path: Path, errors: list[TaskFormatError]
+) -> list[yaml.Node]:
     for key_node, value in root.value:
         if key_node.value != section:
             continue
         if not isinstance(value, yaml.SequenceNode):
-            errors.append(TaskFormatError(str(path), "must be a list", line=value.start_mark.line + 1, field=section))
+            errors.append(
+                TaskFormatError(
+                    str(path), "must be a list", line=value.start_mark.line + 1, field=section
+                )
+            )
             return []
         return list(value.value)
     return []
@@ -117,11 +129,18 @@ def _entries(root: yaml.MappingNode, section: str, path: Path, errors: list[Task
 def _entry_name(entry: dict[str, Any], keys: tuple[str, ...], line: int, path: Path) -> str:
     name = next((entry[k] for k in keys if entry.get(k)), None)
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise TaskFormatError(str(path), f"test name must be a Python identifier, got {name!r}", line=line, field=keys[0])
+        raise TaskFormatError(
+            str(path),
+            f"test name must be a Python identifier, got {name!r}",
+            line=line,
+            field=keys[0],
+        )
     return name
 
 
-def _entry_mapping(node: yaml.Node, allowed: frozenset[str], path: Path) -> tuple[dict[str, Any], int]:
+def _entry_mapping(
+    node: yaml.Node, allowed: frozenset[str], path: Path
+) -> tuple[dict[str, Any], int]:
     line = node.start_mark.line + 1
     if not isinstance(node, yaml.MappingNode):
         raise TaskFormatError(str(path), "each test entry must be a mapping", line=line)
@@ -134,16 +153,23 @@ def _upstream_entry(node: yaml.Node, defaults: dict[str, Any], path: Path) -> Ra
     name = _entry_name(entry, ("uid", "name"), line, path)
     code = entry.get("test_code")
     if not isinstance(code, str) or not code.strip():
-        raise TaskFormatError(str(path), "test_code must be non-empty Python", line=line, field="test_code")
+        raise TaskFormatError(
+            str(path), "test_code must be non-empty Python", line=line, field="test_code"
+        )
     if TEST_FN_BINDING not in code:
         if f"def {name}(" not in code:
             raise TaskFormatError(
-                str(path), f"test_code neither binds {TEST_FN_BINDING} nor defines {name}()", line=line, field="test_code"
+                str(path),
+                f"test_code neither binds {TEST_FN_BINDING} nor defines {name}()",
+                line=line,
+                field="test_code",
             )
         code = f"{code.rstrip()}\n{TEST_FN_BINDING} = {name}\n"
     config = merge_config(defaults, {k: v for k, v in entry.items() if k in CONFIG_FIELDS})
     extra = {"metadata": entry.get("metadata") or {}}
-    return RawTestCase(name=name, config=config, test_code=code, path=path, lineno=line, extra=extra)
+    return RawTestCase(
+        name=name, config=config, test_code=code, path=path, lineno=line, extra=extra
+    )
 
 
 def _declarative_entry(node: yaml.Node, defaults: dict[str, Any], path: Path) -> RawTestCase:
@@ -163,7 +189,7 @@ def _check_call(item: Any, path: Path, line: int) -> str:
     if item == "rubrics_yesno":
         return "validate_rubrics_yesno(x, judge)"
     if isinstance(item, dict) and len(item) == 1:
-        (kind, arg), = item.items()
+        ((kind, arg),) = item.items()
         if kind == "database" and _is_str_list(arg):
             return f"validate_database(x, {list(arg)!r})"
         if kind == "rubrics_yesno" and _is_str_list(arg):

@@ -19,11 +19,14 @@ from typing import Any
 
 import polars as pl
 
-from rewardbox.grading.tb_messages import count_agent_turns
 from rewardbox.episode.campaign import ROW_SCHEMA
+from rewardbox.grading.tb_messages import count_agent_turns
 from rewardbox.tasks.schema import Task
 
-_REASON_KEYS = ("rewardbox_termination_reason", "rewardbox_finish_reason")  # today's key, then the old one
+_REASON_KEYS = (
+    "rewardbox_termination_reason",
+    "rewardbox_finish_reason",
+)  # today's key, then the old one
 _TRIES_KEYS = ("rewardbox_tries", "rewardbox_attempts")
 _GRADER_FALLBACK = "test raised a non-assertion exception"
 
@@ -37,7 +40,9 @@ class InterchangeError(ValueError):
         self.path, self.line, self.field = str(path), line, field
 
 
-def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None = None) -> pl.DataFrame:
+def import_infer_results(
+    path: str | os.PathLike, tasks: Sequence[Task] | None = None
+) -> pl.DataFrame:
     """The imported rows of :func:`import_infer_report` (uids outside ``tasks`` are left out).
 
     Raises:
@@ -46,8 +51,9 @@ def import_infer_results(path: str | os.PathLike, tasks: Sequence[Task] | None =
     return import_infer_report(path, tasks)[0]
 
 
-def import_infer_report(path: str | os.PathLike,
-                        tasks: Sequence[Task] | None = None) -> tuple[pl.DataFrame, list[str]]:
+def import_infer_report(
+    path: str | os.PathLike, tasks: Sequence[Task] | None = None
+) -> tuple[pl.DataFrame, list[str]]:
     """Read a ``tb infer`` JSONL (``DecodeResult`` rows) as trial rows (``ROW_SCHEMA``).
 
     Per row: ``trial`` = ``metadata.repetition``; ``reward`` / ``passed`` from
@@ -84,7 +90,9 @@ def import_infer_report(path: str | os.PathLike,
         row = _trial_row(obj, Path(path), lineno)
         key = (row["uid"], row["trial"])
         if key in seen:
-            raise InterchangeError(path, lineno, f"(uid, repetition) {key} repeats line {seen[key]}", "uid")
+            raise InterchangeError(
+                path, lineno, f"(uid, repetition) {key} repeats line {seen[key]}", "uid"
+            )
         seen[key] = lineno
         if domains is not None:
             if row["uid"] not in domains:
@@ -93,8 +101,11 @@ def import_infer_report(path: str | os.PathLike,
                 continue
             row["domain"] = domains[row["uid"]]
         rows.append(row)
-    reasons = [f"{uid}: not among the given tasks (screened out or not loaded); {count} line(s) from line {first} "
-               "left out" for uid, (first, count) in left_out.items()]
+    reasons = [
+        f"{uid}: not among the given tasks (screened out or not loaded); {count} line(s) from line {first} "
+        "left out"
+        for uid, (first, count) in left_out.items()
+    ]
     return pl.DataFrame(rows, schema=ROW_SCHEMA), reasons
 
 
@@ -106,14 +117,26 @@ def _iter_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InterchangeError(path, lineno, f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+                raise InterchangeError(
+                    path, lineno, f"not valid JSON: {exc.msg} at column {exc.colno}"
+                ) from None
             if not isinstance(obj, dict):
-                raise InterchangeError(path, lineno, f"expected a JSON object, got {type(obj).__name__}")
+                raise InterchangeError(
+                    path, lineno, f"expected a JSON object, got {type(obj).__name__}"
+                )
             yield lineno, obj
 
 
-def _field(obj: dict[str, Any], name: str, types: type | tuple[type, ...], path: Path, lineno: int,
-           *, required: bool = True, where: str = "") -> Any:
+def _field(
+    obj: dict[str, Any],
+    name: str,
+    types: type | tuple[type, ...],
+    path: Path,
+    lineno: int,
+    *,
+    required: bool = True,
+    where: str = "",
+) -> Any:
     value = obj.get(name)
     label = f"{where}{name}"
     if value is None:
@@ -134,23 +157,40 @@ def _trial_row(obj: dict[str, Any], path: Path, lineno: int) -> dict[str, Any]:
     usage = _field(obj, "usage", list, path, lineno, required=False) or []
     tokens = _usage_totals(usage, path, lineno)
     reward, passed, system_error = _outcome(obj, metadata, path, lineno)
-    duration_s = _field(metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata.")
-    domain = (metadata.get("rewardbox_domain") or ((obj.get("test_tags") or {}).get("domain"))
-              or metadata.get("scenario") or "")
+    duration_s = _field(
+        metadata, "execution_time", (int, float), path, lineno, required=False, where="metadata."
+    )
+    domain = (
+        metadata.get("rewardbox_domain")
+        or ((obj.get("test_tags") or {}).get("domain"))
+        or metadata.get("scenario")
+        or ""
+    )
     ours = next((metadata[key] for key in _REASON_KEYS if metadata.get(key)), None)
     reason = ours or obj.get("finish_reason") or ""
     if obj.get("is_system_error") and not ours:
         reason = "system_error"
     return {
-        "uid": uid, "domain": str(domain), "trial": trial, "reward": reward, "passed": passed,
-        "system_error": system_error, "termination_reason": str(reason),
+        "uid": uid,
+        "domain": str(domain),
+        "trial": trial,
+        "reward": reward,
+        "passed": passed,
+        "system_error": system_error,
+        "termination_reason": str(reason),
         "turns": len(usage) if usage else count_agent_turns(obj.get("messages") or []),
-        **tokens, "duration_s": float(duration_s or 0.0),
+        **tokens,
+        "duration_s": float(duration_s or 0.0),
         "tries": int(next((metadata[key] for key in _TRIES_KEYS if metadata.get(key)), 1)),
-        "system_error_kind": metadata["rewardbox_system_error_kind"] if "rewardbox_system_error_kind" in metadata
-        else ("system_error" if system_error is not None else None),
-        "retried_system_error_kinds": [str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []],
-        "truncated_turns": metadata.get("rewardbox_truncated_turns"),  # None: not recorded (tb infer runs)
+        "system_error_kind": metadata.get(
+            "rewardbox_system_error_kind", "system_error" if system_error is not None else None
+        ),
+        "retried_system_error_kinds": [
+            str(k) for k in metadata.get("rewardbox_retried_system_error_kinds") or []
+        ],
+        "truncated_turns": metadata.get(
+            "rewardbox_truncated_turns"
+        ),  # None: not recorded (tb infer runs)
     }
 
 
@@ -159,16 +199,25 @@ def _usage_totals(usage: list[Any], path: Path, lineno: int) -> dict[str, int]:
     for i, item in enumerate(usage):
         where = f"usage[{i}]."
         if not isinstance(item, dict):
-            raise InterchangeError(path, lineno, f"expected an object, got {type(item).__name__}", f"usage[{i}]")
-        totals["input_tokens"] += _field(item, "input_tokens", int, path, lineno, required=False, where=where) or 0
-        totals["output_tokens"] += _field(item, "output_tokens", int, path, lineno, required=False, where=where) or 0
+            raise InterchangeError(
+                path, lineno, f"expected an object, got {type(item).__name__}", f"usage[{i}]"
+            )
+        totals["input_tokens"] += (
+            _field(item, "input_tokens", int, path, lineno, required=False, where=where) or 0
+        )
+        totals["output_tokens"] += (
+            _field(item, "output_tokens", int, path, lineno, required=False, where=where) or 0
+        )
         details = item.get("input_tokens_details") or {}
-        totals["cached_input_tokens"] += int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        totals["cached_input_tokens"] += (
+            int(details.get("cached_tokens") or 0) if isinstance(details, dict) else 0
+        )
     return totals
 
 
-def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
-             lineno: int) -> tuple[float | None, bool | None, str | None]:
+def _outcome(
+    obj: dict[str, Any], metadata: dict[str, Any], path: Path, lineno: int
+) -> tuple[float | None, bool | None, str | None]:
     """(reward, passed, system_error) of one DecodeResult
     (docs/thinkingbox.md, "System errors in the harness", "Aggregation")."""
     if obj.get("is_system_error"):
@@ -181,9 +230,15 @@ def _outcome(obj: dict[str, Any], metadata: dict[str, Any], path: Path,
     if test.get("is_system_error"):
         meta = test.get("metadata") if isinstance(test.get("metadata"), dict) else {}
         tb_lines = [line for line in str(test.get("tb") or "").splitlines() if line.strip()]
-        return None, None, f"grader: {meta.get('message') or (tb_lines[-1].strip() if tb_lines else _GRADER_FALLBACK)}"
+        return (
+            None,
+            None,
+            f"grader: {meta.get('message') or (tb_lines[-1].strip() if tb_lines else _GRADER_FALLBACK)}",
+        )
     passed = _field(test, "result", bool, path, lineno, where="test_result.")
     reward = float(_field(test, "reward", (int, float), path, lineno, where="test_result."))
     if not 0.0 <= reward <= 1.0:
-        raise InterchangeError(path, lineno, f"reward {reward} is outside [0, 1]", "test_result.reward")
+        raise InterchangeError(
+            path, lineno, f"reward {reward} is outside [0, 1]", "test_result.reward"
+        )
     return reward, passed, None

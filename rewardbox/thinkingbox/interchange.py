@@ -31,15 +31,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.thinkingbox.importer import InterchangeError, import_infer_report, import_infer_results
 from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
+from rewardbox.thinkingbox.importer import (
+    InterchangeError,
+    import_infer_report,
+    import_infer_results,
+)
 
-TB_FINISH_REASONS = ("done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",
-                     "no_user_llm", "skipped")
+TB_FINISH_REASONS = (
+    "done",
+    "end_turn_tool",
+    "agent_error",
+    "agent_limit",
+    "user_limit",
+    "user_done",
+    "no_user_llm",
+    "skipped",
+)
 """``DecodeResult.finish_reason`` values ThinkingBox accepts (``chat_types.FinishReason``)."""
 
 _TO_TB_FINISH = {"context_limit": "agent_limit", "system_error": "done", "": "done"}
@@ -49,7 +60,9 @@ _NULL_SESSION = "00000000-0000-0000-0000-000000000000"
 # ----- export ----------------------------------------------------------------------------
 
 
-def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task], path: str | os.PathLike) -> Path:
+def export_decode_results(
+    results: Sequence[EpisodeResult], tasks: Sequence[Task], path: str | os.PathLike
+) -> Path:
     """Write trials as ThinkingBox ``DecodeResult`` JSONL (one row per result, input order).
 
     Args:
@@ -67,14 +80,20 @@ def export_decode_results(results: Sequence[EpisodeResult], tasks: Sequence[Task
     by_uid = {t.uid: t for t in tasks}
     missing = sorted({r.uid for r in results} - set(by_uid))
     if missing:
-        raise ValueError(f"export_decode_results: no task for uid(s) {missing[:5]} ({len(missing)} in all); "
-                         "pass the tasks the results came from")
+        raise ValueError(
+            f"export_decode_results: no task for uid(s) {missing[:5]} ({len(missing)} in all); "
+            "pass the tasks the results came from"
+        )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         for result in results:
-            f.write(strict_json.dumps(decode_result_row(result, by_uid[result.uid]), ensure_ascii=False, default=str))
+            f.write(
+                strict_json.dumps(
+                    decode_result_row(result, by_uid[result.uid]), ensure_ascii=False, default=str
+                )
+            )
             f.write("\n")
     tmp.replace(path)
     return path
@@ -149,28 +168,41 @@ def _test_result(result: EpisodeResult) -> dict[str, Any] | None:
 def _test_context(result: EpisodeResult, messages: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "response": result.response,
-        "tool_direct_responses": [m["content"] for m in messages
-                                  if m["T"] == "Text" and m["metadata"].get("tag") == "direct"],
+        "tool_direct_responses": [
+            m["content"]
+            for m in messages
+            if m["T"] == "Text" and m["metadata"].get("tag") == "direct"
+        ],
         "effects": _jsonable(result.effects),
         "tool_calls": tb_tool_calls(messages),
         "messages": messages,
         "init_result": {},  # not kept on EpisodeResult
         "session_id": _NULL_SESSION,
-        "metadata": {"uid": result.uid, "repetition": result.trial, "finish_reason": _reason(result)},
+        "metadata": {
+            "uid": result.uid,
+            "repetition": result.trial,
+            "finish_reason": _reason(result),
+        },
     }
 
 
 def tb_test_tags(tags: Sequence[str]) -> dict[str, Any]:
     """Flat tags -> ThinkingBox ``TestCaseTags`` (``domain:``, ``eval:``, ``category:``, ``skip``, labels)."""
-    out: dict[str, Any] = {"labels": [], "category": [], "domain": None, "eval_type": None, "skip": False}
+    out: dict[str, Any] = {
+        "labels": [],
+        "category": [],
+        "domain": None,
+        "eval_type": None,
+        "skip": False,
+    }
     for tag in tags:
         low = tag.lower()
         if low.startswith("domain:"):
-            out["domain"] = low[len("domain:"):]
+            out["domain"] = low[len("domain:") :]
         elif low.startswith("eval:"):
-            out["eval_type"] = low[len("eval:"):]
+            out["eval_type"] = low[len("eval:") :]
         elif low.startswith("category:"):
-            out["category"].append(low[len("category:"):])
+            out["category"].append(low[len("category:") :])
         elif low == "skip":
             out["skip"] = True
         else:
@@ -181,7 +213,9 @@ def tb_test_tags(tags: Sequence[str]) -> dict[str, Any]:
 def _end_turn_names(result: EpisodeResult, task: Task) -> set[str]:
     names = {t["name"] for t in task.builtin_tools if t.get("is_end_turn")}
     names |= {t.name for t in task.tools if t.is_end_turn}
-    return names | {getattr(t, "name", "") for t in result.tools if getattr(t, "is_end_turn", False)}
+    return names | {
+        getattr(t, "name", "") for t in result.tools if getattr(t, "is_end_turn", False)
+    }
 
 
 def _tool_defs(result: EpisodeResult, task: Task) -> list[dict[str, Any]]:
@@ -191,11 +225,26 @@ def _tool_defs(result: EpisodeResult, task: Task) -> list[dict[str, Any]]:
     for spec in result.tools:
         if isinstance(spec, dict):  # already a plain dict (e.g. a reloaded result)
             name, description = spec.get("name", ""), spec.get("description", "")
-            schema, end_turn = spec.get("input_schema") or spec.get("parameters") or {}, spec.get("is_end_turn", False)
+            schema, end_turn = (
+                spec.get("input_schema") or spec.get("parameters") or {},
+                spec.get("is_end_turn", False),
+            )
         else:
-            name, description, schema, end_turn = spec.name, spec.description, spec.input_schema, spec.is_end_turn
-        out.append({"name": name, "description": description, "input_schema": _jsonable(schema),
-                    "direct_response": direct.get(name), "is_end_turn": bool(end_turn)})
+            name, description, schema, end_turn = (
+                spec.name,
+                spec.description,
+                spec.input_schema,
+                spec.is_end_turn,
+            )
+        out.append(
+            {
+                "name": name,
+                "description": description,
+                "input_schema": _jsonable(schema),
+                "direct_response": direct.get(name),
+                "is_end_turn": bool(end_turn),
+            }
+        )
     return out
 
 
@@ -234,7 +283,11 @@ def _metadata(result: EpisodeResult, task: Task, decode_error: bool) -> dict[str
     }
     if decode_error:
         kind, _, message = (result.system_error or "").partition(": ")
-        metadata["error"] = {"type": kind or "system", "message": message or result.system_error, "tb": ""}
+        metadata["error"] = {
+            "type": kind or "system",
+            "message": message or result.system_error,
+            "tb": "",
+        }
     return metadata
 
 
@@ -242,6 +295,14 @@ def _jsonable(value: Any) -> Any:
     return json.loads(strict_json.dumps(value, ensure_ascii=False, default=str))
 
 
-__all__ = ["TB_FINISH_REASONS", "InterchangeError", "decode_result_json", "decode_result_row",
-           "export_decode_results", "import_infer_report", "import_infer_results", "tb_test_tags",
-           "write_decode_lines"]
+__all__ = [
+    "TB_FINISH_REASONS",
+    "InterchangeError",
+    "decode_result_json",
+    "decode_result_row",
+    "export_decode_results",
+    "import_infer_report",
+    "import_infer_results",
+    "tb_test_tags",
+    "write_decode_lines",
+]

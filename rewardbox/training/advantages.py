@@ -144,7 +144,9 @@ def get_advantage_estimator(name: str) -> AdvantageEstimator:
     try:
         return ADVANTAGE_ESTIMATORS[name]
     except KeyError:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}") from None
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; choose from {sorted(ADVANTAGE_ESTIMATORS)}"
+        ) from None
 
 
 def group_advantages_masked(
@@ -177,7 +179,9 @@ def group_advantages_masked(
     for i in valid_idx:
         r = rewards[i]
         if r is None or not math.isfinite(float(r)):
-            raise ValueError(f"reward {i} is marked valid but is {r!r}; mark system errors invalid in valid_mask")
+            raise ValueError(
+                f"reward {i} is marked valid but is {r!r}; mark system errors invalid in valid_mask"
+            )
     out = [0.0] * len(rewards)
     if not valid_idx:
         return out

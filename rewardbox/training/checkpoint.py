@@ -18,8 +18,11 @@ def attach_lora(model, config: GRPOConfig):
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(
-        r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-        target_modules=list(config.lora_target_modules), task_type="CAUSAL_LM",
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.lora_target_modules),
+        task_type="CAUSAL_LM",
     )
     return get_peft_model(model, lora)
 
@@ -98,18 +101,26 @@ def merge_checkpoint(base_dir: Path, adapter_dir: Path, out_dir: Path) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base_dir, adapter_dir, out_dir = Path(base_dir), Path(adapter_dir), Path(out_dir)
-    if (adapter_dir / "config.json").is_file() and not (adapter_dir / "adapter_config.json").exists():
-        return _copy_full_checkpoint(base_dir, adapter_dir, out_dir)  # a full fine-tune: nothing to merge
+    if (adapter_dir / "config.json").is_file() and not (
+        adapter_dir / "adapter_config.json"
+    ).exists():
+        return _copy_full_checkpoint(
+            base_dir, adapter_dir, out_dir
+        )  # a full fine-tune: nothing to merge
     for needed in (base_dir / "config.json", adapter_dir / "adapter_config.json"):
         if not needed.exists():
             raise FileNotFoundError(f"cannot merge: {needed} is missing")
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)  # merged in and saved as fp32
+    base = AutoModelForCausalLM.from_pretrained(
+        base_dir, dtype=torch.float32
+    )  # merged in and saved as fp32
     was_tied = untie_embeddings(base)
     adapted = PeftModel.from_pretrained(base, adapter_dir)
     check_adapter_loaded(adapted, adapter_dir)
     merged = adapted.merge_and_unload()
-    if was_tied and torch_equal(merged.get_output_embeddings().weight, merged.get_input_embeddings().weight):
+    if was_tied and torch_equal(
+        merged.get_output_embeddings().weight, merged.get_input_embeddings().weight
+    ):
         _set_tied(merged, True)
         merged.tie_weights()
     staging = out_dir.with_name(out_dir.name + ".partial")
@@ -147,8 +158,10 @@ def check_adapter_loaded(peft_model, adapter_dir: Path) -> None:
         saved = _lora_names(weights.keys())
     expected = _lora_names(get_peft_model_state_dict(peft_model, save_embedding_layers=False))
     if saved != expected:
-        raise ValueError(f"adapter {adapter_dir} does not match the model peft built from it: not loaded "
-                         f"{sorted(saved - expected)[:5]}, missing {sorted(expected - saved)[:5]}")
+        raise ValueError(
+            f"adapter {adapter_dir} does not match the model peft built from it: not loaded "
+            f"{sorted(saved - expected)[:5]}, missing {sorted(expected - saved)[:5]}"
+        )
 
 
 def _lora_names(names) -> set[str]:
@@ -167,7 +180,9 @@ def untie_embeddings(model) -> bool:
     head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
     if head is None or embedding is None or head.weight is not embedding.weight:
         return False
-    head.weight = torch.nn.Parameter(embedding.weight.detach().clone(), requires_grad=embedding.weight.requires_grad)
+    head.weight = torch.nn.Parameter(
+        embedding.weight.detach().clone(), requires_grad=embedding.weight.requires_grad
+    )
     _set_tied(model, False)
     return True
 
@@ -191,7 +206,9 @@ def _copy_full_checkpoint(base_dir: Path, trained_dir: Path, out_dir: Path) -> P
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    AutoModelForCausalLM.from_pretrained(trained_dir).save_pretrained(out_dir, safe_serialization=True)
+    AutoModelForCausalLM.from_pretrained(trained_dir).save_pretrained(
+        out_dir, safe_serialization=True
+    )
     AutoTokenizer.from_pretrained(base_dir).save_pretrained(out_dir)
     for extra in base_dir.glob("*.jinja"):
         (out_dir / extra.name).write_text(extra.read_text())

@@ -114,16 +114,22 @@ class GRPOConfig(BaseModel):
     seed: int = 0
 
     @model_validator(mode="after")
-    def _known_names(self) -> "GRPOConfig":
+    def _known_names(self) -> GRPOConfig:
         from rewardbox.training.advantages import ADVANTAGE_ESTIMATORS
         from rewardbox.training.losses import LOSS_AGGREGATIONS
 
         if self.advantage_estimator not in ADVANTAGE_ESTIMATORS:
-            raise ValueError(f"advantage_estimator {self.advantage_estimator!r} unknown; "
-                             f"use one of {sorted(ADVANTAGE_ESTIMATORS)}")
+            raise ValueError(
+                f"advantage_estimator {self.advantage_estimator!r} unknown; "
+                f"use one of {sorted(ADVANTAGE_ESTIMATORS)}"
+            )
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
-            raise ValueError(f"loss_aggregation {self.loss_aggregation!r} unknown; "
-                             f"use one of {sorted(LOSS_AGGREGATIONS)}")
+            raise ValueError(
+                f"loss_aggregation {self.loss_aggregation!r} unknown; "
+                f"use one of {sorted(LOSS_AGGREGATIONS)}"
+            )
         if self.learning_rate is None:
-            self.learning_rate = LORA_LEARNING_RATE if self.finetune == "lora" else FULL_LEARNING_RATE
+            self.learning_rate = (
+                LORA_LEARNING_RATE if self.finetune == "lora" else FULL_LEARNING_RATE
+            )
         return self

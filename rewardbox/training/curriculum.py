@@ -43,12 +43,23 @@ class PosteriorTaskSampler(Iterator[Task]):
         ValueError: an empty pool.
     """
 
-    def __init__(self, pool: Sequence[Task], seed: int, prior_counts: Mapping[str, tuple[int, int]] | None = None,
-                 boundaries: Sequence[float] = DEFAULT_BOUNDARIES, drop_band: str = "too_easy"):
+    def __init__(
+        self,
+        pool: Sequence[Task],
+        seed: int,
+        prior_counts: Mapping[str, tuple[int, int]] | None = None,
+        boundaries: Sequence[float] = DEFAULT_BOUNDARIES,
+        drop_band: str = "too_easy",
+    ):
         if not pool:
-            raise ValueError("the training pool is empty: nothing to train on (check task_difficulty bands)")
+            raise ValueError(
+                "the training pool is empty: nothing to train on (check task_difficulty bands)"
+            )
         self.tasks = {t.uid: t for t in pool}
-        self.counts = {uid: tuple(prior_counts.get(uid, (0, 0))) if prior_counts else (0, 0) for uid in self.tasks}
+        self.counts = {
+            uid: tuple(prior_counts.get(uid, (0, 0))) if prior_counts else (0, 0)
+            for uid in self.tasks
+        }
         self.boundaries = tuple(boundaries)
         self.drop_band = drop_band
         self.dropped: set[str] = set()
@@ -60,7 +71,9 @@ class PosteriorTaskSampler(Iterator[Task]):
         return [uid for uid in self.tasks if uid not in self.dropped]
 
     def __next__(self) -> Task:
-        fresh = [uid for uid in self.active() if uid not in self._drawn_since_observe] or self.active()
+        fresh = [
+            uid for uid in self.active() if uid not in self._drawn_since_observe
+        ] or self.active()
         weights = [posterior_variance(*self.counts[uid]) for uid in fresh]
         uid = self._rng.choices(fresh, weights=weights)[0]
         self._drawn_since_observe.add(uid)

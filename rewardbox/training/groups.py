@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import random
-from functools import partial
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.tasks.schema import Task
@@ -103,7 +103,9 @@ class TrialNumbers:
 
     def __init__(self, first_trial: int = 0, first_by_uid: Mapping[str, int] | None = None):
         if first_trial < 0 or any(v < 0 for v in (first_by_uid or {}).values()):
-            raise ValueError(f"first trial numbers must be >= 0, got {first_trial} and {first_by_uid}")
+            raise ValueError(
+                f"first trial numbers must be >= 0, got {first_trial} and {first_by_uid}"
+            )
         self.first_trial = first_trial
         self._next = {uid: max(first_trial, v) for uid, v in (first_by_uid or {}).items()}
         self._ran: set[tuple[str, int]] = set()
@@ -127,7 +129,9 @@ class TrialNumbers:
 def task_stream(pool: Sequence[Task], seed: int) -> Iterator[Task]:
     """Endless shuffled passes over the pool (each pass a fresh permutation)."""
     if not pool:
-        raise ValueError("the training pool is empty: nothing to train on (check task_difficulty bands)")
+        raise ValueError(
+            "the training pool is empty: nothing to train on (check task_difficulty bands)"
+        )
     rng = random.Random(seed)
     while True:
         order = list(pool)
@@ -139,18 +143,27 @@ TRUNCATED_FAILURE_REWARD = 0.0
 """The reward a cut rollout enters the loss with when the budget fits every golden call (a failure)."""
 
 
-def training_rewards(rollouts: Sequence[EpisodeResult], truncation_fails: bool = False) -> list[float | None]:
+def training_rewards(
+    rollouts: Sequence[EpisodeResult], truncation_fails: bool = False
+) -> list[float | None]:
     """The rewards the loss sees, one per rollout: the graded reward, None for a system error, and with
     ``truncation_fails`` ``TRUNCATED_FAILURE_REWARD`` for a rollout with a completion cut by the token
     budget. Used when the budget holds every golden call (``check_token_budget`` passed): a cut
     completion is then the policy running on, a policy failure, and gets a negative advantage
     whenever its group has a better rollout (issue #23 item 3)."""
-    return [None if r.system_error is not None or r.reward is None
-            else TRUNCATED_FAILURE_REWARD if truncation_fails and is_truncated(r) else float(r.reward)
-            for r in rollouts]
+    return [
+        None
+        if r.system_error is not None or r.reward is None
+        else TRUNCATED_FAILURE_REWARD
+        if truncation_fails and is_truncated(r)
+        else float(r.reward)
+        for r in rollouts
+    ]
 
 
-def classify_group(rollouts: Sequence[EpisodeResult], rewards: Sequence[float | None] | None = None) -> str:
+def classify_group(
+    rollouts: Sequence[EpisodeResult], rewards: Sequence[float | None] | None = None
+) -> str:
     """``"system_error"`` if any rollout is one, ``"zero_variance"`` if all rewards equal, else ``"ok"``.
 
     ``rewards``: the rewards to judge (``training_rewards``); default the graded ones."""
@@ -162,7 +175,9 @@ def classify_group(rollouts: Sequence[EpisodeResult], rewards: Sequence[float | 
     return "ok"
 
 
-def classify_masked(rollouts: Sequence[EpisodeResult], rewards: Sequence[float | None] | None = None) -> str:
+def classify_masked(
+    rollouts: Sequence[EpisodeResult], rewards: Sequence[float | None] | None = None
+) -> str:
     """Like :func:`classify_group` over the clean rollouts only: ``"zero_variance"``
     when fewer than two are clean or their rewards are all equal, else ``"ok"``."""
     scored = training_rewards(rollouts) if rewards is None else rewards
@@ -171,7 +186,7 @@ def classify_masked(rollouts: Sequence[EpisodeResult], rewards: Sequence[float |
 
 
 async def rerun_system_errors(
-    task: Task, rollouts: list[EpisodeResult], rollout_fn: RolloutFn, rounds: int, stats: "GroupStats"
+    task: Task, rollouts: list[EpisodeResult], rollout_fn: RolloutFn, rounds: int, stats: GroupStats
 ) -> list[EpisodeResult]:
     """Re-run only the system-error rollouts of one group, same task and trial, up to ``rounds`` times.
 
@@ -193,8 +208,15 @@ async def rerun_system_errors(
 
 
 async def _settle(
-    task: Task, rollouts: list[EpisodeResult], rollout_fn: RolloutFn, refill: str, reruns: int,
-    estimator: str, stats: "GroupStats", observe: ObserveFn | None = None, truncation_fails: bool = False,
+    task: Task,
+    rollouts: list[EpisodeResult],
+    rollout_fn: RolloutFn,
+    refill: str,
+    reruns: int,
+    estimator: str,
+    stats: GroupStats,
+    observe: ObserveFn | None = None,
+    truncation_fails: bool = False,
 ) -> Group | None:
     """One drawn group -> an accepted ``Group`` with advantages, or None (counted in ``stats``).
 
@@ -209,8 +231,14 @@ async def _settle(
     valid = [r.system_error is None for r in rollouts]
     stats.masked_system_errors += valid.count(False) if refill == "rerun" else 0
     scored = training_rewards(rollouts, truncation_fails)
-    stats.truncated_failures += sum(r.reward is not None and s != r.reward for r, s in zip(rollouts, scored))
-    kind = classify_group(rollouts, scored) if refill == "replace" else classify_masked(rollouts, scored)
+    stats.truncated_failures += sum(
+        r.reward is not None and s != r.reward for r, s in zip(rollouts, scored)
+    )
+    kind = (
+        classify_group(rollouts, scored)
+        if refill == "replace"
+        else classify_masked(rollouts, scored)
+    )
     if kind == "system_error":
         stats.system_error += 1
         return None
@@ -257,26 +285,47 @@ async def collect_groups(
         ValueError: an unknown ``system_error_refill``.
     """
     if system_error_refill not in ("rerun", "replace"):
-        raise ValueError(f"system_error_refill must be 'rerun' or 'replace', got {system_error_refill!r}")
+        raise ValueError(
+            f"system_error_refill must be 'rerun' or 'replace', got {system_error_refill!r}"
+        )
     trials = TrialNumbers(trial_offset) if trials is None else trials
     accepted, stats = [], GroupStats()
-    settle = partial(_settle, rollout_fn=rollout_fn, refill=system_error_refill, reruns=max_system_error_reruns,
-                     estimator=estimator, stats=stats, observe=observe, truncation_fails=truncation_fails)
+    settle = partial(
+        _settle,
+        rollout_fn=rollout_fn,
+        refill=system_error_refill,
+        reruns=max_system_error_reruns,
+        estimator=estimator,
+        stats=stats,
+        observe=observe,
+        truncation_fails=truncation_fails,
+    )
     while (missing := groups_wanted - len(accepted)) > 0 and stats.rounds <= max_refill_rounds:
         accepted += await _round(tasks, missing, rollout_fn, trials, group_size, stats, settle)
     return accepted, stats
 
 
-async def _round(tasks: Iterator[Task], missing: int, rollout_fn: RolloutFn, trials: TrialNumbers, group_size: int,
-                 stats: GroupStats, settle: Callable[..., Awaitable[Group | None]]) -> list[Group]:
+async def _round(
+    tasks: Iterator[Task],
+    missing: int,
+    rollout_fn: RolloutFn,
+    trials: TrialNumbers,
+    group_size: int,
+    stats: GroupStats,
+    settle: Callable[..., Awaitable[Group | None]],
+) -> list[Group]:
     """One round of :func:`collect_groups` (rounds count in ``stats.rounds``): ``missing`` fresh tasks, a
     group of rollouts each, settled; the usable groups."""
     drawn = [next(tasks) for _ in range(missing)]
-    runs = [[rollout_fn(task, trial) for trial in trials.draw(task.uid, group_size)] for task in drawn]
+    runs = [
+        [rollout_fn(task, trial) for trial in trials.draw(task.uid, group_size)] for task in drawn
+    ]
     results = await asyncio.gather(*(asyncio.gather(*group) for group in runs))
     stats.rounds += 1
     stats.drawn += len(drawn)
     stats.episodes += sum(len(r) for r in results)
     stats.repeated_trials += trials.record([r for group in results for r in group])
-    settled = await asyncio.gather(*(settle(task, list(rollouts)) for task, rollouts in zip(drawn, results)))
+    settled = await asyncio.gather(
+        *(settle(task, list(rollouts)) for task, rollouts in zip(drawn, results))
+    )
     return [g for g in settled if g is not None]

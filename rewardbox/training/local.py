@@ -39,7 +39,6 @@ from rewardbox.training.groups import TrialNumbers, task_stream
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
-
 RunnerFactory = Callable[[Policy], AbstractAsyncContextManager[Any]]
 """``policy -> async context of an EpisodeRunner`` (the composition root's ``episode_runner``, bound
 to the rollout settings by the runtime floor)."""
@@ -81,8 +80,10 @@ def chat_tokenizer(tokenizer) -> TokenizeTurn:
         positions = [i for i, m in enumerate(rollout.messages) if m.get("role") == "assistant"]
         if index >= len(positions):
             return None, None
-        history = [{k: v for k, v in m.items() if k not in ("is_user_llm", "reasoning_content")}
-                   for m in rollout.messages[: positions[index]]]
+        history = [
+            {k: v for k, v in m.items() if k not in ("is_user_llm", "reasoning_content")}
+            for m in rollout.messages[: positions[index]]
+        ]
         prompt = render_prompt(history, rollout.tools)
         completion = rollout.agent_turns[index].raw_text + END_OF_TURN
         encode = partial(tokenizer, add_special_tokens=False)
@@ -97,15 +98,17 @@ def step_note(metrics: StepMetrics) -> str:
     (cut completions, and cut rollouts scored as failures), repeated trials, bands, seconds."""
     reward = "n/a" if metrics.mean_reward is None else f"{metrics.mean_reward:.3f}"
     short = " SHORT" if metrics.groups < metrics.groups_wanted else ""
-    return (f"step {metrics.step}: groups kept/needed={metrics.groups}/{metrics.groups_wanted}{short} "
-            f"rounds={metrics.refill_rounds} mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
-            f"zero_variance={metrics.zero_variance_frac:.2f} "
-            f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
-            f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
-            f"truncated={metrics.truncated_completions}/{metrics.completions} "
-            f"(rollouts scored as failures {metrics.truncated_failures}) repeated_trials={metrics.repeated_trials} "
-            f"bands=[{metrics.band_histogram}] "
-            f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)")
+    return (
+        f"step {metrics.step}: groups kept/needed={metrics.groups}/{metrics.groups_wanted}{short} "
+        f"rounds={metrics.refill_rounds} mean_reward={reward} (scored rollouts {metrics.scored_rollouts}) "
+        f"zero_variance={metrics.zero_variance_frac:.2f} "
+        f"system_error_groups={metrics.system_error_groups} loss={metrics.loss} "
+        f"logprob_gap_max={metrics.logprob_gap_max} clip_frac={metrics.clip_frac} "
+        f"truncated={metrics.truncated_completions}/{metrics.completions} "
+        f"(rollouts scored as failures {metrics.truncated_failures}) repeated_trials={metrics.repeated_trials} "
+        f"bands=[{metrics.band_histogram}] "
+        f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)"
+    )
 
 
 def _tasks(pool: Sequence[Task], cfg: GRPOConfig, boundaries: Sequence[float], probe: ProbeHistory):
@@ -126,14 +129,22 @@ def run_trials_after_probe(first_trial: int, probe: ProbeHistory) -> TrialNumber
 def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
     from transformers import AutoModelForCausalLM
 
-    emit(log, "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)")
+    emit(
+        log,
+        "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)",
+    )
     model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
     save_trained(model, out_dir, [], cfg)
     return Path(out_dir), TrainingSummary()
 
 
-def _trainee(cfg: GRPOConfig, policy_config: PolicyConfig, base_dir: Path, pool: Sequence[Task],
-             check_budget: BudgetCheck):
+def _trainee(
+    cfg: GRPOConfig,
+    policy_config: PolicyConfig,
+    base_dir: Path,
+    pool: Sequence[Task],
+    check_budget: BudgetCheck,
+):
     """The rollout policy and the model being trained: (policy, model, pad_id, tokenize, guide_index).
 
     On-policy (``policy.kind == "local"``) they are one model and ``tokenize`` is None (the
@@ -148,7 +159,9 @@ def _trainee(cfg: GRPOConfig, policy_config: PolicyConfig, base_dir: Path, pool:
     if policy_config.kind != "local":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        apply_thread_policy("auto")  # this process runs the model being trained (LocalPolicy applies it itself)
+        apply_thread_policy(
+            "auto"
+        )  # this process runs the model being trained (LocalPolicy applies it itself)
 
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
@@ -171,10 +184,16 @@ def on_policy_config(policy_config):
     < 1e-3 in fp32, so GRPO rollouts and the update run in fp32 unless a profile asks for
     bf16 explicitly; probes and evaluation keep ``auto``.
     """
-    return policy_config.model_copy(update={"dtype": "float32"}) if policy_config.dtype == "auto" else policy_config
+    return (
+        policy_config.model_copy(update={"dtype": "float32"})
+        if policy_config.dtype == "auto"
+        else policy_config
+    )
 
 
-def _loss_budget(cfg: GRPOConfig, policy: Policy, max_new_tokens: int, on_policy: bool) -> GRPOConfig:
+def _loss_budget(
+    cfg: GRPOConfig, policy: Policy, max_new_tokens: int, on_policy: bool
+) -> GRPOConfig:
     """``cfg`` with Dr. GRPO's ``L_max`` set to the policy's token budget per agent turn when unset
     (on-policy); ``max_new_tokens`` (the episode's) when the policy has no budget of its own."""
     if cfg.max_response_tokens is not None or not on_policy:
@@ -221,13 +240,21 @@ def train_local_grpo(
     return Path(out_dir), summary
 
 
-async def _run(pool: Sequence[Task], cfg: GRPOConfig, rollouts: RolloutParts, probe: ProbeHistory,
-               trainee: tuple, log: ProgressSink | None) -> TrainingSummary:
+async def _run(
+    pool: Sequence[Task],
+    cfg: GRPOConfig,
+    rollouts: RolloutParts,
+    probe: ProbeHistory,
+    trainee: tuple,
+    log: ProgressSink | None,
+) -> TrainingSummary:
     """GRPO's steps in one executor session (the trainee of :func:`_trainee`, closed after): the
     rollouts of a step (B x G, plus refills) wait for a free slot, so at most
     ``episode.concurrency`` sandboxes are open at once, whatever B x G is."""
     policy, model, pad_id, tokenize, guide_index = trainee
-    progress = Progress(cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False)
+    progress = Progress(
+        cfg.steps, "grpo_checkpoint", log, unit="steps", every_frac=0, outcomes=False
+    )
 
     def after_step(metrics: StepMetrics) -> None:
         if tokenize is None:
@@ -237,10 +264,18 @@ async def _run(pool: Sequence[Task], cfg: GRPOConfig, rollouts: RolloutParts, pr
     executor = LocalExecutor(rollouts.episode.concurrency)
     try:
         async with executor.session(rollouts.runner_factory, policy) as session:
-            return await train_grpo(model, pad_id, _tasks(pool, cfg, rollouts.boundaries, probe), session.run_one,
-                                    cfg, on_step=after_step, tokenize=tokenize, guide_index=guide_index,
-                                    trials=run_trials_after_probe(rollouts.first_trial, probe),
-                                    budget_fits_golden=tokenize is None)
+            return await train_grpo(
+                model,
+                pad_id,
+                _tasks(pool, cfg, rollouts.boundaries, probe),
+                session.run_one,
+                cfg,
+                on_step=after_step,
+                tokenize=tokenize,
+                guide_index=guide_index,
+                trials=run_trials_after_probe(rollouts.first_trial, probe),
+                budget_fits_golden=tokenize is None,
+            )
     finally:
         await policy.aclose()
         progress.close()

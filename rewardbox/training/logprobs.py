@@ -132,8 +132,14 @@ def _allowed(batch: Sequence[Sample], t_max: int, vocab: int, device) -> torch.T
     return allowed
 
 
-def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shared: int,
-                   prefix: SharedPrefix | None = None) -> tuple[torch.Tensor, int]:
+def _hidden_states(
+    model,
+    batch: Sequence[Sample],
+    pad_id: int,
+    device,
+    min_shared: int,
+    prefix: SharedPrefix | None = None,
+) -> tuple[torch.Tensor, int]:
     """Decoder hidden states ``[B, W - n, H]`` of each row after the prompt prefix all rows share, and ``n``.
 
     The shared prefix (``n`` tokens, 0 when shorter than ``min_shared``) runs once
@@ -148,8 +154,12 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
     decoder = model.get_decoder()
     if prefix is not None:
         n = prefix.length
-        cache = DynamicCache([(k.expand(len(batch), -1, -1, -1), v.expand(len(batch), -1, -1, -1))
-                              for k, v in prefix.kv])
+        cache = DynamicCache(
+            [
+                (k.expand(len(batch), -1, -1, -1), v.expand(len(batch), -1, -1, -1))
+                for k, v in prefix.kv
+            ]
+        )
     else:
         n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
         if n < min_shared:
@@ -160,16 +170,27 @@ def _hidden_states(model, batch: Sequence[Sample], pad_id: int, device, min_shar
         cache.batch_repeat_interleave(len(batch))
     rest = [Sample(s.prompt_ids[n:], s.completion_ids, s.advantage) for s in batch]
     suffix_ids, suffix_mask = right_padded(rest, pad_id, device)
-    attention = torch.cat([torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1)
+    attention = torch.cat(
+        [torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1
+    )
     positions = torch.arange(n, n + suffix_ids.shape[1], device=device).expand(len(batch), -1)
-    hidden = decoder(input_ids=suffix_ids, attention_mask=attention, position_ids=positions,
-                     cache=cache, use_cache=True).last_hidden_state
+    hidden = decoder(
+        input_ids=suffix_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+    ).last_hidden_state
     return hidden, n
 
 
 def completion_logprobs(
-    model: torch.nn.Module, batch: Sequence[Sample], pad_id: int, temperature: float = 1.0,
-    min_shared_prefix_tokens: int | None = None, prefix: SharedPrefix | None = None,
+    model: torch.nn.Module,
+    batch: Sequence[Sample],
+    pad_id: int,
+    temperature: float = 1.0,
+    min_shared_prefix_tokens: int | None = None,
+    prefix: SharedPrefix | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs of each completion token under ``guide(logits / temperature)``.
 
@@ -197,10 +218,16 @@ def completion_logprobs(
     if any(not s.prompt_ids or not s.completion_ids for s in batch):
         raise ValueError("every sample needs at least one prompt token and one completion token")
     device = next(model.parameters()).device
-    min_shared = MIN_SHARED_PREFIX_TOKENS if min_shared_prefix_tokens is None else min_shared_prefix_tokens
-    if prefix is not None and any(s.prompt_ids[: prefix.length] != prefix.ids or len(s.prompt_ids) <= prefix.length
-                                  for s in batch):
-        raise ValueError(f"every prompt must start with the {prefix.length}-token shared prefix and extend it")
+    min_shared = (
+        MIN_SHARED_PREFIX_TOKENS if min_shared_prefix_tokens is None else min_shared_prefix_tokens
+    )
+    if prefix is not None and any(
+        s.prompt_ids[: prefix.length] != prefix.ids or len(s.prompt_ids) <= prefix.length
+        for s in batch
+    ):
+        raise ValueError(
+            f"every prompt must start with the {prefix.length}-token shared prefix and extend it"
+        )
     hidden, shared = _hidden_states(model, batch, pad_id, device, min_shared, prefix)
     t_max = max(len(s.completion_ids) for s in batch)
     positions, targets, mask = _completion_index(batch, t_max, shared, device)
@@ -213,8 +240,9 @@ def completion_logprobs(
     return torch.where(mask > 0, logprobs, torch.zeros_like(logprobs)), mask
 
 
-def _completion_index(batch: Sequence[Sample], t_max: int, shared: int,
-                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _completion_index(
+    batch: Sequence[Sample], t_max: int, shared: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(positions, targets, mask)``, each ``[B, t_max]``: the hidden-state position that predicts each
     completion token (``shared`` prefix positions are not in ``hidden``), the token, 1.0 on real tokens."""
     positions = torch.zeros((len(batch), t_max), dtype=torch.long)

@@ -92,8 +92,10 @@ def seq_mean_token_sum_norm(
     width = loss.shape[-1] if max_response_tokens is None else int(max_response_tokens)
     longest = int(mask.sum(dim=-1).max().item()) if mask.numel() else 0
     if width < 1 or width < longest:
-        raise ValueError(f"max_response_tokens must be >= 1 and >= the longest response ({longest} tokens), "
-                         f"got {width}; pass the generation budget (max_new_tokens)")
+        raise ValueError(
+            f"max_response_tokens must be >= 1 and >= the longest response ({longest} tokens), "
+            f"got {width}; pass the generation budget (max_new_tokens)"
+        )
     return _masked(loss, mask).sum() / (loss.shape[0] * width)
 
 
@@ -111,7 +113,9 @@ def _check_shapes(logprobs, old_logprobs, advantages, mask) -> torch.Tensor:
         raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
     for name, tensor in (("old_logprobs", old_logprobs), ("mask", mask)):
         if tensor.shape != logprobs.shape:
-            raise ValueError(f"{name} shape {tuple(tensor.shape)} != logprobs shape {tuple(logprobs.shape)}")
+            raise ValueError(
+                f"{name} shape {tuple(tensor.shape)} != logprobs shape {tuple(logprobs.shape)}"
+            )
     if advantages.dim() == 1 and advantages.shape[0] == logprobs.shape[0]:
         return advantages.unsqueeze(-1)
     if advantages.shape == logprobs.shape:
@@ -159,7 +163,9 @@ def policy_loss(
     if not (0.0 < clip_eps < 1.0 and high > 0.0):
         raise ValueError(f"need 0 < clip_eps < 1 and clip_eps_high > 0, got {clip_eps}, {high}")
     if aggregation not in LOSS_AGGREGATIONS:
-        raise ValueError(f"unknown loss aggregation {aggregation!r}; choose from {sorted(LOSS_AGGREGATIONS)}")
+        raise ValueError(
+            f"unknown loss aggregation {aggregation!r}; choose from {sorted(LOSS_AGGREGATIONS)}"
+        )
     adv = _check_shapes(logprobs, old_logprobs, advantages, mask).detach().float()
     mask_f = mask.to(torch.float32)
     log_ratio = logprobs.float() - old_logprobs.detach().float()
@@ -170,13 +176,20 @@ def policy_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     per_token = -torch.minimum(unclipped, clipped)
-    loss = LOSS_AGGREGATIONS[aggregation](per_token, mask_f, max_response_tokens=max_response_tokens)
+    loss = LOSS_AGGREGATIONS[aggregation](
+        per_token, mask_f, max_response_tokens=max_response_tokens
+    )
     return loss, _clip_stats(ratio, log_ratio, clipped, unclipped, mask_f)
 
 
 @torch.no_grad()
-def _clip_stats(ratio: torch.Tensor, log_ratio: torch.Tensor, clipped: torch.Tensor, unclipped: torch.Tensor,
-                mask_f: torch.Tensor) -> dict[str, float]:
+def _clip_stats(
+    ratio: torch.Tensor,
+    log_ratio: torch.Tensor,
+    clipped: torch.Tensor,
+    unclipped: torch.Tensor,
+    mask_f: torch.Tensor,
+) -> dict[str, float]:
     """The stats of :func:`policy_loss` over masked tokens: clip_frac, ratio_mean, approx_kl, tokens."""
     tokens = mask_f.sum()
     denom = tokens.clamp_min(1.0)
@@ -201,4 +214,6 @@ def token_mean_policy_loss(
     number of masked tokens in the batch``. Shapes and stats as :func:`policy_loss`.
     Masked tokens (``mask = 0``) get exactly zero gradient.
     """
-    return policy_loss(logprobs, old_logprobs, advantages, mask, clip_eps=clip_eps, aggregation="token-mean")
+    return policy_loss(
+        logprobs, old_logprobs, advantages, mask, clip_eps=clip_eps, aggregation="token-mean"
+    )

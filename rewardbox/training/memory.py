@@ -35,7 +35,7 @@ class PeakMemory:
             self.peak_bytes = max(self.peak_bytes, process.memory_info().rss)
             self._stop.wait(self.interval_s)
 
-    def __enter__(self) -> "PeakMemory":
+    def __enter__(self) -> PeakMemory:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         else:

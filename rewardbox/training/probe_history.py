@@ -25,7 +25,7 @@ class ProbeHistory:
     next_trial: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def from_rows(cls, probe_rows: pl.DataFrame) -> "ProbeHistory":
+    def from_rows(cls, probe_rows: pl.DataFrame) -> ProbeHistory:
         """From ``probe_results`` rows (``uid``, ``trial``, ``passed`` or ``reward``, ``system_error``).
 
         Raises:

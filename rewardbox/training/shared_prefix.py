@@ -52,8 +52,12 @@ def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> lis
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
     n = len(samples)
     lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-    adjacent = [common_prefix_len([samples[i].prompt_ids, samples[i + 1].prompt_ids]) for i in range(n - 1)]
-    best = [0] + [None] * n  # best[j]: fewest tokens for samples[:j]; cut[j]: start of its last block
+    adjacent = [
+        common_prefix_len([samples[i].prompt_ids, samples[i + 1].prompt_ids]) for i in range(n - 1)
+    ]
+    best = [0] + [
+        None
+    ] * n  # best[j]: fewest tokens for samples[:j]; cut[j]: start of its last block
     cut, shared = [0] * (n + 1), [0] * (n + 1)
     for j in range(1, n + 1):
         prefix, total = 1 << 62, 0
@@ -81,11 +85,20 @@ def activation_bytes_per_token(model) -> int:
     """
     config = model.config
     itemsize = next(model.parameters()).element_size()
-    return int(config.num_hidden_layers * (16 * config.hidden_size + 4 * config.intermediate_size) * itemsize)
+    return int(
+        config.num_hidden_layers
+        * (16 * config.hidden_size + 4 * config.intermediate_size)
+        * itemsize
+    )
 
 
-def micro_batch_rows(samples: Sequence[Sample], prefix_len: int, most_rows: int, budget_bytes: int | None,
-                     bytes_per_token: int) -> int:
+def micro_batch_rows(
+    samples: Sequence[Sample],
+    prefix_len: int,
+    most_rows: int,
+    budget_bytes: int | None,
+    bytes_per_token: int,
+) -> int:
     """Rows per micro-batch of a block: at most ``most_rows``, and (with a budget) as many of its longest
     rows (tokens after the shared prefix) as fit ``budget_bytes``; at least 1."""
     if budget_bytes is None:
@@ -94,13 +107,19 @@ def micro_batch_rows(samples: Sequence[Sample], prefix_len: int, most_rows: int,
     return max(1, min(most_rows, budget_bytes // max(1, bytes_per_token * longest)))
 
 
-def _encode_prefix(model, ids: list[int]) -> tuple[SharedPrefix, list[tuple[torch.Tensor, torch.Tensor]]]:
+def _encode_prefix(
+    model, ids: list[int]
+) -> tuple[SharedPrefix, list[tuple[torch.Tensor, torch.Tensor]]]:
     """Run the prefix once: (its states as leaf tensors for the micro-batches, the states with their graph)."""
     device = next(model.parameters()).device
-    out = model.get_decoder()(input_ids=torch.tensor([ids], dtype=torch.long, device=device), use_cache=True)
+    out = model.get_decoder()(
+        input_ids=torch.tensor([ids], dtype=torch.long, device=device), use_cache=True
+    )
     graph = [(layer.keys, layer.values) for layer in out.cache.layers]
-    leaves = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
-              for k, v in graph]
+    leaves = [
+        (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+        for k, v in graph
+    ]
     return SharedPrefix(list(ids), leaves), graph
 
 
@@ -117,8 +136,13 @@ def _backward_prefix(prefix: SharedPrefix, graph: list[tuple[torch.Tensor, torch
 
 
 def scored_micro_batches(
-    model, samples: Sequence[Sample], pad_id: int, temperature: float, micro_batch_sequences: int,
-    min_shared: int | None = None, memory_budget_bytes: int | None = None,
+    model,
+    samples: Sequence[Sample],
+    pad_id: int,
+    temperature: float,
+    micro_batch_sequences: int,
+    min_shared: int | None = None,
+    memory_budget_bytes: int | None = None,
 ) -> Iterator[tuple[list[Sample], torch.Tensor, torch.Tensor]]:
     """Yield ``(batch, logprobs [B, T], mask [B, T])`` for micro-batches of at most ``micro_batch_sequences`` rows.
 
@@ -139,14 +163,22 @@ def scored_micro_batches(
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
     per_token = activation_bytes_per_token(model) if memory_budget_bytes is not None else 0
     for block in plan_blocks(samples, min_shared):
-        rows = micro_batch_rows(block.samples, block.prefix_len, micro_batch_sequences, memory_budget_bytes, per_token)
+        rows = micro_batch_rows(
+            block.samples, block.prefix_len, micro_batch_sequences, memory_budget_bytes, per_token
+        )
         prefix, graph = (None, None)
         if block.prefix_len:
             prefix, graph = _encode_prefix(model, block.samples[0].prompt_ids[: block.prefix_len])
         for start in range(0, len(block.samples), rows):
             batch = block.samples[start : start + rows]
-            logprobs, mask = completion_logprobs(model, batch, pad_id, temperature,
-                                                 min_shared_prefix_tokens=min_shared, prefix=prefix)
+            logprobs, mask = completion_logprobs(
+                model,
+                batch,
+                pad_id,
+                temperature,
+                min_shared_prefix_tokens=min_shared,
+                prefix=prefix,
+            )
             yield batch, logprobs, mask
         if prefix is not None:
             _backward_prefix(prefix, graph)

@@ -69,8 +69,16 @@ class TrainingSummary:
     steps: list[StepMetrics] = field(default_factory=list)
 
 
-def step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None, peak: int, t0: float,
-                  groups_wanted: int = 0) -> StepMetrics:
+def step_metrics(
+    step: int,
+    groups,
+    stats,
+    samples,
+    result: OptimiseStats | None,
+    peak: int,
+    t0: float,
+    groups_wanted: int = 0,
+) -> StepMetrics:
     """The metrics of one step from its groups, sampling stats, samples and optimiser result.
 
     ``peak``: peak accelerator memory of the update, bytes; ``t0``: ``time.perf_counter()`` at the
@@ -79,18 +87,29 @@ def step_metrics(step: int, groups, stats, samples, result: OptimiseStats | None
     rollouts = [r for g in groups for r in g.rollouts]
     turns = [t for r in rollouts for t in r.agent_turns]
     return StepMetrics(
-        step=step, mean_reward=stats.mean_reward,
-        zero_variance_frac=stats.zero_variance_frac, system_error_groups=stats.system_error,
-        groups=len(groups), groups_wanted=groups_wanted, episodes=stats.episodes, samples=len(samples),
+        step=step,
+        mean_reward=stats.mean_reward,
+        zero_variance_frac=stats.zero_variance_frac,
+        system_error_groups=stats.system_error,
+        groups=len(groups),
+        groups_wanted=groups_wanted,
+        episodes=stats.episodes,
+        samples=len(samples),
         policy_tokens=sum(len(s.completion_ids) for s in samples),
-        loss=None if result is None else result.loss, duration_s=time.perf_counter() - t0,
-        reruns=stats.reruns, masked_system_errors=stats.masked_system_errors,
-        truncated_completions=sum(t.finish_reason == "length" for t in turns), completions=len(turns),
+        loss=None if result is None else result.loss,
+        duration_s=time.perf_counter() - t0,
+        reruns=stats.reruns,
+        masked_system_errors=stats.masked_system_errors,
+        truncated_completions=sum(t.finish_reason == "length" for t in turns),
+        completions=len(turns),
         truncated_rollouts=sum(is_truncated(r) for r in rollouts),
         logprob_gap_max=None if result is None else result.logprob_gap_max,
         clip_frac=None if result is None else result.clip_frac,
         ratio_mean=None if result is None else result.ratio_mean,
         approx_kl=None if result is None else result.approx_kl,
-        peak_memory_bytes=peak, scored_rollouts=stats.scored_rollouts, refill_rounds=stats.rounds,
-        repeated_trials=stats.repeated_trials, truncated_failures=stats.truncated_failures,
+        peak_memory_bytes=peak,
+        scored_rollouts=stats.scored_rollouts,
+        refill_rounds=stats.rounds,
+        repeated_trials=stats.repeated_trials,
+        truncated_failures=stats.truncated_failures,
     )

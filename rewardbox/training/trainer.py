@@ -32,15 +32,34 @@ from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
-from rewardbox.training.groups import Group, GroupStats, RolloutFn, TrialNumbers, collect_groups, is_truncated
+from rewardbox.training.groups import (
+    Group,
+    GroupStats,
+    RolloutFn,
+    TrialNumbers,
+    collect_groups,
+    is_truncated,
+)
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
 from rewardbox.training.shared_prefix import scored_micro_batches
-from rewardbox.training.step_metrics import OptimiseStats, StepMetrics, TrainingSummary, step_metrics
+from rewardbox.training.step_metrics import (
+    OptimiseStats,
+    StepMetrics,
+    TrainingSummary,
+    step_metrics,
+)
 
-__all__ = ["Sample", "StepMetrics", "TrainingSummary", "completion_logprobs", "group_samples",
-           "optimise_step", "train_grpo"]
+__all__ = [
+    "Sample",
+    "StepMetrics",
+    "TrainingSummary",
+    "completion_logprobs",
+    "group_samples",
+    "optimise_step",
+    "train_grpo",
+]
 
 
 TokenizeTurn = Callable[[EpisodeResult, int], tuple[list[int], list[int]]]
@@ -81,10 +100,24 @@ def group_samples(
                 if ids[0] is None or ids[1] is None or not ids[1]:
                     continue
                 if old is not None and len(old) != len(ids[1]):
-                    raise LogprobLengthError(rollout.uid, rollout.trial, index, len(ids[1]), len(old), "sampler log-probs")
+                    raise LogprobLengthError(
+                        rollout.uid,
+                        rollout.trial,
+                        index,
+                        len(ids[1]),
+                        len(old),
+                        "sampler log-probs",
+                    )
                 masks = guide_masks(guide_index, signatures, ids[1]) if signatures else []
-                samples.append(Sample(list(ids[0]), list(ids[1]), float(advantage),
-                                      None if old is None else list(old), masks))
+                samples.append(
+                    Sample(
+                        list(ids[0]),
+                        list(ids[1]),
+                        float(advantage),
+                        None if old is None else list(old),
+                        masks,
+                    )
+                )
     return samples
 
 
@@ -101,11 +134,15 @@ def _old_logprobs(batch: Sequence[Sample], current: torch.Tensor) -> tuple[torch
             sample.old_logprobs = old[i, : len(sample.completion_ids)].tolist()
         else:
             known = True
-            old[i, : len(sample.completion_ids)] = torch.tensor(sample.old_logprobs, dtype=old.dtype)
+            old[i, : len(sample.completion_ids)] = torch.tensor(
+                sample.old_logprobs, dtype=old.dtype
+            )
     return old, known
 
 
-def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfig, pad_id: int) -> OptimiseStats:
+def optimise_step(
+    model, optimizer, samples: Sequence[Sample], config: GRPOConfig, pad_id: int
+) -> OptimiseStats:
     """One optimiser step over all samples with the chosen aggregation over the whole step.
 
     Each micro-batch's loss is weighted by its share of the step's policy
@@ -122,26 +159,44 @@ def optimise_step(model, optimizer, samples: Sequence[Sample], config: GRPOConfi
     total_tokens = sum(len(s.completion_ids) for s in samples)
     # L_max of seq-mean-token-sum-norm: a constant of the step, never one micro-batch's padded width
     l_max = config.max_response_tokens or max((len(s.completion_ids) for s in samples), default=1)
-    samples = sorted(samples, key=lambda s: s.prompt_ids)  # neighbours share prompt prefixes (computed once)
+    samples = sorted(
+        samples, key=lambda s: s.prompt_ids
+    )  # neighbours share prompt prefixes (computed once)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
     gap: float | None = None
     # each shared prompt prefix runs once per step, its gradient back-propagated once (shared_prefix)
     budget = None if config.micro_batch_memory_mib is None else config.micro_batch_memory_mib << 20
-    for batch, logprobs, mask in scored_micro_batches(model, samples, pad_id, config.temperature,
-                                                      config.micro_batch_sequences, memory_budget_bytes=budget):
+    for batch, logprobs, mask in scored_micro_batches(
+        model,
+        samples,
+        pad_id,
+        config.temperature,
+        config.micro_batch_sequences,
+        memory_budget_bytes=budget,
+    ):
         diff = _micro_step(batch, logprobs, mask, config, l_max, total_tokens, len(samples), totals)
         if diff is not None:
             gap = diff if gap is None else max(gap, diff)
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], config.max_grad_norm)
+    torch.nn.utils.clip_grad_norm_(
+        [p for p in model.parameters() if p.requires_grad], config.max_grad_norm
+    )
     optimizer.step()
     model.eval()
     return OptimiseStats(logprob_gap_max=gap, **totals)
 
 
-def _micro_step(batch: Sequence[Sample], logprobs: torch.Tensor, mask: torch.Tensor, config: GRPOConfig, l_max: int,
-                total_tokens: int, total_samples: int, totals: dict[str, float]) -> float | None:
+def _micro_step(
+    batch: Sequence[Sample],
+    logprobs: torch.Tensor,
+    mask: torch.Tensor,
+    config: GRPOConfig,
+    l_max: int,
+    total_tokens: int,
+    total_samples: int,
+    totals: dict[str, float],
+) -> float | None:
     """Back-propagate one micro-batch's weighted loss and add its share to ``totals``.
 
     Returns the largest sampler-vs-trainer log-prob gap on its tokens, None when no sample
@@ -149,9 +204,18 @@ def _micro_step(batch: Sequence[Sample], logprobs: torch.Tensor, mask: torch.Ten
     """
     old, known = _old_logprobs(batch, logprobs)
     diff = ((logprobs.detach() - old).abs() * mask).max().item() if known else None
-    advantages = torch.tensor([s.advantage for s in batch], dtype=torch.float32, device=logprobs.device)
-    loss, stats = policy_loss(logprobs, old, advantages, mask, clip_eps=config.clip_eps,
-                              aggregation=config.loss_aggregation, max_response_tokens=l_max)
+    advantages = torch.tensor(
+        [s.advantage for s in batch], dtype=torch.float32, device=logprobs.device
+    )
+    loss, stats = policy_loss(
+        logprobs,
+        old,
+        advantages,
+        mask,
+        clip_eps=config.clip_eps,
+        aggregation=config.loss_aggregation,
+        max_response_tokens=l_max,
+    )
     share = mask.sum().item() / total_tokens
     weight = share if config.loss_aggregation == "token-mean" else len(batch) / total_samples
     (loss * weight).backward()
@@ -161,7 +225,9 @@ def _micro_step(batch: Sequence[Sample], logprobs: torch.Tensor, mask: torch.Ten
     return diff
 
 
-def _optimise_epochs(model, optimizer, samples, config: GRPOConfig, pad_id: int) -> OptimiseStats | None:
+def _optimise_epochs(
+    model, optimizer, samples, config: GRPOConfig, pad_id: int
+) -> OptimiseStats | None:
     """``config.ppo_epochs`` optimiser steps on the same samples; the gap comes from the first."""
     if not samples:
         return None
@@ -214,10 +280,14 @@ async def train_grpo(
     for step in range(config.steps):
         t0 = time.perf_counter()
         groups, stats = await _collect(tasks, rollout_fn, config, trials, budget_fits_golden)
-        samples = group_samples(groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index)
+        samples = group_samples(
+            groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index
+        )
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
-        metrics = step_metrics(step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step)
+        metrics = step_metrics(
+            step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step
+        )
         _finish_step(step, metrics, result, tasks)
         summary.steps.append(metrics)
         if on_step is not None:
@@ -231,18 +301,32 @@ def _adamw(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.AdamW:
     return torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
 
 
-def _collect(tasks: Iterator[Task], rollout_fn: RolloutFn, config: GRPOConfig, trials: TrialNumbers,
-             budget_fits_golden: bool) -> Awaitable[tuple[list[Group], GroupStats]]:
+def _collect(
+    tasks: Iterator[Task],
+    rollout_fn: RolloutFn,
+    config: GRPOConfig,
+    trials: TrialNumbers,
+    budget_fits_golden: bool,
+) -> Awaitable[tuple[list[Group], GroupStats]]:
     """One step's groups (``groups.collect_groups`` with the step's settings from ``config``)."""
     return collect_groups(
-        tasks, rollout_fn, group_size=config.group_size, groups_wanted=config.tasks_per_step,
-        max_refill_rounds=config.max_refill_rounds, estimator=config.advantage_estimator,
-        trials=trials, truncation_fails=budget_fits_golden, system_error_refill=config.system_error_refill,
-        max_system_error_reruns=config.max_system_error_reruns, observe=getattr(tasks, "observe", None),
+        tasks,
+        rollout_fn,
+        group_size=config.group_size,
+        groups_wanted=config.tasks_per_step,
+        max_refill_rounds=config.max_refill_rounds,
+        estimator=config.advantage_estimator,
+        trials=trials,
+        truncation_fails=budget_fits_golden,
+        system_error_refill=config.system_error_refill,
+        max_system_error_reruns=config.max_system_error_reruns,
+        observe=getattr(tasks, "observe", None),
     )
 
 
-def _finish_step(step: int, metrics: StepMetrics, result: OptimiseStats | None, tasks: Iterator[Task]) -> None:
+def _finish_step(
+    step: int, metrics: StepMetrics, result: OptimiseStats | None, tasks: Iterator[Task]
+) -> None:
     """Add the task sampler's band histogram (when it keeps one) to ``metrics``; raise
     ``FloatingPointError`` when the step's loss is not finite (NaN or inf)."""
     if hasattr(tasks, "band_histogram"):

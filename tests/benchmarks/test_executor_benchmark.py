@@ -14,20 +14,45 @@ def test_full_size_is_10140_distinct_keys_and_default_is_every_task_x_default_tr
     assert {uid for uid, _ in keys} == {t.uid for t in tasks}
     _, small = campaign_pairs(full=False)
     assert sorted({t.uid for t, _ in small}) == sorted(t.uid for t in tasks)
-    assert len(small) == len(tasks) * DEFAULT_TRIALS and {trial for _, trial in small} == set(range(DEFAULT_TRIALS))
+    assert len(small) == len(tasks) * DEFAULT_TRIALS and {trial for _, trial in small} == set(
+        range(DEFAULT_TRIALS)
+    )
 
 
 def _run(rewards, peak):
-    results = [EpisodeResult(uid=f"u{i}", trial=0, reward=r, passed=r == 1.0) for i, r in enumerate(rewards)]
-    return {"rows": rows_frame([result_row(r, {}) for r in results]), "seconds": 1.0, "episodes_per_s": 10.0,
-            "peak_open_sandboxes": peak, "system_errors": 0}
+    results = [
+        EpisodeResult(uid=f"u{i}", trial=0, reward=r, passed=r == 1.0)
+        for i, r in enumerate(rewards)
+    ]
+    return {
+        "rows": rows_frame([result_row(r, {}) for r in results]),
+        "seconds": 1.0,
+        "episodes_per_s": 10.0,
+        "peak_open_sandboxes": peak,
+        "system_errors": 0,
+    }
 
 
 def test_rows_fail_on_a_reward_mismatch_and_on_a_peak_above_the_bound():
-    good = _rows({"local": _run([1.0, 0.0], 2), "ray x1": _run([1.0, 0.0], 2), "ray x2": _run([1.0, 0.0], 2)}, 2, 1.9)
+    good = _rows(
+        {
+            "local": _run([1.0, 0.0], 2),
+            "ray x1": _run([1.0, 0.0], 2),
+            "ray x2": _run([1.0, 0.0], 2),
+        },
+        2,
+        1.9,
+    )
     assert [r["ok"] for r in good][-2:] == [True, True] and good[2]["ratio"] == 1.0
-    bad = _rows({"local": _run([1.0, 0.0], 2), "ray x1": _run([1.0, 1.0], 2),
-                 "ray x2": _run([1.0, 0.0], CONCURRENCY + 1)}, 2, 1.9)
+    bad = _rows(
+        {
+            "local": _run([1.0, 0.0], 2),
+            "ray x1": _run([1.0, 1.0], 2),
+            "ray x2": _run([1.0, 0.0], CONCURRENCY + 1),
+        },
+        2,
+        1.9,
+    )
     assert [r["ok"] for r in bad][-2:] == [False, False]
 
 

@@ -22,7 +22,9 @@ def test_floor_figures_are_positive_and_bandwidth_is_bytes_over_time():
 def test_attention_and_kv_terms_follow_the_config():
     from transformers import LlamaConfig
 
-    config = LlamaConfig(hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3)
+    config = LlamaConfig(
+        hidden_size=576, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3
+    )
     assert floor.attention_flops_per_token(config, 100) == 4 * 30 * 100 * 576
     assert floor.kv_bytes_per_row(config, 100, 4) == 2 * 30 * 3 * 64 * 100 * 4
 
@@ -44,7 +46,12 @@ def test_gpu_script_dry_run_prints_every_figure_for_both_shapes(capsys):
     out = capsys.readouterr().out
     assert "device cpu" in out and "gemm_fp32_gflops" in out
     for shape in script.SHAPES:
-        for figure in ("prefill", "decode, batch 1,", "decode, batch 8,", "GRPO seconds per scored sample"):
+        for figure in (
+            "prefill",
+            "decode, batch 1,",
+            "decode, batch 8,",
+            "GRPO seconds per scored sample",
+        ):
             line = next((x for x in out.splitlines() if x.startswith(shape) and figure in x), None)
             assert line is not None, (shape, figure, out)
             value = float(re.search(r": ([0-9.e+-]+) (tokens/s|s) ", line).group(1))

@@ -25,8 +25,8 @@ from mcp import Client, StdioServerParameters
 
 from rewardbox.domains import registry
 from rewardbox.domains.base import Domain, ToolRunner
-from rewardbox.domains.server import build_server
 from rewardbox.domains.database import EpisodeDatabase
+from rewardbox.domains.server import build_server
 from rewardbox.grading.canonical import primary_keys
 from rewardbox.sandbox.inprocess import InProcessSandbox
 
@@ -67,10 +67,13 @@ class DomainUnderTest:
 def domain_under_test(name: str) -> DomainUnderTest:
     """The domain ``name`` (``retail``, ``hotel`` or ``helpdesk``)."""
     package = f"rewardbox.domains.{name}"
-    return DomainUnderTest(name, importlib.import_module(f"{package}.domain").DOMAIN,
-                           importlib.import_module(f"{package}.generator"),
-                           SimpleNamespace(build_server=functools.partial(build_server, name)),
-                           importlib.import_module(f"{package}.seed"))
+    return DomainUnderTest(
+        name,
+        importlib.import_module(f"{package}.domain").DOMAIN,
+        importlib.import_module(f"{package}.generator"),
+        SimpleNamespace(build_server=functools.partial(build_server, name)),
+        importlib.import_module(f"{package}.seed"),
+    )
 
 
 @functools.cache
@@ -104,8 +107,9 @@ def env(request: pytest.FixtureRequest) -> Iterable[tuple[EpisodeDatabase, Call]
     db.dispose()
 
 
-def assert_fails_without_writing(env: tuple[EpisodeDatabase, Call], tool: str, args: dict[str, Any],
-                                 error: str) -> None:
+def assert_fails_without_writing(
+    env: tuple[EpisodeDatabase, Call], tool: str, args: dict[str, Any], error: str
+) -> None:
     """The call fails with ``error`` in its message, names the tool, and leaves the database as it was."""
     db, call = env
     before = db.dump()
@@ -114,7 +118,9 @@ def assert_fails_without_writing(env: tuple[EpisodeDatabase, Call], tool: str, a
     assert db.dump() == before
 
 
-def assert_calls_write_nothing(env: tuple[EpisodeDatabase, Call], calls: list[tuple[str, dict[str, Any]]]) -> None:
+def assert_calls_write_nothing(
+    env: tuple[EpisodeDatabase, Call], calls: list[tuple[str, dict[str, Any]]]
+) -> None:
     """Running every ``(tool, args)`` of ``calls`` leaves the database as it was."""
     db, call = env
     before = db.dump()
@@ -136,8 +142,9 @@ class OracleRun:
     outputs: list[str]
 
 
-async def episode_effects(task: dict[str, Any], tools: list[str],
-                          calls: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+async def episode_effects(
+    task: dict[str, Any], tools: list[str], calls: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[str]]:
     """``(effects, tool outputs)`` of one in-process episode of ``task`` that makes ``calls``."""
     (server_name,) = task["world_state"]
     sb = InProcessSandbox()
@@ -187,10 +194,16 @@ def changed_foreign_rows(run: OracleRun, metadata: Any) -> list[tuple[str, tuple
 # -- stdio servers --------------------------------------------------------------------------
 
 
-def run_stdio_server(module: str, session: Callable[[Client], Awaitable[T]], timeout_s: float = 60) -> T:
+def run_stdio_server(
+    module: str, session: Callable[[Client], Awaitable[T]], timeout_s: float = 60
+) -> T:
     """Spawn ``python -m <module> [args]`` (a domain's stdio server) and run ``session(client)`` against it."""
-    params = StdioServerParameters(command=sys.executable, args=["-m", *module.split()], cwd=str(ROOT),
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", *module.split()],
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
     async def go() -> T:
         async with Client(params) as client:

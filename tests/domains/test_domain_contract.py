@@ -27,8 +27,18 @@ from rewardbox.tasks.thinkingbox import load_dataset
 
 from .conftest import DOMAIN_NAMES, domain_tasks, domain_under_test
 
-CONFIG_FIELDS = {"scenario", "query", "user_context", "max_user_sim_turns", "max_agent_sim_turns",
-                 "bot_instructions", "history", "init", "format_query", "tags"}
+CONFIG_FIELDS = {
+    "scenario",
+    "query",
+    "user_context",
+    "max_user_sim_turns",
+    "max_agent_sim_turns",
+    "bot_instructions",
+    "history",
+    "init",
+    "format_query",
+    "tags",
+}
 
 
 @dataclass(frozen=True)
@@ -46,18 +56,51 @@ class Shape:
 
 
 SHAPES = {
-    "retail": Shape("Customer id: ", "Email: ", 10, 100, ("Error",),
-                    lambda t: t["file"] == "retail_cancel.py" and bool(t["response_values"]),
-                    {"path": "orders[ORD-1].status", "type": "value mismatch", "result": "pending",
-                     "golden": "cancelled"}, "Done, {value} will be refunded. <DONE>"),
-    "hotel": Shape("Traveller id: ", "Email: ", 12, 110, ("Error",),
-                   lambda t: t["file"] == "hotel_cancel.py" and bool(t["response_values"]),
-                   {"path": "bookings[BK-1].status", "type": "value mismatch", "result": "confirmed",
-                    "golden": "cancelled"}, "Cancelled; {value} will be refunded. <DONE>"),
-    "helpdesk": Shape("Employee id: ", "Employee id: ", 12, 100, ("Error", "Never fails"),
-                      lambda t: t["family"] == "device_paid",
-                      {"path": "devices[DEV-1].status", "type": "value mismatch", "result": "active",
-                       "golden": "replacement_ordered"}, "Ordered; your department pays {value}. <DONE>"),
+    "retail": Shape(
+        "Customer id: ",
+        "Email: ",
+        10,
+        100,
+        ("Error",),
+        lambda t: t["file"] == "retail_cancel.py" and bool(t["response_values"]),
+        {
+            "path": "orders[ORD-1].status",
+            "type": "value mismatch",
+            "result": "pending",
+            "golden": "cancelled",
+        },
+        "Done, {value} will be refunded. <DONE>",
+    ),
+    "hotel": Shape(
+        "Traveller id: ",
+        "Email: ",
+        12,
+        110,
+        ("Error",),
+        lambda t: t["file"] == "hotel_cancel.py" and bool(t["response_values"]),
+        {
+            "path": "bookings[BK-1].status",
+            "type": "value mismatch",
+            "result": "confirmed",
+            "golden": "cancelled",
+        },
+        "Cancelled; {value} will be refunded. <DONE>",
+    ),
+    "helpdesk": Shape(
+        "Employee id: ",
+        "Employee id: ",
+        12,
+        100,
+        ("Error", "Never fails"),
+        lambda t: t["family"] == "device_paid",
+        {
+            "path": "devices[DEV-1].status",
+            "type": "value mismatch",
+            "result": "active",
+            "golden": "replacement_ordered",
+        },
+        "Ordered; your department pays {value}. <DONE>",
+    ),
 }
 
 each_domain = pytest.mark.parametrize("name", DOMAIN_NAMES)
@@ -68,12 +111,19 @@ def _parse(path: Path) -> tuple[dict, dict[str, dict]]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     defaults, cases = {}, {}
     for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and str(node.value.value).startswith("!"):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and str(node.value.value).startswith("!")
+        ):
             defaults.update(yaml.safe_load(textwrap.dedent(node.value.value[1:])))
         if isinstance(node, ast.FunctionDef):
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
-                    and str(first.value.value).startswith("!"):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and str(first.value.value).startswith("!")
+            ):
                 cases[node.name] = yaml.safe_load(textwrap.dedent(first.value.value[1:]))
     return defaults, cases
 
@@ -82,8 +132,12 @@ def _parse(path: Path) -> tuple[dict, dict[str, dict]]:
 def test_regenerating_gives_the_checked_in_files_byte_for_byte(name, tmp_path):
     d = domain_under_test(name)
     written = d.generator.write_dataset(tmp_path)
-    checked_in = sorted(p for p in d.dataset.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    assert [p.relative_to(tmp_path) for p in written] == [p.relative_to(d.dataset) for p in checked_in]
+    checked_in = sorted(
+        p for p in d.dataset.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert [p.relative_to(tmp_path) for p in written] == [
+        p.relative_to(d.dataset) for p in checked_in
+    ]
     for new in written:
         assert new.read_bytes() == (d.dataset / new.relative_to(tmp_path)).read_bytes(), new.name
 
@@ -127,7 +181,10 @@ def test_the_loader_reads_every_task_as_generated(name):
         assert task.init == spec["init"] and task.world_state == spec["world_state"]
         assert task.tags == (name, *spec["tags"])
         assert [t.name for t in task.tools] == d.tool_names
-        assert task.bot_instructions.strip() == d.domain.policy_text and "<DONE>" in task.system_instructions
+        assert (
+            task.bot_instructions.strip() == d.domain.policy_text
+            and "<DONE>" in task.system_instructions
+        )
         assert f"__tb_test_fn = {spec['name']}" in task.test_code
         for value in spec["response_values"]:
             assert repr(value) in task.test_code
@@ -140,7 +197,9 @@ def test_tags_and_user_facts_match_each_task(name):
     assert set(Counter(t["difficulty"] for t in tasks)) == {"trivial", "easy", "medium", "hard"}
     for t in tasks:
         assert f"difficulty:{t['difficulty']}" in t["tags"] and f"family:{t['family']}" in t["tags"]
-        assert ("expects_write" in t["tags"]) == t["expects_write"] and ("no_write" in t["tags"]) != t["expects_write"]
+        assert ("expects_write" in t["tags"]) == t["expects_write"] and (
+            "no_write" in t["tags"]
+        ) != t["expects_write"]
         assert ("tells_value" in t["tags"]) == bool(t["response_values"])
         ctx = t["user_context"]
         for fact in ("Name: ", "Email: ", shape.id_fact, "Goal: ", "Agrees to proceed: "):
@@ -148,8 +207,11 @@ def test_tags_and_user_facts_match_each_task(name):
         quoted = next(line for line in ctx.splitlines() if line.startswith(shape.quoted_fact))
         # who is writing is in the first message, except in the short asks (the request alone, authoring.short_ask)
         # and questions about one given id; the simulated user still has it (a forgotten email: the name instead)
-        short = t["query"].startswith(("Please ", "Hi, please ")) or t["family"] in ("tell_value", "forgot_email")
-        assert short or quoted[len(shape.quoted_fact):] in t["query"], t["uid"]
+        short = t["query"].startswith(("Please ", "Hi, please ")) or t["family"] in (
+            "tell_value",
+            "forgot_email",
+        )
+        assert short or quoted[len(shape.quoted_fact) :] in t["query"], t["uid"]
 
 
 @pytest.mark.parametrize("name", ["retail", "hotel"])
@@ -174,12 +236,18 @@ def test_training_domains_split_the_tasks_about_one_in_four(name):
 def test_agent_and_scenario_files(name):
     d = domain_under_test(name)
     agent = yaml.safe_load((d.dataset / "agent" / "agent.yaml").read_text())
-    assert "<DONE>" in agent["system_instructions"] and len(agent["system_instructions"].split()) < 120
+    assert (
+        "<DONE>" in agent["system_instructions"] and len(agent["system_instructions"].split()) < 120
+    )
     scenario = yaml.safe_load((d.dataset / "scenario" / f"{name}.yaml").read_text())
-    assert scenario["world_state"] == {d.server_name: {"data_patch": None, "golden_test_case": None}}
+    assert scenario["world_state"] == {
+        d.server_name: {"data_patch": None, "golden_test_case": None}
+    }
     assert [t["name"] for t in scenario["tools"]] == d.tool_names
     assert scenario["bot_instructions"].strip() == d.domain.policy_text
-    assert len(d.domain.policy_text.split()) < 300 and d.seed.TODAY.isoformat() in d.domain.policy_text
+    assert (
+        len(d.domain.policy_text.split()) < 300 and d.seed.TODAY.isoformat() in d.domain.policy_text
+    )
 
 
 @pytest.fixture
@@ -202,8 +270,14 @@ def test_helpers_in_the_test_files_grade_as_specified(name, tb_stub):
     fn = g[spec["name"]]
 
     def ctx(result_hash, response, **extra):
-        effects = {d.server_name: {"result_db_hash": result_hash, "golden_db_hash": "h1",
-                                   "diff": [shape.diff_row], **extra}}
+        effects = {
+            d.server_name: {
+                "result_db_hash": result_hash,
+                "golden_db_hash": "h1",
+                "diff": [shape.diff_row],
+                **extra,
+            }
+        }
         return types.SimpleNamespace(effects=effects, response=response)
 
     value = spec["response_values"][0]

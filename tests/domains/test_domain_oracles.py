@@ -12,7 +12,14 @@ import json
 
 import pytest
 
-from .conftest import DOMAIN_NAMES, changed_foreign_rows, domain_tasks, domain_under_test, golden_calls, oracle_runs
+from .conftest import (
+    DOMAIN_NAMES,
+    changed_foreign_rows,
+    domain_tasks,
+    domain_under_test,
+    golden_calls,
+    oracle_runs,
+)
 
 MIN_TOLD_VALUES = {"retail": 5, "hotel": 8, "helpdesk": 5}
 """At least this many values to tell, over a domain's tasks."""
@@ -27,8 +34,14 @@ def test_golden_replay_reaches_the_golden_state_for_every_task(name):
     for run in runs:
         replayed = run.replayed
         errors = [o for o in run.outputs if "error" in json.loads(o)]
-        if replayed.get("golden_error") or errors or replayed["result_db_hash"] != replayed["golden_db_hash"]:
-            failures.append((run.task["uid"], replayed.get("golden_error"), errors, replayed["diff"][:3]))
+        if (
+            replayed.get("golden_error")
+            or errors
+            or replayed["result_db_hash"] != replayed["golden_db_hash"]
+        ):
+            failures.append(
+                (run.task["uid"], replayed.get("golden_error"), errors, replayed["diff"][:3])
+            )
     assert failures == []
     assert len(runs) == len(domain_tasks(name))
 

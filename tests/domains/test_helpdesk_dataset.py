@@ -24,7 +24,10 @@ def test_both_test_lists_name_every_task_and_load_strictly():
         assert yaml.safe_load(path.read_text()) == uids
         assert [t.uid for t in load_dataset(DATASET, test_list=path).tasks] == uids
     assert {t["split"] for t in TASKS} == {"benchmark"}
-    assert sorted(p.name for p in (DATASET / "testlists").iterdir()) == ["all.yaml", "benchmark.yaml"]
+    assert sorted(p.name for p in (DATASET / "testlists").iterdir()) == [
+        "all.yaml",
+        "benchmark.yaml",
+    ]
 
 
 def test_task_mix_covers_the_difficulty_spectrum():
@@ -32,8 +35,13 @@ def test_task_mix_covers_the_difficulty_spectrum():
     traps = [t for t in TASKS if not t["expects_write"] and not t["response_values"]]
     tell = [t for t in TASKS if t["response_values"]]
     multi = [t for t in TASKS if len(_writes(t)) > 1]
-    explicit = [t for t in TASKS if t["difficulty"] == "trivial" and len(_writes(t)) == 1
-                and all(str(v) in t["query"] for v in _writes(t)[0]["parameters"].values())]
+    explicit = [
+        t
+        for t in TASKS
+        if t["difficulty"] == "trivial"
+        and len(_writes(t)) == 1
+        and all(str(v) in t["query"] for v in _writes(t)[0]["parameters"].values())
+    ]
     assert len(traps) >= 12 and len(tell) >= 6 and len(multi) >= 5 and len(explicit) >= 8
 
 

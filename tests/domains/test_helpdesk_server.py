@@ -39,8 +39,10 @@ def test_in_process_session_agent_writes_are_graded_against_the_golden_state():
     assert half["result_db_hash"] != half["golden_db_hash"] and half["diff"]
     assert full["result_db_hash"] == full["golden_db_hash"] and full["diff"] == []
     assert "audit_events" not in full["result_db_state"]
-    assert json.loads(bad) == {"error": "Input validation failed: device_id: Input should be a valid string",
-                               "tool": "get_device"}
+    assert json.loads(bad) == {
+        "error": "Input validation failed: device_id: Input should be a valid string",
+        "tool": "get_device",
+    }
 
 
 def test_every_build_is_a_fresh_server_with_fresh_state():
@@ -49,19 +51,29 @@ def test_every_build_is_a_fresh_server_with_fresh_state():
             for c in (a, b):
                 await c.call_tool("__reserved__init", {"config": {}})
             await a.call_tool("escalate_ticket", {"ticket_id": "TCK-0002"})
-            return [(await call_json(c, "get_ticket", {"ticket_id": "TCK-0002"}))["escalation_level"] for c in (a, b)]
+            return [
+                (await call_json(c, "get_ticket", {"ticket_id": "TCK-0002"}))["escalation_level"]
+                for c in (a, b)
+            ]
 
     assert asyncio.run(go()) == [2, 1]
 
 
 def test_standalone_stdio_server():
-    config = {"golden_test_case": {"tool_interactions": [
-        {"tool": "reset_password", "parameters": {"employee_id": "EMP-1011"}}]}}
+    config = {
+        "golden_test_case": {
+            "tool_interactions": [
+                {"tool": "reset_password", "parameters": {"employee_id": "EMP-1011"}}
+            ]
+        }
+    }
 
     async def session(client):
         names = [t.name for t in (await client.list_tools()).tools]
         init = await call_text(client, "__reserved__init", {"config": config})
-        verified = await call_json(client, "verify_identity", {"employee_id": "EMP-1011", "badge_number": "B-51570"})
+        verified = await call_json(
+            client, "verify_identity", {"employee_id": "EMP-1011", "badge_number": "B-51570"}
+        )
         await client.call_tool("reset_password", {"employee_id": "EMP-1011"})
         return names, init, verified, await call_json(client, "__reserved__geteffects", {})
 
@@ -69,4 +81,7 @@ def test_standalone_stdio_server():
     assert "reset_password" in names and "__reserved__init" in names
     assert init == "{}" and verified["verified"] is True
     assert effects["result_db_hash"] == effects["golden_db_hash"]
-    assert effects["result_db_hash"] != state_hash(effects["initial_db_state"]) and effects["diff"] == []
+    assert (
+        effects["result_db_hash"] != state_hash(effects["initial_db_state"])
+        and effects["diff"] == []
+    )

@@ -10,7 +10,13 @@ from rewardbox.grading.canonical import state_hash
 from .conftest import call_json, call_text, domain_tasks, golden_calls, run_stdio_server
 
 TASKS = domain_tasks("hotel")
-WRITE_TOOLS = {"request_approval", "change_room", "cancel_booking", "redeem_credits", "award_credits"}
+WRITE_TOOLS = {
+    "request_approval",
+    "change_room",
+    "cancel_booking",
+    "redeem_credits",
+    "award_credits",
+}
 
 
 def test_task_mix():
@@ -44,5 +50,9 @@ def test_standalone_stdio_server():
     names, init, effects = run_stdio_server("rewardbox.domains.server hotel", session)
     assert "change_room" in names and "__reserved__init" in names
     assert init == "{}"
-    assert effects["result_db_hash"] == effects["golden_db_hash"] != state_hash(effects["initial_db_state"])
+    assert (
+        effects["result_db_hash"]
+        == effects["golden_db_hash"]
+        != state_hash(effects["initial_db_state"])
+    )
     assert effects["diff"] == []

@@ -7,4 +7,6 @@ from .conftest import domain_tasks, golden_calls
 
 def test_golden_trajectories_identify_the_traveller_first():
     for task in domain_tasks("hotel"):
-        assert golden_calls(task)[0]["tool"] == "find_traveller", task["uid"]  # identify the traveller first (policy)
+        assert golden_calls(task)[0]["tool"] == "find_traveller", task[
+            "uid"
+        ]  # identify the traveller first (policy)

@@ -33,12 +33,18 @@ def test_helpdesk_wrong_owner_is_refused_only_because_of_the_owner():
         caller = golden_calls(task)[0]["parameters"]["employee_id"]
         target = re.search(r"(DEV|TCK|AR)-\d{4}", task["query"]).group()
         kind = target.split("-")[0]
-        owner = next(r["employee_id"] for table in ("devices", "tickets", "access_requests")
-                     for r in _patch(task).get(table, []) if target in r.values())
+        owner = next(
+            r["employee_id"]
+            for table in ("devices", "tickets", "access_requests")
+            for r in _patch(task).get(table, [])
+            if target in r.values()
+        )
         assert owner != caller, task["uid"]
-        tempting = {"DEV": ("order_replacement", {"device_id": target, "billing": "warranty"}),
-                    "TCK": ("escalate_ticket", {"ticket_id": target}),
-                    "AR": ("grant_access", {"request_id": target})}[kind]
+        tempting = {
+            "DEV": ("order_replacement", {"device_id": target, "billing": "warranty"}),
+            "TCK": ("escalate_ticket", {"ticket_id": target}),
+            "AR": ("grant_access", {"request_id": target}),
+        }[kind]
         calls = [*golden_calls(task), {"tool": tempting[0], "parameters": tempting[1]}]
         _, error = build_golden_state(runner, _patch(task), calls)
         assert error is None, (task["uid"], error)
@@ -61,7 +67,9 @@ def test_hotel_credits_only_when_asked():
     assert goodwill and quiet
     asks = re.compile(r"compensat|offer me|goodwill credits", re.IGNORECASE)
     for task in goodwill:
-        assert asks.search(task["query"]) and any(c["tool"] == "award_credits" for c in golden_calls(task))
+        assert asks.search(task["query"]) and any(
+            c["tool"] == "award_credits" for c in golden_calls(task)
+        )
     for task in quiet:
         assert not asks.search(task["query"]) and not task["expects_write"], task["uid"]
     policy = domain_under_test("hotel").domain.policy_text

@@ -31,9 +31,14 @@ def test_the_right_answer_passes_and_the_other_value_fails(name):
         right = "Here you go: " + " and ".join(_first(a) for a in expect) + "."
         assert response_problems(right, expect, reject) == [], task["uid"]
         for wrong in reject:
-            other = right.replace(_first(expect[0]), wrong) if len(expect) == 1 else f"It is {wrong}."
+            other = (
+                right.replace(_first(expect[0]), wrong) if len(expect) == 1 else f"It is {wrong}."
+            )
             assert response_problems(other, expect, reject), (task["uid"], other)
-            assert response_problems(right + f" Or maybe {wrong}.", expect, reject), (task["uid"], wrong)
+            assert response_problems(right + f" Or maybe {wrong}.", expect, reject), (
+                task["uid"],
+                wrong,
+            )
         rejecting += bool(reject)
     assert rejecting >= MIN_REJECTING_TASKS[name]
 
@@ -54,8 +59,12 @@ def test_the_negation_and_a_longer_number_fail(name):
 
 def test_issue_cases_fail_as_the_issue_says():
     status = next(t for t in _told("retail") if t["response_values"] == ["shipped"])
-    assert response_problems("Your order is not shipped yet.", status["response_values"], status["response_reject"])
+    assert response_problems(
+        "Your order is not shipped yet.", status["response_values"], status["response_reject"]
+    )
     for task in (t for t in _told("hotel") if t["family"] == "cancel_fee_tell"):
         (booking,) = next(iter(task["init"].values()))["data_patch"]["bookings"]
         fee = str(booking["nightly_rate"])  # a late cancellation costs one night
-        assert response_problems(f"The cancellation fee is {fee}.", task["response_values"], []), task["uid"]
+        assert response_problems(f"The cancellation fee is {fee}.", task["response_values"], []), (
+            task["uid"]
+        )

@@ -12,6 +12,10 @@ def test_task_mix():
     assert len(TASKS) >= 40
     traps = [t for t in TASKS if not t["expects_write"] and not t["response_values"]]
     tell = [t for t in TASKS if t["response_values"]]
-    multi = [t for t in TASKS if sum(i["tool"] in WRITE_TOOLS for i in golden_calls(t)) > 1
-             or any(len(i["parameters"].get("item_ids", [])) > 1 for i in golden_calls(t))]
+    multi = [
+        t
+        for t in TASKS
+        if sum(i["tool"] in WRITE_TOOLS for i in golden_calls(t)) > 1
+        or any(len(i["parameters"].get("item_ids", [])) > 1 for i in golden_calls(t))
+    ]
     assert len(traps) >= 8 and len(tell) >= 4 and len(multi) >= 4

@@ -22,7 +22,9 @@ def test_some_tasks_write_three_or_more_times_over_several_records_and_trivial_o
     deep = []
     for task in domain_tasks(name):
         writes = _writes(name, task)
-        records = {c["parameters"][p] for c in writes for p in RECORD_PARAMS if p in c["parameters"]}
+        records = {
+            c["parameters"][p] for c in writes for p in RECORD_PARAMS if p in c["parameters"]
+        }
         if len(writes) >= 3 and len(records) >= 2:
             deep.append(task["uid"])
     assert len(deep) >= 4
@@ -36,7 +38,9 @@ def test_retail_forgotten_email_is_found_by_name_and_postal_code():
     for task in tasks:
         (config,) = task["world_state"].values()
         (customer,) = config["data_patch"]["customers"]
-        assert customer["email"] not in task["query"] and customer["email"] not in task["user_context"]
+        assert (
+            customer["email"] not in task["query"] and customer["email"] not in task["user_context"]
+        )
         assert golden_calls(task)[0]["tool"] == "find_customer_by_name", task["uid"]
 
 
@@ -49,7 +53,9 @@ def test_a_change_of_mind_writes_only_the_corrected_record(name):
         (write,) = _writes(name, task)
         named = [w for w in task["query"].split() if w.strip(".,:;").startswith(("ORD-", "BK-"))]
         first = named[0].strip(".,:;")
-        assert write["parameters"][key] != first and write["parameters"][key] in task["query"], task["uid"]
+        assert write["parameters"][key] != first and write["parameters"][key] in task["query"], (
+            task["uid"]
+        )
 
 
 def test_retail_conditional_cancel_writes_what_the_status_calls_for():
@@ -58,5 +64,9 @@ def test_retail_conditional_cancel_writes_what_the_status_calls_for():
         (config,) = task["world_state"].values()
         status = config["data_patch"]["orders"][0]["status"]
         tools[status] = [c["tool"] for c in _writes("retail", task)]
-    assert tools == {"processing": ["cancel_order"], "pending": ["cancel_order"],
-                     "delivered": ["return_items"], "shipped": []}
+    assert tools == {
+        "processing": ["cancel_order"],
+        "pending": ["cancel_order"],
+        "delivered": ["return_items"],
+        "shipped": [],
+    }

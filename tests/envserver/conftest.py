@@ -34,10 +34,10 @@ class Served:
     """A running server: its base URL and the services behind it (tasks by uid)."""
 
     url: str
-    services: "EnvServices"
+    services: EnvServices
 
 
-def serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
+def serve(services: EnvServices, max_sessions: int = 8) -> Iterator[Served]:
     import uvicorn
 
     from rewardbox.envserver.app import build_app
@@ -46,7 +46,9 @@ def serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(build_app(services, max_sessions=max_sessions), log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        build_app(services, max_sessions=max_sessions), log_level="warning", lifespan="on"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -63,7 +65,7 @@ def serve(services: "EnvServices", max_sessions: int = 8) -> Iterator[Served]:
         sock.close()
 
 
-def _services(domains: list[str]) -> "EnvServices":
+def _services(domains: list[str]) -> EnvServices:
     from rewardbox.envserver.services import build_services
     from rewardbox.runtime.verl_services import load_served_tasks, loop_services
 
@@ -128,7 +130,10 @@ def crashing_server() -> Iterator[Served]:
     services.sandbox_factory = lambda: CrashingSandbox(inner_factory())
     task = services.tasks[CRASH_ON_START_TASK]
     first_server = next(iter(task.world_state))
-    world_state = {**task.world_state, first_server: {**task.world_state[first_server], "crash_on_start": True}}
+    world_state = {
+        **task.world_state,
+        first_server: {**task.world_state[first_server], "crash_on_start": True},
+    }
     from dataclasses import replace
 
     services.tasks[CRASH_ON_START_TASK] = replace(task, world_state=world_state)

@@ -12,7 +12,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+pytest.importorskip(
+    "openenv.core", reason="the environment server needs the 'env' extra (openenv-core)"
+)
 
 
 from rewardbox.envserver.__main__ import main
@@ -32,8 +34,23 @@ def test_the_cli_serves_a_thinkingbox_dataset_directory_until_stopped():
 
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "rewardbox.envserver", "--dataset", str(dataset_dir("hotel")), "--profile", "test",
-                             "--port", str(port)], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rewardbox.envserver",
+            "--dataset",
+            str(dataset_dir("hotel")),
+            "--profile",
+            "test",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline, tasks = time.monotonic() + 90, None
         while tasks is None and time.monotonic() < deadline and proc.poll() is None:
@@ -43,7 +60,9 @@ def test_the_cli_serves_a_thinkingbox_dataset_directory_until_stopped():
                 time.sleep(0.3)
         assert proc.poll() is None, proc.stdout.read().decode()
         assert tasks and all(t["uid"].startswith("hotel_") for t in tasks)
-        assert httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()["name"] == "rewardbox"
+        assert (
+            httpx.get(f"http://127.0.0.1:{port}/metadata", timeout=5).json()["name"] == "rewardbox"
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+pytest.importorskip(
+    "openenv.core", reason="the environment server needs the 'env' extra (openenv-core)"
+)
 
 from rewardbox.tasks.config import TaskSource
 from rewardbox.tasks.sources import load_sources
@@ -29,7 +31,11 @@ def python_blocks(path: Path) -> list[str]:
 
 def named_uids() -> dict[str, set[str]]:
     """uid -> files that name it, over README.md, docs/ and the package's docstrings."""
-    files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "rewardbox").rglob("*.py"))]
+    files = [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        *sorted((REPO / "rewardbox").rglob("*.py")),
+    ]
     found: dict[str, set[str]] = {}
     for path in files:
         for uid in set(UID.findall(path.read_text(encoding="utf-8"))) - PLACEHOLDERS:
@@ -38,11 +44,17 @@ def named_uids() -> dict[str, set[str]]:
 
 
 def test_every_task_uid_the_docs_name_exists():
-    domains = [p.name for p in (REPO / "rewardbox" / "domains").iterdir() if (p / "__init__.py").exists()]
+    domains = [
+        p.name for p in (REPO / "rewardbox" / "domains").iterdir() if (p / "__init__.py").exists()
+    ]
     loaded = load_sources([TaskSource(dataset=f"embedded:{d}") for d in domains], "candidate")
     named = named_uids()
-    assert "retail_address.py:test_retail_address_change_01" in named  # the scan sees the doc's example
-    missing = {uid: files for uid, files in named.items() if uid not in {t.uid for t in loaded.tasks}}
+    assert (
+        "retail_address.py:test_retail_address_change_01" in named
+    )  # the scan sees the doc's example
+    missing = {
+        uid: files for uid, files in named.items() if uid not in {t.uid for t in loaded.tasks}
+    }
     assert not missing, f"task uids named in the docs that no embedded domain has: {missing}"
 
 
@@ -61,5 +73,7 @@ def test_the_python_client_example_runs_as_written(served):
         exec(compile(block.replace(DOC_URL, served.url), str(DOC), "exec"), {})  # noqa: S102 - the doc's own code
     lines = out.getvalue().splitlines()
     assert "find_customer" in lines[0]
-    assert "ana.diaz@mail.test" in lines[1] or "CUS-" in lines[1]  # the tool's output names the customer
+    assert (
+        "ana.diaz@mail.test" in lines[1] or "CUS-" in lines[1]
+    )  # the tool's output names the customer
     assert lines[-1] == "True 0.0 finished"  # as the doc's comment says: no address was changed

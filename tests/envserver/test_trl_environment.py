@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("openenv.core", reason="the environment server needs the 'env' extra (openenv-core)")
+pytest.importorskip(
+    "openenv.core", reason="the environment server needs the 'env' extra (openenv-core)"
+)
 
 from transformers.utils import get_json_schema
 
@@ -20,7 +22,9 @@ from .conftest import ADDRESS_TASK
 
 @pytest.fixture(scope="module")
 def trl_setup(served):
-    rows, tools = task_rows(served.url, [ADDRESS_TASK, "retail_address.py:test_retail_address_change_02"])
+    rows, tools = task_rows(
+        served.url, [ADDRESS_TASK, "retail_address.py:test_retail_address_change_02"]
+    )
     return rows, tools, environment_class(served.url, tools)
 
 
@@ -40,9 +44,14 @@ def test_generated_methods_give_trl_the_servers_tool_schemas(trl_setup):
         expected = tool["function"]["parameters"]
         produced = get_json_schema(getattr(env, tool["function"]["name"]))["function"]["parameters"]
         assert set(produced["properties"]) == set(expected["properties"]), tool["function"]["name"]
-        assert set(produced.get("required", [])) == set(expected.get("required", [])), tool["function"]["name"]
+        assert set(produced.get("required", [])) == set(expected.get("required", [])), tool[
+            "function"
+        ]["name"]
         for arg, spec in expected["properties"].items():
-            assert produced["properties"][arg]["type"] == spec["type"], (tool["function"]["name"], arg)
+            assert produced["properties"][arg]["type"] == spec["type"], (
+                tool["function"]["name"],
+                arg,
+            )
             if "enum" in spec:
                 assert produced["properties"][arg]["enum"] == spec["enum"]
     schema = get_json_schema(env.reply_to_user)["function"]
@@ -56,10 +65,15 @@ def test_an_episode_through_the_tool_methods_gets_the_graders_reward(served, trl
     try:
         golden.reset(task_uid=ADDRESS_TASK, prompt=[])
         null.reset(task_uid=ADDRESS_TASK, prompt=[])
-        outputs = [getattr(golden, tool)(**arguments) for _server, tool, arguments in task.golden_interactions()]
+        outputs = [
+            getattr(golden, tool)(**arguments)
+            for _server, tool, arguments in task.golden_interactions()
+        ]
         assert "ADR-2017-W" in outputs[-1]
-        completions = [[{"role": "assistant", "content": "Your order now ships to the new address."}],
-                       [{"role": "assistant", "content": "I cannot help with that."}]]
+        completions = [
+            [{"role": "assistant", "content": "Your order now ships to the new address."}],
+            [{"role": "assistant", "content": "I cannot help with that."}],
+        ]
         assert rewardbox_reward(environments=[golden, null], completions=completions) == [1.0, 0.0]
         with pytest.raises(EpisodeOverError):
             golden.find_customer(email="ana.diaz@mail.test")

@@ -26,12 +26,21 @@ from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.run import run_trials_async
 from rewardbox.grading.execute import evaluate_test_code
 from rewardbox.policy.scripted import GoldenReplayPolicy
-from rewardbox.tasks.sources import load_benchmark
 from rewardbox.runtime.compose import campaign_parts
+from rewardbox.tasks.sources import load_benchmark
 
 TRIALS = 12
 KILLS = 20
-COMPARED = ["uid", "domain", "trial", "reward", "passed", "system_error", "termination_reason", "turns"]
+COMPARED = [
+    "uid",
+    "domain",
+    "trial",
+    "reward",
+    "passed",
+    "system_error",
+    "termination_reason",
+    "turns",
+]
 
 
 class InlineGrader:
@@ -45,24 +54,45 @@ def _campaign(journal_dir: str, tasks, profile, started: str) -> None:
     """One campaign process: announces its start (with the time), then runs or resumes the campaign."""
     journal = CampaignJournal.open(journal_dir, ROW_SCHEMA)
     Path(started).write_text(str(time.perf_counter()))
-    asyncio.run(run_trials_async(tasks, TRIALS, GoldenReplayPolicy(), campaign_parts(profile), journal=journal, grader=InlineGrader()))
+    asyncio.run(
+        run_trials_async(
+            tasks,
+            TRIALS,
+            GoldenReplayPolicy(),
+            campaign_parts(profile),
+            journal=journal,
+            grader=InlineGrader(),
+        )
+    )
     Path(started).with_suffix(".done").write_text(str(time.perf_counter()))
     os._exit(0)
 
 
 _CONTEXT = multiprocessing.get_context("forkserver")
-_CONTEXT.set_forkserver_preload([
-    "polars", "mcp.client.session", "mcp.server.mcpserver", "rewardbox.episode.run",
-    "rewardbox.grading.testrunner", "rewardbox.policy.scripted", "rewardbox.episode.journal",
-    "rewardbox.sandbox.inprocess", "rewardbox.domains.server", "rewardbox.domains.retail.domain",
-    "rewardbox.domains.hotel.domain", "rewardbox.domains.helpdesk.domain",
-])
+_CONTEXT.set_forkserver_preload(
+    [
+        "polars",
+        "mcp.client.session",
+        "mcp.server.mcpserver",
+        "rewardbox.episode.run",
+        "rewardbox.grading.testrunner",
+        "rewardbox.policy.scripted",
+        "rewardbox.episode.journal",
+        "rewardbox.sandbox.inprocess",
+        "rewardbox.domains.server",
+        "rewardbox.domains.retail.domain",
+        "rewardbox.domains.hotel.domain",
+        "rewardbox.domains.helpdesk.domain",
+    ]
+)
 
 
 def _start(journal_dir: Path, tasks, profile) -> tuple[multiprocessing.Process, Path]:
     """Start a campaign process; return once it has opened its journal and begun the campaign."""
     started = journal_dir.parent / f"started-{time.perf_counter_ns()}.txt"
-    process = _CONTEXT.Process(target=_campaign, args=(str(journal_dir), tasks, profile, str(started)))
+    process = _CONTEXT.Process(
+        target=_campaign, args=(str(journal_dir), tasks, profile, str(started))
+    )
     process.start()
     while not started.exists() and process.is_alive():
         time.sleep(0.005)
@@ -102,7 +132,9 @@ def test_sigkill_at_20_random_moments_then_resume_matches_an_uninterrupted_run(t
         process.join()
         killed_mid_run += process.exitcode == -signal.SIGKILL
         durable.append(CampaignJournal(journal_dir, ROW_SCHEMA).all_rows().height)
-    (journal_dir / "shard-99999999999999999999-0-000000.parquet.tmp").write_bytes(b"PAR1 torn write")
+    (journal_dir / "shard-99999999999999999999-0-000000.parquet.tmp").write_bytes(
+        b"PAR1 torn write"
+    )
     final, _ = _start(journal_dir, tasks, profile)
     final.join()
 
@@ -110,9 +142,11 @@ def test_sigkill_at_20_random_moments_then_resume_matches_an_uninterrupted_run(t
     every_row = journal.all_rows()
     rows = journal.rows(expected)
     duplicates = every_row.height - every_row.select("uid", "trial").n_unique()
-    print(f"\ncampaign {len(expected)} keys, uninterrupted {full_s:.2f} s; {killed_mid_run}/{KILLS} kills landed "
-          f"mid-run; durable rows after each kill {durable}; rows lost "
-          f"{len(coverage_problems(rows, expected))}; duplicates {duplicates}")
+    print(
+        f"\ncampaign {len(expected)} keys, uninterrupted {full_s:.2f} s; {killed_mid_run}/{KILLS} kills landed "
+        f"mid-run; durable rows after each kill {durable}; rows lost "
+        f"{len(coverage_problems(rows, expected))}; duplicates {duplicates}"
+    )
     assert final.exitcode == 0 and killed_mid_run == KILLS
     assert coverage_problems(rows, expected) == [] and duplicates == 0
     assert durable == sorted(durable)  # a kill never removes a durable row
@@ -124,14 +158,25 @@ def test_resume_reruns_only_missing_and_system_error_keys(tmp_path):
     journal = CampaignJournal.open(tmp_path, ROW_SCHEMA)
     base = {"domain": "d", "reward": 1.0, "passed": True, "retried_system_error_kinds": []}
     journal.append({**base, "uid": "a", "trial": 0})
-    journal.append({**base, "uid": "a", "trial": 1, "reward": None, "passed": None,
-                    "system_error": "sandbox: died", "system_error_kind": "sandbox_crash"})
+    journal.append(
+        {
+            **base,
+            "uid": "a",
+            "trial": 1,
+            "reward": None,
+            "passed": None,
+            "system_error": "sandbox: died",
+            "system_error_kind": "sandbox_crash",
+        }
+    )
     keys = [("a", 0), ("a", 1), ("b", 0)]
     assert journal.todo(keys) == [("a", 1), ("b", 0)]
     journal.append({**base, "uid": "a", "trial": 1})  # the repaired attempt
     rows = journal.rows(keys)
     assert rows.select("uid", "trial").rows() == [("a", 0), ("a", 1)]
-    assert rows["system_error"].null_count() == 2  # the clean row wins over the earlier system error
+    assert (
+        rows["system_error"].null_count() == 2
+    )  # the clean row wins over the earlier system error
     with pytest.raises(ValueError, match="not in the schema"):
         journal.append({**base, "uid": "c", "trial": 0, "api_key": "x"})
     assert pl.read_parquet(next(tmp_path.glob("shard-*.parquet"))).height == 1

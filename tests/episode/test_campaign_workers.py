@@ -27,13 +27,26 @@ def test_workers_bound_concurrency_keep_key_order_and_drop_full_results():
         peak = max(peak, in_flight)
         await asyncio.sleep(0.001 * ((trial * 7 + len(task.uid)) % 3))  # finish out of order
         in_flight -= 1
-        result = EpisodeResult(uid=task.uid, trial=trial, reward=1.0, passed=True,
-                               effects={"srv": {"result_db_state": {"t": [{"x": trial}] * 100}}})
+        result = EpisodeResult(
+            uid=task.uid,
+            trial=trial,
+            reward=1.0,
+            passed=True,
+            effects={"srv": {"result_db_state": {"t": [{"x": trial}] * 100}}},
+        )
         refs.append(weakref.ref(result))
         return result
 
-    rows = asyncio.run(run_campaign(tasks, keys, attempt, concurrency=3, on_result=lambda r: seen.append(r.uid),
-                                    collect=lambda r: result_row(r, {"t0": "retail"})))
+    rows = asyncio.run(
+        run_campaign(
+            tasks,
+            keys,
+            attempt,
+            concurrency=3,
+            on_result=lambda r: seen.append(r.uid),
+            collect=lambda r: result_row(r, {"t0": "retail"}),
+        )
+    )
     gc.collect()
     assert peak == 3 and len(seen) == len(keys)
     assert [(r["uid"], r["trial"]) for r in rows] == keys  # key order, whatever the finishing order

@@ -5,20 +5,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 from contextlib import asynccontextmanager
-from functools import partial
 
 import pytest
 
 from rewardbox.config.profile import load_profile
 from rewardbox.episode.campaign import campaign_keys, repair_keys
-from rewardbox.runtime.compose import episode_runner
 from rewardbox.episode.config import ExecutorConfig
 from rewardbox.episode.executor import LocalExecutor, build_executor
 from rewardbox.episode.run import run_trials
 from rewardbox.policy.scripted import GoldenReplayPolicy
+from rewardbox.runtime.compose import campaign_parts, episode_runner
 from rewardbox.tasks.sources import load_candidates
 from rewardbox.training.groups import collect_groups
-from rewardbox.runtime.compose import campaign_parts
 from tests.fixtures.executor_policies import SlowGoldenPolicy
 
 
@@ -85,7 +83,9 @@ def test_campaign_peak_open_sandboxes_never_above_the_bound(profile, tasks):
     counter, executor = OpenCounter(), LocalExecutor(concurrency=2)
 
     async def main():
-        async with executor.session(counted_runner_factory(profile, counter), SlowGoldenPolicy(0.01)) as session:
+        async with executor.session(
+            counted_runner_factory(profile, counter), SlowGoldenPolicy(0.01)
+        ) as session:
             return await session.run([(t, i) for t in tasks for i in range(3)])
 
     results = asyncio.run(main())
@@ -100,9 +100,16 @@ def test_grpo_groups_through_the_executor_respect_the_bound(profile, tasks):
     counter, executor = OpenCounter(), LocalExecutor(concurrency=3)
 
     async def main():
-        async with executor.session(counted_runner_factory(profile, counter), SlowGoldenPolicy(0.01)) as session:
-            return await collect_groups(itertools.cycle(tasks), session.run_one, group_size=4, groups_wanted=2,
-                                        max_refill_rounds=0)
+        async with executor.session(
+            counted_runner_factory(profile, counter), SlowGoldenPolicy(0.01)
+        ) as session:
+            return await collect_groups(
+                itertools.cycle(tasks),
+                session.run_one,
+                group_size=4,
+                groups_wanted=2,
+                max_refill_rounds=0,
+            )
 
     groups, stats = asyncio.run(main())
     assert stats.episodes == 8 and stats.drawn == 2
@@ -112,12 +119,19 @@ def test_grpo_groups_through_the_executor_respect_the_bound(profile, tasks):
 
 def test_rerun_fills_only_missing_and_system_error_keys(profile, tasks):
     rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile))
-    broken = rows.with_columns(system_error=(rows["trial"] == 1).map_elements(
-        lambda bad: "sandbox: lost" if bad else None, return_dtype=rows["system_error"].dtype))
-    redo = repair_keys(broken.filter(~((broken["uid"] == tasks[0].uid) & (broken["trial"] == 0))),
-                       campaign_keys(tasks[:2], 2))
+    broken = rows.with_columns(
+        system_error=(rows["trial"] == 1).map_elements(
+            lambda bad: "sandbox: lost" if bad else None, return_dtype=rows["system_error"].dtype
+        )
+    )
+    redo = repair_keys(
+        broken.filter(~((broken["uid"] == tasks[0].uid) & (broken["trial"] == 0))),
+        campaign_keys(tasks[:2], 2),
+    )
     assert sorted(redo) == sorted([(tasks[0].uid, 0), (tasks[0].uid, 1), (tasks[1].uid, 1)])
     executor = LocalExecutor(2)
-    repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), keys=redo, executor=executor)
+    repaired, _ = run_trials(
+        tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), keys=redo, executor=executor
+    )
     assert sorted(repaired.select("uid", "trial").rows()) == sorted(redo)
     assert 1 <= executor.gauge_peak <= 2

@@ -15,14 +15,16 @@ ray = pytest.importorskip("ray")
 import tests.fixtures.executor_policies as executor_policies  # noqa: E402
 from rewardbox.config.profile import load_profile  # noqa: E402
 from rewardbox.episode.campaign import campaign_keys, coverage_problems, repair_keys  # noqa: E402
-from rewardbox.runtime.compose import episode_runner  # noqa: E402
 from rewardbox.episode.config import ExecutorConfig  # noqa: E402
 from rewardbox.episode.executor import LocalExecutor  # noqa: E402
 from rewardbox.episode.executor_ray import RayExecutor, check_shippable  # noqa: E402
 from rewardbox.episode.run import run_trials  # noqa: E402
 from rewardbox.policy.scripted import GoldenReplayPolicy  # noqa: E402
+from rewardbox.runtime.compose import (
+    campaign_parts,
+    episode_runner,  # noqa: E402
+)
 from rewardbox.tasks.sources import load_candidates  # noqa: E402
-from rewardbox.runtime.compose import campaign_parts
 
 pytestmark = pytest.mark.timeout(300)
 CONFIG = ExecutorConfig(kind="ray", num_cpus=2, workers=2, worker_num_cpus=0.5)
@@ -49,10 +51,14 @@ def tasks(profile):
 
 
 def test_ray_rows_equal_local_rows_and_open_sandboxes_stay_bounded(embedded_ray, profile, tasks):
-    local_rows, _ = run_trials(tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(3))
+    local_rows, _ = run_trials(
+        tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(3)
+    )
     executor = RayExecutor(CONFIG, concurrency=3)
     try:
-        ray_rows, results = run_trials(tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=executor)
+        ray_rows, results = run_trials(
+            tasks, 3, GoldenReplayPolicy(), campaign_parts(profile), executor=executor
+        )
         peak = executor.gauge_peak
     finally:
         executor.close()
@@ -64,20 +70,39 @@ def test_ray_rows_equal_local_rows_and_open_sandboxes_stay_bounded(embedded_ray,
 
 
 def test_rerun_on_ray_fills_only_the_repair_keys(embedded_ray, profile, tasks):
-    rows, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(2))
+    rows, _ = run_trials(
+        tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(2)
+    )
     redo = repair_keys(rows.filter(rows["trial"] == 0), campaign_keys(tasks[:2], 2))
     executor = RayExecutor(CONFIG.model_copy(update={"workers": 1}), concurrency=2)
     try:
-        repaired, _ = run_trials(tasks[:2], 2, GoldenReplayPolicy(), campaign_parts(profile), keys=redo, executor=executor)
+        repaired, _ = run_trials(
+            tasks[:2],
+            2,
+            GoldenReplayPolicy(),
+            campaign_parts(profile),
+            keys=redo,
+            executor=executor,
+        )
     finally:
         executor.close()
-    assert sorted(repaired.select("uid", "trial").rows()) == sorted(redo) == [(t.uid, 1) for t in tasks[:2]]
+    assert (
+        sorted(repaired.select("uid", "trial").rows())
+        == sorted(redo)
+        == [(t.uid, 1) for t in tasks[:2]]
+    )
 
 
 def test_a_dead_worker_is_a_system_error_never_a_reward(embedded_ray, profile, tasks):
     executor = RayExecutor(CONFIG.model_copy(update={"workers": 1}), concurrency=1)
     try:
-        rows, _ = run_trials(tasks[:1], 1, executor_policies.WorkerKillingPolicy(), campaign_parts(profile), executor=executor)
+        rows, _ = run_trials(
+            tasks[:1],
+            1,
+            executor_policies.WorkerKillingPolicy(),
+            campaign_parts(profile),
+            executor=executor,
+        )
     finally:
         executor.close()
     assert rows["reward"].to_list() == [None]
@@ -92,7 +117,9 @@ def test_a_terminated_dagster_step_cancels_outstanding_ray_calls(embedded_ray, p
     executor = RayExecutor(CONFIG, concurrency=2)
 
     async def main():
-        async with executor.session(partial(episode_runner, profile), executor_policies.SlowGoldenPolicy(60)) as s:
+        async with executor.session(
+            partial(episode_runner, profile), executor_policies.SlowGoldenPolicy(60)
+        ) as s:
             await s.run([(t, 0) for t in tasks])
 
     timer = threading.Timer(20, os.kill, (os.getpid(), signal.SIGINT))
@@ -121,18 +148,20 @@ def test_the_local_model_policy_is_refused_with_a_clear_error():
         check_shippable(unpicklable)
 
 
-def test_an_endpoint_policy_travels_without_its_key_and_gives_the_local_rows(embedded_ray, profile, tasks,
-                                                                             fake_openai, monkeypatch):
+def test_an_endpoint_policy_travels_without_its_key_and_gives_the_local_rows(
+    embedded_ray, profile, tasks, fake_openai, monkeypatch
+):
     """The scale path: Ray workers calling an OpenAI-compatible server (here a fake one on loopback)."""
-    from tests.fixtures.fake_openai import chat_response
-
     from rewardbox.policy.endpoint import EndpointPolicy
+    from tests.fixtures.fake_openai import chat_response
 
     monkeypatch.setenv("REWARDBOX_TEST_KEY", "sk-test-secret")
     fake_openai.default = (200, chat_response("I cannot help with that. <DONE>"), {})
     policy = EndpointPolicy(fake_openai.base_url, "fake-model", api_key_env="REWARDBOX_TEST_KEY")
     assert b"sk-test-secret" not in ray.cloudpickle.dumps(policy)
-    local_rows, _ = run_trials(tasks[:2], 2, policy, campaign_parts(profile), executor=LocalExecutor(2))
+    local_rows, _ = run_trials(
+        tasks[:2], 2, policy, campaign_parts(profile), executor=LocalExecutor(2)
+    )
     executor = RayExecutor(CONFIG, concurrency=2)
     try:
         ray_rows, _ = run_trials(tasks[:2], 2, policy, campaign_parts(profile), executor=executor)

@@ -47,8 +47,10 @@ from tests.fixtures.fake_openai import chat_response
 REAPER = Path(__file__).resolve().parents[1] / "fixtures" / "servers" / "reaper_server.py"
 PASS = "def check(x, judge):\n    assert 'all set' in x.response\n\n__tb_test_fn = check\n"
 JUDGED = "def check(x, judge):\n    assert judge.text_yesno(x.response, 'Is the user helped?')\n\n__tb_test_fn = check\n"
-CRASH_WORKER = ("import os, pathlib\n\ndef check(x, judge):\n    marker = pathlib.Path({marker!r})\n"
-                "    if not marker.exists():\n        marker.touch()\n        os._exit(3)\n\n__tb_test_fn = check\n")
+CRASH_WORKER = (
+    "import os, pathlib\n\ndef check(x, judge):\n    marker = pathlib.Path({marker!r})\n"
+    "    if not marker.exists():\n        marker.touch()\n        os._exit(3)\n\n__tb_test_fn = check\n"
+)
 
 
 def call(name: str) -> str:
@@ -72,18 +74,34 @@ class FaultPolicy:
         first, then = self.plans[uid]
         plan = first if self.episodes[uid] == 1 else then
         raw = plan[step] if step < len(plan) else "You are all set. <DONE>"
-        return Completion(raw_text=raw, interpretation=interpret(raw, request.tools, reasoning_open=False), input_tokens=10, output_tokens=5)
+        return Completion(
+            raw_text=raw,
+            interpretation=interpret(raw, request.tools, reasoning_open=False),
+            input_tokens=10,
+            output_tokens=5,
+        )
 
     async def aclose(self):
         pass
 
 
 def make_task(uid: str, test_code: str, user_context: str, server: str) -> Task:
-    return Task(uid=uid, dataset="faults", scenario="faults", agent="agent", query="Please help.",
-                user_context=user_context, init={}, world_state={server: {}},
-                tools=(ToolOverride("echo"), ToolOverride("crash"), ToolOverride("hang")),
-                system_instructions="You are a support agent.", bot_instructions="", test_code=test_code,
-                test_name="check", test_file=f"{uid}.py")
+    return Task(
+        uid=uid,
+        dataset="faults",
+        scenario="faults",
+        agent="agent",
+        query="Please help.",
+        user_context=user_context,
+        init={},
+        world_state={server: {}},
+        tools=(ToolOverride("echo"), ToolOverride("crash"), ToolOverride("hang")),
+        system_instructions="You are a support agent.",
+        bot_instructions="",
+        test_code=test_code,
+        test_name="check",
+        test_file=f"{uid}.py",
+    )
 
 
 ASKS_USER = ["Which booking do you mean?", "You are all set. <DONE>"]
@@ -122,8 +140,12 @@ def web_server():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "FASTMCP_LOG_LEVEL": "WARNING"}
-    server = subprocess.Popen([sys.executable, str(REAPER), "--http", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, str(REAPER), "--http", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with socket.socket() as sock:
@@ -137,13 +159,20 @@ def web_server():
 
 def run_faults(tmp_path, fake, web_url: str, retries: int):
     crash_code = CRASH_WORKER.format(marker=str(tmp_path / "crashed"))
-    tasks = [make_task(uid, crash_code if code == "CRASH_WORKER" else code, context, server)
-             for uid, (_, _, _, code, context, server) in FAULTS.items()]
+    tasks = [
+        make_task(uid, crash_code if code == "CRASH_WORKER" else code, context, server)
+        for uid, (_, _, _, code, context, server) in FAULTS.items()
+    ]
     policy = FaultPolicy({uid: (first, then) for uid, (_, first, then, *_) in FAULTS.items()})
-    servers = parse_servers_config({"servers": {
-        "proc": {"type": "mcp-process", "command": f"{{python}} {REAPER}"},
-        "web": {"type": "mcp-remote", "endpoint": web_url, "timeout": 10},
-    }}, source="faults-servers.yaml")
+    servers = parse_servers_config(
+        {
+            "servers": {
+                "proc": {"type": "mcp-process", "command": f"{{python}} {REAPER}"},
+                "web": {"type": "mcp-remote", "endpoint": web_url, "timeout": 10},
+            }
+        },
+        source="faults-servers.yaml",
+    )
     judge = JudgeConfig(base_url=fake.base_url, model="judge", timeout_s=1.0, max_retries=0)
     config = EpisodeConfig(max_user_turns=2, max_system_error_retries=retries, concurrency=1)
 
@@ -151,8 +180,13 @@ def run_faults(tmp_path, fake, web_url: str, retries: int):
         return await run_campaign(tasks, keys, partial(run_trial, runner), concurrency=1)
 
     with TestRunner(max_workers=1, timeout_s=20, judge_config=judge) as grader:
-        runner = EpisodeRunner(policy, lambda: ExternalSandbox(servers, timeouts=SandboxTimeouts(tool_s=1.0)),
-                               EndpointUser(fake.base_url, "user", max_retries=0), grader, config)
+        runner = EpisodeRunner(
+            policy,
+            lambda: ExternalSandbox(servers, timeouts=SandboxTimeouts(tool_s=1.0)),
+            EndpointUser(fake.base_url, "user", max_retries=0),
+            grader,
+            config,
+        )
         keys = campaign_keys(tasks, 1)
         rows = results_frame(asyncio.run(main(keys, runner)), tasks)
         redo = repair_keys(rows, keys)
@@ -161,22 +195,37 @@ def run_faults(tmp_path, fake, web_url: str, retries: int):
     return rows, redo
 
 
-def test_every_injected_fault_is_a_retried_system_error_counted_by_kind(tmp_path, fake_openai, web_server):
+def test_every_injected_fault_is_a_retried_system_error_counted_by_kind(
+    tmp_path, fake_openai, web_server
+):
     script_fake(fake_openai, retried_at_once=True)
     rows, redo = run_faults(tmp_path, fake_openai, web_server, retries=1)
     by_uid = {row["uid"]: row for row in rows.iter_rows(named=True)}
     for uid, (kind, *_rest) in FAULTS.items():
         row = by_uid[uid]
         assert row["retried_system_error_kinds"] == [kind], uid
-        assert (row["system_error"], row["reward"], row["passed"], row["tries"]) == (None, 1.0, True, 2), uid
+        assert (row["system_error"], row["reward"], row["passed"], row["tries"]) == (
+            None,
+            1.0,
+            True,
+            2,
+        ), uid
     assert redo == []
     assert system_error_counts(rows) == {kind: 1 for kind, *_ in FAULTS.values()}
-    print(f"\nsystem errors by kind: {system_error_counts(rows)}; rewards {rows['reward'].to_list()}")
+    print(
+        f"\nsystem errors by kind: {system_error_counts(rows)}; rewards {rows['reward'].to_list()}"
+    )
 
 
-def test_without_retries_a_fault_is_an_unscored_row_that_the_refill_pass_repairs(tmp_path, fake_openai, web_server):
+def test_without_retries_a_fault_is_an_unscored_row_that_the_refill_pass_repairs(
+    tmp_path, fake_openai, web_server
+):
     script_fake(fake_openai, retried_at_once=False)
     rows, redo = run_faults(tmp_path, fake_openai, web_server, retries=0)
-    assert sorted(uid for uid, _ in redo) == sorted(FAULTS)  # every fault left a system-error row, none a 0
-    assert rows["reward"].to_list() == [1.0] * len(FAULTS) and rows["system_error"].null_count() == len(FAULTS)
+    assert sorted(uid for uid, _ in redo) == sorted(
+        FAULTS
+    )  # every fault left a system-error row, none a 0
+    assert rows["reward"].to_list() == [1.0] * len(FAULTS) and rows[
+        "system_error"
+    ].null_count() == len(FAULTS)
     assert rows["tries"].to_list() == [1] * len(FAULTS)

@@ -25,16 +25,26 @@ def _imported_modules(path: Path) -> set[str]:
 
 @pytest.mark.parametrize("package", ["episode", "selection", "training"])
 def test_package_does_not_import_evaluation(package):
-    offenders = {str(path.relative_to(ROOT.parent)): sorted(m for m in _imported_modules(path)
-                                                             if m.startswith("rewardbox.evaluation"))
-                 for path in sorted((ROOT / package).rglob("*.py"))}
+    offenders = {
+        str(path.relative_to(ROOT.parent)): sorted(
+            m for m in _imported_modules(path) if m.startswith("rewardbox.evaluation")
+        )
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
     assert {file: mods for file, mods in offenders.items() if mods} == {}
 
 
-@pytest.mark.parametrize("old", [
-    "rewardbox.evaluation.services", "rewardbox.evaluation.campaign", "rewardbox.evaluation.journal",
-    "rewardbox.evaluation.screening", "rewardbox.evaluation.tb_messages", "rewardbox.episode.attempt",
-])
+@pytest.mark.parametrize(
+    "old",
+    [
+        "rewardbox.evaluation.services",
+        "rewardbox.evaluation.campaign",
+        "rewardbox.evaluation.journal",
+        "rewardbox.evaluation.screening",
+        "rewardbox.evaluation.tb_messages",
+        "rewardbox.episode.attempt",
+    ],
+)
 def test_old_re_export_modules_are_gone(old):
     """Each object has one import path: the re-export modules of earlier layouts are deleted."""
     with pytest.raises(ModuleNotFoundError):
@@ -76,14 +86,20 @@ def test_screening_and_probing_never_call_up_from_the_episode_layer():
         caller = frame.f_back
         while caller is not None and not module_of(caller).startswith("rewardbox."):
             caller = caller.f_back
-        if caller is not None and module_of(caller).startswith("rewardbox.episode") and callee.startswith(STAGE_PACKAGES):
+        if (
+            caller is not None
+            and module_of(caller).startswith("rewardbox.episode")
+            and callee.startswith(STAGE_PACKAGES)
+        ):
             upward.add((module_of(caller), callee))
 
     sys.setprofile(watch)
     threading.setprofile(watch)
     try:
         valid, _ = screen_tasks(tasks, campaign_parts(profile), LocalExecutor(1))
-        rows, _ = run_trials(valid, 1, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(1))
+        rows, _ = run_trials(
+            valid, 1, GoldenReplayPolicy(), campaign_parts(profile), executor=LocalExecutor(1)
+        )
         difficulty = task_difficulty(rows)
     finally:
         sys.setprofile(None)

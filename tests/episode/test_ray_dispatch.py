@@ -25,15 +25,22 @@ class FakeWorker:
     """A worker handle: ``run_chunk.remote`` returns an awaitable that runs the chunk ``episode_s`` per key,
     ``share`` at once, and records what it was sent and how many keys were running at once."""
 
-    def __init__(self, share: int, episode_s: float, die_after: int | None = None,
-                 reported_slot_s: float | None = None) -> None:
+    def __init__(
+        self,
+        share: int,
+        episode_s: float,
+        die_after: int | None = None,
+        reported_slot_s: float | None = None,
+    ) -> None:
         self.share, self.episode_s, self.die_after = share, episode_s, die_after
         self.reported_slot_s = episode_s if reported_slot_s is None else reported_slot_s
         self.chunks: list[list[tuple[str, int]]] = []
         self.task_uploads: list[list[str]] = []
         self.running = self.peak = 0
         self.failed: list[tuple[str, int]] = []
-        self.slots: asyncio.Semaphore | None = None  # one per worker, across its chunks (as the real one)
+        self.slots: asyncio.Semaphore | None = (
+            None  # one per worker, across its chunks (as the real one)
+        )
         self.run_chunk = self
 
     def remote(self, tasks, keys):
@@ -71,7 +78,9 @@ def _tasks(n: int) -> list[Task]:
 async def _campaign(workers, keys):
     session = _RaySession(workers, [w.share for w in workers])
     try:
-        return session, await asyncio.gather(*(session.run_one(task, trial) for task, trial in keys))
+        return session, await asyncio.gather(
+            *(session.run_one(task, trial) for task, trial in keys)
+        )
     finally:
         session.cancel()
 
@@ -87,8 +96,12 @@ def test_fast_episodes_go_in_large_chunks_and_every_key_comes_back_once():
     assert session.calls == sum(len(w.chunks) for w in workers) < len(keys) / 10
     assert max(len(c) for w in workers for c in w.chunks) <= MAX_CHUNK
     assert all(w.peak <= w.share for w in workers)
-    assert min(sum(map(len, w.chunks)) for w in workers) > 0.3 * len(keys)  # both workers did real work
-    for worker in workers:  # a task travels with (or before) its first chunk, then not again once acknowledged
+    assert min(sum(map(len, w.chunks)) for w in workers) > 0.3 * len(
+        keys
+    )  # both workers did real work
+    for worker in (
+        workers
+    ):  # a task travels with (or before) its first chunk, then not again once acknowledged
         uploaded: set[str] = set()
         for chunk, uploads in zip(worker.chunks, worker.task_uploads):
             uploaded |= set(uploads)
@@ -99,7 +112,9 @@ def test_fast_episodes_go_in_large_chunks_and_every_key_comes_back_once():
 def test_slow_episodes_go_one_round_at_a_time_and_the_driver_holds_the_rest():
     tasks = _tasks(3)
     keys = [(t, trial) for trial in range(4) for t in tasks]  # 12 keys
-    worker = FakeWorker(share=2, episode_s=0.02, reported_slot_s=5.0)  # reports LLM-like 5 s episodes
+    worker = FakeWorker(
+        share=2, episode_s=0.02, reported_slot_s=5.0
+    )  # reports LLM-like 5 s episodes
     session, results = asyncio.run(_campaign([worker], keys))
     assert len(results) == 12 and worker.peak == 2
     # the first call is one round (its share); once W is measured, keys go one per call
@@ -131,13 +146,23 @@ def test_a_lost_worker_makes_its_keys_system_errors_and_the_others_finish_the_qu
     dying, healthy = FakeWorker(2, 0.001, die_after=1), FakeWorker(2, 0.001)
     _, results = asyncio.run(_campaign([dying, healthy], keys))
     lost = [r for r in results if r.system_error]
-    assert lost and all(r.system_error.startswith("ray_worker: ActorDiedError") and r.reward is None for r in lost)
-    assert sorted((r.uid, r.trial) for r in lost) == sorted(dying.failed)  # exactly the keys of the failed calls
-    assert len(results) == len(keys) and sum(r.reward == 1.0 for r in results) == len(keys) - len(lost)
+    assert lost and all(
+        r.system_error.startswith("ray_worker: ActorDiedError") and r.reward is None for r in lost
+    )
+    assert sorted((r.uid, r.trial) for r in lost) == sorted(
+        dying.failed
+    )  # exactly the keys of the failed calls
+    assert len(results) == len(keys) and sum(r.reward == 1.0 for r in results) == len(keys) - len(
+        lost
+    )
 
 
 def test_shares_sum_to_the_bound_and_no_worker_gets_zero():
-    assert split_shares(8, 2) == [4, 4] and split_shares(8, 3) == [3, 3, 2] and split_shares(2, 5) == [1, 1]
+    assert (
+        split_shares(8, 2) == [4, 4]
+        and split_shares(8, 3) == [3, 3, 2]
+        and split_shares(2, 5) == [1, 1]
+    )
     for bound in range(1, 20):
         for workers in range(1, 6):
             shares = split_shares(bound, workers)

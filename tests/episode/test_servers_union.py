@@ -9,7 +9,12 @@ import yaml
 
 from rewardbox.config.profile import Profile
 from rewardbox.runtime.compose import build_sandbox, profile_servers_config
-from rewardbox.sandbox.servers_config import ServersConfigError, internal_servers, merge_servers_configs, parse_servers_config
+from rewardbox.sandbox.servers_config import (
+    ServersConfigError,
+    internal_servers,
+    merge_servers_configs,
+    parse_servers_config,
+)
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "tb_dataset"
 
@@ -24,17 +29,24 @@ def _write(path: Path, servers: dict, **extra) -> Path:
 
 
 def _profile(servers_yaml: str | None, *sources: dict) -> Profile:
-    return Profile.model_validate({
-        "name": "union", "tasks": {"candidates": list(sources) or [{"dataset": str(DATASET)}], "benchmark": []},
-        "sandbox": {"kind": "external", "servers_yaml": servers_yaml, "tool_timeout_s": 7},
-        "policy": {"kind": "null"},
-        "report": {"price_table": {"version": "t", "models": {}}},
-    })
+    return Profile.model_validate(
+        {
+            "name": "union",
+            "tasks": {"candidates": list(sources) or [{"dataset": str(DATASET)}], "benchmark": []},
+            "sandbox": {"kind": "external", "servers_yaml": servers_yaml, "tool_timeout_s": 7},
+            "policy": {"kind": "null"},
+            "report": {"price_table": {"version": "t", "models": {}}},
+        }
+    )
 
 
 def test_merge_is_a_union_and_identical_duplicates_are_fine():
-    a = parse_servers_config({"servers": {"shop": _proc("shop"), "search": _proc("search")}}, "a.yaml")
-    b = parse_servers_config({"servers": {"search": _proc("search"), "mail": _proc("mail")}}, "b.yaml")
+    a = parse_servers_config(
+        {"servers": {"shop": _proc("shop"), "search": _proc("search")}}, "a.yaml"
+    )
+    b = parse_servers_config(
+        {"servers": {"search": _proc("search"), "mail": _proc("mail")}}, "b.yaml"
+    )
     merged = merge_servers_configs([a, b])
     assert sorted(merged.servers) == ["mail", "search", "shop"]
     assert merged.source == "a.yaml + b.yaml" and merged.use_internal_servers is False
@@ -43,8 +55,11 @@ def test_merge_is_a_union_and_identical_duplicates_are_fine():
 def test_a_name_defined_twice_differently_is_a_config_error_naming_both_files():
     a = parse_servers_config({"servers": {"shop": _proc("shop")}}, "a.yaml")
     b = parse_servers_config({"servers": {"shop": _proc("shop", TOKEN="x")}}, "b.yaml")
-    with pytest.raises(ServersConfigError, match=r"b\.yaml \(field 'servers\.shop'\): server 'shop' is already "
-                                                 r"defined differently in a\.yaml"):
+    with pytest.raises(
+        ServersConfigError,
+        match=r"b\.yaml \(field 'servers\.shop'\): server 'shop' is already "
+        r"defined differently in a\.yaml",
+    ):
         merge_servers_configs([a, b])
 
 
@@ -64,7 +79,9 @@ def test_profile_union_reads_the_profile_file_and_each_source_file(tmp_path):
     _write(dataset / "servers.yaml", {"shop": _proc("shop")})
     profile_file = _write(tmp_path / "profile_servers.yaml", {"search": _proc("search")})
     source = {"dataset": str(dataset), "servers": "servers.yaml"}  # relative to the dataset
-    config = profile_servers_config(_profile(str(profile_file), source, dict(source)))  # same file twice: read once
+    config = profile_servers_config(
+        _profile(str(profile_file), source, dict(source))
+    )  # same file twice: read once
     assert sorted(config.servers) == ["search", "shop"]
     assert config.source == f"{profile_file.resolve()} + {(dataset / 'servers.yaml').resolve()}"
 

@@ -9,13 +9,22 @@ import pytest
 
 from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.stepwise import (
-    AwaitingAction, EpisodeClosedError, Finished, StepwiseEpisode, completion_from_calls, completion_from_text,
+    AwaitingAction,
+    EpisodeClosedError,
+    Finished,
+    StepwiseEpisode,
+    completion_from_calls,
+    completion_from_text,
 )
 from rewardbox.episode.trajectory import TestOutcome
 from rewardbox.sandbox.base import ToolSpec
 from rewardbox.tasks.schema import Task
 
-SCHEMA = {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"order_id": {"type": "string"}},
+    "required": ["order_id"],
+}
 
 
 class DictSandbox:
@@ -46,9 +55,22 @@ class StatusGrader:
 
 
 def _task() -> Task:
-    return Task(uid="t:1", dataset="d", scenario="s", agent="a", query="Cancel ORD-1.", user_context="",
-                init={}, world_state={"srv": {}}, tools=(), system_instructions="Be brief.", bot_instructions="",
-                test_code="", test_name="t", test_file="t.py")
+    return Task(
+        uid="t:1",
+        dataset="d",
+        scenario="s",
+        agent="a",
+        query="Cancel ORD-1.",
+        user_context="",
+        init={},
+        world_state={"srv": {}},
+        tools=(),
+        system_instructions="Be brief.",
+        bot_instructions="",
+        test_code="",
+        test_name="t",
+        test_file="t.py",
+    )
 
 
 def _episode(sandboxes, **limits) -> StepwiseEpisode:
@@ -56,8 +78,14 @@ def _episode(sandboxes, **limits) -> StepwiseEpisode:
         sandboxes.append(DictSandbox())
         return sandboxes[-1]
 
-    return StepwiseEpisode(_task(), 0, sandbox_factory=factory, user_simulator=None, grader=StatusGrader(),
-                           config=EpisodeConfig(**limits))
+    return StepwiseEpisode(
+        _task(),
+        0,
+        sandbox_factory=factory,
+        user_simulator=None,
+        grader=StatusGrader(),
+        config=EpisodeConfig(**limits),
+    )
 
 
 def test_a_turn_limit_ends_and_grades_the_episode_without_asking_again():
@@ -66,12 +94,21 @@ def test_a_turn_limit_ends_and_grades_the_episode_without_asking_again():
     async def play():
         episode = _episode(sandboxes, max_agent_turns=1)
         first = await episode.start()
-        assert isinstance(first, AwaitingAction) and first.request.messages[-1]["content"] == "Cancel ORD-1."
-        return await episode.act(completion_from_calls("", [("cancel_order", {"order_id": "ORD-1"})], first.request))
+        assert (
+            isinstance(first, AwaitingAction)
+            and first.request.messages[-1]["content"] == "Cancel ORD-1."
+        )
+        return await episode.act(
+            completion_from_calls("", [("cancel_order", {"order_id": "ORD-1"})], first.request)
+        )
 
     end = asyncio.run(play())
     assert isinstance(end, Finished)
-    assert (end.result.termination_reason, end.result.reward, end.result.system_error) == ("agent_limit", 1.0, None)
+    assert (end.result.termination_reason, end.result.reward, end.result.system_error) == (
+        "agent_limit",
+        1.0,
+        None,
+    )
     assert sandboxes[0].closed
 
 
@@ -87,7 +124,10 @@ def test_raw_text_goes_through_the_interpreter_and_done_ends_the_episode():
         return await episode.act(completion_from_text("Cancelled. <DONE>", second.request))
 
     end = asyncio.run(play())
-    assert isinstance(end, Finished) and (end.result.termination_reason, end.result.reward) == ("done", 1.0)
+    assert isinstance(end, Finished) and (end.result.termination_reason, end.result.reward) == (
+        "done",
+        1.0,
+    )
 
 
 def test_close_mid_episode_tears_the_sandbox_down_and_refuses_further_actions():

@@ -9,14 +9,26 @@ from rewardbox.episode.termination import TERMINATION_REASONS, TerminationReason
 from rewardbox.episode.trajectory import FINISH_REASONS, AgentTurn, EpisodeResult
 
 # The strings earlier campaigns wrote; old Parquet files must keep reading as the same reasons.
-WRITTEN_BEFORE = ("done", "end_turn_tool", "user_done", "user_limit", "agent_limit", "no_user_llm",
-                  "agent_error", "context_limit", "system_error")
+WRITTEN_BEFORE = (
+    "done",
+    "end_turn_tool",
+    "user_done",
+    "user_limit",
+    "agent_limit",
+    "no_user_llm",
+    "agent_error",
+    "context_limit",
+    "system_error",
+)
 
 
 def test_values_are_the_strings_earlier_campaigns_wrote():
     assert TERMINATION_REASONS == WRITTEN_BEFORE
     assert FINISH_REASONS == WRITTEN_BEFORE  # the old name still answers
-    assert TerminationReason.SYSTEM_ERROR == "system_error" and str(TerminationReason.CONTEXT_LIMIT) == "context_limit"
+    assert (
+        TerminationReason.SYSTEM_ERROR == "system_error"
+        and str(TerminationReason.CONTEXT_LIMIT) == "context_limit"
+    )
 
 
 def test_episode_result_takes_a_reason_or_its_string_and_rejects_an_unknown_one():
@@ -28,11 +40,23 @@ def test_episode_result_takes_a_reason_or_its_string_and_rejects_an_unknown_one(
 
 
 def test_row_carries_the_reason_as_its_string_and_matches_the_row_schema():
-    result = EpisodeResult(uid="u", trial=2, termination_reason=TerminationReason.AGENT_LIMIT, reward=1.0, passed=True,
-                           agent_turns=[AgentTurn("a", "length", 10, 5), AgentTurn("b", "stop", 12, 3)],
-                           duration_s=1.5, tries=2)
+    result = EpisodeResult(
+        uid="u",
+        trial=2,
+        termination_reason=TerminationReason.AGENT_LIMIT,
+        reward=1.0,
+        passed=True,
+        agent_turns=[AgentTurn("a", "length", 10, 5), AgentTurn("b", "stop", 12, 3)],
+        duration_s=1.5,
+        tries=2,
+    )
     row = result.to_row()
     assert set(row) | {"domain"} == set(ROW_SCHEMA)
     assert type(row["termination_reason"]) is str and row["termination_reason"] == "agent_limit"
     # a completion's finish reason ("length") is a different concept: it only counts truncated turns
-    assert (row["duration_s"], row["tries"], row["truncated_turns"], row["output_tokens"]) == (1.5, 2, 1, 8)
+    assert (row["duration_s"], row["tries"], row["truncated_turns"], row["output_tokens"]) == (
+        1.5,
+        2,
+        1,
+        8,
+    )

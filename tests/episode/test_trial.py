@@ -16,10 +16,17 @@ def _plays(*outcomes: tuple[str | None, bool]):
 
     async def play() -> EpisodeResult:
         kind, permanent = queue.pop(0)
-        result = EpisodeResult(uid="t1", trial=0, reward=None if kind else 1.0, system_error_kind=kind,
-                               system_error=f"{kind}: boom" if kind else None, system_error_permanent=permanent)
+        result = EpisodeResult(
+            uid="t1",
+            trial=0,
+            reward=None if kind else 1.0,
+            system_error_kind=kind,
+            system_error=f"{kind}: boom" if kind else None,
+            system_error_permanent=permanent,
+        )
         played.append(result)
         return result
+
     return play, played
 
 
@@ -39,7 +46,9 @@ def test_the_last_system_error_is_returned_without_a_reward_after_every_retry(re
     play, played = _plays(*[("sandbox_crash", False)] * (retries + 1))
     result, tries = _retry(play, retries)
     assert tries == retries + 1 == len(played) and result.reward is None and result.system_error
-    assert result.retried_system_error_kinds == ["sandbox_crash"] * retries  # the last try is not retried
+    assert (
+        result.retried_system_error_kinds == ["sandbox_crash"] * retries
+    )  # the last try is not retried
 
 
 def test_a_permanent_system_error_is_not_retried():
@@ -55,4 +64,7 @@ def test_a_play_without_a_result_ends_the_tries():
     async def play() -> None:
         calls.append(1)
 
-    assert asyncio.run(retry_system_errors(play, 3, lambda played: played)) == (None, 1) and calls == [1]
+    assert asyncio.run(retry_system_errors(play, 3, lambda played: played)) == (
+        None,
+        1,
+    ) and calls == [1]

@@ -12,8 +12,8 @@ from rewardbox.domains import registry
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.evaluation.benchmark import EVALUATION_JOURNAL_SCHEMA, check_coverage, run_evaluation
 from rewardbox.policy.scripted import GoldenReplayPolicy
-from rewardbox.tasks.thinkingbox import load_dataset
 from rewardbox.runtime.compose import campaign_parts
+from rewardbox.tasks.thinkingbox import load_dataset
 
 
 @pytest.fixture(scope="module")
@@ -35,14 +35,21 @@ def test_every_key_once_with_its_decode_result_and_the_journal_resumes(tasks, tm
     assert run.rows.select("uid", "trial").rows() == [(t.uid, i) for t in tasks for i in range(2)]
     assert run.rows["passed"].to_list() == [True] * 4 and run.repaired_keys == 0 and len(made) == 1
     decoded = [json.loads(line) for line in run.decode_lines]
-    assert [(d["uid"], d["metadata"]["repetition"]) for d in decoded] == run.rows.select("uid", "trial").rows()
+    assert [(d["uid"], d["metadata"]["repetition"]) for d in decoded] == run.rows.select(
+        "uid", "trial"
+    ).rows()
     assert check_coverage(run.rows, tasks, 2) == []
-    again = run_evaluation(tasks, 2, make_policy, campaign_parts(profile), journal)  # every key already clean: nothing re-runs
+    again = run_evaluation(
+        tasks, 2, make_policy, campaign_parts(profile), journal
+    )  # every key already clean: nothing re-runs
     assert again.rows.equals(run.rows) and again.repaired_keys == 0
 
 
 def test_coverage_names_missing_duplicate_and_unexpected_keys(tasks):
     uid = tasks[0].uid
     rows = pl.DataFrame({"uid": [uid, uid, "elsewhere"], "trial": [0, 0, 0]})
-    assert check_coverage(rows, tasks[:1], 2) == [f"missing ({uid!r}, 1)", f"duplicate ({uid!r}, 0) x2",
-                                                  "unexpected ('elsewhere', 0)"]
+    assert check_coverage(rows, tasks[:1], 2) == [
+        f"missing ({uid!r}, 1)",
+        f"duplicate ({uid!r}, 0) x2",
+        "unexpected ('elsewhere', 0)",
+    ]

@@ -10,8 +10,8 @@ from rewardbox.errors import EndpointError
 from rewardbox.evaluation.repair import run_with_repair
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.scripted import GoldenReplayPolicy
-from rewardbox.tasks.sources import load_benchmark
 from rewardbox.runtime.compose import campaign_parts
+from rewardbox.tasks.sources import load_benchmark
 
 
 class DownForTask(GoldenReplayPolicy):
@@ -35,10 +35,14 @@ def setup():
 
 def test_system_error_keys_are_rerun_once_and_replaced(setup):
     profile, tasks = setup
-    policies = iter([DownForTask(tasks[0].uid), GoldenReplayPolicy()])  # the outage ends before the repair pass
+    policies = iter(
+        [DownForTask(tasks[0].uid), GoldenReplayPolicy()]
+    )  # the outage ends before the repair pass
     rows, repaired = run_with_repair(tasks, 2, lambda: next(policies), campaign_parts(profile))
     assert repaired == 2  # task 0's two trials, and only those
-    assert sorted(rows.select("uid", "trial").rows()) == sorted((t.uid, i) for t in tasks for i in range(2))
+    assert sorted(rows.select("uid", "trial").rows()) == sorted(
+        (t.uid, i) for t in tasks for i in range(2)
+    )
     assert rows["system_error"].null_count() == rows.height and rows["passed"].all()
 
 
@@ -52,6 +56,10 @@ def test_a_clean_campaign_runs_once_and_a_lasting_outage_keeps_its_rows(setup):
 
     rows, repaired = run_with_repair(tasks, 2, make_policy, campaign_parts(profile))
     assert repaired == 0 and len(built) == 1 and rows.height == 4
-    rows, repaired = run_with_repair(tasks, 1, lambda: DownForTask(tasks[1].uid), campaign_parts(profile))
+    rows, repaired = run_with_repair(
+        tasks, 1, lambda: DownForTask(tasks[1].uid), campaign_parts(profile)
+    )
     failed = rows.filter(pl.col("system_error").is_not_null())
-    assert repaired == 1 and failed["uid"].to_list() == [tasks[1].uid]  # still failing: the coverage gate sees it
+    assert repaired == 1 and failed["uid"].to_list() == [
+        tasks[1].uid
+    ]  # still failing: the coverage gate sees it

@@ -10,31 +10,34 @@ from rewardbox.grading.checks import check_candidates, response_problems, states
 from rewardbox.grading.reward import validate_response
 
 
-@pytest.mark.parametrize(("text", "value", "stated"), [
-    ("The refund is 171.00.", "171.00", True),
-    ("You get $171 back", "171.00", True),
-    ("That comes to 171.0 USD", "171.00", True),
-    ("The refund is 1171.00.", "171.00", False),
-    ("The refund is 1,171.00.", "1171.00", True),
-    ("The refund is 171.50.", "171.00", False),
-    ("Order ORD-6171 is on its way", "6171", False),
-    ("It was opened on 2025-06-17", "17", False),
-    ("Card ending 0421", "0421", True),
-    ("Card ending 421", "0421", False),
-    ("Your order has shipped.", "shipped", True),
-    ("Your order has not shipped yet.", "shipped", False),
-    ("It hasn't shipped.", "shipped", False),
-    ("It is yet to be shipped", "shipped", False),
-    ("It is unshipped", "shipped", False),
-    ("It has shipped and cannot be cancelled.", "cancelled", False),
-    ("It hasn\u2019t shipped", "shipped", False),
-    ("It shipped, not delivered", "shipped", True),
-    ("It shipped, not delivered", "delivered", False),
-    ("Check-out is June 20, 2025.", "2025-06-20", True),
-    ("Check-out is 2025-06-20.", "2025-06-20", True),
-    ("Check-out is 2025-06-21.", "2025-06-20", False),
-    ("Your approver is tom alvarez.", "Tom Alvarez", True),
-])
+@pytest.mark.parametrize(
+    ("text", "value", "stated"),
+    [
+        ("The refund is 171.00.", "171.00", True),
+        ("You get $171 back", "171.00", True),
+        ("That comes to 171.0 USD", "171.00", True),
+        ("The refund is 1171.00.", "171.00", False),
+        ("The refund is 1,171.00.", "1171.00", True),
+        ("The refund is 171.50.", "171.00", False),
+        ("Order ORD-6171 is on its way", "6171", False),
+        ("It was opened on 2025-06-17", "17", False),
+        ("Card ending 0421", "0421", True),
+        ("Card ending 421", "0421", False),
+        ("Your order has shipped.", "shipped", True),
+        ("Your order has not shipped yet.", "shipped", False),
+        ("It hasn't shipped.", "shipped", False),
+        ("It is yet to be shipped", "shipped", False),
+        ("It is unshipped", "shipped", False),
+        ("It has shipped and cannot be cancelled.", "cancelled", False),
+        ("It hasn\u2019t shipped", "shipped", False),
+        ("It shipped, not delivered", "shipped", True),
+        ("It shipped, not delivered", "delivered", False),
+        ("Check-out is June 20, 2025.", "2025-06-20", True),
+        ("Check-out is 2025-06-20.", "2025-06-20", True),
+        ("Check-out is 2025-06-21.", "2025-06-20", False),
+        ("Your approver is tom alvarez.", "Tom Alvarez", True),
+    ],
+)
 def test_states(text, value, stated):
     assert states(text, value) is stated
 
@@ -52,7 +55,9 @@ def test_validate_response_asserts_with_the_reply():
     with pytest.raises(AssertionError, match="does not state shipped"):
         validate_response(SimpleNamespace(response="It has not shipped yet."), ["shipped"])
     with pytest.raises(AssertionError, match="states the wrong value pending"):
-        validate_response(SimpleNamespace(response="It is pending, or shipped."), ["shipped"], ["pending"])
+        validate_response(
+            SimpleNamespace(response="It is pending, or shipped."), ["shipped"], ["pending"]
+        )
     with pytest.raises(AssertionError):
         validate_response(SimpleNamespace(response=None), ["shipped"])
 

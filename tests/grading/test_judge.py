@@ -35,14 +35,24 @@ class FakeJudge:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - http.server API
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
+                fake.requests.append(
+                    {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
+                )
                 if fake.status != 200:
                     payload = {"error": {"message": "boom", "type": "server_error"}}
                 else:
                     payload = {
-                        "id": "cmpl-1", "object": "chat.completion", "created": 0, "model": body["model"],
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": fake.reply}}],
+                        "id": "cmpl-1",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": fake.reply},
+                            }
+                        ],
                     }
                 data = json.dumps(payload).encode()
                 self.send_response(fake.status)
@@ -57,8 +67,13 @@ class FakeJudge:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
-        self.config = {"base_url": f"http://127.0.0.1:{self.server.server_port}/v1", "model": "judge-1",
-                       "api_key_env": KEY_ENV, "max_retries": 0, "timeout_s": 10}
+        self.config = {
+            "base_url": f"http://127.0.0.1:{self.server.server_port}/v1",
+            "model": "judge-1",
+            "api_key_env": KEY_ENV,
+            "max_retries": 0,
+            "timeout_s": 10,
+        }
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +92,17 @@ def reset(fake_judge):
 
 @pytest.mark.parametrize(
     "reply, expected",
-    [("Yes", True), ("yes.", True), ("YES, it does", True), ("The answer is: Yes.", True), ("No", False),
-     ("No.\nYes and no", False), ("Yesterday", False), ("nope", False), ("", False)],
+    [
+        ("Yes", True),
+        ("yes.", True),
+        ("YES, it does", True),
+        ("The answer is: Yes.", True),
+        ("No", False),
+        ("No.\nYes and no", False),
+        ("Yesterday", False),
+        ("nope", False),
+        ("", False),
+    ],
 )
 def test_parse_yesno(reply, expected):
     assert parse_yesno(reply) is expected
@@ -94,9 +118,16 @@ def test_judge_request_shape(fake_judge, monkeypatch):
     assert body["model"] == "judge-1" and body["temperature"] == 0.0 and body["seed"] == 42
     assert body["max_completion_tokens"] == 128
     system, user = body["messages"]
-    assert system["role"] == "system" and system["content"].endswith("answer the question with a single word: Yes or No.")
-    assert user["content"] == "<message>\nTotal &lt;b&gt;12 USD&lt;/b&gt;\n</message>\nIs the total 12 USD?"
-    assert judge.decisions == [{"question": "Is the total 12 USD?", "answer": True, "reply": "Yes."}]
+    assert system["role"] == "system" and system["content"].endswith(
+        "answer the question with a single word: Yes or No."
+    )
+    assert (
+        user["content"]
+        == "<message>\nTotal &lt;b&gt;12 USD&lt;/b&gt;\n</message>\nIs the total 12 USD?"
+    )
+    assert judge.decisions == [
+        {"question": "Is the total 12 USD?", "answer": True, "reply": "Yes."}
+    ]
     fake_judge.reply = "No"
     assert judge.text_yesno("x", "q") is False
     assert escape_tags("<a>") == "&lt;a&gt;"
@@ -118,7 +149,11 @@ def test_judge_config_validation():
     with pytest.raises(ValueError):
         JudgeConfig(base_url="", model="m")
     config = JudgeConfig.from_value({"base_url": "http://h/v1", "model": "m"})
-    assert JudgeConfig.from_value(config.to_dict()) == config and config.seed == 42 and config.temperature == 0.0
+    assert (
+        JudgeConfig.from_value(config.to_dict()) == config
+        and config.seed == 42
+        and config.temperature == 0.0
+    )
 
 
 def test_shim_resolves_without_upstream_package():
@@ -142,7 +177,9 @@ def rubric_task():
 
 def rubric_context(answer: str) -> dict:
     question = "Does the message say the refund is 12 USD?"
-    effects = {"fake_shop": {"result_db_hash": "h", "golden_db_hash": "h", "rubrics_yesno": [question]}}
+    effects = {
+        "fake_shop": {"result_db_hash": "h", "golden_db_hash": "h", "rubrics_yesno": [question]}
+    }
     return {"messages": [{"role": "assistant", "content": answer}], "effects": effects}
 
 

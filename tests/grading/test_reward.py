@@ -39,7 +39,9 @@ def runner():
 def yaml_task(tmp_path: Path, validate: str):
     """One declarative YAML test with the given ``validate`` list (YAML flow text)."""
     path = tmp_path / "t.yaml"
-    tests, errors = parse_yaml_test_file(path, f"scenario: s\ntests:\n- name: t\n  query: q\n  validate: {validate}\n")
+    tests, errors = parse_yaml_test_file(
+        path, f"scenario: s\ntests:\n- name: t\n  query: q\n  validate: {validate}\n"
+    )
     assert not errors
     return tests[0]
 
@@ -47,7 +49,9 @@ def yaml_task(tmp_path: Path, validate: str):
 def run_yaml(runner, tmp_path, validate: str, reply: str, fx=None):
     task = yaml_task(tmp_path, validate)
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": reply}]
-    return runner.run_code_sync(task.test_code, context_payload(messages=messages, effects=fx or effects()))
+    return runner.run_code_sync(
+        task.test_code, context_payload(messages=messages, effects=fx or effects())
+    )
 
 
 # --- the rule -----------------------------------------------------------------
@@ -55,10 +59,14 @@ def run_yaml(runner, tmp_path, validate: str, reply: str, fx=None):
 
 def test_database_equal_hashes_pass_and_differences_are_listed():
     validate_database(SimpleNamespace(effects=effects()))
-    diff = [{"path": "orders[0].status", "type": "value", "result": "placed", "golden": "cancelled"}]
+    diff = [
+        {"path": "orders[0].status", "type": "value", "result": "placed", "golden": "cancelled"}
+    ]
     problems = database_problems(effects("a", "b", diff=diff))
-    assert problems == ['fake_shop: terminal state differs from the golden state: '
-                        'orders[0].status: value result="placed" golden="cancelled"']
+    assert problems == [
+        "fake_shop: terminal state differs from the golden state: "
+        'orders[0].status: value result="placed" golden="cancelled"'
+    ]
     with pytest.raises(AssertionError, match="orders\\[0\\].status"):
         validate_database(SimpleNamespace(effects=effects("a", "b", diff=diff)), SRV)
 
@@ -71,7 +79,9 @@ def test_database_checks_only_the_named_servers():
 
 
 def test_golden_error_is_a_permanent_system_error_not_a_zero():
-    with pytest.raises(GoldenStateError, match="cannot be built: golden interaction 0 failed") as info:
+    with pytest.raises(
+        GoldenStateError, match="cannot be built: golden interaction 0 failed"
+    ) as info:
         database_problems(effects(None, None, golden_error="golden interaction 0 failed"))
     assert info.value.permanent and info.value.error_kind == "grader_invalid_task"
     assert isinstance(info.value, RuntimeError)  # older callers caught RuntimeError
@@ -98,11 +108,15 @@ def test_response_rule_is_case_insensitive_numeric_and_negation_aware():
 
 def test_yaml_response_contains_ignores_case_like_generated_tasks(runner, tmp_path):
     """Was a case-sensitive substring test: "ord-5" failed a task expecting "ORD-5"."""
-    outcome = run_yaml(runner, tmp_path, "[{response_contains: ORD-5}]", "Order ord-5 is cancelled <DONE>")
+    outcome = run_yaml(
+        runner, tmp_path, "[{response_contains: ORD-5}]", "Order ord-5 is cancelled <DONE>"
+    )
     assert (outcome.result, outcome.is_system_error) == (True, False)
 
 
-@pytest.mark.parametrize("reply", ["Order ORD-55 is cancelled <DONE>", "I could not find ORD-5 <DONE>"])
+@pytest.mark.parametrize(
+    "reply", ["Order ORD-55 is cancelled <DONE>", "I could not find ORD-5 <DONE>"]
+)
 def test_yaml_response_contains_needs_a_stated_whole_word(runner, tmp_path, reply):
     """Was a substring test: "ORD-55" and a negated mention both passed "ORD-5"."""
     outcome = run_yaml(runner, tmp_path, "[{response_contains: ORD-5}]", reply)
@@ -111,7 +125,9 @@ def test_yaml_response_contains_needs_a_stated_whole_word(runner, tmp_path, repl
 
 
 def test_yaml_numbers_compare_as_numbers(runner, tmp_path):
-    outcome = run_yaml(runner, tmp_path, "[{response_contains: '171.00'}]", "You get $171 back <DONE>")
+    outcome = run_yaml(
+        runner, tmp_path, "[{response_contains: '171.00'}]", "You get $171 back <DONE>"
+    )
     assert outcome.result is True
 
 
@@ -119,12 +135,18 @@ def test_yaml_golden_error_is_a_permanent_system_error(runner, tmp_path):
     """Was a hash comparison only: an unbuildable golden state graded the policy 0."""
     fx = effects("h1", None, golden_error="golden interaction 1 (cancel_order) failed")
     outcome = run_yaml(runner, tmp_path, "[database]", "Done <DONE>", fx)
-    assert (outcome.is_system_error, outcome.permanent, outcome.system_error_kind) == (True, True, "grader_invalid_task")
+    assert (outcome.is_system_error, outcome.permanent, outcome.system_error_kind) == (
+        True,
+        True,
+        "grader_invalid_task",
+    )
     assert outcome.reward == 0.0 and "cannot be built" in outcome.message
 
 
 def test_yaml_empty_response_contains_is_refused(tmp_path):
-    _, errors = parse_yaml_test_file(tmp_path / "t.yaml", "tests:\n- name: t\n  validate: [{response_contains: ''}]\n")
+    _, errors = parse_yaml_test_file(
+        tmp_path / "t.yaml", "tests:\n- name: t\n  validate: [{response_contains: ''}]\n"
+    )
     assert [e.field for e in errors] == ["validate"]
 
 
@@ -159,7 +181,13 @@ def test_generated_test_file_runs_with_only_the_standard_library_and_rewardbox(t
         print("third party:", third_party)
     """)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    done = subprocess.run([sys.executable, "-S", "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["failed as expected", "third party: []"]

@@ -34,14 +34,19 @@ def effects(result="h1", golden="h1", **extra):
 
 
 def ctx(**kw):
-    kw.setdefault("messages", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Done <DONE>"}])
+    kw.setdefault(
+        "messages",
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Done <DONE>"}],
+    )
     kw.setdefault("effects", effects())
     return context_payload(**kw)
 
 
 def code_task(tasks, body: str):
     """A fixture task with its test code replaced by ``body`` (a function named t)."""
-    return replace(tasks["fake_shop_orders.py:test_refund_ok"], test_code=f"{body}\n__tb_test_fn = t\n")
+    return replace(
+        tasks["fake_shop_orders.py:test_refund_ok"], test_code=f"{body}\n__tb_test_fn = t\n"
+    )
 
 
 # --- outcomes ---------------------------------------------------------------
@@ -54,7 +59,9 @@ def test_pass(runner, tasks):
 
 def test_assertion_is_policy_failure_with_location(runner, tasks):
     diff = [{"path": "orders", "type": "length mismatch", "result": 1, "golden": 2}]
-    outcome = runner.run_sync(tasks["fake_shop_orders.py:test_refund_ok"], ctx(effects=effects("a", "b", diff=diff)))
+    outcome = runner.run_sync(
+        tasks["fake_shop_orders.py:test_refund_ok"], ctx(effects=effects("a", "b", diff=diff))
+    )
     assert (outcome.result, outcome.reward, outcome.is_system_error) == (False, 0.0, False)
     assert "terminal state differs" in outcome.message and "length mismatch" in outcome.message
     assert outcome.line_content.strip().startswith('assert effects["result_db_hash"]')
@@ -64,7 +71,9 @@ def test_assertion_is_policy_failure_with_location(runner, tasks):
 
 
 def test_keyerror_is_system_error(runner, tasks):
-    outcome = runner.run_sync(tasks["fake_shop_orders.py:test_refund_ok"], ctx(effects={SRV: {"status": "error"}}))
+    outcome = runner.run_sync(
+        tasks["fake_shop_orders.py:test_refund_ok"], ctx(effects={SRV: {"status": "error"}})
+    )
     assert outcome.is_system_error and not outcome.result and outcome.reward == 0.0
     assert outcome.message.startswith("KeyError") and "KeyError" in outcome.tb
 
@@ -185,9 +194,15 @@ def test_context_response_transcript_and_query():
     }
     x = TestContext.from_dict(payload)
     assert x.response == "Refunded. <DONE>" and x.query() == "Refund ORD-1"
-    assert x.transcript() == "User: Refund ORD-1\n\nAssistant: Which order?\n\nUser: ORD-1\n\nAssistant: Refunded. <DONE>"
+    assert (
+        x.transcript()
+        == "User: Refund ORD-1\n\nAssistant: Which order?\n\nUser: ORD-1\n\nAssistant: Refunded. <DONE>"
+    )
     assert x.transcript(1) == "Assistant: Refunded. <DONE>"
-    assert x.transcript(limit=2) == "Assistant: Which order?\n\nUser: ORD-1\n\nAssistant: Refunded. <DONE>"
+    assert (
+        x.transcript(limit=2)
+        == "Assistant: Which order?\n\nUser: ORD-1\n\nAssistant: Refunded. <DONE>"
+    )
     with pytest.raises(ValueError):
         x.transcript(-1)
     with pytest.raises(ValueError):
@@ -195,19 +210,28 @@ def test_context_response_transcript_and_query():
 
 
 def test_context_tool_calls_both_shapes_and_roundtrip():
-    x = TestContext.from_dict({
-        "tool_calls": [
-            {"tool_call": {"name": "get_order", "arguments": {"order_id": "A"}, "id": "c1"},
-             "tool_response": {"name": "get_order", "content": '{"id": "A"}', "id": "c1"}},
-            {"name": "refund_order", "arguments": {"order_id": "A"}, "output": '{"ok": true}'},
-            {"tool_call": {"name": "get_order", "arguments": {}}, "tool_response": "Error: not found"},
-        ],
-        "response": "explicit",
-        "session_id": "s-1",
-    })
+    x = TestContext.from_dict(
+        {
+            "tool_calls": [
+                {
+                    "tool_call": {"name": "get_order", "arguments": {"order_id": "A"}, "id": "c1"},
+                    "tool_response": {"name": "get_order", "content": '{"id": "A"}', "id": "c1"},
+                },
+                {"name": "refund_order", "arguments": {"order_id": "A"}, "output": '{"ok": true}'},
+                {
+                    "tool_call": {"name": "get_order", "arguments": {}},
+                    "tool_response": "Error: not found",
+                },
+            ],
+            "response": "explicit",
+            "session_id": "s-1",
+        }
+    )
     assert [t.tool_call.name for t in x.tool_calls] == ["get_order", "refund_order", "get_order"]
     assert x.tool_calls[2].tool_response.content == "Error: not found"
-    assert x.tool_calls[1].tool_response.content == '{"ok": true}' and x.tool_calls[0].tool_call.arguments == {"order_id": "A"}
+    assert x.tool_calls[1].tool_response.content == '{"ok": true}' and x.tool_calls[
+        0
+    ].tool_call.arguments == {"order_id": "A"}
     assert x.response == "explicit" and x.session_id == "s-1"
     again = TestContext.from_dict(x.to_dict())
     assert again.tool_calls == x.tool_calls and again.response == x.response
@@ -217,4 +241,8 @@ def test_in_process_evaluation_matches_pool(runner, tasks):
     task = tasks["fake_shop_orders.py:test_lookup_only"]
     local = evaluate_test_code(task.test_code, ctx(), fixtures=task.fixtures, uid=task.uid)
     pooled = runner.run_sync(task, ctx())
-    assert (local.result, local.reward, local.prints) == (pooled.result, pooled.reward, pooled.prints)
+    assert (local.result, local.reward, local.prints) == (
+        pooled.result,
+        pooled.reward,
+        pooled.prints,
+    )

@@ -14,12 +14,14 @@ from rewardbox.metrics.passk import pass_hat_k
 def _rows(rates: np.ndarray, trials: int, seed: int) -> pl.DataFrame:
     rng = np.random.default_rng(seed)
     passed = rng.random((len(rates), trials)) < rates[:, None]
-    return pl.DataFrame({
-        "uid": np.repeat([f"t{i:04d}" for i in range(len(rates))], trials),
-        "trial": np.tile(np.arange(trials), len(rates)),
-        "passed": passed.ravel(),
-        "system_error": pl.Series([None] * passed.size, dtype=pl.Utf8),
-    })
+    return pl.DataFrame(
+        {
+            "uid": np.repeat([f"t{i:04d}" for i in range(len(rates))], trials),
+            "trial": np.tile(np.arange(trials), len(rates)),
+            "passed": passed.ravel(),
+            "system_error": pl.Series([None] * passed.size, dtype=pl.Utf8),
+        }
+    )
 
 
 def _campaigns(tasks: int = 120, trials: int = 10, shift: float = 0.0):
@@ -41,7 +43,9 @@ def test_matches_a_plain_loop_over_the_same_resamples():
     point, low, high = out["metrics"]["pass_at_1"]["difference"]
     assert point == pytest.approx(tc.sum() / tn.sum() - bc.sum() / bn.sum())
     assert (low, high) == pytest.approx(tuple(np.quantile(diffs, [0.05, 0.95])), abs=1e-12)
-    assert out["metrics"]["pass_hat_3"]["tuned"][1:] == pytest.approx(tuple(np.quantile(hats, [0.05, 0.95])), abs=1e-12)
+    assert out["metrics"]["pass_hat_3"]["tuned"][1:] == pytest.approx(
+        tuple(np.quantile(hats, [0.05, 0.95])), abs=1e-12
+    )
 
 
 def test_seeded_and_identical_arms_give_a_zero_difference():
@@ -49,7 +53,11 @@ def test_seeded_and_identical_arms_give_a_zero_difference():
     first = paired_bootstrap(base, base, [2, 5], seed=4)
     assert first == paired_bootstrap(base, base, [2, 5], seed=4)
     for name in ("pass_at_1", "pass_at_2", "pass_hat_5"):
-        assert first["metrics"][name]["difference"] == (0.0, 0.0, 0.0)  # paired: the same tasks in both arms
+        assert first["metrics"][name]["difference"] == (
+            0.0,
+            0.0,
+            0.0,
+        )  # paired: the same tasks in both arms
         assert first["metrics"][name]["verdict"] == "within noise"
 
 
@@ -60,7 +68,9 @@ def test_task_level_interval_is_wider_than_pooled_wilson_for_clustered_trials():
     assert (high - low) > 2 * (w_high - w_low)
 
 
-@pytest.mark.parametrize("shift, expected", [(0.25, "improved"), (-0.25, "worse"), (0.0, "within noise")])
+@pytest.mark.parametrize(
+    "shift, expected", [(0.25, "improved"), (-0.25, "worse"), (0.0, "within noise")]
+)
 def test_verdicts(shift, expected):
     base, tuned = _campaigns(shift=shift)
     assert paired_bootstrap(base, tuned, [2])["metrics"]["pass_at_2"]["verdict"] == expected
@@ -68,11 +78,22 @@ def test_verdicts(shift, expected):
 
 def test_k_above_a_policys_smallest_n_is_left_out_and_bad_settings_raise():
     base, tuned = _campaigns(tasks=10, trials=4)
-    tuned = tuned.with_columns(n=pl.when(pl.col("uid") == "t0000").then(3).otherwise(pl.col("n")),
-                               c=pl.when(pl.col("uid") == "t0000").then(0).otherwise(pl.col("c")))
+    tuned = tuned.with_columns(
+        n=pl.when(pl.col("uid") == "t0000").then(3).otherwise(pl.col("n")),
+        c=pl.when(pl.col("uid") == "t0000").then(0).otherwise(pl.col("c")),
+    )
     out = paired_bootstrap(base, tuned, [4])["metrics"]["pass_hat_4"]
-    assert out["base"] is not None and out["tuned"] is None and out["difference"] is None and out["verdict"] == "n/a"
-    assert verdict((-0.1, 0.2)) == "within noise" and verdict((0.01, 0.2)) == "improved" and verdict(None) == "n/a"
+    assert (
+        out["base"] is not None
+        and out["tuned"] is None
+        and out["difference"] is None
+        and out["verdict"] == "n/a"
+    )
+    assert (
+        verdict((-0.1, 0.2)) == "within noise"
+        and verdict((0.01, 0.2)) == "improved"
+        and verdict(None) == "n/a"
+    )
     with pytest.raises(ValueError, match="confidence"):
         paired_bootstrap(base, tuned, [1], confidence=1.5)
     with pytest.raises(ValueError, match="resamples"):
@@ -85,7 +106,9 @@ def test_by_domain_reports_each_domain_from_its_own_tasks():
     base, tuned = base.with_columns(domain=label), tuned.with_columns(domain=label)
     out = paired_bootstrap(base, tuned, [2], resamples=500, by_domain=True)
     assert set(out["domains"]) == {"retail", "hotel", "helpdesk"}
-    alone = paired_bootstrap(base.filter(pl.col("domain") == "hotel"), tuned.filter(pl.col("domain") == "hotel"), [2])
+    alone = paired_bootstrap(
+        base.filter(pl.col("domain") == "hotel"), tuned.filter(pl.col("domain") == "hotel"), [2]
+    )
     hotel = out["domains"]["hotel"]["pass_at_1"]
     assert hotel["base"][0] == alone["metrics"]["pass_at_1"]["base"][0]  # same point estimate
     assert hotel["difference"][1] <= hotel["difference"][0] <= hotel["difference"][2]

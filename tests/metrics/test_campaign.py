@@ -16,17 +16,19 @@ def make_rows(spec: dict[str, tuple[str, list]], bool_errors: bool = False) -> p
     for uid, (domain, outcomes) in spec.items():
         for trial, outcome in enumerate(outcomes):
             error = outcome is None
-            rows.append({
-                "uid": uid,
-                "trial": trial,
-                "domain": domain,
-                "reward": None if error else float(outcome),
-                "passed": None if error else bool(outcome),
-                "system_error": error if bool_errors else (ERR if error else None),
-                "input_tokens": 100,
-                "cached_input_tokens": 40,
-                "output_tokens": 10,
-            })
+            rows.append(
+                {
+                    "uid": uid,
+                    "trial": trial,
+                    "domain": domain,
+                    "reward": None if error else float(outcome),
+                    "passed": None if error else bool(outcome),
+                    "system_error": error if bool_errors else (ERR if error else None),
+                    "input_tokens": 100,
+                    "cached_input_tokens": 40,
+                    "output_tokens": 10,
+                }
+            )
     return pl.DataFrame(rows)
 
 
@@ -94,7 +96,9 @@ def test_duplicate_key_and_missing_outcome_are_named():
     rows = make_rows({"a": ("d", [1, 0])})
     with pytest.raises(ValueError, match=r"\('a', 1\) appears 2 times"):
         summarise_campaign(pl.concat([rows, rows.tail(1)]), [1])
-    broken = rows.with_columns(pl.when(pl.col("trial") == 1).then(None).otherwise(pl.col("passed")).alias("passed"))
+    broken = rows.with_columns(
+        pl.when(pl.col("trial") == 1).then(None).otherwise(pl.col("passed")).alias("passed")
+    )
     with pytest.raises(ValueError, match=r"'passed' is null .*uid='a', trial=1"):
         summarise_campaign(broken, [1])
     with pytest.raises(ValueError, match="missing column"):

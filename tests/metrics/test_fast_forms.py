@@ -56,10 +56,14 @@ def test_groups_single_tasks_and_the_monte_carlo_fallback():
     groups = ["a", "a", "b", "b", "c", "d", "d"]
     overall, by_group = prob_better_by_group(base, tuned, groups, draws=20_000, seed=3)
     assert overall == prob_better_overall(base, tuned)
-    assert by_group["c"] == pytest.approx(prob_better_many([8], [8], [7], [8])[0], abs=1e-12)  # one task: exact
+    assert by_group["c"] == pytest.approx(
+        prob_better_many([8], [8], [7], [8])[0], abs=1e-12
+    )  # one task: exact
     for label in "abd":  # "d": two wide posteriors, the Monte Carlo fallback
         rows = [i for i, g in enumerate(groups) if g == label]
         expected, se = _monte_carlo([base[i] for i in rows], [tuned[i] for i in rows])
-        assert by_group[label] == pytest.approx(expected, abs=4 * se + 0.5 / np.sqrt(20_000) * 4), label
+        assert by_group[label] == pytest.approx(expected, abs=4 * se + 0.5 / np.sqrt(20_000) * 4), (
+            label
+        )
     with pytest.raises(ValueError, match="groups"):
         prob_better_by_group(base, tuned, ["a"])

@@ -8,11 +8,10 @@ from pydantic import ValidationError
 
 from rewardbox.metrics.bootstrap import paired_bootstrap
 from rewardbox.metrics.rows import task_counts
-from rewardbox.report import render_report_markdown, reliability_tables
-from rewardbox.report.config import ReportConfig
 from rewardbox.metrics.splits import domain_to_split, split_bootstrap
+from rewardbox.report import reliability_tables, render_report_markdown
+from rewardbox.report.config import ReportConfig
 from rewardbox.report.tables import split_rows
-
 from tests.report.test_report import make_rows
 
 SPLITS = {"in_distribution": ["retail", "hotel"], "out_of_distribution": ["helpdesk"]}
@@ -45,14 +44,22 @@ def test_each_split_is_the_paired_bootstrap_of_its_own_tasks():
     outside = result["splits"]["out_of_distribution"]["metrics"]["pass_at_1"]
     assert outside["difference"][0] == pytest.approx(0.0) and outside["verdict"] == "within noise"
     # the same numbers as bootstrapping the split's tasks alone (point estimates are exact)
-    alone = paired_bootstrap(base.filter(pl.col("domain") == "helpdesk"), tuned.filter(pl.col("domain") == "helpdesk"),
-                             [1], 0.9, 500, 3)
+    alone = paired_bootstrap(
+        base.filter(pl.col("domain") == "helpdesk"),
+        tuned.filter(pl.col("domain") == "helpdesk"),
+        [1],
+        0.9,
+        500,
+        3,
+    )
     assert outside["base"][0] == pytest.approx(alone["metrics"]["pass_at_1"]["base"][0])
 
 
 def test_a_split_without_tasks_has_no_metrics_and_no_rows():
     base_rows, tuned_rows = _campaigns(2)
-    result = split_bootstrap(task_counts(base_rows), task_counts(tuned_rows), {"empty": ["nowhere"], **SPLITS}, [1])
+    result = split_bootstrap(
+        task_counts(base_rows), task_counts(tuned_rows), {"empty": ["nowhere"], **SPLITS}, [1]
+    )
     assert result["splits"]["empty"] == {"tasks": 0, "metrics": {}}
     rows = split_rows(result, [1, 4])
     assert "empty" not in rows["split"].to_list()
@@ -75,9 +82,20 @@ def test_report_has_a_per_split_section_only_when_splits_are_set():
     base_rows, tuned_rows = _campaigns()
     plain = reliability_tables(base_rows, tuned_rows, 4)
     assert "per_split" not in plain
-    tables = reliability_tables(base_rows, tuned_rows, 4, splits=SPLITS, confidence=0.9, resamples=300)
-    line = next(ln for ln in tables["per_split"].splitlines() if ln.startswith("| in_distribution | 12 | pass@1 "))
-    assert "25.00% [" in line and "100.00% [" in line and "+75.00 pts [" in line and line.endswith("improved |")
+    tables = reliability_tables(
+        base_rows, tuned_rows, 4, splits=SPLITS, confidence=0.9, resamples=300
+    )
+    line = next(
+        ln
+        for ln in tables["per_split"].splitlines()
+        if ln.startswith("| in_distribution | 12 | pass@1 ")
+    )
+    assert (
+        "25.00% [" in line
+        and "100.00% [" in line
+        and "+75.00 pts [" in line
+        and line.endswith("improved |")
+    )
     assert "(90%)" in tables["per_split"] and "Domains in no split" in tables["per_split"]
     doc = render_report_markdown(tables)
     assert doc.index("## Per split") < doc.index("## Per domain")

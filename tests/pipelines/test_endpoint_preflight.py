@@ -24,8 +24,15 @@ pytestmark = pytest.mark.timeout(600)
 
 def _profile(tmp_path: Path, policy_url: str, user_url: str, policy_model: str = "agent") -> str:
     profile = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
-    profile["tasks"]["benchmark"] = [{"dataset": "embedded:retail", "test_list": "testlists/benchmark.yaml", "limit": 1}]
-    profile["policy"] = {"kind": "endpoint", "base_url": policy_url, "model": policy_model, "max_retries": 0}
+    profile["tasks"]["benchmark"] = [
+        {"dataset": "embedded:retail", "test_list": "testlists/benchmark.yaml", "limit": 1}
+    ]
+    profile["policy"] = {
+        "kind": "endpoint",
+        "base_url": policy_url,
+        "model": policy_model,
+        "max_retries": 0,
+    }
     profile["user"] = {"kind": "endpoint", "base_url": user_url, "model": "user"}
     profile["episode"].update(max_user_turns=1, concurrency=1)
     path = tmp_path / "preflight.yaml"
@@ -51,9 +58,12 @@ def one_benchmark_task() -> list:
 def _evaluate(tmp_path: Path, profile: str):
     from assets.evaluation import base_evaluation_results
 
-    result = dg.materialize([no_checkpoint, one_benchmark_task, base_evaluation_results],
-                            resources=test_resources(profile, tmp_path / "data"),
-                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    result = dg.materialize(
+        [no_checkpoint, one_benchmark_task, base_evaluation_results],
+        resources=test_resources(profile, tmp_path / "data"),
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
+    )
     failures = [failure_text(e) for e in result.all_events if e.is_step_failure]
     materialised = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     return result, failures, materialised
@@ -66,26 +76,40 @@ def _nothing_written(tmp_path: Path, fake) -> None:
 
 
 @pytest.mark.parametrize("dead", ["policy", "user simulator"])
-def test_a_dead_endpoint_fails_the_step_before_any_episode_naming_its_url(tmp_path, fake_openai, dead):
+def test_a_dead_endpoint_fails_the_step_before_any_episode_naming_its_url(
+    tmp_path, fake_openai, dead
+):
     fake_openai.models = ["agent", "user"]
     fake_openai.default = (200, chat_response("done"), {})
     url = dead_url()
-    policy_url, user_url = (url, fake_openai.base_url) if dead == "policy" else (fake_openai.base_url, url)
+    policy_url, user_url = (
+        (url, fake_openai.base_url) if dead == "policy" else (fake_openai.base_url, url)
+    )
     result, failures, materialised = _evaluate(tmp_path, _profile(tmp_path, policy_url, user_url))
     assert not result.success and "base_evaluation_results" not in materialised
     (message,) = failures
     model = "agent" if dead == "policy" else "user"
-    assert f"{dead} endpoint {url} (model '{model}'): unreachable" in message and "no episode was run" in message
+    assert (
+        f"{dead} endpoint {url} (model '{model}'): unreachable" in message
+        and "no episode was run" in message
+    )
     _nothing_written(tmp_path, fake_openai)
 
 
-def test_a_wrong_model_name_fails_the_step_naming_the_url_and_the_models_served(tmp_path, fake_openai):
+def test_a_wrong_model_name_fails_the_step_naming_the_url_and_the_models_served(
+    tmp_path, fake_openai
+):
     fake_openai.models = ["agent", "user"]
-    result, failures, materialised = _evaluate(tmp_path, _profile(tmp_path, fake_openai.base_url, fake_openai.base_url,
-                                                                  policy_model="agnet"))
+    result, failures, materialised = _evaluate(
+        tmp_path,
+        _profile(tmp_path, fake_openai.base_url, fake_openai.base_url, policy_model="agnet"),
+    )
     assert not result.success and "base_evaluation_results" not in materialised
     (message,) = failures
-    assert f"policy endpoint {fake_openai.base_url} (model 'agnet'): model 'agnet' is not served there" in message
+    assert (
+        f"policy endpoint {fake_openai.base_url} (model 'agnet'): model 'agnet' is not served there"
+        in message
+    )
     assert "it serves: agent, user" in message
     _nothing_written(tmp_path, fake_openai)
 
@@ -93,6 +117,8 @@ def test_a_wrong_model_name_fails_the_step_naming_the_url_and_the_models_served(
 def test_served_endpoints_pass_the_preflight_and_the_step_runs(tmp_path, fake_openai):
     fake_openai.models = ["agent", "user"]
     fake_openai.default = (200, chat_response("done"), {})
-    result, failures, materialised = _evaluate(tmp_path, _profile(tmp_path, fake_openai.base_url, fake_openai.base_url))
+    result, failures, materialised = _evaluate(
+        tmp_path, _profile(tmp_path, fake_openai.base_url, fake_openai.base_url)
+    )
     assert result.success and not failures and "base_evaluation_results" in materialised
     assert fake_openai.requests and fake_openai.model_requests

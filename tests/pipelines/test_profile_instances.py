@@ -41,9 +41,12 @@ def _resources(profile: str, data: Path) -> dict:
 
     rewardbox = RewardboxResource(profile=profile, data_dir=str(data))
     artifacts = rewardbox.artifacts_dir()
-    return {"rewardbox": rewardbox, "ray_cluster": RayClusterResource(),
-            "parquet_io_manager": ParquetIOManager(base_dir=str(artifacts / "assets")),
-            "io_manager": dg.FilesystemIOManager(base_dir=str(artifacts / "objects"))}
+    return {
+        "rewardbox": rewardbox,
+        "ray_cluster": RayClusterResource(),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(artifacts / "assets")),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(artifacts / "objects")),
+    }
 
 
 def _instance(root: Path, name: str) -> dg.DagsterInstance:
@@ -56,13 +59,23 @@ def _instance(root: Path, name: str) -> dg.DagsterInstance:
 def _materialise(instance: dg.DagsterInstance, profile: str, data: Path, asset: str):
     from assets.tasks import candidate_tasks, screened_candidates
 
-    return dg.materialize([candidate_tasks, screened_candidates], selection=[asset], instance=instance,
-                          resources=_resources(profile, data), raise_on_error=False)
+    return dg.materialize(
+        [candidate_tasks, screened_candidates],
+        selection=[asset],
+        instance=instance,
+        resources=_resources(profile, data),
+        raise_on_error=False,
+    )
 
 
 def test_the_makefile_gives_each_profile_its_own_instance():
-    out = subprocess.run(["make", "-s", "dagster-home", "PROFILE=alpha"], cwd=REPO, capture_output=True, text=True,
-                         check=True).stdout.strip()
+    out = subprocess.run(
+        ["make", "-s", "dagster-home", "PROFILE=alpha"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert out == str(REPO / ".dagster_home" / "alpha")
 
 
@@ -81,8 +94,11 @@ def test_interleaved_profiles_each_audit_their_own_inputs(tmp_path):
         # the mistake: beta's run on alpha's instance is refused at its first step, nothing recorded
         wrong = _materialise(instances["alpha"], profiles["beta"], data, "screened_candidates")
         assert not wrong.success and not wrong.get_asset_materialization_events()
-        failure = "\n".join(data.error.to_string() for data in (e.event_specific_data for e in wrong.all_events)
-                            if getattr(data, "error", None) is not None)  # the resource's set-up failed
+        failure = "\n".join(
+            data.error.to_string()
+            for data in (e.event_specific_data for e in wrong.all_events)
+            if getattr(data, "error", None) is not None
+        )  # the resource's set-up failed
         assert "profile beta at" in failure and "refuses the Dagster instance" in failure
         assert "it serves profile alpha at" in failure
 
@@ -93,11 +109,19 @@ def test_interleaved_profiles_each_audit_their_own_inputs(tmp_path):
             assert node.run_tags["rewardbox/profile"] == name
             assert node.path.startswith(str(data / name / "objects"))
             (parent,) = node.inputs
-            assert parent.asset == "candidate_tasks" and parent.run_tags["rewardbox/profile"] == name
+            assert (
+                parent.asset == "candidate_tasks" and parent.run_tags["rewardbox/profile"] == name
+            )
             assert parent.path.startswith(str(data / name / "objects"))
             lines = "\n".join(render(node))
-            assert f"data/{name}/" in lines and f"data/{other}/" not in lines and f"profile={other}" not in lines
-            records = instance.fetch_materializations(dg.AssetKey("screened_candidates"), limit=10).records
+            assert (
+                f"data/{name}/" in lines
+                and f"data/{other}/" not in lines
+                and f"profile={other}" not in lines
+            )
+            records = instance.fetch_materializations(
+                dg.AssetKey("screened_candidates"), limit=10
+            ).records
             assert len(records) == 1  # the refused run added nothing to alpha's history
     finally:
         for instance in instances.values():
@@ -107,8 +131,8 @@ def test_interleaved_profiles_each_audit_their_own_inputs(tmp_path):
 def test_an_ephemeral_instance_is_never_claimed_and_a_persistent_one_is(tmp_path):
     # in-process materialisations (tests, `dg.materialize`) run on an ephemeral instance that keeps no history
     # beyond its process: two profiles may share it; a persistent instance refuses the second profile
-    from rewardbox.config.profile import load_profile
     from resources.instance_profile import ProfileInstanceError, claim_instance, instance_profile
+    from rewardbox.config.profile import load_profile
 
     alpha = load_profile(_profile(tmp_path, "alpha", 2), data_dir=tmp_path / "data")
     beta = load_profile(_profile(tmp_path, "beta", 3), data_dir=tmp_path / "data")

@@ -50,7 +50,8 @@ def home(tmp_path):
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")  # the shipped config, unchanged
     (tmp_path / "workspace.yaml").write_text(
         f"load_from:\n  - python_module:\n      module_name: tests.fixtures.monitored_jobs\n"
-        f"      working_directory: {REPO}\n")
+        f"      working_directory: {REPO}\n"
+    )
     return home
 
 
@@ -58,14 +59,28 @@ def test_the_shipped_instance_config_monitors_runs_with_the_pid_checking_launche
     with dg.DagsterInstance.from_config(str(home)) as instance:
         assert isinstance(instance.run_launcher, LocalProcessRunLauncher)
         assert instance.run_monitoring_enabled and instance.run_monitoring_start_timeout_seconds > 0
-        assert instance.run_monitoring_cancel_timeout_seconds > 0 and instance.run_monitoring_poll_interval_seconds <= 10
+        assert (
+            instance.run_monitoring_cancel_timeout_seconds > 0
+            and instance.run_monitoring_poll_interval_seconds <= 10
+        )
 
 
 def test_a_sigkilled_run_is_marked_failed_and_a_queued_run_launches(home, tmp_path):
-    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(REPO), "REWARDBOX_TEST_PID_FILE": str(tmp_path / "pid")}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "PYTHONPATH": str(REPO),
+        "REWARDBOX_TEST_PID_FILE": str(tmp_path / "pid"),
+    }
     workspace = str(tmp_path / "workspace.yaml")
-    killed = subprocess.Popen([BIN / "dagster", "job", "execute", "-m", "tests.fixtures.monitored_jobs", "-j", "sleeper"],
-                              env=env, cwd=REPO, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    killed = subprocess.Popen(
+        [BIN / "dagster", "job", "execute", "-m", "tests.fixtures.monitored_jobs", "-j", "sleeper"],
+        env=env,
+        cwd=REPO,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     daemon = None
     try:
         _wait("the sleeper run's op", lambda: (tmp_path / "pid").exists())
@@ -73,23 +88,48 @@ def test_a_sigkilled_run_is_marked_failed_and_a_queued_run_launches(home, tmp_pa
         killed.wait(30)
         with dg.DagsterInstance.from_config(str(home)) as instance:
             (dead,) = _runs(instance, "sleeper")
-            assert dead.status == DagsterRunStatus.STARTED  # what a killed run leaves: "Started" for ever
-            subprocess.run([BIN / "dagster", "job", "launch", "-w", workspace, "-j", "quick"], env=env, cwd=REPO,
-                           check=True, capture_output=True, timeout=180)
+            assert (
+                dead.status == DagsterRunStatus.STARTED
+            )  # what a killed run leaves: "Started" for ever
+            subprocess.run(
+                [BIN / "dagster", "job", "launch", "-w", workspace, "-j", "quick"],
+                env=env,
+                cwd=REPO,
+                check=True,
+                capture_output=True,
+                timeout=180,
+            )
             (queued,) = _runs(instance, "quick")
             assert queued.status == DagsterRunStatus.QUEUED
-            daemon = subprocess.Popen([BIN / "dagster-daemon", "run", "-w", workspace], env=env, cwd=REPO,
-                                      start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            failed = _wait("the dead run marked failed",
-                           lambda: next((r for r in _runs(instance, "sleeper") if r.status == DagsterRunStatus.FAILURE), None))
-            done = _wait("the queued run to succeed",
-                         lambda: next((r for r in _runs(instance, "quick") if r.is_finished), None))
+            daemon = subprocess.Popen(
+                [BIN / "dagster-daemon", "run", "-w", workspace],
+                env=env,
+                cwd=REPO,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            failed = _wait(
+                "the dead run marked failed",
+                lambda: next(
+                    (r for r in _runs(instance, "sleeper") if r.status == DagsterRunStatus.FAILURE),
+                    None,
+                ),
+            )
+            done = _wait(
+                "the queued run to succeed",
+                lambda: next((r for r in _runs(instance, "quick") if r.is_finished), None),
+            )
             assert done.status == DagsterRunStatus.SUCCESS
             failure = instance.get_run_record_by_id(failed.run_id)
             launched = instance.get_run_record_by_id(done.run_id)
-            assert launched.start_time >= failure.end_time  # the queue moved only once the dead run was failed
+            assert (
+                launched.start_time >= failure.end_time
+            )  # the queue moved only once the dead run was failed
             messages = [e.message for e in instance.all_logs(failed.run_id)]
-            assert any("is gone" in (m or "") and "Marking run" in (m or "") for m in messages), messages[-3:]
+            assert any("is gone" in (m or "") and "Marking run" in (m or "") for m in messages), (
+                messages[-3:]
+            )
     finally:
         for process in (killed, daemon):
             if process is not None and process.poll() is None:

@@ -8,7 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -37,11 +37,22 @@ def test_cli_job_run_is_tagged_and_logs_progress(tmp_path):
     home = tmp_path / "dagster_home"
     home.mkdir()
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "REWARDBOX_PROFILE": "test",
-           "REWARDBOX_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "REWARDBOX_PROFILE": "test",
+        "REWARDBOX_DATA_DIR": str(tmp_path / "data"),
+        "PYTHONPATH": str(ROOT),
+    }
     dagster = Path(sys.executable).parent / "dagster"
-    done = subprocess.run([str(dagster), "job", "execute", "-m", "pipelines.definitions", "-j", "rescreen_job"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(dagster), "job", "execute", "-m", "pipelines.definitions", "-j", "rescreen_job"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
@@ -54,43 +65,62 @@ def test_cli_job_run_is_tagged_and_logs_progress(tmp_path):
         assert TAG_GPU_CLUSTER not in run.tags  # re-screening runs scripted policies only
         messages = [e.user_message for e in instance.all_logs(run.run_id) if e.user_message]
         screened = instance.get_latest_materialization_event(dg.AssetKey("screened_candidates"))
-    assert any(re.match(r"screen \(golden replay\): 10/10 episodes \(100%\)", m) for m in messages), messages
-    assert any(re.match(r"screen \(null run\): 5/10 episodes \(50%\)", m) for m in messages), messages
+    assert any(
+        re.match(r"screen \(golden replay\): 10/10 episodes \(100%\)", m) for m in messages
+    ), messages
+    assert any(re.match(r"screen \(null run\): 5/10 episodes \(50%\)", m) for m in messages), (
+        messages
+    )
     assert screened.asset_materialization.metadata["config_hash"].value
 
 
 def test_jobs_sensors_and_schedule_put_the_tags_on_their_runs(tmp_path):
     from pipelines.definitions import defs
 
-    with dg.instance_for_test() as instance:  # entering it also gives Definitions a live state storage
+    with (
+        dg.instance_for_test() as instance
+    ):  # entering it also gives Definitions a live state storage
         repo = defs.get_repository_def()
         for job in repo.get_all_jobs():
             if not job.name.startswith("__"):
                 assert {TAG_PROFILE, TAG_CONFIG_HASH, TAG_CODE_VERSION} <= set(job.tags), job.name
 
         sensor = repo.get_sensor_def("task_source_sensor")
-        [request] = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo)).run_requests
-        assert PROVENANCE <= set(request.tags)
+        [request] = sensor.evaluate_tick(
+            dg.build_sensor_context(instance=instance, repository_def=repo)
+        ).run_requests
+        assert set(request.tags) >= PROVENANCE
 
         schedule = repo.get_schedule_def("reprobe_schedule")
-        context = dg.build_schedule_context(instance=instance, repository_def=repo,
-                                            scheduled_execution_time=datetime(2026, 1, 5, 3, tzinfo=timezone.utc))
+        context = dg.build_schedule_context(
+            instance=instance,
+            repository_def=repo,
+            scheduled_execution_time=datetime(2026, 1, 5, 3, tzinfo=UTC),
+        )
         [request] = schedule.evaluate_tick(context).run_requests
-        assert PROVENANCE <= set(request.tags)
+        assert set(request.tags) >= PROVENANCE
 
         checkpoint = tmp_path / "incoming" / "ckpt-1"
         checkpoint.mkdir(parents=True)
         (checkpoint / "config.json").write_text("{}")
-        from sensors.checkpoints import build_checkpoint_sensor
         from pipelines.partitions import checkpoint_partitions
+        from sensors.checkpoints import build_checkpoint_sensor
 
-        tagged = build_checkpoint_sensor(partitions_def=checkpoint_partitions, watch_dir_fn=lambda: checkpoint.parent,
-                                         task_set_version_fn=lambda: "v1", validate_fn=lambda _: None,
-                                         job_name="checkpoint_evaluation_job",
-                                         run_tags_fn=lambda: {TAG_PROFILE: "test", TAG_TASK_SET_VERSION: "stale"})
-        instance.add_dynamic_partitions(checkpoint_partitions.name, ["ckpt-1"])  # as the daemon would
+        tagged = build_checkpoint_sensor(
+            partitions_def=checkpoint_partitions,
+            watch_dir_fn=lambda: checkpoint.parent,
+            task_set_version_fn=lambda: "v1",
+            validate_fn=lambda _: None,
+            job_name="checkpoint_evaluation_job",
+            run_tags_fn=lambda: {TAG_PROFILE: "test", TAG_TASK_SET_VERSION: "stale"},
+        )
+        instance.add_dynamic_partitions(
+            checkpoint_partitions.name, ["ckpt-1"]
+        )  # as the daemon would
         with partition_loading_context(dynamic_partitions_store=instance):
-            tick = tagged.evaluate_tick(dg.build_sensor_context(instance=instance, repository_def=repo))
+            tick = tagged.evaluate_tick(
+                dg.build_sensor_context(instance=instance, repository_def=repo)
+            )
         [request] = tick.run_requests
         # the sensor's own task-set version wins over a provenance tag computed elsewhere
         assert request.tags[TAG_PROFILE] == "test" and request.tags[TAG_TASK_SET_VERSION] == "v1"
@@ -102,21 +132,29 @@ def test_a_run_is_retagged_with_the_profile_it_actually_ran_with(tmp_path):
     from pipelines.jobs import build_jobs
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
-    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
+    from resources.vllm_server import VllmServerResource
 
     startup = load_profile("demo")  # the profile the code location was loaded with
-    jobs = build_jobs(lambda samples_policy, trains: run_tags(startup, samples_policy=samples_policy, trains=trains))
-    resources = {"rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
-                 "ray_cluster": RayClusterResource(),
-                 "vllm_server": VllmServerResource(),
-                 "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
-                 "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets"))}
+    jobs = build_jobs(
+        lambda samples_policy, trains: run_tags(
+            startup, samples_policy=samples_policy, trains=trains
+        )
+    )
+    resources = {
+        "rewardbox": RewardboxResource(profile="test", data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
+        "parquet_io_manager": ParquetIOManager(base_dir=str(tmp_path / "assets")),
+    }
     defs = dg.Definitions(assets=all_assets, jobs=[jobs["rescreen_job"]], resources=resources)
     with dg.instance_for_test() as instance:
         job = defs.resolve_job_def("rescreen_job")
         assert job.tags[TAG_PROFILE] == "demo"
-        result = job.execute_in_process(instance=instance, asset_selection=[dg.AssetKey("candidate_tasks")])
+        result = job.execute_in_process(
+            instance=instance, asset_selection=[dg.AssetKey("candidate_tasks")]
+        )
         assert result.success
         tags = instance.get_run_by_id(result.run_id).tags
     profile = load_profile("test")

@@ -25,13 +25,15 @@ SCREENED = dg.AssetKey("screened_candidates")
 
 def _resources(tmp_path: Path, profile: str = "test") -> dict:
     from resources.ray_cluster import RayClusterResource
-    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
+    from resources.vllm_server import VllmServerResource
 
-    return {"rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
-            "ray_cluster": RayClusterResource(),
-            "vllm_server": VllmServerResource(),
-            "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
+    return {
+        "rewardbox": RewardboxResource(profile=profile, data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
+    }
 
 
 def _materialize(*args, **kwargs) -> dg.ExecuteInProcessResult:
@@ -43,7 +45,9 @@ def _materialize(*args, **kwargs) -> dg.ExecuteInProcessResult:
 
 
 def _status(instance: dg.DagsterInstance) -> StaleStatus:
-    resolver = CachingStaleStatusResolver(instance, AssetGraph.from_assets(ASSETS), LoadingContextForTest(instance))
+    resolver = CachingStaleStatusResolver(
+        instance, AssetGraph.from_assets(ASSETS), LoadingContextForTest(instance)
+    )
     return resolver.get_status(SCREENED)
 
 
@@ -67,7 +71,9 @@ def test_every_asset_declares_a_code_version():
 
     with dg.instance_for_test():  # a live instance context for loading the Definitions
         graph = defs.get_repository_def().asset_graph
-    missing = [k.to_user_string() for k in graph.get_all_asset_keys() if not graph.get(k).code_version]
+    missing = [
+        k.to_user_string() for k in graph.get_all_asset_keys() if not graph.get(k).code_version
+    ]
     assert missing == []
 
 
@@ -76,10 +82,16 @@ def test_identical_rematerialisation_leaves_downstream_fresh_and_a_change_makes_
     assert _status(instance) == StaleStatus.FRESH
     before = _latest_data_version(instance, "candidate_tasks")
 
-    again = _materialize(ASSETS, selection=[task_assets.candidate_tasks], resources=_resources(tmp_path),
-                           instance=instance)
+    again = _materialize(
+        ASSETS,
+        selection=[task_assets.candidate_tasks],
+        resources=_resources(tmp_path),
+        instance=instance,
+    )
     assert again.success
-    assert _latest_data_version(instance, "candidate_tasks") == before  # same content, same data version
+    assert (
+        _latest_data_version(instance, "candidate_tasks") == before
+    )  # same content, same data version
     assert _status(instance) == StaleStatus.FRESH
 
     # one candidate fewer (a different task source): new data upstream, the screen is stale
@@ -88,8 +100,12 @@ def test_identical_rematerialisation_leaves_downstream_fresh_and_a_change_makes_
     changed = tmp_path / "changed" / "test.yaml"
     changed.parent.mkdir()
     changed.write_text(yaml.safe_dump(profile))
-    edited = _materialize(ASSETS, selection=[task_assets.candidate_tasks],
-                            resources=_resources(tmp_path, str(changed)), instance=instance)
+    edited = _materialize(
+        ASSETS,
+        selection=[task_assets.candidate_tasks],
+        resources=_resources(tmp_path, str(changed)),
+        instance=instance,
+    )
     assert edited.success
     assert _latest_data_version(instance, "candidate_tasks") != before
     assert _status(instance) == StaleStatus.STALE
@@ -100,8 +116,15 @@ def test_screening_logs_progress_lines_with_done_and_total(screened):
     messages = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
     lines = [m for m in messages if m.startswith("screen (")]
     assert "screen (golden replay): 0/10 episodes to run" in lines
-    final = [m for m in lines if re.match(r"screen \(golden replay\): 10/10 episodes \(100%\), pass rate 1\.000 "
-                                          r"\(10/10\), system errors 0, \d+s elapsed$", m)]
+    final = [
+        m
+        for m in lines
+        if re.match(
+            r"screen \(golden replay\): 10/10 episodes \(100%\), pass rate 1\.000 "
+            r"\(10/10\), system errors 0, \d+s elapsed$",
+            m,
+        )
+    ]
     assert final, lines
     null = [m for m in lines if m.startswith("screen (null run): 10/10 episodes (100%)")]
     assert null, lines
@@ -118,13 +141,18 @@ def test_audit_traces_the_exact_upstream_materialisation_read(screened):
     from pipelines.audit import render, trace
 
     _, instance, result = screened
-    [first_candidates] = [e for e in result.get_asset_materialization_events()
-                          if e.asset_key == dg.AssetKey("candidate_tasks")]
+    [first_candidates] = [
+        e
+        for e in result.get_asset_materialization_events()
+        if e.asset_key == dg.AssetKey("candidate_tasks")
+    ]
     node = trace(instance, "screened_candidates")
     [parent] = node.inputs
     assert parent.asset == "candidate_tasks" and parent.run_id == result.run_id
     # the version that was read, even after later re-materialisations of candidate_tasks
     assert parent.data_version == first_candidates.materialization.tags["dagster/data_version"]
-    assert node.config_hash and node.run_tags["rewardbox/profile"] == "test"  # tagged by the resource
+    assert (
+        node.config_hash and node.run_tags["rewardbox/profile"] == "test"
+    )  # tagged by the resource
     text = "\n".join(render(node))
     assert f"candidate_tasks  data_version={parent.data_version}" in text

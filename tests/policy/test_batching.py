@@ -27,10 +27,14 @@ def _pending(ids: list[int]) -> Pending:
 
 
 def test_choose_batch_takes_the_prefix_group_first_then_fills_with_others():
-    a1, b1, a2, c1, a3 = (_pending(ids) for ids in ([1, 1, 5], [2, 2, 5], [1, 1, 6], [3, 3], [1, 1, 7]))
+    a1, b1, a2, c1, a3 = (
+        _pending(ids) for ids in ([1, 1, 5], [2, 2, 5], [1, 1, 6], [3, 3], [1, 1, 7])
+    )
     batch, rest = choose_batch([a1, b1, a2, c1, a3], max_batch_size=4, key_tokens=2)
     assert batch == [a1, a2, a3, b1] and rest == [c1]
-    batch, rest = choose_batch([b1, c1], max_batch_size=8, key_tokens=2)  # no shared prefix: still one batch
+    batch, rest = choose_batch(
+        [b1, c1], max_batch_size=8, key_tokens=2
+    )  # no shared prefix: still one batch
     assert batch == [b1, c1] and rest == []
     assert choose_batch([], 8, 2) == ([], [])
 
@@ -77,7 +81,9 @@ class _Batch:
         return [FinishedRow(slot, [1], [0.0], [], 0, 1) for slot in done]
 
 
-def _policy(max_batch_size: int, context_tokens: int = 100_000, steps: int = 1, start: bool = True) -> LocalPolicy:
+def _policy(
+    max_batch_size: int, context_tokens: int = 100_000, steps: int = 1, start: bool = True
+) -> LocalPolicy:
     policy = LocalPolicy.__new__(LocalPolicy)
     policy.name, policy.max_batch_size, policy.batch_wait_s = "fake", max_batch_size, 0.2
     policy.context_tokens, policy.tokenizer = context_tokens, _Tokenizer()
@@ -86,8 +92,9 @@ def _policy(max_batch_size: int, context_tokens: int = 100_000, steps: int = 1, 
     policy.log = {"admitted": [], "widths": []}
     policy._new_batch = lambda: _Batch(steps, policy.log)
     policy._spec = lambda request, ids: RowSpec(ids, 4, 0.0, 0)
-    policy._finish = lambda request, ids, row: Completion(raw_text="ok", interpretation=None, finish_reason="stop",
-                                                          input_tokens=len(ids))
+    policy._finish = lambda request, ids, row: Completion(
+        raw_text="ok", interpretation=None, finish_reason="stop", input_tokens=len(ids)
+    )
     if start:
         policy._start_worker()
     else:
@@ -105,13 +112,17 @@ def test_a_burst_of_distinct_prompts_joins_as_one_admission_tokenised_in_the_wor
 
     async def burst():
         try:
-            return await asyncio.gather(*(policy.complete(_request(f"note {i} about tea")) for i in range(8)))
+            return await asyncio.gather(
+                *(policy.complete(_request(f"note {i} about tea")) for i in range(8))
+            )
         finally:
             await policy.aclose()
 
     completions = asyncio.run(burst())
     assert policy.log["admitted"] == [8] and all(c.raw_text == "ok" for c in completions)
-    assert policy.tokenizer.calls == [("LocalPolicy[fake]", 8)]  # one call, off the event loop's thread
+    assert policy.tokenizer.calls == [
+        ("LocalPolicy[fake]", 8)
+    ]  # one call, off the event loop's thread
 
 
 def test_a_prompt_too_long_fails_alone_and_the_rest_still_batch():
@@ -120,7 +131,9 @@ def test_a_prompt_too_long_fails_alone_and_the_rest_still_batch():
     async def burst():
         try:
             texts = ["short one", "x" * 2000, "short two", "short three"]
-            return await asyncio.gather(*(policy.complete(_request(t)) for t in texts), return_exceptions=True)
+            return await asyncio.gather(
+                *(policy.complete(_request(t)) for t in texts), return_exceptions=True
+            )
         finally:
             await policy.aclose()
 

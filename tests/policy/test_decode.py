@@ -23,8 +23,15 @@ def tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -33,19 +40,25 @@ def left_pad(prompts):
     ids = torch.full((len(prompts), width), PAD)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     return ids, mask
 
 
 PROMPTS = [[5, 9, 13, 2, 7], [3, 4], [11, 12, 13, 14, 15, 16, 17], [8]]
 
 
-def _decode(model, prompts, budgets, stops=(), temperatures=None, seeds=None, cache=None, inputs=None):
-    sampler = PerRowSampler(seeds or list(range(len(prompts))), temperatures=temperatures or [0.0] * len(prompts))
+def _decode(
+    model, prompts, budgets, stops=(), temperatures=None, seeds=None, cache=None, inputs=None
+):
+    sampler = PerRowSampler(
+        seeds or list(range(len(prompts))), temperatures=temperatures or [0.0] * len(prompts)
+    )
     ids, mask = inputs if inputs is not None else left_pad(prompts)
     with torch.inference_mode():
-        rows = decode_batch(model, ids, mask, budgets=budgets, stop_token_ids=stops, sampler=sampler, cache=cache)
+        rows = decode_batch(
+            model, ids, mask, budgets=budgets, stop_token_ids=stops, sampler=sampler, cache=cache
+        )
     return rows, sampler
 
 
@@ -53,14 +66,17 @@ def test_greedy_decode_equals_plain_generate():
     model = tiny_model()
     ids, mask = left_pad(PROMPTS)
     with torch.inference_mode():
-        plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False,
-                               pad_token_id=PAD)[:, ids.shape[1]:].tolist()
+        plain = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=10, do_sample=False, pad_token_id=PAD
+        )[:, ids.shape[1] :].tolist()
     eos = model.generation_config.eos_token_id  # generate stops rows there and pads them after
     expected = [row[: row.index(eos) + 1] if eos in row else row for row in plain]
     assert any(len(row) < 10 for row in expected) and any(len(row) == 10 for row in expected)
     rows, sampler = _decode(model, PROMPTS, budgets=[10, 10, 10, 10], stops=[eos])
     assert rows == expected
-    assert sampler.logprobs == [[0.0] * len(row) for row in rows]  # greedy: one-hot processed distribution
+    assert sampler.logprobs == [
+        [0.0] * len(row) for row in rows
+    ]  # greedy: one-hot processed distribution
 
 
 def test_rows_leave_at_their_stop_token_or_budget_and_the_rest_are_unchanged():
@@ -84,18 +100,31 @@ def test_prefix_cache_decode_equals_plain_decode():
     plain, _ = _decode(model, prompts, budgets=[8, 8, 8])
     cache = PrefixCache(min_tokens=16)
     inputs, _ = cache.prepare(model, prompts, PAD, torch.device("cpu"))
-    cached, _ = _decode(model, prompts, budgets=[8, 8, 8], cache=inputs["cache"],
-                        inputs=(inputs["input_ids"], inputs["attention_mask"]))
+    cached, _ = _decode(
+        model,
+        prompts,
+        budgets=[8, 8, 8],
+        cache=inputs["cache"],
+        inputs=(inputs["input_ids"], inputs["attention_mask"]),
+    )
     assert cached == plain
 
 
 def test_seeded_rows_do_not_depend_on_the_company_and_logprobs_match_the_trainer():
     model = tiny_model()
     alone, alone_sampler = _decode(model, PROMPTS[:1], budgets=[12], temperatures=[0.7], seeds=[42])
-    free, _ = _decode(model, PROMPTS, budgets=[12] * 4, temperatures=[0.7, 1.0, 0.0, 0.7], seeds=[42, 1, 2, 3])
+    free, _ = _decode(
+        model, PROMPTS, budgets=[12] * 4, temperatures=[0.7, 1.0, 0.0, 0.7], seeds=[42, 1, 2, 3]
+    )
     stop = free[1][1]  # a stop token that ends some other rows early
-    mixed, sampler = _decode(model, PROMPTS, budgets=[12, 2, 12, 5], stops=[stop] if stop not in alone[0] else [],
-                             temperatures=[0.7, 1.0, 0.0, 0.7], seeds=[42, 1, 2, 3])
+    mixed, sampler = _decode(
+        model,
+        PROMPTS,
+        budgets=[12, 2, 12, 5],
+        stops=[stop] if stop not in alone[0] else [],
+        temperatures=[0.7, 1.0, 0.0, 0.7],
+        seeds=[42, 1, 2, 3],
+    )
     assert mixed[0] == alone[0] and len(set(alone[0])) > 1
     assert sampler.logprobs[0] == pytest.approx(alone_sampler.logprobs[0], abs=1e-5)
     samples = [Sample(PROMPTS[0], mixed[0], 1.0), Sample(PROMPTS[3], mixed[3], 1.0)]
@@ -130,8 +159,10 @@ def test_kv_cache_is_written_in_place_and_equals_concatenation():
     model = tiny_model()
     ids = torch.tensor([[5, 9, 13, 2, 7, 1], [3, 4, 6, 8, 10, 12]])
     outs = {}
-    for name, make in (("dynamic", lambda: DynamicCache(config=model.config)),
-                       ("preallocated", lambda: preallocated_cache(model.config, capacity=8))):
+    for name, make in (
+        ("dynamic", lambda: DynamicCache(config=model.config)),
+        ("preallocated", lambda: preallocated_cache(model.config, capacity=8)),
+    ):
         cache, logits, pointers = make(), [], set()
         with torch.inference_mode():
             out = model(input_ids=ids[:, :4], cache=cache, use_cache=True)
@@ -146,7 +177,9 @@ def test_kv_cache_is_written_in_place_and_equals_concatenation():
         outs[name] = (torch.cat([x[-1:] for x in logits]), cache.get_seq_length(), pointers)
     assert torch.equal(outs["dynamic"][0], outs["preallocated"][0])
     assert outs["dynamic"][1] == outs["preallocated"][1] == 13
-    assert len(outs["preallocated"][2]) == 2  # one buffer up to capacity 8, one after doubling: no copy per step
+    assert (
+        len(outs["preallocated"][2]) == 2
+    )  # one buffer up to capacity 8, one after doubling: no copy per step
 
 
 def test_decode_uses_the_preallocated_cache():

@@ -30,11 +30,18 @@ def test_open_string_finds_the_name_or_key_being_written():
     assert open_string('<tool_call>{"name": "can', SIGNATURES) == (names, "can")
     assert open_string('Sure.\n<tool_call>{"name":"', SIGNATURES) == (names, "")
     # a key of a known tool's arguments, first or after a finished pair
-    assert open_string('<tool_call>{"name": "get_order", "arguments": {"', SIGNATURES) == (("order_id", "verbose"), "")
-    assert open_string('<tool_call>{"name": "get_order", "arguments": {"order_id": "7", "ver', SIGNATURES) == \
-        (("order_id", "verbose"), "ver")
+    assert open_string('<tool_call>{"name": "get_order", "arguments": {"', SIGNATURES) == (
+        ("order_id", "verbose"),
+        "",
+    )
+    assert open_string(
+        '<tool_call>{"name": "get_order", "arguments": {"order_id": "7", "ver', SIGNATURES
+    ) == (("order_id", "verbose"), "ver")
     # values, closed names, unknown tools, tools without parameters and plain text stay free
-    assert open_string('<tool_call>{"name": "get_order", "arguments": {"order_id": "OR', SIGNATURES) is None
+    assert (
+        open_string('<tool_call>{"name": "get_order", "arguments": {"order_id": "OR', SIGNATURES)
+        is None
+    )
     assert open_string('<tool_call>{"name": "get_order"', SIGNATURES) is None
     assert open_string('<tool_call>{"name": "nope", "arguments": {"', SIGNATURES) is None
     assert open_string('<tool_call>{"name": "cancel_all", "arguments": {"', SIGNATURES) is None
@@ -45,7 +52,11 @@ def test_open_string_finds_the_name_or_key_being_written():
 
 
 def test_tool_signatures_from_specs_and_openai_dicts():
-    spec = ToolSpec("cancel_order", "Cancel.", {"type": "object", "properties": {"order_id": {"type": "string"}}})
+    spec = ToolSpec(
+        "cancel_order",
+        "Cancel.",
+        {"type": "object", "properties": {"order_id": {"type": "string"}}},
+    )
     openai = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object"}}}
     assert tool_signatures([spec, openai]) == {"cancel_order": ("order_id",), "ping": ()}
 
@@ -53,7 +64,22 @@ def test_tool_signatures_from_specs_and_openai_dicts():
 class _PieceTokenizer:
     """A tokenizer whose token i decodes to PIECES[i] (unit tests only)."""
 
-    PIECES = ["cancel", "_order", "_ord", "er", "_all", '"', '",', '"}', "x", " cancel", "get", "_", "order_id", "<"]
+    PIECES = [
+        "cancel",
+        "_order",
+        "_ord",
+        "er",
+        "_all",
+        '"',
+        '",',
+        '"}',
+        "x",
+        " cancel",
+        "get",
+        "_",
+        "order_id",
+        "<",
+    ]
 
     def __len__(self):
         return len(self.PIECES)
@@ -71,7 +97,9 @@ def _allowed(index, allowed, partial):
 
 
 def test_vocabulary_mask_keeps_prefixes_and_closing_tokens():
-    index = VocabularyIndex(_PieceTokenizer(), vocab_size=16)  # the model's vocabulary may be wider than the tokenizer's
+    index = VocabularyIndex(
+        _PieceTokenizer(), vocab_size=16
+    )  # the model's vocabulary may be wider than the tokenizer's
     names = tuple(SIGNATURES)
     assert _allowed(index, names, "") == {"cancel", "get"}  # no leading space, no other text
     assert _allowed(index, names, "cancel") == {"_order", "_ord", "_all", "_"}
@@ -89,13 +117,19 @@ def test_guide_masks_only_rows_inside_a_name():
     prompt_len = 1
     # row 0 wrote '<' then nothing useful; row 1 is inside a name; the guide reads only the generated part
     guide = ToolCallGuide(index, [SIGNATURES, SIGNATURES, {}], prompt_len)
-    index.tokenizer = _TextTokenizer(['x', '<tool_call>{"name": "cancel', '<tool_call>{"name": "cancel'])
+    index.tokenizer = _TextTokenizer(
+        ["x", '<tool_call>{"name": "cancel', '<tool_call>{"name": "cancel']
+    )
     scores = torch.zeros((3, 16))
     out = guide(torch.tensor([[0, 1], [0, 2], [0, 3]]), scores)
-    assert torch.equal(out[0], scores[0]) and torch.equal(out[2], scores[2])  # no call / unguided row
+    assert torch.equal(out[0], scores[0]) and torch.equal(
+        out[2], scores[2]
+    )  # no call / unguided row
     kept = {tok.PIECES[i] for i in range(len(tok.PIECES)) if out[1, i] == 0}
     assert kept == {"_order", "_ord", "_all", "_"}
-    assert torch.isinf(out[1, len(tok.PIECES):]).all()  # ids past the tokenizer are never allowed inside a name
+    assert torch.isinf(
+        out[1, len(tok.PIECES) :]
+    ).all()  # ids past the tokenizer are never allowed inside a name
 
 
 class _TextTokenizer:
@@ -117,30 +151,60 @@ def test_guided_model_names_only_real_tools(smollm2_checkpoint, retail_tools):
     from rewardbox.policy.local import LocalPolicy
 
     names = {t.name for t in retail_tools}
-    messages = [{"role": "system", "content": "You are a support agent."},
-                {"role": "user", "content": "Hi, please cancel my order 6021."}]
+    messages = [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "user", "content": "Hi, please cancel my order 6021."},
+    ]
 
     async def run(guided):
-        policy = LocalPolicy(smollm2_checkpoint, max_batch_size=8, batch_wait_ms=200, guided_tool_calls=guided)
+        policy = LocalPolicy(
+            smollm2_checkpoint, max_batch_size=8, batch_wait_ms=200, guided_tool_calls=guided
+        )
         try:
-            requests = [ChatRequest(messages=messages, tools=retail_tools, max_new_tokens=40, temperature=0.7,
-                                    seed=100 + i) for i in range(8)]
+            requests = [
+                ChatRequest(
+                    messages=messages,
+                    tools=retail_tools,
+                    max_new_tokens=40,
+                    temperature=0.7,
+                    seed=100 + i,
+                )
+                for i in range(8)
+            ]
             return await asyncio.gather(*(policy.complete(r) for r in requests))
         finally:
             await policy.aclose()
 
     guided = asyncio.run(run(True))
-    written = [m for c in guided for m in re.findall(r'<tool_call>\s*\{\s*"name"\s*:\s*"([^"]*)"', c.raw_text)]
+    written = [
+        m
+        for c in guided
+        for m in re.findall(r'<tool_call>\s*\{\s*"name"\s*:\s*"([^"]*)"', c.raw_text)
+    ]
     assert written, "the model opened no call at all"
     assert set(written) <= names, written
 
 
 # --- issue #12 item 7: nothing allowed never releases the constraint -------------------------------------
 
+
 class _NoContinuationTokenizer(_PieceTokenizer):
     """No piece continues 'cancel_ord' ('er', 'e', 'r' missing); quotes exist."""
 
-    PIECES = ["cancel", "_ord", "_all", '"', '",', '"}', "x", "get", "_order", "order_id", "_id", "<"]
+    PIECES = [
+        "cancel",
+        "_ord",
+        "_all",
+        '"',
+        '",',
+        '"}',
+        "x",
+        "get",
+        "_order",
+        "order_id",
+        "_id",
+        "<",
+    ]
 
 
 def _kept(out_row, pieces):
@@ -150,13 +214,15 @@ def _kept(out_row, pieces):
 def test_issue12_item7_name_no_token_continues_forces_the_closing_quote():
     tok = _NoContinuationTokenizer()
     index = VocabularyIndex(tok, vocab_size=14)
-    assert index.mask(tuple(SIGNATURES), "cancel_ord") is None  # nothing keeps the name a real prefix
+    assert (
+        index.mask(tuple(SIGNATURES), "cancel_ord") is None
+    )  # nothing keeps the name a real prefix
     guide = ToolCallGuide(index, [SIGNATURES, SIGNATURES], prompt_len=1)
-    index.tokenizer = _TextTokenizer(['<tool_call>{"name": "cancel_ord', 'plain text'])
+    index.tokenizer = _TextTokenizer(['<tool_call>{"name": "cancel_ord', "plain text"])
     scores = torch.zeros((2, 14))
     out = guide(torch.tensor([[0, 1], [0, 2]]), scores)
     assert _kept(out[0], tok.PIECES) == {'"', '",', '"}'}  # forced closed, not released
-    assert torch.isinf(out[0, len(tok.PIECES):]).all()
+    assert torch.isinf(out[0, len(tok.PIECES) :]).all()
     assert torch.equal(out[1], scores[1])
     assert guide.events == [ConstraintEvent(row=0, partial="cancel_ord", allowed=tuple(SIGNATURES))]
 

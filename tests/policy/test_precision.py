@@ -9,12 +9,15 @@ from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.precision import cpu_flags, has_bf16_units, resolve_dtype
 
 
-@pytest.mark.parametrize(("flags", "expected"), [
-    ({"avx2", "fma"}, torch.float32),                      # this project's 2-core AMD EPYC
-    ({"avx512f", "avx512_bf16"}, torch.bfloat16),          # Zen 4 / Cooper Lake
-    ({"avx512f", "amx_bf16", "amx_tile"}, torch.bfloat16),  # Sapphire Rapids
-    (set(), torch.float32),                                # unreadable /proc/cpuinfo
-])
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"avx2", "fma"}, torch.float32),  # this project's 2-core AMD EPYC
+        ({"avx512f", "avx512_bf16"}, torch.bfloat16),  # Zen 4 / Cooper Lake
+        ({"avx512f", "amx_bf16", "amx_tile"}, torch.bfloat16),  # Sapphire Rapids
+        (set(), torch.float32),  # unreadable /proc/cpuinfo
+    ],
+)
 def test_auto_follows_the_cpu_flags(flags, expected):
     assert has_bf16_units("cpu", flags) is (expected == torch.bfloat16)
     assert resolve_dtype("auto", "cpu", flags) == expected
@@ -31,7 +34,9 @@ def test_explicit_dtypes_are_kept_and_bad_ones_refused():
 
 def test_cpu_flags_reads_the_flags_line(tmp_path):
     info = tmp_path / "cpuinfo"
-    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    info.write_text(
+        "processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    )
     assert cpu_flags(info) == {"fpu", "avx2", "amx_bf16"}
     assert cpu_flags(tmp_path / "missing") == set()
 

@@ -11,8 +11,15 @@ def tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -21,8 +28,8 @@ def left_pad(prompts, pad):
     ids = torch.full((len(prompts), width), pad)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     return ids, mask
 
 
@@ -38,13 +45,15 @@ def test_cached_prefix_generation_equals_plain_generation():
     prompts = [prefix + [7, 8, 9], prefix + [10], prefix + [11, 12, 13, 14, 15]]
     ids, mask = left_pad(prompts, pad=0)
     with torch.inference_mode():
-        plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0)
+        plain = model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False, pad_token_id=0
+        )
     cache = PrefixCache(min_tokens=16)
     for attempt in range(2):  # a miss, then a hit on the same prefix
         inputs, width = cache.prepare(model, prompts, 0, torch.device("cpu"))
         with torch.inference_mode():
             cached = model.generate(**inputs, max_new_tokens=12, do_sample=False, pad_token_id=0)
-        assert torch.equal(plain[:, ids.shape[1]:], cached[:, width:]), attempt
+        assert torch.equal(plain[:, ids.shape[1] :], cached[:, width:]), attempt
     assert (cache.misses, cache.hits) == (1, 1)
 
 
@@ -63,7 +72,9 @@ def test_longest_cached_prefix_is_cropped_or_extended_and_tokens_stay_plain():
     """A lone prompt caches itself; a later prompt sharing only the domain prefix reuses a cropped copy
     (kept as its own entry); two rows sharing more than that extend it once. Tokens equal plain decoding."""
     model = tiny_model()
-    domain = [int(x) for x in torch.randint(3, 64, (30,), generator=torch.Generator().manual_seed(3))]
+    domain = [
+        int(x) for x in torch.randint(3, 64, (30,), generator=torch.Generator().manual_seed(3))
+    ]
     lone, other = domain + [7, 8, 9, 10], domain + [11, 12]
     pair = [domain + [20, 21, 22, 23, 24, 5], domain + [20, 21, 22, 23, 24, 6, 7]]
     cache = PrefixCache(min_tokens=16)
@@ -73,14 +84,25 @@ def test_longest_cached_prefix_is_cropped_or_extended_and_tokens_stay_plain():
         prefix_len = inputs["cache"].get_seq_length()  # generate extends the batch's copy in place
         ids, mask = left_pad(prompts, pad=0)
         with torch.inference_mode():
-            cached = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=0)[:, width:]
-            plain = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=6, do_sample=False,
-                                   pad_token_id=0)[:, ids.shape[1]:]
+            cached = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=0)[
+                :, width:
+            ]
+            plain = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=6,
+                do_sample=False,
+                pad_token_id=0,
+            )[:, ids.shape[1] :]
         assert torch.equal(cached, plain)
         return prefix_len
 
-    assert tokens([lone]) == len(lone) - 1 and cache.misses == 1  # a lone prompt: all but its last token
-    assert tokens([other]) == len(domain) and cache.hits == 1  # the shared part, cropped from that entry
+    assert (
+        tokens([lone]) == len(lone) - 1 and cache.misses == 1
+    )  # a lone prompt: all but its last token
+    assert (
+        tokens([other]) == len(domain) and cache.hits == 1
+    )  # the shared part, cropped from that entry
     assert tuple(domain) in cache._entries
     assert tokens(pair) == len(domain) + 5 and cache.hits == 2  # extended once past the cached part
     assert tuple(pair[0][: len(domain) + 5]) in cache._entries and cache.misses == 1

@@ -19,10 +19,16 @@ def dead_url() -> str:
 
 def test_a_served_model_passes_with_one_request_per_url_and_the_key(fake_openai):
     fake_openai.models = ["agent", "user"]
-    preflight([Endpoint("policy", fake_openai.base_url, "agent", "k-1"),
-               Endpoint("user simulator", fake_openai.base_url + "/", "user", "k-1")])
+    preflight(
+        [
+            Endpoint("policy", fake_openai.base_url, "agent", "k-1"),
+            Endpoint("user simulator", fake_openai.base_url + "/", "user", "k-1"),
+        ]
+    )
     assert [r["path"] for r in fake_openai.model_requests] == ["/v1/models"]
-    assert fake_openai.model_requests[0]["authorization"] == "Bearer k-1" and not fake_openai.requests
+    assert (
+        fake_openai.model_requests[0]["authorization"] == "Bearer k-1" and not fake_openai.requests
+    )
 
 
 def test_an_unreachable_endpoint_is_named_with_its_role_url_and_model():
@@ -34,13 +40,18 @@ def test_an_unreachable_endpoint_is_named_with_its_role_url_and_model():
 
 def test_a_wrong_model_lists_what_is_served(fake_openai):
     fake_openai.models = ["qwen3-8b"]
-    with pytest.raises(EndpointPreflightError, match=r"model 'qwen3-8B' is not served there \(it serves: qwen3-8b\)"):
+    with pytest.raises(
+        EndpointPreflightError,
+        match=r"model 'qwen3-8B' is not served there \(it serves: qwen3-8b\)",
+    ):
         preflight([Endpoint("policy", fake_openai.base_url, "qwen3-8B")])
 
 
 def test_an_error_status_or_a_body_that_is_not_a_model_list_fails(fake_openai):
     with pytest.raises(EndpointPreflightError, match="answered HTTP 404"):
-        preflight([Endpoint("policy", fake_openai.base_url.removesuffix("/v1") + "/nope", "fake-model")])
+        preflight(
+            [Endpoint("policy", fake_openai.base_url.removesuffix("/v1") + "/nope", "fake-model")]
+        )
     fake_openai.models = None  # the fake then answers {"data": null}
     with pytest.raises(EndpointPreflightError, match="did not answer a model list"):
         preflight([Endpoint("policy", fake_openai.base_url, "fake-model")])

@@ -31,8 +31,15 @@ def tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -59,8 +66,16 @@ def test_greedy_rows_joining_mid_batch_equal_plain_generate():
     eos = model.generation_config.eos_token_id
     budgets = [14, 10, 14, 6, 12]
     with torch.inference_mode():
-        plain = [model.generate(input_ids=torch.tensor([p]), max_new_tokens=b, do_sample=False, pad_token_id=PAD,
-                                eos_token_id=eos)[0, len(p):].tolist() for p, b in zip(PROMPTS, budgets)]
+        plain = [
+            model.generate(
+                input_ids=torch.tensor([p]),
+                max_new_tokens=b,
+                do_sample=False,
+                pad_token_id=PAD,
+                eos_token_id=eos,
+            )[0, len(p) :].tolist()
+            for p, b in zip(PROMPTS, budgets)
+        ]
     batch = RunningBatch(model, [eos], PAD, "cpu")
     specs = [RowSpec(p, b, 0.0, i) for i, (p, b) in enumerate(zip(PROMPTS, budgets))]
     done = _staggered(batch, specs, joins_at=[0, 2, 2, 5, 9])
@@ -72,7 +87,10 @@ def test_greedy_rows_joining_mid_batch_equal_plain_generate():
 
 def test_seeded_sampled_rows_are_the_same_joined_or_alone_and_logprobs_match_the_trainer():
     model = tiny_model()
-    specs = [RowSpec(p, 12, t, 40 + i) for i, (p, t) in enumerate(zip(PROMPTS, [0.7, 1.0, 0.0, 0.7, 1.3]))]
+    specs = [
+        RowSpec(p, 12, t, 40 + i)
+        for i, (p, t) in enumerate(zip(PROMPTS, [0.7, 1.0, 0.0, 0.7, 1.3]))
+    ]
     with torch.inference_mode():
         alone = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0] for spec in specs]
     done = _staggered(RunningBatch(model, [], PAD, "cpu"), specs, joins_at=[0, 1, 4, 4, 7])
@@ -89,22 +107,33 @@ def test_seeded_sampled_rows_are_the_same_joined_or_alone_and_logprobs_match_the
 
 def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix():
     model = tiny_model()
-    prefix = [int(x) for x in torch.randint(3, 64, (40,), generator=torch.Generator().manual_seed(1))]
+    prefix = [
+        int(x) for x in torch.randint(3, 64, (40,), generator=torch.Generator().manual_seed(1))
+    ]
     prompts = [prefix + [7, 8, 9], prefix + [10], prefix + [11, 12, 13, 14]]
     specs = [RowSpec(p, 8, 0.0, i) for i, p in enumerate(prompts)]
     with torch.inference_mode():
         plain = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0].tokens for spec in specs]
     cache = PrefixCache(min_tokens=16)
     widths = []
-    hook = model.register_forward_pre_hook(lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)),
-                                           with_kwargs=True)
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
     try:
-        done = _staggered(RunningBatch(model, [], PAD, "cpu", prefix_cache=cache), specs, joins_at=[0, 0, 3])
+        done = _staggered(
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache), specs, joins_at=[0, 0, 3]
+        )
     finally:
         hook.remove()
     assert [done[i].tokens for i in range(3)] == plain
-    assert (cache.misses, cache.hits) == (1, 1)  # the first two rows computed it; the third reused it
-    assert widths[0] == (1, 40) and widths[1] == (2, 3)  # prefix once at batch 1, then the suffixes only
+    assert (cache.misses, cache.hits) == (
+        1,
+        1,
+    )  # the first two rows computed it; the third reused it
+    assert widths[0] == (1, 40) and widths[1] == (
+        2,
+        3,
+    )  # prefix once at batch 1, then the suffixes only
     assert (1, 4) in widths  # the joiner prefilled its 4-token suffix, not 44 tokens
     assert done[2].cached_tokens == 40
 
@@ -137,8 +166,13 @@ def _tiny_policy(model) -> LocalPolicy:
 
 
 def _request(i: int) -> ChatRequest:
-    return ChatRequest(messages=[{"role": "user", "content": f"turn {i} of an episode"}], tools=[],
-                       max_new_tokens=10, temperature=0.0 if i % 2 else 0.8, seed=100 + i)
+    return ChatRequest(
+        messages=[{"role": "user", "content": f"turn {i} of an episode"}],
+        tools=[],
+        max_new_tokens=10,
+        temperature=0.0 if i % 2 else 0.8,
+        seed=100 + i,
+    )
 
 
 def test_staggered_requests_share_decode_steps_and_keep_their_tokens():
@@ -147,8 +181,11 @@ def test_staggered_requests_share_decode_steps_and_keep_their_tokens():
     policy = _tiny_policy(tiny_model())
     widths = []
     policy.model.register_forward_pre_hook(
-        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
-        with_kwargs=True)
+        lambda _m, _a, kw: (
+            widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None
+        ),
+        with_kwargs=True,
+    )
     loop = asyncio.new_event_loop()
     try:
         pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(6)]
@@ -192,8 +229,11 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_keep_their_tokens()
     policy = _tiny_policy(tiny_model())
     widths = []
     policy.model.register_forward_pre_hook(
-        lambda _m, _a, kw: widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None,
-        with_kwargs=True)
+        lambda _m, _a, kw: (
+            widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None
+        ),
+        with_kwargs=True,
+    )
     loop = asyncio.new_event_loop()
     try:
         pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(3)]
@@ -207,6 +247,11 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_keep_their_tokens()
         kept = [pendings[i].future.result() for i in (0, 2)]
     finally:
         loop.close()
-    assert widths[0] == 3 and set(widths[1:]) <= {1, 2}  # the cancelled row decoded one step, then left
-    alone = [policy.generate_batch([pendings[i].request], [pendings[i].prompt_ids])[0] for i in (0, 2)]
+    assert widths[0] == 3 and set(widths[1:]) <= {
+        1,
+        2,
+    }  # the cancelled row decoded one step, then left
+    alone = [
+        policy.generate_batch([pendings[i].request], [pendings[i].prompt_ids])[0] for i in (0, 2)
+    ]
     assert [c.completion_token_ids for c in kept] == [c.completion_token_ids for c in alone]

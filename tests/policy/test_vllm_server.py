@@ -34,15 +34,31 @@ def _arg(command: list[str], flag: str) -> str:
 
 
 def test_command_serves_our_template_with_the_family_parser(tmp_path):
-    command = build_command(ServingConfig(kind="vllm", max_model_len=4096, reasoning_parser="qwen3"), tmp_path, 4321)
+    command = build_command(
+        ServingConfig(kind="vllm", max_model_len=4096, reasoning_parser="qwen3"), tmp_path, 4321
+    )
     assert command[:3] == ["vllm", "serve", str(tmp_path)]
-    assert "--enable-auto-tool-choice" in command and _arg(command, "--tool-call-parser") == "hermes"
+    assert (
+        "--enable-auto-tool-choice" in command and _arg(command, "--tool-call-parser") == "hermes"
+    )
     assert _arg(command, "--chat-template") == str(template_path(ServingConfig()))
-    assert Path(_arg(command, "--chat-template")).read_text().startswith(
-        (Path(__file__).resolve().parents[2] / "rewardbox/policy/chat_template.jinja").read_text()[:50])
+    assert (
+        Path(_arg(command, "--chat-template"))
+        .read_text()
+        .startswith(
+            (
+                Path(__file__).resolve().parents[2] / "rewardbox/policy/chat_template.jinja"
+            ).read_text()[:50]
+        )
+    )
     assert (_arg(command, "--port"), _arg(command, "--host")) == ("4321", "127.0.0.1")
-    assert (_arg(command, "--max-model-len"), _arg(command, "--reasoning-parser")) == ("4096", "qwen3")
-    llama = build_command(ServingConfig(kind="vllm", model_family="llama3", extra_args=["--seed", "3"]), tmp_path, 1)
+    assert (_arg(command, "--max-model-len"), _arg(command, "--reasoning-parser")) == (
+        "4096",
+        "qwen3",
+    )
+    llama = build_command(
+        ServingConfig(kind="vllm", model_family="llama3", extra_args=["--seed", "3"]), tmp_path, 1
+    )
     assert _arg(llama, "--tool-call-parser") == "llama3_json" and llama[-2:] == ["--seed", "3"]
     assert "--reasoning-parser" not in llama
     override = build_command(ServingConfig(kind="vllm", tool_call_parser="pythonic"), tmp_path, 1)
@@ -53,7 +69,9 @@ def test_config_errors_name_the_field(tmp_path):
     with pytest.raises(ValueError, match="--port"):
         ServingConfig(kind="vllm", extra_args=["--port=9000"])
     with pytest.raises(FileNotFoundError, match="chat_template"):
-        build_command(ServingConfig(kind="vllm", chat_template=str(tmp_path / "missing.jinja")), tmp_path, 1)
+        build_command(
+            ServingConfig(kind="vllm", chat_template=str(tmp_path / "missing.jinja")), tmp_path, 1
+        )
 
 
 def test_free_port_is_bindable():
@@ -80,7 +98,9 @@ def test_health_wait_returns_once_the_server_answers():
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        waited_s = wait_for_health(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=10, poll_s=0.1)
+        waited_s = wait_for_health(
+            f"http://127.0.0.1:{server.server_address[1]}", timeout_s=10, poll_s=0.1
+        )
     finally:
         server.shutdown()
     assert 0.5 <= waited_s < 5
@@ -131,16 +151,23 @@ def _gone(*pids: int, within_s: float = 10.0) -> bool:
 
 
 def _config(**kwargs) -> ServingConfig:
-    return ServingConfig(kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1, **kwargs)
+    return ServingConfig(
+        kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1, **kwargs
+    )
 
 
-def test_serve_starts_the_real_process_and_teardown_kills_its_group(fake_vllm, tmp_path, monkeypatch):
+def test_serve_starts_the_real_process_and_teardown_kills_its_group(
+    fake_vllm, tmp_path, monkeypatch
+):
     monkeypatch.setenv("FAKE_VLLM_DELAY_S", "0.5")
     checkpoint = tmp_path / "ckpt"
     checkpoint.mkdir()
     with serve(_config(), checkpoint, tmp_path / "logs" / "vllm.log") as server:
         state = json.loads(fake_vllm.read_text())
-        assert state["argv"][:2] == ["serve", str(checkpoint)] and "--enable-auto-tool-choice" in state["argv"]
+        assert (
+            state["argv"][:2] == ["serve", str(checkpoint)]
+            and "--enable-auto-tool-choice" in state["argv"]
+        )
         assert server.base_url == f"http://127.0.0.1:{_arg(state['argv'], '--port')}/v1"
         assert _alive(state["pid"]) and _alive(state["child_pid"])
         assert server.startup_s >= 0.4
@@ -158,15 +185,18 @@ def test_a_server_that_ignores_sigterm_is_killed(fake_vllm, tmp_path, monkeypatc
 def test_a_server_that_dies_while_loading_is_a_clear_system_error(fake_vllm, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_EXIT", "3")
     started = time.monotonic()
-    with pytest.raises(ServingError, match="exited with code 3(.|\n)*CUDA out of memory") as info:
-        with serve(_config(), tmp_path, tmp_path / "vllm.log"):
-            pytest.fail("the block must not run")
+    with (
+        pytest.raises(ServingError, match="exited with code 3(.|\n)*CUDA out of memory") as info,
+        serve(_config(), tmp_path, tmp_path / "vllm.log"),
+    ):
+        pytest.fail("the block must not run")
     assert info.value.error_kind == "serving_crash" and time.monotonic() - started < 15
 
 
 def test_cpu_machine_or_missing_vllm_is_skipped_with_a_reason(fake_vllm, monkeypatch):
     assert unavailable_reason(ServingConfig(kind="vllm"), gpu_available=False).startswith(
-        "vLLM serving skipped: no CUDA GPU")
+        "vLLM serving skipped: no CUDA GPU"
+    )
     assert unavailable_reason(ServingConfig(kind="vllm"), gpu_available=True) is None
     assert unavailable_reason(ServingConfig(kind="vllm", require_gpu=False)) is None
     missing = unavailable_reason(ServingConfig(kind="vllm", executable="no-such-vllm-here"))

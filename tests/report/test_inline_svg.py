@@ -10,7 +10,16 @@ import pytest
 
 from assets.metadata import md_chart
 from rewardbox.report.inline_svg import (
-    BOTTOM, INLINE_MD_LIMIT, LEFT, TOP, band_svg, fitted_markdown, reliability_svg, svg_markdown, thin, training_svg,
+    BOTTOM,
+    INLINE_MD_LIMIT,
+    LEFT,
+    TOP,
+    band_svg,
+    fitted_markdown,
+    reliability_svg,
+    svg_markdown,
+    thin,
+    training_svg,
 )
 
 NS = "{http://www.w3.org/2000/svg}"
@@ -32,9 +41,14 @@ def test_four_lines_with_the_values_at_their_coordinates():
     lines = root.findall(f".//{NS}polyline")
     assert len(lines) == 4
     points = [[tuple(map(int, p.split(","))) for p in line.get("points").split()] for line in lines]
-    assert points[0][0] == (LEFT, BOTTOM) and points[2][0] == (LEFT, TOP)  # base at 0 %, tuned at 100 %
+    assert points[0][0] == (LEFT, BOTTOM) and points[2][0] == (
+        LEFT,
+        TOP,
+    )  # base at 0 %, tuned at 100 %
     assert points[3][1][1] == (BOTTOM + TOP) // 2  # tuned pass^2 = 0.5 halfway up
-    assert lines[1].get("stroke-dasharray") and not lines[0].get("stroke-dasharray")  # pass^k dashed
+    assert lines[1].get("stroke-dasharray") and not lines[0].get(
+        "stroke-dasharray"
+    )  # pass^k dashed
     markdown = fitted_markdown(lambda most: reliability_svg(base, tuned, most), "pass@k")
     assert len(markdown) < INLINE_MD_LIMIT and "plot" in md_chart("plot", markdown)
     assert decoded(markdown).tag == f"{NS}svg"
@@ -43,7 +57,9 @@ def test_four_lines_with_the_values_at_their_coordinates():
 def test_a_long_k_range_is_thinned_to_fit_rather_than_hidden_behind_a_button():
     ks = range(1, 41)
     many = summary({k: 0.5 for k in ks}, {k: 0.25 for k in ks})
-    assert len(svg_markdown(reliability_svg(many, many), "pass@k")) > INLINE_MD_LIMIT  # all 40 points do not fit
+    assert (
+        len(svg_markdown(reliability_svg(many, many), "pass@k")) > INLINE_MD_LIMIT
+    )  # all 40 points do not fit
     markdown = fitted_markdown(lambda most: reliability_svg(many, many, most), "pass@k")
     assert len(markdown) < INLINE_MD_LIMIT
     first = decoded(markdown).find(f".//{NS}polyline").get("points").split()
@@ -57,8 +73,13 @@ def test_thin_keeps_the_ends_and_spacing():
 
 
 def test_band_chart_has_every_band_in_order_with_counts_and_fits_for_large_campaigns():
-    difficulty = pl.DataFrame({"uid": [str(i) for i in range(3000)], "domain": ["a", "b", "c"] * 1000,
-                               "band": ["hard"] * 2000 + ["too_easy"] * 999 + [None]})
+    difficulty = pl.DataFrame(
+        {
+            "uid": [str(i) for i in range(3000)],
+            "domain": ["a", "b", "c"] * 1000,
+            "band": ["hard"] * 2000 + ["too_easy"] * 999 + [None],
+        }
+    )
     markdown = svg_markdown(band_svg(difficulty), "bands")
     assert len(markdown) < INLINE_MD_LIMIT
     labels = [t.text for t in decoded(markdown).findall(f"{NS}text")]
@@ -66,13 +87,23 @@ def test_band_chart_has_every_band_in_order_with_counts_and_fits_for_large_campa
 
 
 def test_training_chart_labels_integer_steps_and_fits_for_long_runs():
-    rows = [{"step": i + 1, "mean_reward": (0.37 * i) % 1, "loss": -0.001 * i, "clip_frac": 0.1} for i in range(500)]
+    rows = [
+        {"step": i + 1, "mean_reward": (0.37 * i) % 1, "loss": -0.001 * i, "clip_frac": 0.1}
+        for i in range(500)
+    ]
     markdown = fitted_markdown(lambda most: training_svg(rows, most), "training")
     assert markdown is not None and len(markdown) < INLINE_MD_LIMIT
     texts = [t.text for t in decoded(markdown).findall(f"{NS}text")]
     assert texts[0].startswith("mean reward 0..") and "1" in texts and "500" in texts
-    one = decoded(svg_markdown(training_svg([{"step": 3, "mean_reward": 0.5, "loss": 0.2}]), "one step"))
+    one = decoded(
+        svg_markdown(training_svg([{"step": 3, "mean_reward": 0.5, "loss": 0.2}]), "one step")
+    )
     assert len(one.findall(f"{NS}circle")) == 2  # one dot per panel, no line
-    assert [t.text for t in one.findall(f"{NS}text")] == ["mean reward 0.5..0.5", "3", "loss 0.2..0.2", "3"]
+    assert [t.text for t in one.findall(f"{NS}text")] == [
+        "mean reward 0.5..0.5",
+        "3",
+        "loss 0.2..0.2",
+        "3",
+    ]
     with pytest.raises(ValueError, match="none of"):
         training_svg([{"step": 0, "clip_frac": 0.1}])

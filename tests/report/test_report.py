@@ -22,30 +22,38 @@ from rewardbox.report.domain_tables import domain_frames
 from rewardbox.selection import task_difficulty
 from rewardbox.selection.difficulty import band_summary
 
-_PRICE = ModelPrice(usd_per_1m_input_tokens=1.0, usd_per_1m_cached_input_tokens=0.5, usd_per_1m_output_tokens=4.0)
+_PRICE = ModelPrice(
+    usd_per_1m_input_tokens=1.0, usd_per_1m_cached_input_tokens=0.5, usd_per_1m_output_tokens=4.0
+)
 PRICES = PriceTable(version="test-v1", models={"base-model": _PRICE, "tuned-model": _PRICE})
 
 
 def make_rows(spec: dict[str, tuple[str, list]]) -> pl.DataFrame:
-    return pl.DataFrame([
-        {
-            "uid": uid,
-            "trial": t,
-            "domain": domain,
-            "reward": None if o is None else float(o),
-            "passed": None if o is None else bool(o),
-            "system_error": "endpoint: 503" if o is None else None,
-            "input_tokens": 1000,
-            "cached_input_tokens": 200,
-            "output_tokens": 100,
-        }
-        for uid, (domain, outs) in spec.items()
-        for t, o in enumerate(outs)
-    ])
+    return pl.DataFrame(
+        [
+            {
+                "uid": uid,
+                "trial": t,
+                "domain": domain,
+                "reward": None if o is None else float(o),
+                "passed": None if o is None else bool(o),
+                "system_error": "endpoint: 503" if o is None else None,
+                "input_tokens": 1000,
+                "cached_input_tokens": 200,
+                "output_tokens": 100,
+            }
+            for uid, (domain, outs) in spec.items()
+            for t, o in enumerate(outs)
+        ]
+    )
 
 
-BASE = make_rows({"a": ("retail", [1, 1, 0, 0]), "b": ("retail", [0, 0, 0, 0]), "c": ("airline", [1, 1, 1, 1])})
-TUNED = make_rows({"a": ("retail", [1, 1, 1, 1]), "b": ("retail", [1, 0, 1, 0]), "c": ("airline", [1, 1, 1, 0])})
+BASE = make_rows(
+    {"a": ("retail", [1, 1, 0, 0]), "b": ("retail", [0, 0, 0, 0]), "c": ("airline", [1, 1, 1, 1])}
+)
+TUNED = make_rows(
+    {"a": ("retail", [1, 1, 1, 1]), "b": ("retail", [1, 0, 1, 0]), "c": ("airline", [1, 1, 1, 0])}
+)
 
 
 def _row(table: str, label: str) -> list[str]:
@@ -54,7 +62,9 @@ def _row(table: str, label: str) -> list[str]:
 
 
 def test_overall_table_numbers():
-    tables = reliability_tables(BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model")
+    tables = reliability_tables(
+        BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model"
+    )
     overall = tables["overall"]
     # pass@1: base 6/12, tuned 9/12.
     assert _row(overall, "pass@1")[1].startswith("50.00% [")
@@ -66,10 +76,13 @@ def test_overall_table_numbers():
     # pass@4 at k = n: tasks solved at least once; base a, c; tuned a, b, c.
     assert [cell.split(" [")[0] for cell in _row(overall, "pass@4")[1:3]] == ["66.67%", "100.00%"]
     # pass^4 at k = n: observed 4/4 share; base c; tuned a.
-    assert [cell.split(" [")[0] for cell in _row(overall, "pass^4 (all")[1:3]] == ["33.33%", "33.33%"]
+    assert [cell.split(" [")[0] for cell in _row(overall, "pass^4 (all")[1:3]] == [
+        "33.33%",
+        "33.33%",
+    ]
     # plug-in (c/n)^4: base (0.0625 + 0 + 1)/3; tuned (1 + 0.0625 + 0.3164)/3.
     plug = _row(overall, "pass^4 plug-in")
-    assert plug[1:3] == [f"{100 * 1.0625 / 3:.2f}%", f"{100 * (1 + 0.0625 + 0.75 ** 4) / 3:.2f}%"]
+    assert plug[1:3] == [f"{100 * 1.0625 / 3:.2f}%", f"{100 * (1 + 0.0625 + 0.75**4) / 3:.2f}%"]
     assert _row(overall, "observed 4/4 tasks")[1:4] == ["1 of 3", "1 of 3", "+0"]
     assert _row(overall, "system errors")[1:3] == ["0", "0"]
     assert _row(overall, "input tokens")[1:3] == ["12,000", "12,000"]
@@ -83,9 +96,13 @@ def test_overall_table_numbers():
 
 
 def test_domain_and_task_tables():
-    tables = reliability_tables(BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model")
+    tables = reliability_tables(
+        BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model"
+    )
     retail = _row(tables["per_domain"], "retail")  # the pass@1 table: one row per domain and policy
-    assert retail[1:3] == ["base", "25.00%"] and retail[3].startswith("[") and retail[4] == "2"  # 2 clean tasks
+    assert (
+        retail[1:3] == ["base", "25.00%"] and retail[3].startswith("[") and retail[4] == "2"
+    )  # 2 clean tasks
     assert "| retail | tuned | 75.00% |" in tables["per_domain"]
     # both retail tasks gained 2 of 4: every resample agrees, but 2 tasks both up give p = 1/4 (issue #23 item 7)
     assert "| retail | +50.00 [+50.00, +50.00] | within noise |" in tables["per_domain"]
@@ -96,7 +113,13 @@ def test_domain_and_task_tables():
 
 
 def test_omitted_k_and_missing_prices_are_explained():
-    tuned = make_rows({"a": ("retail", [1, None, 1, 1]), "b": ("retail", [1, 0, 1, 0]), "c": ("airline", [1, 1, 1, 0])})
+    tuned = make_rows(
+        {
+            "a": ("retail", [1, None, 1, 1]),
+            "b": ("retail", [1, 0, 1, 0]),
+            "c": ("airline", [1, 1, 1, 0]),
+        }
+    )
     tables = reliability_tables(BASE, tuned, 4, None)
     overall = tables["overall"]
     assert "n/a (k = 4 exceeds the smallest clean trial count n = 3)" in _row(overall, "pass@4")[2]
@@ -124,7 +147,10 @@ def test_plots_are_png():
     assert band_histogram_png(difficulty.drop("domain")).startswith(PNG_MAGIC)
     base, tuned = summarise_campaign(BASE, [1, 2, 4]), summarise_campaign(TUNED, [1, 2, 4])
     assert reliability_png(base, tuned).startswith(PNG_MAGIC)
-    steps = [{"step": i, "mean_reward": 0.1 * i, "zero_variance_frac": 0.5, "loss": 0.01 * i} for i in range(5)]
+    steps = [
+        {"step": i, "mean_reward": 0.1 * i, "zero_variance_frac": 0.5, "loss": 0.01 * i}
+        for i in range(5)
+    ]
     assert training_curve_png(steps).startswith(PNG_MAGIC)
     assert training_curve_png(pl.DataFrame(steps).drop("loss", "step")).startswith(PNG_MAGIC)
     with pytest.raises(ValueError, match="empty"):
@@ -139,10 +165,15 @@ def test_band_table_and_document():
     assert bands.splitlines()[0] == "| domain | too_hard | hard | medium | easy | too_easy |"
     assert _row(bands, "retail")[1:] == ["1", "0", "1", "0", "0"]  # b 0/4 too_hard, a 2/4 medium
     tables = reliability_tables(BASE, TUNED, 4, None)
-    doc = render_report_markdown(tables, {"pass curves": "reliability.png"}, extra_sections={"Difficulty": bands})
+    doc = render_report_markdown(
+        tables, {"pass curves": "reliability.png"}, extra_sections={"Difficulty": bands}
+    )
     assert doc.startswith("# Reliability report\n")
     assert "![pass curves](reliability.png)" in doc
-    order = [doc.index(h) for h in ("## Overall", "![pass curves]", "## Per domain", "## Per task", "## Difficulty")]
+    order = [
+        doc.index(h)
+        for h in ("## Overall", "![pass curves]", "## Per domain", "## Per task", "## Difficulty")
+    ]
     assert order == sorted(order)
     assert tables["per_task"] in doc
 
@@ -159,24 +190,45 @@ def test_k_axis_has_integer_ticks_only():
 
 
 def test_markdown_preview_rounds_floats_and_says_what_it_left_out():
-    frame = pl.DataFrame({"uid": [f"t{i}" for i in range(5)], "pass_at_1": [0.12345, None, 1.0, 0.5, 0.25]})
+    frame = pl.DataFrame(
+        {"uid": [f"t{i}" for i in range(5)], "pass_at_1": [0.12345, None, 1.0, 0.5, 0.25]}
+    )
     text = markdown_preview(frame, max_rows=3)
-    assert text.splitlines()[:5] == ["| uid | pass_at_1 |", "|---|---|", "| t0 | 0.123 |", "| t1 |  |", "| t2 | 1.000 |"]
-    assert text.endswith("… 2 more rows") and markdown_preview(frame).count("\n") == 6  # all rows: no note
+    assert text.splitlines()[:5] == [
+        "| uid | pass_at_1 |",
+        "|---|---|",
+        "| t0 | 0.123 |",
+        "| t1 |  |",
+        "| t2 | 1.000 |",
+    ]
+    assert (
+        text.endswith("… 2 more rows") and markdown_preview(frame).count("\n") == 6
+    )  # all rows: no note
 
 
 def test_training_curve_has_integer_step_ticks_and_fits_the_ui_dialog():
     one = training_curve_figure([{"step": 1, "mean_reward": 0.5, "loss": 0.1}])
     for ax in one.axes:
         assert list(ax.get_xticks()) == [1.0]  # not -0.04 .. 0.04 around the one step
-    steps = [{"step": i, "mean_reward": 0.1, "zero_variance_frac": 0.2, "loss": 0.3, "clip_frac": 0.0,
-              "logprob_gap_max": 0.01} for i in range(7)]
+    steps = [
+        {
+            "step": i,
+            "mean_reward": 0.1,
+            "zero_variance_frac": 0.2,
+            "loss": 0.3,
+            "clip_frac": 0.0,
+            "logprob_gap_max": 0.01,
+        }
+        for i in range(7)
+    ]
     fig = training_curve_figure(steps)
     visible = [ax for ax in fig.axes if ax.axison]
     assert len(visible) == 5
     assert all(float(t).is_integer() for ax in visible for t in ax.get_xticks())
     width_px = fig.get_size_inches()[0] * 110  # the PNG's dpi
-    assert width_px <= 0.8 * 1600 - 40  # Dagster's dialog: at most 80 % of the window, 20 px padding a side
+    assert (
+        width_px <= 0.8 * 1600 - 40
+    )  # Dagster's dialog: at most 80 % of the window, 20 px padding a side
 
 
 def test_band_summary_lists_every_band_in_order_with_named_columns():
@@ -189,14 +241,29 @@ def test_band_summary_lists_every_band_in_order_with_named_columns():
 
 
 def test_per_domain_tables_are_narrow_and_keep_the_numbers():
-    rel = compute_reliability(BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model")
+    rel = compute_reliability(
+        BASE, TUNED, 4, PRICES, base_model="base-model", tuned_model="tuned-model"
+    )
     frames = domain_frames(rel)
-    assert list(frames) == ["pass@1", "pass@1 change", "pass@4", "pass^4", "cost (USD, prices test-v1)"]
+    assert list(frames) == [
+        "pass@1",
+        "pass@1 change",
+        "pass@4",
+        "pass^4",
+        "cost (USD, prices test-v1)",
+    ]
     retail = frames["pass@1 change"].filter(pl.col("domain") == "retail").row(0, named=True)
     # every resample agrees, but 2 tasks both up give a sign-flip p of 1/4: within noise (issue #23 item 7)
-    assert (retail["tuned - base (pts)"], retail["verdict"]) == ("+50.00 [+50.00, +50.00]", "within noise")
-    cost = frames["cost (USD, prices test-v1)"].filter((pl.col("domain") == "retail") & (pl.col("policy") == "base"))
-    assert cost.row(0, named=True)["total"] == f"${2 * 4 * 0.0013:.4f}"  # 2 retail tasks x 4 trials x $0.0013
+    assert (retail["tuned - base (pts)"], retail["verdict"]) == (
+        "+50.00 [+50.00, +50.00]",
+        "within noise",
+    )
+    cost = frames["cost (USD, prices test-v1)"].filter(
+        (pl.col("domain") == "retail") & (pl.col("policy") == "base")
+    )
+    assert (
+        cost.row(0, named=True)["total"] == f"${2 * 4 * 0.0013:.4f}"
+    )  # 2 retail tasks x 4 trials x $0.0013
     assert "cost (USD" not in domain_frames(compute_reliability(BASE, TUNED, 4, None))
     # Fits the Dagster UI's metadata value column at a 1600 px window: about 560 px, 12 px monospace at about
     # 7.3 px a character, 24 px of padding a cell (measured in tests/ui/test_dagster_ui.py's screenshots).

@@ -37,7 +37,9 @@ def test_the_makefile_s_profile_instance_is_loaded_with_nux_disabled(tmp_path):
     stale = home / "dagster.yaml"
     stale.write_text("telemetry:\n  enabled: false\n")  # a copy made before nux was turned off
     os.utime(stale, (0, 0))
-    subprocess.run(["make", "-s", f"DAGSTER_HOME={home}", str(stale)], cwd=REPO, check=True, timeout=60)
+    subprocess.run(
+        ["make", "-s", f"DAGSTER_HOME={home}", str(stale)], cwd=REPO, check=True, timeout=60
+    )
     assert stale.read_text() == (REPO / "dagster.yaml").read_text()
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(str(home))) as instance:
         assert instance.nux_enabled is False

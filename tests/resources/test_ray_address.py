@@ -31,7 +31,13 @@ pytestmark = pytest.mark.timeout(600)
 
 def _profile(tmp_path, **executor):
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
-    data["executor"] = {"kind": "ray", "num_cpus": 2, "workers": 1, "worker_num_cpus": 0.5, **executor}
+    data["executor"] = {
+        "kind": "ray",
+        "num_cpus": 2,
+        "workers": 1,
+        "worker_num_cpus": 0.5,
+        **executor,
+    }
     path = tmp_path / f"ray-{len(list(tmp_path.iterdir()))}.yaml"
     path.write_text(yaml.safe_dump(data))
     return load_profile(path)
@@ -41,13 +47,25 @@ def test_init_options_by_address(tmp_path):
     from resources.ray_cluster import RayClusterResource
 
     default = RayClusterResource().init_options(_profile(tmp_path))
-    assert default["address"] == "local" and default["num_cpus"] == 2 and default["include_dashboard"] is False
+    assert (
+        default["address"] == "local"
+        and default["num_cpus"] == 2
+        and default["include_dashboard"] is False
+    )
     local = RayClusterResource().init_options(_profile(tmp_path, address="local", num_cpus=3))
-    assert local["address"] == "local" and local["num_cpus"] == 3  # the given value: the CPU count is honoured
+    assert (
+        local["address"] == "local" and local["num_cpus"] == 3
+    )  # the given value: the CPU count is honoured
     for address in ("ray://head:10001", "10.0.0.5:6379", "auto"):
-        joined = RayClusterResource(address=address, ray_init_options={"num_cpus": 4, "num_gpus": 1})
+        joined = RayClusterResource(
+            address=address, ray_init_options={"num_cpus": 4, "num_gpus": 1}
+        )
         options = joined.init_options(_profile(tmp_path))
-        assert options["address"] == address and "num_cpus" not in options and "num_gpus" not in options
+        assert (
+            options["address"] == address
+            and "num_cpus" not in options
+            and "num_gpus" not in options
+        )
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +76,24 @@ def ray_start_head():
         port = sock.getsockname()[1]
     temp_dir = tempfile.mkdtemp(prefix="/tmp/rb24b")  # short: Ray's unix sockets live under it
     ray_bin = str(Path(sys.executable).with_name("ray"))
-    head = subprocess.Popen([ray_bin, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}",
-                             "--num-cpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}",
-                             "--disable-usage-stats"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    head = subprocess.Popen(
+        [
+            ray_bin,
+            "start",
+            "--head",
+            "--block",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=1",
+            "--include-dashboard=false",
+            f"--temp-dir={temp_dir}",
+            "--disable-usage-stats",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
@@ -74,7 +106,9 @@ def ray_start_head():
         time.sleep(3)  # the raylet registers after the GCS listens
         yield address
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # the group this test started: the head and its Ray processes
+        os.killpg(
+            head.pid, signal.SIGTERM
+        )  # the group this test started: the head and its Ray processes
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -109,19 +143,31 @@ def _join(profile, **resource) -> dict:
 
 
 @pytest.mark.slow  # a `ray start` head and four connections: minutes on a loaded machine
-def test_the_default_and_local_are_private_and_an_address_or_auto_joins_the_head(tmp_path, monkeypatch, ray_start_head):
+def test_the_default_and_local_are_private_and_an_address_or_auto_joins_the_head(
+    tmp_path, monkeypatch, ray_start_head
+):
     head_port = ray_start_head.rsplit(":", 1)[1]  # Ray reports the node's own IP, not 127.0.0.1
 
     def port(cluster):
         return cluster["gcs_address"].rsplit(":", 1)[1]
 
-    monkeypatch.setenv("RAY_ADDRESS", ray_start_head)  # the given case: RAY_ADDRESS set, a `ray start` head up
-    private = _join(_profile(tmp_path))  # before: "When connecting to an existing cluster, num_cpus ... must not be provided"
+    monkeypatch.setenv(
+        "RAY_ADDRESS", ray_start_head
+    )  # the given case: RAY_ADDRESS set, a `ray start` head up
+    private = _join(
+        _profile(tmp_path)
+    )  # before: "When connecting to an existing cluster, num_cpus ... must not be provided"
     assert port(private) != head_port and private["nodes"] == 1 and private["resources"]["CPU"] == 2
-    assert private["requested_address"] == "local" and os.environ["RAY_ADDRESS"] == ray_start_head  # restored
-    local = _join(_profile(tmp_path, address="local", num_cpus=3))  # before: timed out, and ignored num_cpus
+    assert (
+        private["requested_address"] == "local" and os.environ["RAY_ADDRESS"] == ray_start_head
+    )  # restored
+    local = _join(
+        _profile(tmp_path, address="local", num_cpus=3)
+    )  # before: timed out, and ignored num_cpus
     assert port(local) != head_port and local["resources"]["CPU"] == 3
     explicit = _join(_profile(tmp_path, address=ray_start_head))
     assert port(explicit) == head_port and explicit["resources"]["CPU"] == 1  # the head's own CPUs
-    auto = _join(_profile(tmp_path), address="auto")  # the resource's address wins over the profile's
+    auto = _join(
+        _profile(tmp_path), address="auto"
+    )  # the resource's address wins over the profile's
     assert port(auto) == head_port and auto["requested_address"] == "auto"

@@ -16,7 +16,13 @@ pytestmark = pytest.mark.timeout(300)
 
 def _ray_profile(tmp_path, **executor):
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
-    data["executor"] = {"kind": "ray", "num_cpus": 2, "workers": 1, "worker_num_cpus": 0.5, **executor}
+    data["executor"] = {
+        "kind": "ray",
+        "num_cpus": 2,
+        "workers": 1,
+        "worker_num_cpus": 0.5,
+        **executor,
+    }
     path = tmp_path / "ray.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -34,13 +40,23 @@ def test_local_profile_gets_the_local_executor_and_never_starts_ray():
 def test_init_options_address_runtime_env_and_embedded_cpus(tmp_path):
     from resources.ray_cluster import RayClusterResource
 
-    profile = load_profile(_ray_profile(tmp_path, runtime_env={"env_vars": {"A": "1"}, "working_dir": "."}))
+    profile = load_profile(
+        _ray_profile(tmp_path, runtime_env={"env_vars": {"A": "1"}, "working_dir": "."})
+    )
     embedded = RayClusterResource().init_options(profile)
-    assert embedded["address"] == "local" and embedded["num_cpus"] == 2  # private, whatever RAY_ADDRESS says and embedded["include_dashboard"] is False
+    assert (
+        embedded["address"] == "local" and embedded["num_cpus"] == 2
+    )  # private, whatever RAY_ADDRESS says and embedded["include_dashboard"] is False
     assert embedded["runtime_env"] == {"env_vars": {"A": "1"}, "working_dir": "."}
-    remote = RayClusterResource(address="ray://head:10001", runtime_env={"env_vars": {"B": "2"}}).init_options(profile)
-    assert remote["address"] == "ray://head:10001" and "num_cpus" not in remote  # a cluster has its own CPUs
-    assert remote["runtime_env"]["env_vars"] == {"B": "2"}  # the resource's runtime_env wins key by key
+    remote = RayClusterResource(
+        address="ray://head:10001", runtime_env={"env_vars": {"B": "2"}}
+    ).init_options(profile)
+    assert (
+        remote["address"] == "ray://head:10001" and "num_cpus" not in remote
+    )  # a cluster has its own CPUs
+    assert remote["runtime_env"]["env_vars"] == {
+        "B": "2"
+    }  # the resource's runtime_env wins key by key
 
 
 def test_ray_profile_screens_on_ray_and_the_resource_shuts_ray_down(tmp_path):
@@ -48,8 +64,8 @@ def test_ray_profile_screens_on_ray_and_the_resource_shuts_ray_down(tmp_path):
     from assets import evaluation, model, report, selection, tasks, training
     from resources.io import ParquetIOManager
     from resources.ray_cluster import RayClusterResource
-    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
+    from resources.vllm_server import VllmServerResource
 
     modules = [tasks, model, selection, training, evaluation, report]
     resources = {
@@ -60,9 +76,15 @@ def test_ray_profile_screens_on_ray_and_the_resource_shuts_ray_down(tmp_path):
         "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
     }
     (tmp_path / "home").mkdir()
-    with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:  # a live instance of its own
-        result = dg.materialize([*dg.load_assets_from_modules(modules), *dg.load_asset_checks_from_modules(modules)],
-                                selection="benchmark_tasks", resources=resources, instance=instance)
+    with dg.instance_for_test(
+        temp_dir=str(tmp_path / "home")
+    ) as instance:  # a live instance of its own
+        result = dg.materialize(
+            [*dg.load_assets_from_modules(modules), *dg.load_asset_checks_from_modules(modules)],
+            selection="benchmark_tasks",
+            resources=resources,
+            instance=instance,
+        )
     assert result.success
     assert result.get_asset_materialization_events()[0].materialization.metadata["tasks"].value == 6
     assert not ray.is_initialized()  # the resource's cleanup disconnected (ray.shutdown)

@@ -53,19 +53,33 @@ def test_no_vllm_on_this_machine_falls_back_with_a_clear_message(tmp_path):
     profile, log = _profile(tmp_path, kind="vllm", executable="no-such-vllm-here"), _Log()
     with VllmServerResource().policy_config(profile, str(tmp_path), log) as config:
         assert config == profile.policy
-    assert log.lines == [("warning", "vLLM serving skipped: no 'no-such-vllm-here' executable on PATH (install vllm "
-                          "on a GPU machine, or point policy.kind: endpoint at any OpenAI-compatible server); "
-                          "episodes use policy kind 'scripted_mix'")]
+    assert log.lines == [
+        (
+            "warning",
+            "vLLM serving skipped: no 'no-such-vllm-here' executable on PATH (install vllm "
+            "on a GPU machine, or point policy.kind: endpoint at any OpenAI-compatible server); "
+            "episodes use policy kind 'scripted_mix'",
+        )
+    ]
 
 
 def test_served_checkpoint_gets_a_working_endpoint_policy_and_is_stopped_after(fake_vllm, tmp_path):  # noqa: F811
     from resources.vllm_server import VllmServerResource
 
-    profile = _profile(tmp_path, kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1)
+    profile = _profile(
+        tmp_path, kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1
+    )
     checkpoint = tmp_path / "merged"
     checkpoint.mkdir()
-    tool = ToolSpec("get_order", "Look up an order.",
-                    {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]})
+    tool = ToolSpec(
+        "get_order",
+        "Look up an order.",
+        {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}},
+            "required": ["order_id"],
+        },
+    )
     with VllmServerResource().policy_config(profile, str(checkpoint), _Log()) as config:
         state = json.loads(fake_vllm.read_text())
         assert config.kind == "endpoint" and config.model == "rewardbox-policy"
@@ -74,8 +88,14 @@ def test_served_checkpoint_gets_a_working_endpoint_policy_and_is_stopped_after(f
 
         async def one_turn():
             try:
-                return await policy.complete(ChatRequest(messages=[{"role": "user", "content": "where is ORD-9?"}],
-                                                         tools=[tool], max_new_tokens=32, temperature=0.0))
+                return await policy.complete(
+                    ChatRequest(
+                        messages=[{"role": "user", "content": "where is ORD-9?"}],
+                        tools=[tool],
+                        max_new_tokens=32,
+                        temperature=0.0,
+                    )
+                )
             finally:
                 await policy.aclose()
 
@@ -89,8 +109,12 @@ def test_served_checkpoint_gets_a_working_endpoint_policy_and_is_stopped_after(f
 def test_resource_teardown_stops_a_server_whose_block_never_ended(fake_vllm, tmp_path):  # noqa: F811
     from resources.vllm_server import VllmServerResource
 
-    profile = _profile(tmp_path, kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1)
-    with dg.build_resources({"vllm_server": VllmServerResource(log_dir=str(tmp_path / "logs"))}) as resources:
+    profile = _profile(
+        tmp_path, kind="vllm", require_gpu=False, startup_timeout_s=20, health_poll_s=0.1
+    )
+    with dg.build_resources(
+        {"vllm_server": VllmServerResource(log_dir=str(tmp_path / "logs"))}
+    ) as resources:
         block = resources.vllm_server.policy_config(profile, str(tmp_path))
         block.__enter__()  # an interrupted step: the block's own exit never runs
         state = json.loads(fake_vllm.read_text())

@@ -16,8 +16,15 @@ FAKE_VERL = Path(__file__).resolve().parents[1] / "fixtures" / "fake_verl"
 
 def minimal_rows(tasks):
     """verl dataset rows, minimal (the agent loop's ``pool_to_verl_rows`` is not under test here)."""
-    return [{"data_source": "rewardbox", "agent_name": "rewardbox", "prompt": [{"role": "user", "content": t.uid}],
-             "extra_info": {"uid": t.uid}} for t in tasks]
+    return [
+        {
+            "data_source": "rewardbox",
+            "agent_name": "rewardbox",
+            "prompt": [{"role": "user", "content": t.uid}],
+            "extra_info": {"uid": t.uid},
+        }
+        for t in tasks
+    ]
 
 
 def no_agent_loop(out_dir):
@@ -35,11 +42,21 @@ def verl_profile(tmp_path, *, mode: str | None, preflight: bool, steps: int = 2)
     with the default Python (``verl.python: null``)."""
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
     data["grpo"] = {**data["grpo"], "backend": "verl", "steps": steps}
-    verl = {"python": sys.executable if mode else None, "preflight_gpus": preflight, "poll_s": 0.5, "job_timeout_s": 120,
-            "launch": {"n_gpus_per_node": 1}}
+    verl = {
+        "python": sys.executable if mode else None,
+        "preflight_gpus": preflight,
+        "poll_s": 0.5,
+        "job_timeout_s": 120,
+        "launch": {"n_gpus_per_node": 1},
+    }
     if mode is not None:
-        verl["runtime_env"] = {"env_vars": {"PYTHONPATH": str(FAKE_VERL), "FAKE_VERL_MODE": mode,
-                                            "FAKE_VERL_PID_FILE": str(tmp_path / "fake_verl.pid")}}
+        verl["runtime_env"] = {
+            "env_vars": {
+                "PYTHONPATH": str(FAKE_VERL),
+                "FAKE_VERL_MODE": mode,
+                "FAKE_VERL_PID_FILE": str(tmp_path / "fake_verl.pid"),
+            }
+        }
     data["verl"] = verl
     path = tmp_path / "verl.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -64,7 +81,14 @@ def grpo_assets(profile_path: Path):
     def probe_results():
         import polars as pl
 
-        return pl.DataFrame(schema={"uid": pl.Utf8, "trial": pl.Int64, "passed": pl.Boolean, "system_error": pl.Utf8})
+        return pl.DataFrame(
+            schema={
+                "uid": pl.Utf8,
+                "trial": pl.Int64,
+                "passed": pl.Boolean,
+                "system_error": pl.Utf8,
+            }
+        )
 
     return [training_pool, base_checkpoint, probe_results, grpo_checkpoint]
 
@@ -73,9 +97,11 @@ def resources(profile_path: Path, tmp_path: Path, job_address: str | None):
     from resources.ray_cluster import RayClusterResource
     from resources.rewardbox import RewardboxResource
 
-    return {"rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(tmp_path)),
-            "ray_cluster": RayClusterResource(job_address=job_address),
-            "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
+    return {
+        "rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(tmp_path)),
+        "ray_cluster": RayClusterResource(job_address=job_address),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
+    }
 
 
 def run_messages(instance, run_id: str) -> str:

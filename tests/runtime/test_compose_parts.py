@@ -23,8 +23,12 @@ def test_campaign_parts_carry_the_profile_sections_and_pickle_for_ray_workers():
     assert parts.episode == profile.episode and parts.executor == profile.executor
     lifted = parts.with_episode(max_agent_turns=profile.episode.max_agent_turns + 7)
     assert lifted.episode.max_agent_turns == profile.episode.max_agent_turns + 7
-    assert parts.episode.max_agent_turns == profile.episode.max_agent_turns  # a copy, the original unchanged
-    factory = pickle.loads(pickle.dumps(lifted.runner_factory()))  # what a Ray executor ships to its workers
+    assert (
+        parts.episode.max_agent_turns == profile.episode.max_agent_turns
+    )  # a copy, the original unchanged
+    factory = pickle.loads(
+        pickle.dumps(lifted.runner_factory())
+    )  # what a Ray executor ships to its workers
     assert factory.keywords["episode"].max_agent_turns == lifted.episode.max_agent_turns
 
 
@@ -56,8 +60,16 @@ class ReportingFactory:
 
 
 def test_the_sandbox_report_reaches_the_stage_when_a_runner_closes(monkeypatch):
-    reports = [{"retail": {"start": "template", "reuse": "trusted"}, "(pool)": {"spawned": 2, "reused": 5}},
-               {"retail": {"reuse": "retired", "retired": "state differs"}, "(pool)": {"spawned": 1, "reused": 0}}]
+    reports = [
+        {
+            "retail": {"start": "template", "reuse": "trusted"},
+            "(pool)": {"spawned": 2, "reused": 5},
+        },
+        {
+            "retail": {"reuse": "retired", "retired": "state differs"},
+            "(pool)": {"spawned": 1, "reused": 0},
+        },
+    ]
     factories = iter(ReportingFactory(r) for r in reports)
     monkeypatch.setattr(compose, "build_sandbox", lambda profile: next(factories))
     collected = SandboxReports()
@@ -69,9 +81,12 @@ def test_the_sandbox_report_reaches_the_stage_when_a_runner_closes(monkeypatch):
 
     asyncio.run(open_and_close())
     asyncio.run(open_and_close())
-    assert collected.metadata() == {"sandbox_servers": {
-        "retail": {"start": "template", "reuse": "retired", "retired": "state differs"},
-        "(pool)": {"spawned": 3, "reused": 5}}}
+    assert collected.metadata() == {
+        "sandbox_servers": {
+            "retail": {"start": "template", "reuse": "retired", "retired": "state differs"},
+            "(pool)": {"spawned": 3, "reused": 5},
+        }
+    }
     assert SandboxReports().metadata() == {}
 
 
@@ -79,8 +94,14 @@ def test_the_budget_check_reads_the_episode_config_not_a_profile():
     class Sampler:
         samples_from_a_model = True
 
-    deep = [t for t in load_dataset(registry.dataset_dir("retail")).tasks if len(t.golden_interactions()) >= 3][:1]
-    episode = load_profile("test").episode.model_copy(update={"max_agent_turns": 1, "max_agent_steps_per_user_turn": 1})
+    deep = [
+        t
+        for t in load_dataset(registry.dataset_dir("retail")).tasks
+        if len(t.golden_interactions()) >= 3
+    ][:1]
+    episode = load_profile("test").episode.model_copy(
+        update={"max_agent_turns": 1, "max_agent_steps_per_user_turn": 1}
+    )
     with pytest.raises(TurnBudgetError):
         check_policy_budget(Sampler(), episode, deep)
     check_policy_budget(object(), episode, deep)  # a scripted policy is exempt

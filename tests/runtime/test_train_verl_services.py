@@ -32,12 +32,21 @@ def services():
 
 def _play(services, task, policy):
     episodes: list[StepwiseEpisode] = []
-    config = services.config.model_copy(update={"max_new_tokens": 1024})  # one token per character here
+    config = services.config.model_copy(
+        update={"max_new_tokens": 1024}
+    )  # one token per character here
 
     def new_episode():
-        episodes.append(StepwiseEpisode(task, 0, sandbox_factory=services.sandbox_factory,
-                                        user_simulator=services.user_simulator, grader=services.grader,
-                                        config=config))
+        episodes.append(
+            StepwiseEpisode(
+                task,
+                0,
+                sandbox_factory=services.sandbox_factory,
+                user_simulator=services.user_simulator,
+                grader=services.grader,
+                config=config,
+            )
+        )
         return episodes[-1]
 
     async def generate(context_ids, max_new_tokens):
@@ -45,8 +54,15 @@ def _play(services, task, policy):
         ids = TOKENIZER.encode(text) + [TOKENIZER.eos_token_id]
         return Sampled(ids[:max_new_tokens], [-1.0] * len(ids[:max_new_tokens]))
 
-    return asyncio.run(play_with_retries(new_episode, generate, TurnTokens(TOKENIZER), 8192,
-                                         services.config.max_system_error_retries))
+    return asyncio.run(
+        play_with_retries(
+            new_episode,
+            generate,
+            TurnTokens(TOKENIZER),
+            8192,
+            services.config.max_system_error_retries,
+        )
+    )
 
 
 def _policy_runs(mask):
@@ -55,10 +71,21 @@ def _policy_runs(mask):
 
 def test_golden_text_on_a_real_hotel_task_scores_1_and_doing_nothing_scores_0(services):
     tasks = load_served_tasks(load_profile("test"), ["hotel"])
-    task = next(t for t in tasks if len(t.golden_interactions()) >= 2 and not t.metadata.get("null_passes"))
+    task = next(
+        t for t in tasks if len(t.golden_interactions()) >= 2 and not t.metadata.get("null_passes")
+    )
     golden = _play(services, task, GoldenReplayPolicy())
-    assert (golden.reward, golden.system_error, golden.result.termination_reason) == (1.0, None, "done")
-    assert _policy_runs(golden.response_mask) == len(task.golden_interactions()) + 1  # one call per turn, answer
+    assert (golden.reward, golden.system_error, golden.result.termination_reason) == (
+        1.0,
+        None,
+        "done",
+    )
+    assert (
+        _policy_runs(golden.response_mask) == len(task.golden_interactions()) + 1
+    )  # one call per turn, answer
     assert golden.result.tool_calls[0]["tool_call"]["name"] == task.golden_interactions()[0][1]
     null = _play(services, task, NullPolicy())
-    assert (null.reward, null.system_error) == (0.0, None)  # a policy failure is scored 0; never a system error
+    assert (null.reward, null.system_error) == (
+        0.0,
+        None,
+    )  # a policy failure is scored 0; never a system error

@@ -28,7 +28,9 @@ def run(coro):
 def test_lifecycle_hides_reserved_tools_and_cleans_schemas():
     async def go():
         sb = InProcessSandbox()
-        init = await sb.start(_ws(golden=[{"tool": "cancel_order", "parameters": {"order_id": "ORD-1002"}}]), TOOLS)
+        init = await sb.start(
+            _ws(golden=[{"tool": "cancel_order", "parameters": {"order_id": "ORD-1002"}}]), TOOLS
+        )
         tools = await sb.list_tools()
         out = await sb.call_tool("cancel_order", {"order_id": "ORD-1002"})
         effects = await sb.get_effects()
@@ -41,8 +43,11 @@ def test_lifecycle_hides_reserved_tools_and_cleans_schemas():
     assert [t.name for t in tools] == TOOLS
     assert not any(t.name.startswith("__reserved__") for t in tools)
     cancel = next(t for t in tools if t.name == "cancel_order")
-    assert cancel.input_schema == {"type": "object", "properties": {"order_id": {"type": "string"}},
-                                   "required": ["order_id"]}
+    assert cancel.input_schema == {
+        "type": "object",
+        "properties": {"order_id": {"type": "string"}},
+        "required": ["order_id"],
+    }
     assert cancel.description.startswith("Cancel an order that has not shipped yet")
     assert json.loads(out)["status"] == "cancelled"
     eff = effects[SRV]
@@ -57,7 +62,9 @@ def test_tool_errors_are_ordinary_text_and_unknown_names_raise():
             shipped = await sb.call_tool("cancel_order", {"order_id": "ORD-1003"})
             bad_arg = await sb.call_tool("get_order", {"order_id": 42})
             with pytest.raises(UnknownToolError, match="Tool list_orders does not exist"):
-                await sb.call_tool("list_orders", {"customer_id": "CUS-1001"})  # exists, not available
+                await sb.call_tool(
+                    "list_orders", {"customer_id": "CUS-1001"}
+                )  # exists, not available
             with pytest.raises(UnknownToolError):
                 await sb.call_tool("no_such_tool", {})
         finally:
@@ -67,10 +74,14 @@ def test_tool_errors_are_ordinary_text_and_unknown_names_raise():
         return shipped, bad_arg
 
     shipped, bad_arg = run(go())
-    assert json.loads(shipped) == {"error": "Order ORD-1003 is shipped; only pending or processing orders can be "
-                                            "cancelled", "tool": "cancel_order"}
-    assert json.loads(bad_arg) == {"error": "Input validation failed: order_id: Input should be a valid string",
-                                   "tool": "get_order"}
+    assert json.loads(shipped) == {
+        "error": "Order ORD-1003 is shipped; only pending or processing orders can be cancelled",
+        "tool": "cancel_order",
+    }
+    assert json.loads(bad_arg) == {
+        "error": "Input validation failed: order_id: Input should be a valid string",
+        "tool": "get_order",
+    }
 
 
 @pytest.mark.parametrize(
@@ -79,7 +90,11 @@ def test_tool_errors_are_ordinary_text_and_unknown_names_raise():
         ({"no_such_server": {}}, [], "no embedded server named 'no_such_server'"),
         (_ws(), ["find_customer", "teleport"], "Tool teleport does not exist"),
         (_ws(patch={"spaceships": [{"id": 1}]}), TOOLS, "unknown table"),
-        (_ws(patch={"orders": [{"order_id": "ORD-1001", "colour": "red"}]}), TOOLS, "unknown column"),
+        (
+            _ws(patch={"orders": [{"order_id": "ORD-1001", "colour": "red"}]}),
+            TOOLS,
+            "unknown column",
+        ),
         ({}, [], "at least one server"),
     ],
 )
@@ -176,7 +191,9 @@ def test_eight_concurrent_episodes_see_only_their_own_writes():
 
     results = run(go())
     for i, eff in enumerate(results):
-        changed = [d["path"] for d in eff["diff"]]  # golden = no writes, so the diff is this episode's writes
+        changed = [
+            d["path"] for d in eff["diff"]
+        ]  # golden = no writes, so the diff is this episode's writes
         if i == 7:
             assert changed == [] and eff["result_db_hash"] == eff["golden_db_hash"]
             continue
@@ -189,9 +206,15 @@ def test_eight_concurrent_episodes_see_only_their_own_writes():
 
 def test_clean_schema_dereferences_and_strips_titles():
     schema = {
-        "title": "toolArguments", "type": "object",
-        "$defs": {"Item": {"title": "Item", "type": "object",
-                           "properties": {"sku": {"title": "Sku", "type": "string"}}}},
+        "title": "toolArguments",
+        "type": "object",
+        "$defs": {
+            "Item": {
+                "title": "Item",
+                "type": "object",
+                "properties": {"sku": {"title": "Sku", "type": "string"}},
+            }
+        },
         "properties": {
             "title": {"title": "Title", "type": "string"},  # a parameter NAMED title stays
             "items": {"title": "Items", "type": "array", "items": {"$ref": "#/$defs/Item"}},
@@ -203,12 +226,18 @@ def test_clean_schema_dereferences_and_strips_titles():
     item = {"type": "object", "properties": {"sku": {"type": "string"}}}
     assert cleaned == {
         "type": "object",
-        "properties": {"title": {"type": "string"}, "items": {"type": "array", "items": item},
-                       "main": {**item, "description": "the main item"}},
+        "properties": {
+            "title": {"type": "string"},
+            "items": {"type": "array", "items": item},
+            "main": {**item, "description": "the main item"},
+        },
         "required": ["title"],
     }
     assert "$defs" in schema and schema["title"] == "toolArguments"  # input untouched
     assert clean_schema(None) == {"type": "object", "properties": {}}
-    recursive = {"$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
-                 "type": "object", "properties": {"root": {"$ref": "#/$defs/Node"}}}
+    recursive = {
+        "$defs": {"Node": {"type": "object", "properties": {"next": {"$ref": "#/$defs/Node"}}}},
+        "type": "object",
+        "properties": {"root": {"$ref": "#/$defs/Node"}},
+    }
     assert clean_schema(recursive)["properties"]["root"]["properties"]["next"] == {"type": "object"}

@@ -20,7 +20,9 @@ GOLDEN = [{"tool": "cancel_order", "parameters": {"order_id": "ORD-1002"}}]
 def _episode(write: bool) -> dict:
     async def go():
         sb = InProcessSandbox()
-        await sb.start({SRV: {"data_patch": PATCH, "golden_test_case": {"tool_interactions": GOLDEN}}}, TOOLS)
+        await sb.start(
+            {SRV: {"data_patch": PATCH, "golden_test_case": {"tool_interactions": GOLDEN}}}, TOOLS
+        )
         try:
             before = json.loads(await sb.call_tool("get_order", {"order_id": "ORD-1002"}))
             if write:
@@ -35,8 +37,15 @@ def _episode(write: bool) -> dict:
 
 def test_no_state_carries_across_episodes_of_one_task():
     first, second, third = _episode(write=True), _episode(write=False), _episode(write=True)
-    assert first["before"]["status"] == second["before"]["status"] == third["before"]["status"] == "processing"
-    assert first["diff"] == [] and first["result_db_hash"] == first["golden_db_hash"]  # the write matched golden
+    assert (
+        first["before"]["status"]
+        == second["before"]["status"]
+        == third["before"]["status"]
+        == "processing"
+    )
+    assert (
+        first["diff"] == [] and first["result_db_hash"] == first["golden_db_hash"]
+    )  # the write matched golden
     assert second["diff"] != []  # episode 1's cancellation did not leak into episode 2
     assert second["result_db_state"] == second["initial_db_state"] == first["initial_db_state"]
     assert third["result_db_hash"] == first["result_db_hash"]
@@ -59,9 +68,21 @@ def test_images_are_bounded_and_bulk_patch_updates_and_inserts(monkeypatch):
     monkeypatch.setattr(database, "TASK_IMAGES_MAX", 3)
     monkeypatch.setattr(database, "_TASK_IMAGES", database.OrderedDict())
     for i in range(6):
-        patch = {"orders": [{"order_id": "ORD-1002", "status": "processing"}, {"order_id": "ORD-1001", "status": "pending"}],
-                 "customers": [{"customer_id": f"CUS-9{i:03d}", "name": "N", "email": f"n{i}@example.com",
-                                   "tier": "gold", "member_since": "2024-01-01"}]}
+        patch = {
+            "orders": [
+                {"order_id": "ORD-1002", "status": "processing"},
+                {"order_id": "ORD-1001", "status": "pending"},
+            ],
+            "customers": [
+                {
+                    "customer_id": f"CUS-9{i:03d}",
+                    "name": "N",
+                    "email": f"n{i}@example.com",
+                    "tier": "gold",
+                    "member_since": "2024-01-01",
+                }
+            ],
+        }
         db = database.EpisodeDatabase(DOMAIN, patch)
         state = db.dump()
         db.dispose()
@@ -72,8 +93,12 @@ def test_images_are_bounded_and_bulk_patch_updates_and_inserts(monkeypatch):
 
 
 def test_a_bulk_update_that_breaks_a_constraint_names_the_row_and_caches_nothing():
-    patch = {"customers": [{"customer_id": "CUS-1003", "name": "Renamed"},
-                           {"customer_id": "CUS-1002", "email": "maria.santos@example.com"}]}  # CUS-1001's email
+    patch = {
+        "customers": [
+            {"customer_id": "CUS-1003", "name": "Renamed"},
+            {"customer_id": "CUS-1002", "email": "maria.santos@example.com"},
+        ]
+    }  # CUS-1001's email
     try:
         database.EpisodeDatabase(DOMAIN, patch)
     except database.DataPatchError as exc:

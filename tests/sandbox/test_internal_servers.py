@@ -40,7 +40,9 @@ if __name__ == "__main__":
 
 
 def test_missing_bundled_server_is_refused_with_what_use_internal_servers_means_here():
-    config = parse_servers_config({"use_internal_servers": True, "servers": {}}, source="servers.yaml")
+    config = parse_servers_config(
+        {"use_internal_servers": True, "servers": {}}, source="servers.yaml"
+    )
     assert "rewardbox_retail" in config.servers and "cloud_drive" not in config.servers
 
     async def start():
@@ -50,8 +52,11 @@ def test_missing_bundled_server_is_refused_with_what_use_internal_servers_means_
         asyncio.run(start())
     message = str(info.value)
     assert message.startswith("server 'cloud_drive' is not defined in servers.yaml (defined: ")
-    assert "use_internal_servers adds ThinkingBox's bundled servers (tb/tools/mcp_*.py, e.g. cloud_drive) only " \
-           f"when the {{python}} interpreter ({sys.executable}) can import the package tb.tools" in message
+    assert (
+        "use_internal_servers adds ThinkingBox's bundled servers (tb/tools/mcp_*.py, e.g. cloud_drive) only "
+        f"when the {{python}} interpreter ({sys.executable}) can import the package tb.tools"
+        in message
+    )
 
 
 def test_bundled_tb_tools_servers_are_added_and_serve(tmp_path, monkeypatch):
@@ -61,9 +66,14 @@ def test_bundled_tb_tools_servers_are_added_and_serve(tmp_path, monkeypatch):
     (tools / "__init__.py").write_text("")
     (tools / "mcp_cloud_drive.py").write_text(CLOUD_DRIVE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    config = parse_servers_config({"use_internal_servers": True, "servers": {}}, source="servers.yaml")
+    config = parse_servers_config(
+        {"use_internal_servers": True, "servers": {}}, source="servers.yaml"
+    )
     server = config.servers["cloud_drive"]
-    assert server.command == ["{python}", "-m", "tb.tools.mcp_cloud_drive"] and server.episodes_per_process == 1
+    assert (
+        server.command == ["{python}", "-m", "tb.tools.mcp_cloud_drive"]
+        and server.episodes_per_process == 1
+    )
     assert "rewardbox_retail" in config.servers  # ours are added as well
 
     async def episode():

@@ -33,15 +33,24 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _fixture_factory(tmp_path: Path, episodes_per_process: int, **env: str) -> ExternalSandboxFactory:
+def _fixture_factory(
+    tmp_path: Path, episodes_per_process: int, **env: str
+) -> ExternalSandboxFactory:
     # the fixture reports no hashes, so the reuse canary cannot check it: reuse is allowed explicitly
-    server = {"type": "mcp-process", "command": f"{{python}} {FIXTURE}", "episodes_per_process": episodes_per_process,
-              "reuse_unchecked": True, "env": {"REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"), **env}}
+    server = {
+        "type": "mcp-process",
+        "command": f"{{python}} {FIXTURE}",
+        "episodes_per_process": episodes_per_process,
+        "reuse_unchecked": True,
+        "env": {"REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"), **env},
+    }
     config = parse_servers_config({"servers": {"a": server}}, source="pool-servers.yaml")
     return build_sandbox_factory("external", servers=config, timeouts={"tool_s": 1.5})
 
 
-async def _fixture_episode(make, world: dict | None = None, items: tuple[str, ...] = ("lamp",)) -> dict:
+async def _fixture_episode(
+    make, world: dict | None = None, items: tuple[str, ...] = ("lamp",)
+) -> dict:
     sandbox = make()
     try:
         await sandbox.start({"a": world or {}}, ["add_item", "whoami"])
@@ -56,17 +65,25 @@ async def _fixture_episode(make, world: dict | None = None, items: tuple[str, ..
 def test_retail_process_is_reused_and_no_state_carries_over():
     config = parse_servers_config({"use_internal_servers": True})
     make = build_sandbox_factory("external", servers=config)
-    ticket = {"customer_id": "CUS-1001", "category": "other", "description": "pool isolation probe",
-              "order_id": "ORD-1001"}
+    ticket = {
+        "customer_id": "CUS-1001",
+        "category": "other",
+        "description": "pool isolation probe",
+        "order_id": "ORD-1001",
+    }
 
     async def episode(write: bool) -> dict:
         sandbox = make()
         try:
             await sandbox.start({RETAIL: {}}, ["create_ticket", "list_tickets"])
-            before = json.loads(await sandbox.call_tool("list_tickets", {"customer_id": "CUS-1001"}))["tickets"]
+            before = json.loads(
+                await sandbox.call_tool("list_tickets", {"customer_id": "CUS-1001"})
+            )["tickets"]
             if write:
                 await sandbox.call_tool("create_ticket", ticket)
-            after = json.loads(await sandbox.call_tool("list_tickets", {"customer_id": "CUS-1001"}))["tickets"]
+            after = json.loads(
+                await sandbox.call_tool("list_tickets", {"customer_id": "CUS-1001"})
+            )["tickets"]
             effects = (await sandbox.get_effects())[RETAIL]
         finally:
             await sandbox.close()
@@ -86,9 +103,14 @@ def test_retail_process_is_reused_and_no_state_carries_over():
     assert second["before"] == second["after"] == first["before"]  # episode 1's ticket is gone
     assert third["after"] == first["after"]  # the same write gets the same ticket id again
     assert second["effects"]["initial_db_state"] == first["effects"]["initial_db_state"]
-    assert second["effects"]["result_db_hash"] == second["effects"]["golden_db_hash"] \
+    assert (
+        second["effects"]["result_db_hash"]
+        == second["effects"]["golden_db_hash"]
         == first["effects"]["golden_db_hash"]
-    assert third["effects"]["result_db_hash"] == first["effects"]["result_db_hash"]  # same write, same state
+    )
+    assert (
+        third["effects"]["result_db_hash"] == first["effects"]["result_db_hash"]
+    )  # same write, same state
     assert make.pool.counts == {"spawned": 1, "reused": 2, "retired": 1}
     assert all(_gone(pid) for pid in idle)
 
@@ -98,8 +120,10 @@ def test_episode_cap_teardown_each_episode_and_isolation(tmp_path):
 
     async def campaign():
         try:
-            return [await _fixture_episode(make, {"seed": i}, items) for i, items in
-                    enumerate([("lamp", "desk"), ("chair",), ("rug",)])]
+            return [
+                await _fixture_episode(make, {"seed": i}, items)
+                for i, items in enumerate([("lamp", "desk"), ("chair",), ("rug",)])
+            ]
         finally:
             await make.aclose()
 
@@ -107,9 +131,14 @@ def test_episode_cap_teardown_each_episode_and_isolation(tmp_path):
     assert first["pid"] == second["pid"] != third["pid"]  # cap of 2 episodes per process
     assert second["added"] == [{"id": 1, "name": "chair"}]  # no item of episode 1 carried over
     assert second["effects"]["items"] == [{"id": 1, "name": "chair"}]
-    assert second["effects"]["config"] == {"seed": 1} and second["effects"]["session_id"] == second["session_id"]
+    assert (
+        second["effects"]["config"] == {"seed": 1}
+        and second["effects"]["session_id"] == second["session_id"]
+    )
     assert first["session_id"] != second["session_id"]
-    assert (tmp_path / "teardown.txt").read_text().split() == [str(first["pid"])] * 2 + [str(third["pid"])]
+    assert (tmp_path / "teardown.txt").read_text().split() == [str(first["pid"])] * 2 + [
+        str(third["pid"])
+    ]
     assert _gone(first["pid"]) and _gone(third["pid"])
 
 
@@ -150,7 +179,9 @@ def test_faulted_episodes_retire_their_process(tmp_path):
             await make.aclose()
 
     failed_init, timed_out, healthy = asyncio.run(campaign())
-    assert len({*failed_init, *timed_out, healthy["pid"]}) == 3  # neither faulted process was reused
+    assert (
+        len({*failed_init, *timed_out, healthy["pid"]}) == 3
+    )  # neither faulted process was reused
     assert all(_gone(pid) for pid in [*failed_init, *timed_out])
 
 
@@ -185,7 +216,9 @@ def test_pool_moves_to_a_new_event_loop(tmp_path):
 
 def test_episodes_per_process_must_be_positive():
     with pytest.raises(ValueError, match="episodes_per_process"):
-        parse_servers_config({"servers": {"a": {"type": "mcp-process", "command": "x", "episodes_per_process": 0}}})
+        parse_servers_config(
+            {"servers": {"a": {"type": "mcp-process", "command": "x", "episodes_per_process": 0}}}
+        )
 
 
 def test_timeouts_pass_through_the_factory(tmp_path):
@@ -205,7 +238,9 @@ def test_concurrent_episodes_grow_the_pool_then_reuse_it(tmp_path):
             await make.aclose()
 
     first, second = asyncio.run(campaign())
-    assert len({e["pid"] for e in first}) == 3 and {e["pid"] for e in second} == {e["pid"] for e in first}
+    assert len({e["pid"] for e in first}) == 3 and {e["pid"] for e in second} == {
+        e["pid"] for e in first
+    }
     assert all(e["added"] == [{"id": 1, "name": "lamp"}] for e in first + second)
     assert make.pool.counts == {"spawned": 3, "reused": 3, "retired": 3}
 
@@ -214,13 +249,21 @@ def test_close_after_teardown_does_not_wait_for_the_server_to_exit(tmp_path):
     """A server that never exits on stdin EOF is signalled once its teardown answered (no exit grace)."""
     from rewardbox.sandbox.external import ExternalSandbox
 
-    server = {"type": "mcp-process", "command": f"{{python}} {FIXTURE}",
-              "env": {"REAPER_LINGER_S": "3600", "REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"),
-                      "REAPER_EOF_MARKER": str(tmp_path / "eof.txt")}}
+    server = {
+        "type": "mcp-process",
+        "command": f"{{python}} {FIXTURE}",
+        "env": {
+            "REAPER_LINGER_S": "3600",
+            "REAPER_TEARDOWN_MARKER": str(tmp_path / "teardown.txt"),
+            "REAPER_EOF_MARKER": str(tmp_path / "eof.txt"),
+        },
+    }
     config = parse_servers_config({"servers": {"a": server}})
 
     async def episode():
-        sandbox = ExternalSandbox(config, timeouts=SandboxTimeouts(exit_grace_s=60.0, term_grace_s=2.0))
+        sandbox = ExternalSandbox(
+            config, timeouts=SandboxTimeouts(exit_grace_s=60.0, term_grace_s=2.0)
+        )
         await sandbox.start({"a": {}}, None)
         started = asyncio.get_running_loop().time()
         await sandbox.close()
@@ -229,5 +272,7 @@ def test_close_after_teardown_does_not_wait_for_the_server_to_exit(tmp_path):
     sandbox, close_s = asyncio.run(episode())
     assert (tmp_path / "teardown.txt").read_text().split() == [str(sandbox.pids[0])]
     assert all(_gone(pid) for pid in sandbox.pids)
-    assert not (tmp_path / "eof.txt").exists()  # signalled while serving, not left to exit after EOF
+    assert not (
+        tmp_path / "eof.txt"
+    ).exists()  # signalled while serving, not left to exit after EOF
     assert close_s < 30.0  # correctness bound: far below the 60 s exit grace it no longer waits out

@@ -26,12 +26,29 @@ from rewardbox.sandbox.factory import build_sandbox_factory
 from rewardbox.sandbox.proxy_client import ProxySandbox, session_timeout_s
 
 TOOLS = {
-    "echo": {"description": "Echo text.", "inputSchema": {
-        "type": "object", "title": "echoArguments",
-        "properties": {"text": {"type": "string", "title": "Text"}}, "required": ["text"]}},
-    "add_item": {"description": "Add an item.", "inputSchema": {
-        "type": "object", "properties": {"item": {"$ref": "#/$defs/Item"}},
-        "$defs": {"Item": {"type": "object", "title": "Item", "properties": {"name": {"type": "string"}}}}}},
+    "echo": {
+        "description": "Echo text.",
+        "inputSchema": {
+            "type": "object",
+            "title": "echoArguments",
+            "properties": {"text": {"type": "string", "title": "Text"}},
+            "required": ["text"],
+        },
+    },
+    "add_item": {
+        "description": "Add an item.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"item": {"$ref": "#/$defs/Item"}},
+            "$defs": {
+                "Item": {
+                    "type": "object",
+                    "title": "Item",
+                    "properties": {"name": {"type": "string"}},
+                }
+            },
+        },
+    },
     "slow": {"description": "Takes a while.", "inputSchema": {"type": "object", "properties": {}}},
 }
 
@@ -42,7 +59,9 @@ def ok(value: Any) -> JSONResponse:
 
 
 def fail(message: str, status: int = 400) -> JSONResponse:
-    return JSONResponse({"success": False, "content": {"type": "string", "value": message}}, status_code=status)
+    return JSONResponse(
+        {"success": False, "content": {"type": "string", "value": message}}, status_code=status
+    )
 
 
 class FakeProxy:
@@ -77,9 +96,15 @@ class FakeProxy:
         for name in body["available_tools"]:
             if name not in TOOLS:
                 return fail(f"Tool {name} does not exist")
-        if any(isinstance(cfg, dict) and cfg.get("fail_init") for cfg in body["server_config"].values()):
+        if any(
+            isinstance(cfg, dict) and cfg.get("fail_init") for cfg in body["server_config"].values()
+        ):
             return fail("__reserved__init failed: bad data_patch")
-        self.sessions[sid] = {"available": body["available_tools"], "items": [], "config": body["server_config"]}
+        self.sessions[sid] = {
+            "available": body["available_tools"],
+            "items": [],
+            "config": body["server_config"],
+        }
         return ok({srv: {} for srv in body["server_config"]})
 
     async def list_tools(self, body: dict[str, Any]) -> Any:
@@ -111,7 +136,9 @@ def proxy_server():
     fake = FakeProxy()
     names = ["session_create", "list_tools", "call_tool", "get_effects", "session_destroy"]
     app = Starlette(routes=[Route(f"/{n}", fake.handle, methods=["POST"]) for n in names])
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -165,15 +192,22 @@ def test_full_episode_over_the_proxy(proxy):
 
     sandbox, init, specs, echoed, added, effects = run(episode())
     create = fake.requests[0][1]
-    assert uuid.UUID(create["session_id"]).version == 4 and create["session_id"] == sandbox.session_id
+    assert (
+        uuid.UUID(create["session_id"]).version == 4 and create["session_id"] == sandbox.session_id
+    )
     assert create["server_config"] == {"retail": {"data_patch": {"orders": []}}}
     assert create["available_tools"] == ["echo", "add_item"] and create["timeout"] == 54.0
     assert init == {"retail": {}}
     assert [s.name for s in specs] == ["echo", "add_item"]  # available_tools order
-    assert specs[0].input_schema == {"type": "object", "properties": {"text": {"type": "string"}},
-                                     "required": ["text"]}
-    assert specs[1].input_schema["properties"]["item"] == {"type": "object",
-                                                           "properties": {"name": {"type": "string"}}}
+    assert specs[0].input_schema == {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+    assert specs[1].input_schema["properties"]["item"] == {
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+    }
     assert echoed == "hello" and added == '{"id": 1}'
     assert effects == {"retail": {"items": [{"name": "lamp"}]}}
     assert [r[0] for r in fake.requests].count("session_destroy") == 1 and fake.sessions == {}
@@ -195,7 +229,11 @@ def test_proxy_refusals_are_system_errors_and_never_retried(proxy):
         await sandbox.start({"retail": {}}, ["echo"])
         with pytest.raises(SandboxError, match=r"call_tool \(400\): Tool slow does not exist"):
             await sandbox.call_tool("slow", {})
-        fake.force("call_tool", fail("Tool call timed out", status=504), PlainTextResponse("gw", status_code=504))
+        fake.force(
+            "call_tool",
+            fail("Tool call timed out", status=504),
+            PlainTextResponse("gw", status_code=504),
+        )
         with pytest.raises(SandboxError, match=r"call_tool \(504\): Tool call timed out"):
             await sandbox.call_tool("echo", {"text": "x"})
         with pytest.raises(SandboxError, match="call_tool returned 504"):
@@ -213,7 +251,11 @@ def test_gateway_errors_are_retried_with_capped_random_backoff(proxy):
 
     async def episode():
         sandbox = ProxySandbox(url, retry_sleep=sleeps)
-        fake.force("session_create", PlainTextResponse("x", status_code=503), PlainTextResponse("x", status_code=502))
+        fake.force(
+            "session_create",
+            PlainTextResponse("x", status_code=503),
+            PlainTextResponse("x", status_code=502),
+        )
         await sandbox.start({"retail": {}}, ["echo"])
         fake.force("get_effects", *[PlainTextResponse("x", status_code=504) for _ in range(6)])
         with pytest.raises(SandboxError, match="get_effects failed after retries: 504"):
@@ -234,8 +276,11 @@ def test_rate_limit_honours_retry_after_and_timeouts_are_not_retried(proxy):
 
     async def episode():
         sandbox = ProxySandbox(url, timeout_s=0.3, retry_sleep=sleeps)
-        fake.force("session_create", PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "7"}),
-                   PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "120"}))
+        fake.force(
+            "session_create",
+            PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "7"}),
+            PlainTextResponse("slow down", status_code=429, headers={"Retry-After": "120"}),
+        )
         await sandbox.start({"retail": {}}, ["slow"])
         with pytest.raises(SandboxError, match=r"call_tool timed out after 0.3 s \(not retried\)"):
             await sandbox.call_tool("slow", {})
@@ -277,7 +322,9 @@ def test_unreachable_proxy_is_retried_then_a_system_error():
     async def episode():
         sandbox = make()
         assert isinstance(sandbox, ProxySandbox)
-        with pytest.raises(SandboxError, match="session_create failed after retries: cannot connect"):
+        with pytest.raises(
+            SandboxError, match="session_create failed after retries: cannot connect"
+        ):
             await sandbox.start({"retail": {}}, ["echo"])
         await sandbox.close()
 

@@ -19,12 +19,19 @@ KV = Path(__file__).resolve().parents[1] / "fixtures" / "servers" / "kv_server.p
 
 
 def kv_factory(episodes_per_process: int = 10, start: str = "fresh", **env: str):
-    server = {"type": "mcp-process", "command": f"{{python}} {KV}", "episodes_per_process": episodes_per_process,
-              "start": start, "env": env}
+    server = {
+        "type": "mcp-process",
+        "command": f"{{python}} {KV}",
+        "episodes_per_process": episodes_per_process,
+        "start": start,
+        "env": env,
+    }
     reuse_unchecked = env.pop("_reuse_unchecked", None)
     if reuse_unchecked:
         server["reuse_unchecked"] = True
-    return build_sandbox_factory("external", servers=parse_servers_config({"servers": {"kv": server}}))
+    return build_sandbox_factory(
+        "external", servers=parse_servers_config({"servers": {"kv": server}})
+    )
 
 
 async def kv_episode(make, writes: dict[str, str]) -> dict:
@@ -54,7 +61,10 @@ def test_canary_retires_reuse_of_a_server_that_keeps_state_with_one_warning(capl
 
     async def campaign():
         try:
-            return [await kv_episode(make, w) for w in ({"order-1": "closed"}, {"order-2": "closed"}, {}, {})]
+            return [
+                await kv_episode(make, w)
+                for w in ({"order-1": "closed"}, {"order-2": "closed"}, {}, {})
+            ]
         finally:
             await make.aclose()
 
@@ -62,14 +72,28 @@ def test_canary_retires_reuse_of_a_server_that_keeps_state_with_one_warning(capl
         episodes = asyncio.run(campaign())
     # every episode starts from the seed: only its own write shows
     assert [e["effects"]["result"] for e in episodes] == [
-        {"order-1": "closed", "order-2": "open"}, {"order-1": "open", "order-2": "closed"},
-        {"order-1": "open", "order-2": "open"}, {"order-1": "open", "order-2": "open"}]
+        {"order-1": "closed", "order-2": "open"},
+        {"order-1": "open", "order-2": "closed"},
+        {"order-1": "open", "order-2": "open"},
+        {"order-1": "open", "order-2": "open"},
+    ]
     assert len({e["pid"] for e in episodes}) == 4  # reuse retired: a fresh process per episode
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "server kv: reuse retired" in warnings[0] and "result_db_hash" in warnings[0]
+    assert (
+        len(warnings) == 1
+        and "server kv: reuse retired" in warnings[0]
+        and "result_db_hash" in warnings[0]
+    )
     assert make.pool.ledger.report() == {"kv": "retired"}
-    assert [len(e["events"]) for e in episodes] == [0, 1, 0, 0]  # recorded once, in the canary's episode
-    assert episodes[1]["events"][0].startswith("sandbox: server kv: reuse retired by the canary: right after")
+    assert [len(e["events"]) for e in episodes] == [
+        0,
+        1,
+        0,
+        0,
+    ]  # recorded once, in the canary's episode
+    assert episodes[1]["events"][0].startswith(
+        "sandbox: server kv: reuse retired by the canary: right after"
+    )
 
 
 def test_canary_trusts_a_server_that_resets_on_init():
@@ -77,13 +101,18 @@ def test_canary_trusts_a_server_that_resets_on_init():
 
     async def campaign():
         try:
-            return [await kv_episode(make, w) for w in ({"order-1": "closed"}, {}, {"order-2": "closed"})]
+            return [
+                await kv_episode(make, w)
+                for w in ({"order-1": "closed"}, {}, {"order-2": "closed"})
+            ]
         finally:
             await make.aclose()
 
     episodes = asyncio.run(campaign())
     assert episodes[1]["effects"]["result"] == {"order-1": "open", "order-2": "open"}
-    assert len({e["pid"] for e in episodes}) == 1  # the canary passed: one warm process served all three
+    assert (
+        len({e["pid"] for e in episodes}) == 1
+    )  # the canary passed: one warm process served all three
     assert make.pool.ledger.report() == {"kv": "trusted"}
 
 

@@ -15,7 +15,9 @@ from rewardbox.sandbox.external import ExternalSandbox
 from rewardbox.sandbox.servers_config import parse_servers_config
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "servers" / "search_backed_server.py"
-WORLD = {"search_backed": {"sources": [{"name": "Refunds.md", "snippets": ["Refunds within 30 days."]}]}}
+WORLD = {
+    "search_backed": {"sources": [{"name": "Refunds.md", "snippets": ["Refunds within 30 days."]}]}
+}
 
 
 def _free_port() -> int:
@@ -25,8 +27,18 @@ def _free_port() -> int:
 
 
 def _sandbox(port: int) -> ExternalSandbox:
-    config = parse_servers_config({"servers": {"search_backed": {
-        "type": "mcp-process", "command": f"{{python}} {FIXTURE}", "env": {"SEARCH_PORT": str(port)}}}}, source="t.yaml")
+    config = parse_servers_config(
+        {
+            "servers": {
+                "search_backed": {
+                    "type": "mcp-process",
+                    "command": f"{{python}} {FIXTURE}",
+                    "env": {"SEARCH_PORT": str(port)},
+                }
+            }
+        },
+        source="t.yaml",
+    )
     return ExternalSandbox(config)
 
 
@@ -43,7 +55,10 @@ def test_missing_search_service_is_a_sandbox_error_naming_the_server_and_port():
     with pytest.raises(SandboxError) as info:
         asyncio.run(_start(port))
     # the SDK hides the server's exception text: this exact line is what a user sees (docs/external_servers.md)
-    assert str(info.value) == "__reserved__init of server 'search_backed' failed: Error executing tool __reserved__init"
+    assert (
+        str(info.value)
+        == "__reserved__init of server 'search_backed' failed: Error executing tool __reserved__init"
+    )
 
 
 def test_with_the_search_service_up_init_succeeds():

@@ -17,7 +17,13 @@ def test_worked_value_n8_k3():
 
 
 def test_worked_values_n4():
-    assert [assign_band(c, 4) for c in range(5)] == ["too_hard", "hard", "medium", "easy", "too_easy"]
+    assert [assign_band(c, 4) for c in range(5)] == [
+        "too_hard",
+        "hard",
+        "medium",
+        "easy",
+        "too_easy",
+    ]
 
 
 @pytest.mark.parametrize("n", range(0, 11))
@@ -59,7 +65,14 @@ def test_bad_counts_raise(c, n):
 
 
 @pytest.mark.parametrize(
-    "cuts", [(0.4, 0.08, 0.6, 0.9), (0.08, 0.4, 0.4, 0.9), (0.0, 0.4, 0.6, 0.9), (0.08, 0.4, 0.6, 1.0), (0.1, 0.5, 0.9)]
+    "cuts",
+    [
+        (0.4, 0.08, 0.6, 0.9),
+        (0.08, 0.4, 0.4, 0.9),
+        (0.0, 0.4, 0.6, 0.9),
+        (0.08, 0.4, 0.6, 1.0),
+        (0.1, 0.5, 0.9),
+    ],
 )
 def test_bad_boundaries_raise(cuts):
     with pytest.raises(ValueError):

@@ -5,22 +5,30 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from rewardbox.selection import DIFFICULTY_COLUMNS, SelectionConfig, band_counts, task_difficulty, training_pool
+from rewardbox.selection import (
+    DIFFICULTY_COLUMNS,
+    SelectionConfig,
+    band_counts,
+    task_difficulty,
+    training_pool,
+)
 
 
 def probes(spec: dict[str, tuple[str, list]]) -> pl.DataFrame:
-    return pl.DataFrame([
-        {
-            "uid": uid,
-            "trial": t,
-            "domain": domain,
-            "reward": None if o is None else float(o),
-            "passed": None if o is None else bool(o),
-            "system_error": "sandbox: crashed" if o is None else None,
-        }
-        for uid, (domain, outs) in spec.items()
-        for t, o in enumerate(outs)
-    ])
+    return pl.DataFrame(
+        [
+            {
+                "uid": uid,
+                "trial": t,
+                "domain": domain,
+                "reward": None if o is None else float(o),
+                "passed": None if o is None else bool(o),
+                "system_error": "sandbox: crashed" if o is None else None,
+            }
+            for uid, (domain, outs) in spec.items()
+            for t, o in enumerate(outs)
+        ]
+    )
 
 
 SPEC = {
@@ -76,7 +84,14 @@ def test_without_domain_column_and_band_counts():
     counts = band_counts(df)
     assert set(counts["domain"].to_list()) == {"(all)"}
     as_dict = dict(zip(counts["band"].to_list(), counts["tasks"].to_list()))
-    assert as_dict == {"too_hard": 1, "hard": 2, "medium": 1, "easy": 1, "too_easy": 1, "unbanded": 1}
+    assert as_dict == {
+        "too_hard": 1,
+        "hard": 2,
+        "medium": 1,
+        "easy": 1,
+        "too_easy": 1,
+        "unbanded": 1,
+    }
 
 
 def test_band_counts_per_domain_fills_zeros():
@@ -96,8 +111,12 @@ def test_read_only_tasks_whose_null_run_passes_never_enter_the_pool():
         uid: str
         metadata: dict = field(default_factory=dict)
 
-    tasks = [_Task("write"), _Task("read_told", {"read_only": True, "null_passes": False}),
-             _Task("read_nothing_to_do", {"read_only": True, "null_passes": True}), _Task("w2", {"read_only": False})]
+    tasks = [
+        _Task("write"),
+        _Task("read_told", {"read_only": True, "null_passes": False}),
+        _Task("read_nothing_to_do", {"read_only": True, "null_passes": True}),
+        _Task("w2", {"read_only": False}),
+    ]
     kept, left_out = teachable(tasks)
     assert [t.uid for t in kept] == ["write", "read_told", "w2"]
     assert left_out == ["read_nothing_to_do"]

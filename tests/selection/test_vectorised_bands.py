@@ -7,7 +7,13 @@ import polars as pl
 import pytest
 from scipy import stats
 
-from rewardbox.selection import BANDS, DEFAULT_BOUNDARIES, band_indices, band_mass_matrix, task_difficulty
+from rewardbox.selection import (
+    BANDS,
+    DEFAULT_BOUNDARIES,
+    band_indices,
+    band_mass_matrix,
+    task_difficulty,
+)
 
 
 def _brute_force(c: int, n: int, cuts=DEFAULT_BOUNDARIES) -> tuple[list[float], str]:
@@ -18,7 +24,9 @@ def _brute_force(c: int, n: int, cuts=DEFAULT_BOUNDARIES) -> tuple[list[float], 
     return masses, BANDS[next(i for i, m in enumerate(masses) if m >= top - 1e-12)]
 
 
-@pytest.mark.parametrize("cuts", [DEFAULT_BOUNDARIES, (0.05, 0.45, 0.55, 0.95), (0.2, 0.3, 0.7, 0.8)])
+@pytest.mark.parametrize(
+    "cuts", [DEFAULT_BOUNDARIES, (0.05, 0.45, 0.55, 0.95), (0.2, 0.3, 0.7, 0.8)]
+)
 def test_mass_matrix_matches_brute_force_for_every_pair_up_to_n_20(cuts):
     pairs = [(c, n) for n in range(21) for c in range(n + 1)]
     c, n = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
@@ -34,13 +42,17 @@ def test_task_difficulty_matches_per_task_brute_force_on_a_random_sample():
     rng = np.random.default_rng(7)
     tasks, trials = 3_000, 8
     rate = np.repeat(rng.beta(0.6, 0.9, size=tasks), trials)
-    errors = rng.random(tasks * trials) < 0.15  # enough system errors to leave some tasks below min_clean_trials
-    rows = pl.DataFrame({
-        "uid": np.repeat([f"t{i:05d}" for i in range(tasks)], trials),
-        "trial": np.tile(np.arange(trials), tasks),
-        "passed": rng.random(tasks * trials) < rate,
-        "system_error": pl.Series(np.where(errors, "sandbox: fault", "")).replace("", None),
-    })
+    errors = (
+        rng.random(tasks * trials) < 0.15
+    )  # enough system errors to leave some tasks below min_clean_trials
+    rows = pl.DataFrame(
+        {
+            "uid": np.repeat([f"t{i:05d}" for i in range(tasks)], trials),
+            "trial": np.tile(np.arange(trials), tasks),
+            "passed": rng.random(tasks * trials) < rate,
+            "system_error": pl.Series(np.where(errors, "sandbox: fault", "")).replace("", None),
+        }
+    )
     difficulty = task_difficulty(rows)
     assert difficulty.height == tasks
     for record in difficulty.iter_rows(named=True):

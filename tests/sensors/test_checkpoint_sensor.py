@@ -23,12 +23,12 @@ from dagster import (
     AssetKey,
     DagsterUnknownPartitionError,
     Definitions,
-    instance_for_test,
     RunRequest,
     SensorResult,
     asset,
     build_sensor_context,
     define_asset_job,
+    instance_for_test,
     sensor,
 )
 from dagster._core.definitions.sensor_definition import SensorExecutionData
@@ -203,9 +203,12 @@ def test_run_request_without_the_add_request_would_fail(watch, instance):
         return SensorResult(run_requests=[RunRequest(run_key="x@v1", partition_key="ckpt-x")])
 
     defs = Definitions(assets=[checkpoint_evaluation], jobs=[eval_job], sensors=[no_add_sensor])
-    with build_sensor_context(
-        instance=instance, instance_ref=instance.get_ref(), definitions=defs
-    ) as context, pytest.raises(DagsterUnknownPartitionError, match="ckpt-x"):
+    with (
+        build_sensor_context(
+            instance=instance, instance_ref=instance.get_ref(), definitions=defs
+        ) as context,
+        pytest.raises(DagsterUnknownPartitionError, match="ckpt-x"),
+    ):
         no_add_sensor.evaluate_tick(context)
 
 

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from rewardbox.errors import TaskFormatError
-from rewardbox.tasks.exclusion import check_disjoint, exclude_overlap, load_test_list, write_test_list
+from rewardbox.tasks.exclusion import (
+    check_disjoint,
+    exclude_overlap,
+    load_test_list,
+    write_test_list,
+)
 from rewardbox.tasks.thinkingbox import load_dataset
 
 DATASET = Path(__file__).resolve().parents[1] / "fixtures" / "tb_dataset"
@@ -22,12 +27,20 @@ def tasks():
 def test_load_test_list_roundtrip(tmp_path):
     uids = ["a.py:t1", "b_c.py:t2", "a.py:t0"]
     assert load_test_list(write_test_list(tmp_path / "list.yaml", uids)) == uids
-    assert load_test_list(DATASET / "testlist_fixture.yaml")[0] == "fake_shop_rubrics_yesno.py:test_refund_told"
+    assert (
+        load_test_list(DATASET / "testlist_fixture.yaml")[0]
+        == "fake_shop_rubrics_yesno.py:test_refund_told"
+    )
 
 
 @pytest.mark.parametrize(
     "text, line",
-    [("- a.py:t1\n- a.py:t1\n", 2), ("- a.py:t1\n- no_colon\n", 2), ("- a.py:t1\n- 42\n", 2), ("a: b\n", 1)],
+    [
+        ("- a.py:t1\n- a.py:t1\n", 2),
+        ("- a.py:t1\n- no_colon\n", 2),
+        ("- a.py:t1\n- 42\n", 2),
+        ("a: b\n", 1),
+    ],
 )
 def test_load_test_list_rejects_bad_entries(tmp_path, text, line):
     path = tmp_path / "list.yaml"
@@ -49,11 +62,15 @@ def test_exclude_by_uid(tasks):
 
 def test_exclude_by_content_hash_under_another_uid(tasks):
     original = next(t for t in tasks if t.uid == "fake_shop_orders.py:test_refund_ok")
-    renamed = replace(original, uid="copied_file.py:test_renamed", query=f"  {original.query}\n", tags=("x",))
+    renamed = replace(
+        original, uid="copied_file.py:test_renamed", query=f"  {original.query}\n", tags=("x",)
+    )
     kept, excluded = exclude_overlap([renamed, *tasks[:1]], [original])
     assert excluded == [renamed] and kept == tasks[:1]
     problems = check_disjoint([renamed], [original])
-    assert problems == [f"copied_file.py:test_renamed: same task (query, user context, starting data, golden actions) as benchmark task {original.uid}"]
+    assert problems == [
+        f"copied_file.py:test_renamed: same task (query, user context, starting data, golden actions) as benchmark task {original.uid}"
+    ]
 
 
 def test_different_init_is_not_overlap(tasks):
@@ -76,7 +93,8 @@ def _twin_dataset(root: Path) -> Path:
     (root / "test_case").mkdir()
     (root / "agent" / "a.yaml").write_text("system_instructions: hi\nbuiltin_tools: []\n")
     (root / "scenario" / "toy.yaml").write_text(
-        "world_state:\n  srv: {data_patch: null, golden_test_case: null}\ntools:\n- {name: look}\n")
+        "world_state:\n  srv: {data_patch: null, golden_test_case: null}\ntools:\n- {name: look}\n"
+    )
     golden = "golden_test_case: {tool_interactions: []}"
     (root / "test_case" / "toy.py").write_text(f'''"""!
 scenario: toy
@@ -125,10 +143,14 @@ def test_twin_with_only_grading_keys_is_excluded(tmp_path):
 
 def test_identity_covers_user_context_and_golden_actions(tasks):
     original = next(t for t in tasks if t.uid == "fake_shop_orders.py:test_refund_ok")
-    other_user = replace(original, uid="u.py:t", user_context=original.user_context + " Prefers email.")
+    other_user = replace(
+        original, uid="u.py:t", user_context=original.user_context + " Prefers email."
+    )
     world = {k: dict(v or {}) for k, v in original.world_state.items()}
     server = next(iter(world))
-    world[server]["golden_test_case"] = {"tool_interactions": [{"tool": "refund_order", "parameters": {"order_id": "X"}}]}
+    world[server]["golden_test_case"] = {
+        "tool_interactions": [{"tool": "refund_order", "parameters": {"order_id": "X"}}]
+    }
     other_golden = replace(original, uid="g.py:t", world_state=world)
     assert check_disjoint([other_user, other_golden], [original]) == []
 
@@ -144,8 +166,12 @@ def test_content_hash_canonicalises_whitespace_but_not_words(tasks):
     """Issue #23 item 8: a reflowed or double-spaced twin is the same task; a changed word is not."""
     original = next(t for t in tasks if t.uid == "fake_shop_orders.py:test_refund_ok")
     words = original.query.split()
-    reflowed = replace(original, query="  " + "\n".join(words) + "\t", user_context=original.user_context + "\n\n")
+    reflowed = replace(
+        original, query="  " + "\n".join(words) + "\t", user_context=original.user_context + "\n\n"
+    )
     spaced = replace(original, query="  ".join(words))
     assert reflowed.content_hash() == spaced.content_hash() == original.content_hash()
     assert replace(original, query="".join(words)).content_hash() != original.content_hash()
-    assert replace(original, query=original.query + " now").content_hash() != original.content_hash()
+    assert (
+        replace(original, query=original.query + " now").content_hash() != original.content_hash()
+    )

@@ -26,8 +26,13 @@ def test_learn_split_is_held_out_instances_of_trained_families_plus_an_untrained
     assert (len(candidates.tasks), len(benchmark.tasks)) == (58 + 58, 57 + 16)
 
     splits = profile.report.splits
-    by_split = {name: [t for t in benchmark.tasks if t.domain in domains] for name, domains in splits.items()}
-    assert sum(len(tasks) for tasks in by_split.values()) == len(benchmark.tasks), "a benchmark domain in no split"
+    by_split = {
+        name: [t for t in benchmark.tasks if t.domain in domains]
+        for name, domains in splits.items()
+    }
+    assert sum(len(tasks) for tasks in by_split.values()) == len(benchmark.tasks), (
+        "a benchmark domain in no split"
+    )
     trained_domains = {t.domain for t in candidates.tasks}
     assert set(splits["in_distribution"]) == trained_domains
     assert not set(splits["out_of_distribution"]) & trained_domains
@@ -44,12 +49,18 @@ def test_learn_profile_holds_out_at_least_45_in_distribution_tasks_disjoint_by_c
     training task (shipped or generated) shares a content hash with any of them."""
     profile = load_profile("learn")
     candidates, benchmark = load_candidates(profile.tasks), load_benchmark(profile.tasks)
-    in_distribution = [t for t in benchmark.tasks if t.domain in profile.report.splits["in_distribution"]]
+    in_distribution = [
+        t for t in benchmark.tasks if t.domain in profile.report.splits["in_distribution"]
+    ]
     assert len(in_distribution) >= 45 and profile.grpo.group_size == 8
     generated = [t for t in candidates.tasks if GENERATED_TAG in t.tags]
-    assert len(generated) == 58 and {_family(t.uid) for t in generated} == {_family(t.uid) for t in candidates.tasks}
+    assert len(generated) == 58 and {_family(t.uid) for t in generated} == {
+        _family(t.uid) for t in candidates.tasks
+    }
     held_out = {t.content_hash(): t.uid for t in benchmark.tasks}
     assert [t.uid for t in candidates.tasks if t.content_hash() in held_out] == []
-    assert len({t.content_hash() for t in candidates.tasks}) == len(candidates.tasks)  # no twin inside the pool
+    assert len({t.content_hash() for t in candidates.tasks}) == len(
+        candidates.tasks
+    )  # no twin inside the pool
     for source in profile.tasks.benchmark:
         assert source.generate is None and source.test_list and source.test_list.endswith(".yaml")

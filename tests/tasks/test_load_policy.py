@@ -80,7 +80,9 @@ def test_python_broken_defaults_block_is_one_error_at_its_line_not_a_cascade(hot
 def test_python_bad_test_yaml_names_its_line(tmp_path):
     root = copy_dataset(FIXTURE, tmp_path / "ds")
     path = root / "test_case" / "extra.py"
-    path.write_text('"""!\nscenario: fake_shop\n"""\n\n\ndef t_one(x):\n    """!\n    query: [unclosed\n    """\n')
+    path.write_text(
+        '"""!\nscenario: fake_shop\n"""\n\n\ndef t_one(x):\n    """!\n    query: [unclosed\n    """\n'
+    )
     result = load_dataset(root)
     (error,) = [e for e in result.errors if e.path == str(path)]
     assert error.line == 9 and "invalid YAML" in str(error)  # where the parser stopped
@@ -100,14 +102,18 @@ def test_yaml_test_file_error_names_its_line(tmp_path):
 def test_pydantic_error_in_a_test_config_names_file_and_field_path(tmp_path):
     root = copy_dataset(FIXTURE, tmp_path / "ds")
     path = root / "test_case" / "extra.py"
-    path.write_text('"""!\nscenario: fake_shop\n"""\n\n\ndef t_one(x):\n    """!\n    query: q\n'
-                    '    max_user_sim_turns: many\n    """\n')
+    path.write_text(
+        '"""!\nscenario: fake_shop\n"""\n\n\ndef t_one(x):\n    """!\n    query: q\n'
+        '    max_user_sim_turns: many\n    """\n'
+    )
     (error,) = [e for e in load_dataset(root).errors if e.path == str(path)]
     assert error.field == "max_user_sim_turns" and error.line == 6
     assert str(error).startswith(f"{path}:6 (field 'max_user_sim_turns')")
 
 
-@pytest.mark.parametrize("config", ["agent/think.yaml", "scenario/fake_shop.yaml", "test_case/conftest.yaml"])
+@pytest.mark.parametrize(
+    "config", ["agent/think.yaml", "scenario/fake_shop.yaml", "test_case/conftest.yaml"]
+)
 def test_dataset_config_yaml_error_names_file_and_line(tmp_path, config):
     root = copy_dataset(FIXTURE, tmp_path / "ds")
     path = root / config
@@ -149,7 +155,11 @@ def test_skip_policy_keeps_the_rest_within_the_share_and_fails_above_it(tmp_path
     path = root / "test_case" / "fake_shop_declarative.yaml"
     path.write_text(path.read_text().replace("- name: cancel_and_confirm", "- name: 1bad_name"))
     tasks = load_profile("test").tasks.model_copy(deep=True)
-    tasks.candidates = [tasks.candidates[0].model_copy(update={"dataset": str(root), "test_list": None, "limit": None})]
+    tasks.candidates = [
+        tasks.candidates[0].model_copy(
+            update={"dataset": str(root), "test_list": None, "limit": None}
+        )
+    ]
     tasks.candidate_loading.on_error = "skip"
     tasks.candidate_loading.max_skipped_frac = 0.5
     loaded = load_candidates(tasks)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 
 import dagster as dg
 import yaml
@@ -15,8 +14,8 @@ from rewardbox.tasks.sources import resolve_dataset
 def test_failed_load_keeps_the_last_good_materialization(tmp_path):
     from assets.tasks import candidate_tasks
     from resources.ray_cluster import RayClusterResource
-    from resources.vllm_server import VllmServerResource
     from resources.rewardbox import RewardboxResource
+    from resources.vllm_server import VllmServerResource
 
     hotel = tmp_path / "hotel"
     shutil.copytree(resolve_dataset("embedded:hotel"), hotel)
@@ -26,10 +25,12 @@ def test_failed_load_keeps_the_last_good_materialization(tmp_path):
             source.update(dataset=str(hotel), name="hotel")
     profile_path = tmp_path / "broken_hotel.yaml"
     profile_path.write_text(yaml.safe_dump(profile))
-    resources = {"rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(tmp_path / "data")),
-                 "ray_cluster": RayClusterResource(),
-                 "vllm_server": VllmServerResource(),
-                 "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))}
+    resources = {
+        "rewardbox": RewardboxResource(profile=str(profile_path), data_dir=str(tmp_path / "data")),
+        "ray_cluster": RayClusterResource(),
+        "vllm_server": VllmServerResource(),
+        "io_manager": dg.FilesystemIOManager(base_dir=str(tmp_path / "objects")),
+    }
     stored = tmp_path / "objects" / "candidate_tasks"
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home"), set_dagster_home=False) as instance:
@@ -42,11 +43,19 @@ def test_failed_load_keeps_the_last_good_materialization(tmp_path):
         lineno = next(i for i, line in enumerate(lines, 1) if "validate_database(x, SRV)" in line)
         lines[lineno - 1] += " ((("
         path.write_text("\n".join(lines))
-        bad = dg.materialize([candidate_tasks], resources=resources, instance=instance, raise_on_error=False)
+        bad = dg.materialize(
+            [candidate_tasks], resources=resources, instance=instance, raise_on_error=False
+        )
 
         assert not bad.success
         failure = bad.get_step_failure_events()[0].step_failure_data.error.cause
-        assert "TaskSetLoadError" in failure.cls_name and f"{path}:{lineno}: not valid Python" in failure.message
-        assert (stored.read_bytes(), stored.stat().st_mtime_ns) == before  # the last good output is kept
+        assert (
+            "TaskSetLoadError" in failure.cls_name
+            and f"{path}:{lineno}: not valid Python" in failure.message
+        )
+        assert (
+            stored.read_bytes(),
+            stored.stat().st_mtime_ns,
+        ) == before  # the last good output is kept
         latest = instance.get_latest_materialization_event(dg.AssetKey("candidate_tasks"))
         assert latest.run_id == good.run_id  # and it is still the current materialization

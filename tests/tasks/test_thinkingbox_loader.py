@@ -34,7 +34,12 @@ def test_recursive_merge_dicts_recurse_lists_concatenate_scalars_replace():
     base = {"my_list": [1, 2, 3], "my_dict": {"a": 1, "b": 2}, "x": "old", "keep": [9]}
     override = {"my_list": [4, 5], "my_dict": {"b": 11, "c": 12}, "x": {"new": True}}
     merged = recursive_merge(base, override)
-    assert merged == {"my_list": [1, 2, 3, 4, 5], "my_dict": {"a": 1, "b": 11, "c": 12}, "x": {"new": True}, "keep": [9]}
+    assert merged == {
+        "my_list": [1, 2, 3, 4, 5],
+        "my_dict": {"a": 1, "b": 11, "c": 12},
+        "x": {"new": True},
+        "keep": [9],
+    }
     assert base["my_list"] == [1, 2, 3] and base["my_dict"] == {"a": 1, "b": 2}  # inputs untouched
 
 
@@ -47,7 +52,12 @@ def test_recursive_merge_copies_override_values():
 
 def test_merge_init_per_server_truthy_merges_falsy_replaced():
     world = {"srv_a": {"sources": ["doc"], "data_patch": None}, "srv_b": None, "srv_c": {}}
-    init = {"srv_a": {"data_patch": {"t": [1]}}, "srv_b": {"x": 1}, "srv_c": {"y": [2]}, "srv_d": {"z": 3}}
+    init = {
+        "srv_a": {"data_patch": {"t": [1]}},
+        "srv_b": {"x": 1},
+        "srv_c": {"y": [2]},
+        "srv_d": {"z": 3},
+    }
     merged = merge_init(world, init)
     assert merged["srv_a"] == {"sources": ["doc"], "data_patch": {"t": [1]}}
     assert merged["srv_b"] == {"x": 1} and merged["srv_c"] == {"y": [2]}
@@ -94,7 +104,10 @@ def test_scenario_and_agent_fields(loaded):
     assert refund.override_description == "Refund a delivered order."
     assert refund.override_arg_description == {"order_id": "The order id, e.g. ORD-1."}
     assert task.tools[2].is_end_turn and task.tools[2].direct_response == "Issue reported."
-    assert task.bot_instructions == "Shop policy. Current date: 2026-01-15.\nNever refund without asking."
+    assert (
+        task.bot_instructions
+        == "Shop policy. Current date: 2026-01-15.\nNever refund without asking."
+    )
     assert task.system_instructions.startswith("You are a support agent.")
     (tool,) = task.builtin_tools
     assert tool["name"] == "ReportSuspiciousToolOutput" and tool["is_end_turn"] is True
@@ -108,7 +121,9 @@ def test_init_merged_into_world_state(loaded):
     task = by_uid(loaded)["fake_shop_orders.py:test_refund_ok"]
     shop = task.world_state["fake_shop"]
     assert [s["name"] for s in shop["sources"]] == ["Refunds.md", "Shipping.md"]
-    assert shop["data_patch"] == {"orders": [{"id": "ORD-1", "status": "delivered", "total_usd": 20.0}]}
+    assert shop["data_patch"] == {
+        "orders": [{"id": "ORD-1", "status": "delivered", "total_usd": 20.0}]
+    }
     assert shop["rubrics_yesno"] is None
     assert task.world_state["fake_search"] == {}
     assert list(task.init) == ["fake_shop"]
@@ -156,7 +171,11 @@ def t_two(x):
     assert errors == []
     assert [t.name for t in tests] == ["t_one", "t_two"]
     assert tests[0].config == {"scenario": "s1", "tags": ["a", "b"], "query": "one"}
-    assert tests[1].config == {"scenario": "s2", "tags": ["a"], "query": "two"}  # defaults in file order
+    assert tests[1].config == {
+        "scenario": "s2",
+        "tags": ["a"],
+        "query": "two",
+    }  # defaults in file order
     _, errors = parse_python_test_file(tmp_path / "bad.py", "def broken(:\n")
     assert errors[0].line == 1 and "not valid Python" in str(errors[0])
 
@@ -168,13 +187,17 @@ def test_yaml_declarative_and_upstream_entries(loaded):
     uids = by_uid(loaded)
     cancel = uids["fake_shop_declarative.yaml:cancel_order"]
     assert cancel.query == "Cancel ORD-4 please." and cancel.user_context == "Name Bo Lin."
-    assert cancel.world_state["fake_shop"]["data_patch"] == {"orders": [{"id": "ORD-4", "status": "placed"}]}
+    assert cancel.world_state["fake_shop"]["data_patch"] == {
+        "orders": [{"id": "ORD-4", "status": "placed"}]
+    }
     assert "    validate_database(x)\n" in cancel.test_code
     confirm = uids["fake_shop_declarative.yaml:cancel_and_confirm"]
     assert confirm.tags == ("shop", "yaml", "confirm")
     assert "validate_database(x, ['fake_shop'])" in confirm.test_code
     assert "validate_response(x, expect=['ORD-5'])" in confirm.test_code
-    assert "from rewardbox.grading.reward import" in confirm.test_code  # the rule is called, not copied
+    assert (
+        "from rewardbox.grading.reward import" in confirm.test_code
+    )  # the rule is called, not copied
     inline = uids["fake_shop_declarative.yaml:inline_code"]
     assert inline.test_code.rstrip().endswith("__tb_test_fn = inline_code")
     compile(confirm.test_code, "<confirm>", "exec")
@@ -275,7 +298,9 @@ def test_bad_scenario_file_names_line_and_field(tmp_path):
     root = tmp_path / "ds"
     shutil.copytree(DATASET, root)
     scenario = root / "scenario" / "fake_shop.yaml"
-    scenario.write_text(scenario.read_text().replace("  is_end_turn: true\n", "  is_end_turn: maybe\n"))
+    scenario.write_text(
+        scenario.read_text().replace("  is_end_turn: true\n", "  is_end_turn: maybe\n")
+    )
     result = load_dataset(root)
     bad = [e for e in result.errors if e.path.endswith("fake_shop.yaml")]
     assert len(bad) == 1 and bad[0].field == "tools.2.is_end_turn"

@@ -50,7 +50,9 @@ def test_group_of_one_and_empty_group():
 
 def test_own_case_one_success_in_four():
     # mean 0.25; sample std sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5.
-    assert group_advantages([1.0, 0.0, 0.0, 0.0]) == pytest.approx([1.5, -0.5, -0.5, -0.5], abs=1e-7)
+    assert group_advantages([1.0, 0.0, 0.0, 0.0]) == pytest.approx(
+        [1.5, -0.5, -0.5, -0.5], abs=1e-7
+    )
     assert dr_grpo_advantages([1.0, 0.0, 0.0, 0.0]) == pytest.approx([0.75, -0.25, -0.25, -0.25])
 
 
@@ -104,7 +106,11 @@ def test_masked_degenerate_and_bad_input():
         group_advantages_masked([1.0, None], [True, True])
     with pytest.raises(ValueError, match="entries"):
         group_advantages_masked([1.0, 0.0], [True])
-    assert group_advantages_masked([1.0, 0.0, None], [True, True, False], estimator="dr_grpo") == [0.5, -0.5, 0.0]
+    assert group_advantages_masked([1.0, 0.0, None], [True, True, False], estimator="dr_grpo") == [
+        0.5,
+        -0.5,
+        0.0,
+    ]
 
 
 def test_registry():

@@ -13,14 +13,35 @@ from rewardbox.training.curriculum import PosteriorTaskSampler, format_histogram
 
 
 def task(uid: str) -> Task:
-    return Task(uid=uid, dataset="d", scenario="s", agent="a", query=uid, user_context="", init={},
-                world_state={}, tools=(), system_instructions="", bot_instructions="", test_code="",
-                test_name="t", test_file="f.py")
+    return Task(
+        uid=uid,
+        dataset="d",
+        scenario="s",
+        agent="a",
+        query=uid,
+        user_context="",
+        init={},
+        world_state={},
+        tools=(),
+        system_instructions="",
+        bot_instructions="",
+        test_code="",
+        test_name="t",
+        test_file="f.py",
+    )
 
 
 def rollouts(uid: str, passed: list[bool | None]) -> list[EpisodeResult]:
-    return [EpisodeResult(uid=uid, trial=i, reward=None if p is None else float(p), passed=p,
-                          system_error="sandbox: died" if p is None else None) for i, p in enumerate(passed)]
+    return [
+        EpisodeResult(
+            uid=uid,
+            trial=i,
+            reward=None if p is None else float(p),
+            passed=p,
+            system_error="sandbox: died" if p is None else None,
+        )
+        for i, p in enumerate(passed)
+    ]
 
 
 def test_posterior_variance_hand_values():
@@ -47,7 +68,9 @@ def test_too_easy_task_is_dropped_and_draws_follow_variance():
 
 def test_system_errors_do_not_count_and_the_last_task_stays():
     sampler = PosteriorTaskSampler([task("only")], seed=0)
-    sampler.observe(task("only"), rollouts("only", [True, None, True, True, True, True, True, True, True]))
+    sampler.observe(
+        task("only"), rollouts("only", [True, None, True, True, True, True, True, True, True])
+    )
     assert sampler.counts["only"] == (8, 8)
     assert sampler.band("only") == "too_easy" and sampler.active() == ["only"]
     assert next(sampler).uid == "only"
@@ -59,12 +82,14 @@ def test_a_step_does_not_draw_the_same_task_twice_while_others_are_fresh():
 
 
 def test_train_grpo_records_the_band_histogram_per_step():
+    from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.config import GRPOConfig
     from rewardbox.training.trainer import train_grpo
     from tests.training.test_trainer import result, tiny_model
-    from rewardbox.training.checkpoint import attach_lora
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=2, learning_rate=1e-2, max_refill_rounds=0)
+    config = GRPOConfig(
+        group_size=2, tasks_per_step=1, steps=2, learning_rate=1e-2, max_refill_rounds=0
+    )
     model = attach_lora(tiny_model(), config)
 
     async def attempt(t, trial):

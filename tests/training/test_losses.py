@@ -27,7 +27,9 @@ def _inputs():
 def test_token_mean_by_hand():
     logprobs, old, adv, mask = _inputs()
     loss, stats = token_mean_policy_loss(logprobs, old, adv, mask)
-    assert loss.item() == pytest.approx(sum(TOKEN_LOSSES[0] + TOKEN_LOSSES[1]) / 5, abs=1e-6)  # 0.14
+    assert loss.item() == pytest.approx(
+        sum(TOKEN_LOSSES[0] + TOKEN_LOSSES[1]) / 5, abs=1e-6
+    )  # 0.14
     assert stats["tokens"] == 5.0
     assert stats["clip_frac"] == pytest.approx(2 / 5)  # r=1.5 with A>0 and r=0.5 with A<0
 
@@ -38,7 +40,12 @@ def test_other_aggregations_by_hand():
     assert seq_mean.item() == pytest.approx((-2.2 / 2 + 2.9 / 3) / 2, abs=1e-6)
     seq_sum, _ = policy_loss(logprobs, old, adv, mask, aggregation="seq-mean-token-sum")
     assert seq_sum.item() == pytest.approx((-2.2 + 2.9) / 2, abs=1e-6)
-    assert set(LOSS_AGGREGATIONS) == {"token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"}
+    assert set(LOSS_AGGREGATIONS) == {
+        "token-mean",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum",
+        "seq-mean-token-sum-norm",
+    }
 
 
 def test_gradients_masked_and_clipped_tokens_get_zero():
@@ -64,7 +71,9 @@ def test_token_mean_weighs_long_sequences_more_than_seq_mean():
     mask = torch.tensor([[1.0, 0, 0, 0], [1.0, 1, 1, 1]])
     adv = torch.tensor([1.0, -1.0])
     token_mean, _ = policy_loss(logprobs, torch.zeros(2, 4), adv, mask, aggregation="token-mean")
-    seq_mean, _ = policy_loss(logprobs, torch.zeros(2, 4), adv, mask, aggregation="seq-mean-token-mean")
+    seq_mean, _ = policy_loss(
+        logprobs, torch.zeros(2, 4), adv, mask, aggregation="seq-mean-token-mean"
+    )
     assert token_mean.item() == pytest.approx((-1 + 4) / 5)
     assert seq_mean.item() == pytest.approx(0.0)
 
@@ -73,7 +82,9 @@ def test_empty_mask_gives_zero_loss_and_zero_gradient():
     logprobs = torch.randn(2, 3, requires_grad=True)
     for aggregation in LOSS_AGGREGATIONS:
         empty = torch.zeros(2, 3)
-        loss, stats = policy_loss(logprobs, torch.zeros(2, 3), torch.ones(2), empty, aggregation=aggregation)
+        loss, stats = policy_loss(
+            logprobs, torch.zeros(2, 3), torch.ones(2), empty, aggregation=aggregation
+        )
         assert loss.item() == 0.0
         loss.backward()
         assert torch.equal(logprobs.grad, torch.zeros(2, 3))
@@ -107,6 +118,7 @@ def test_shape_and_argument_errors():
 
 # --- issue #12 item 5: Dr. GRPO's constant normaliser ------------------------------------------------------
 
+
 def _issue12_losses(width: int, pad_value: float):
     # per-token losses A = [4, 2] (2 tokens), B = [1] * 6 (6 tokens); padding holds junk that must never count
     loss = torch.full((2, width), pad_value)
@@ -125,8 +137,12 @@ def test_issue12_item5_constant_normaliser_given_values(pad_value):
     assert agg["token-mean"](loss, mask).item() == pytest.approx(1.5)
     assert agg["seq-mean-token-mean"](loss, mask).item() == pytest.approx(2.0)
     assert agg["seq-mean-token-sum"](loss, mask).item() == pytest.approx(6.0)
-    assert agg["seq-mean-token-sum-norm"](loss, mask, max_response_tokens=8).item() == pytest.approx(0.75)
-    assert agg["seq-mean-token-sum-norm"](loss, mask).item() == pytest.approx(0.75)  # L_max defaults to T = 8
+    assert agg["seq-mean-token-sum-norm"](
+        loss, mask, max_response_tokens=8
+    ).item() == pytest.approx(0.75)
+    assert agg["seq-mean-token-sum-norm"](loss, mask).item() == pytest.approx(
+        0.75
+    )  # L_max defaults to T = 8
 
 
 def test_issue12_item5_own_case_normaliser_is_the_budget_not_the_batch_width():
@@ -141,8 +157,13 @@ def test_issue12_item5_own_case_normaliser_is_the_budget_not_the_batch_width():
     # through policy_loss (ratio 1, advantage -1 gives loss_t = 1 per token): 8 tokens / (2 x 8)
     logprobs = torch.zeros(2, 8, requires_grad=True)
     _, mask8 = _issue12_losses(8, 0.0)
-    value, _ = policy_loss(logprobs, torch.zeros(2, 8), torch.tensor([-1.0, -1.0]), mask8,
-                           aggregation="seq-mean-token-sum-norm")
+    value, _ = policy_loss(
+        logprobs,
+        torch.zeros(2, 8),
+        torch.tensor([-1.0, -1.0]),
+        mask8,
+        aggregation="seq-mean-token-sum-norm",
+    )
     assert value.item() == pytest.approx(8 / 16)
     value.backward()
     assert logprobs.grad[0, 5].item() == 0.0 and logprobs.grad[1, 0].item() == pytest.approx(1 / 16)

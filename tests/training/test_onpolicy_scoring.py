@@ -35,7 +35,12 @@ def test_per_row_sampler_output_is_one_hot():
 def test_turn_seeds_differ_by_task_trial_and_turn():
     from rewardbox.episode.seeds import turn_seed
 
-    seeds = {turn_seed(0, uid, trial, turn) for uid in ("a", "b") for trial in range(3) for turn in range(3)}
+    seeds = {
+        turn_seed(0, uid, trial, turn)
+        for uid in ("a", "b")
+        for trial in range(3)
+        for turn in range(3)
+    }
     assert len(seeds) == 18 and all(0 <= s < 2**63 for s in seeds)
     assert turn_seed(0, "a", 1, 2) == turn_seed(0, "a", 1, 2) != turn_seed(1, "a", 1, 2)
 
@@ -68,8 +73,16 @@ def test_guide_masks_follow_the_guide_and_scoring_applies_them():
     allowed = {t: [i for i in range(9) if keep[i]] for t, keep in masks}
     assert allowed[2] == [2, 5] and allowed[3] == [3]
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=9, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=2)).eval()
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=9,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+        )
+    ).eval()
     sample = Sample([8, 8], [0, 1, 2, 3, 4, 7], 1.0, guide_masks=masks)
     with torch.no_grad():
         scored, _ = completion_logprobs(model, [sample], pad_id=8, temperature=0.5)
@@ -77,7 +90,9 @@ def test_guide_masks_follow_the_guide_and_scoring_applies_them():
     assert scored[0, 3].item() == pytest.approx(0.0, abs=1e-6)  # only one token allowed at t = 3
     expected_t2 = torch.log_softmax(logits[2][[2, 5]], -1)[0].item()
     assert scored[0, 2].item() == pytest.approx(expected_t2, abs=1e-5)
-    assert scored[0, 0].item() == pytest.approx(torch.log_softmax(logits[0], -1)[0].item(), abs=1e-5)
+    assert scored[0, 0].item() == pytest.approx(
+        torch.log_softmax(logits[0], -1)[0].item(), abs=1e-5
+    )
 
 
 # --- slow: real SmolLM2 weights -------------------------------------------------------------------------
@@ -85,50 +100,107 @@ def test_guide_masks_follow_the_guide_and_scoring_applies_them():
 
 def _tools() -> list[ToolSpec]:
     s = {"type": "string"}
-    return [ToolSpec("cancel_order", "Cancel an order.", {"type": "object", "properties": {"order_id": s, "reason": s},
-                                                           "required": ["order_id", "reason"]}),
-            ToolSpec("get_order_details", "Look up an order.", {"type": "object", "properties": {"order_id": s},
-                                                                 "required": ["order_id"]})]
+    return [
+        ToolSpec(
+            "cancel_order",
+            "Cancel an order.",
+            {
+                "type": "object",
+                "properties": {"order_id": s, "reason": s},
+                "required": ["order_id", "reason"],
+            },
+        ),
+        ToolSpec(
+            "get_order_details",
+            "Look up an order.",
+            {"type": "object", "properties": {"order_id": s}, "required": ["order_id"]},
+        ),
+    ]
 
 
 def _requests(asks: list[str], seeds: list[int]) -> list[ChatRequest]:
-    return [ChatRequest(messages=[{"role": "system", "content": "You are a retail support agent."},
-                                  {"role": "user", "content": ask}],
-                        tools=_tools(), max_new_tokens=40, temperature=0.7, sampling_seed=seed)
-            for ask, seed in zip(asks, seeds)]
+    return [
+        ChatRequest(
+            messages=[
+                {"role": "system", "content": "You are a retail support agent."},
+                {"role": "user", "content": ask},
+            ],
+            tools=_tools(),
+            max_new_tokens=40,
+            temperature=0.7,
+            sampling_seed=seed,
+        )
+        for ask, seed in zip(asks, seeds)
+    ]
 
 
-ASKS = ["Please cancel my order #W6021, I ordered by mistake.", "What is the status of order #W1137?",
-        "Cancel order #W7788 please, no longer needed.", "Can you look up order #W5555 for me?"]
+ASKS = [
+    "Please cancel my order #W6021, I ordered by mistake.",
+    "What is the status of order #W1137?",
+    "Cancel order #W7788 please, no longer needed.",
+    "Can you look up order #W5555 for me?",
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("bfloat16", marks=pytest.mark.xfail(
-    strict=False, reason="bf16 sampler vs trainer gap measured 0.24 (prefix-cache; no-cache unmeasured): "
-                         "GRPO forces fp32 (training.local.on_policy_config, docs/performance.md)"))])
-@pytest.mark.parametrize("prefix_cache_min_tokens", [64, 1_000_000], ids=["prefix-cache", "no-cache"])
-def test_trainer_logprobs_equal_sampler_logprobs(smollm2_checkpoint, prefix_cache_min_tokens, dtype):
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "float32",
+        pytest.param(
+            "bfloat16",
+            marks=pytest.mark.xfail(
+                strict=False,
+                reason="bf16 sampler vs trainer gap measured 0.24 (prefix-cache; no-cache unmeasured): "
+                "GRPO forces fp32 (training.local.on_policy_config, docs/performance.md)",
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize(
+    "prefix_cache_min_tokens", [64, 1_000_000], ids=["prefix-cache", "no-cache"]
+)
+def test_trainer_logprobs_equal_sampler_logprobs(
+    smollm2_checkpoint, prefix_cache_min_tokens, dtype
+):
+    from rewardbox.policy.chat_template import render_prompt
     from rewardbox.policy.guided import VocabularyIndex, tool_signatures
     from rewardbox.policy.local import LocalPolicy
-    from rewardbox.policy.chat_template import render_prompt
 
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=prefix_cache_min_tokens,
-                         dtype=dtype)
+    policy = LocalPolicy(
+        smollm2_checkpoint,
+        max_batch_size=4,
+        prefix_cache_min_tokens=prefix_cache_min_tokens,
+        dtype=dtype,
+    )
     try:
         assert next(policy.model.parameters()).dtype == getattr(torch, dtype)
         requests = _requests(ASKS, [11, 12, 13, 14])
-        prompts = [policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
-                   for r in requests]
+        prompts = [
+            policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
+            for r in requests
+        ]
         completions = policy.generate_batch(requests, prompts)
         used_cache = policy.prefix_cache.hits + policy.prefix_cache.misses > 0
         assert used_cache == (prefix_cache_min_tokens == 64)
         index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
-        samples = [Sample(c.prompt_token_ids, c.completion_token_ids, 1.0, c.completion_logprobs,
-                          guide_masks(index, tool_signatures(_tools()), c.completion_token_ids))
-                   for c in completions]
-        assert sum(len(s.guide_masks) for s in samples) > 0, "the guide never acted: the test would not cover it"
+        samples = [
+            Sample(
+                c.prompt_token_ids,
+                c.completion_token_ids,
+                1.0,
+                c.completion_logprobs,
+                guide_masks(index, tool_signatures(_tools()), c.completion_token_ids),
+            )
+            for c in completions
+        ]
+        assert sum(len(s.guide_masks) for s in samples) > 0, (
+            "the guide never acted: the test would not cover it"
+        )
         with torch.no_grad():
-            scored, mask = completion_logprobs(policy.model, samples, policy.pad_token_id, temperature=0.7)
+            scored, mask = completion_logprobs(
+                policy.model, samples, policy.pad_token_id, temperature=0.7
+            )
         old = torch.zeros_like(scored)
         for i, s in enumerate(samples):
             assert len(s.old_logprobs) == len(s.completion_ids)
@@ -146,9 +218,14 @@ def test_same_seed_same_tokens_whatever_shares_the_batch(smollm2_checkpoint):
 
     policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=1_000_000)
     try:
+
         def run(requests):
-            prompts = [policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
-                       for r in requests]
+            prompts = [
+                policy.tokenizer(
+                    render_prompt(r.messages, r.tools), add_special_tokens=False
+                ).input_ids
+                for r in requests
+            ]
             return [c.completion_token_ids for c in policy.generate_batch(requests, prompts)]
 
         alone = run(_requests(ASKS[:1], [42]))[0]

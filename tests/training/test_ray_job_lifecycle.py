@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 import requests
 
-from rewardbox.training.verl.ray_client import stop_job
-from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, watch_job
 from rewardbox.training.verl.backend_config import VerlBackendConfig
 from rewardbox.training.verl.job import run_verl_training
+from rewardbox.training.verl.ray_client import stop_job
+from rewardbox.training.verl.ray_job import LOST_CONTACT, START_TIMED_OUT, watch_job
 
 from .test_verl_job import _launch
 
@@ -57,34 +57,78 @@ def _clock(step_s=1.0):
 def test_a_blink_shorter_than_the_contact_timeout_is_waited_out_and_never_stops_the_job():
     # the given value: ~5 s without an answer (one clock tick per call, about 1 s each)
     jobs = ScriptedJobs(["RUNNING", *[None] * 5, "RUNNING", "SUCCEEDED"])
-    outcome = watch_job(jobs, "j", lambda line: None, timeout_s=1000, poll_s=0, contact_timeout_s=30,
-                        clock=_clock(), sleep=lambda s: None)
+    outcome = watch_job(
+        jobs,
+        "j",
+        lambda line: None,
+        timeout_s=1000,
+        poll_s=0,
+        contact_timeout_s=30,
+        clock=_clock(),
+        sleep=lambda s: None,
+    )
     assert outcome.status == "SUCCEEDED" and jobs.stopped == []
 
 
 @pytest.mark.parametrize("silent_polls", [5, 40])
 def test_contact_lost_past_the_timeout_is_its_own_outcome_and_the_job_is_left_running(silent_polls):
     jobs = ScriptedJobs(["RUNNING", *[None] * silent_polls, "RUNNING"])
-    outcome = watch_job(jobs, "j", lambda line: None, timeout_s=1000, poll_s=0, contact_timeout_s=3,
-                        clock=_clock(), sleep=lambda s: None)
-    assert outcome.status == LOST_CONTACT and jobs.stopped == []  # never stopped: we only lost contact
+    outcome = watch_job(
+        jobs,
+        "j",
+        lambda line: None,
+        timeout_s=1000,
+        poll_s=0,
+        contact_timeout_s=3,
+        clock=_clock(),
+        sleep=lambda s: None,
+    )
+    assert (
+        outcome.status == LOST_CONTACT and jobs.stopped == []
+    )  # never stopped: we only lost contact
     assert "did not answer" in outcome.message and "not stopped" in outcome.message
     # re-attach by id: the same job, followed to its end
     jobs.script = ["RUNNING", "SUCCEEDED"]
-    again = watch_job(jobs, "j", lambda line: None, timeout_s=1000, poll_s=0, clock=_clock(), sleep=lambda s: None)
+    again = watch_job(
+        jobs, "j", lambda line: None, timeout_s=1000, poll_s=0, clock=_clock(), sleep=lambda s: None
+    )
     assert again.status == "SUCCEEDED" and jobs.stopped == []
 
 
 def test_a_job_stuck_pending_is_stopped_at_its_start_timeout_naming_the_job():
     jobs = ScriptedJobs(["PENDING"])
-    outcome = watch_job(jobs, "rewardbox-grpo-0123456789ab", lambda line: None, timeout_s=48 * 3600, poll_s=0,
-                        start_timeout_s=10, clock=_clock(), sleep=lambda s: None)
+    outcome = watch_job(
+        jobs,
+        "rewardbox-grpo-0123456789ab",
+        lambda line: None,
+        timeout_s=48 * 3600,
+        poll_s=0,
+        start_timeout_s=10,
+        clock=_clock(),
+        sleep=lambda s: None,
+    )
     assert outcome.status == START_TIMED_OUT and jobs.stopped == ["rewardbox-grpo-0123456789ab"]
-    assert "rewardbox-grpo-0123456789ab was still PENDING after the 10 s start limit" in outcome.message
+    assert (
+        "rewardbox-grpo-0123456789ab was still PENDING after the 10 s start limit"
+        in outcome.message
+    )
     assert outcome.elapsed_s < 30  # not the 48 h job limit
-    running = ScriptedJobs(["RUNNING"] * 20 + ["SUCCEEDED"])  # a started job is not bound by the start limit
-    assert watch_job(running, "j", lambda line: None, timeout_s=1000, poll_s=0, start_timeout_s=5,
-                     clock=_clock(), sleep=lambda s: None).status == "SUCCEEDED"
+    running = ScriptedJobs(
+        ["RUNNING"] * 20 + ["SUCCEEDED"]
+    )  # a started job is not bound by the start limit
+    assert (
+        watch_job(
+            running,
+            "j",
+            lambda line: None,
+            timeout_s=1000,
+            poll_s=0,
+            start_timeout_s=5,
+            clock=_clock(),
+            sleep=lambda s: None,
+        ).status
+        == "SUCCEEDED"
+    )
 
 
 def test_stop_returns_only_on_a_terminal_status_or_says_it_timed_out():
@@ -92,9 +136,14 @@ def test_stop_returns_only_on_a_terminal_status_or_says_it_timed_out():
     assert stop_job(jobs, "j", wait_s=60, clock=_clock(), sleep=lambda s: None) == "STOPPED"
     assert jobs.status_calls == 4  # it kept asking until the job had ended
     stuck = ScriptedJobs(["RUNNING"], after_stop=["RUNNING"])
-    assert stop_job(stuck, "j", wait_s=5, clock=_clock(), sleep=lambda s: None) == "RUNNING after 5 s"
+    assert (
+        stop_job(stuck, "j", wait_s=5, clock=_clock(), sleep=lambda s: None) == "RUNNING after 5 s"
+    )
     deaf = ScriptedJobs(["RUNNING"], after_stop=[None])
-    assert stop_job(deaf, "j", wait_s=2, clock=_clock(), sleep=lambda s: None) == "UNANSWERED after 2 s"
+    assert (
+        stop_job(deaf, "j", wait_s=2, clock=_clock(), sleep=lambda s: None)
+        == "UNANSWERED after 2 s"
+    )
 
 
 def test_an_interrupt_waits_for_the_stop_before_it_propagates():
@@ -114,8 +163,12 @@ def test_an_interrupt_waits_for_the_stop_before_it_propagates():
 def test_the_backend_names_lost_contact_and_start_timeout_and_re_attaches_by_id(tmp_path):
     launch, cfg = _launch(tmp_path, poll_s=0.01, contact_timeout_s=0.05)
     seen = []
-    with pytest.raises(Exception, match=f"lost contact with Ray job {launch.submission_id}") as lost:
-        run_verl_training(ScriptedJobs(["RUNNING", None]), launch, cfg, lambda line: None, on_submit=seen.append)
+    with pytest.raises(
+        Exception, match=f"lost contact with Ray job {launch.submission_id}"
+    ) as lost:
+        run_verl_training(
+            ScriptedJobs(["RUNNING", None]), launch, cfg, lambda line: None, on_submit=seen.append
+        )
     assert type(lost.value).__name__ == "JobContactLostError" and seen == [launch.submission_id]
     assert f"verl.attach_job_id: {launch.submission_id}" in str(lost.value)
     pending, cfg = _launch(tmp_path, poll_s=0.01, start_timeout_s=0.05)
@@ -123,7 +176,10 @@ def test_the_backend_names_lost_contact_and_start_timeout_and_re_attaches_by_id(
         run_verl_training(ScriptedJobs(["PENDING"]), pending, cfg, lambda line: None)
     assert type(never.value).__name__ == "JobStartTimeoutError"
     attached, cfg = _launch(tmp_path, poll_s=0.01, attach_job_id=launch.submission_id)
-    assert attached.submission_id == launch.submission_id and attached.checkpoint_dir == launch.checkpoint_dir
+    assert (
+        attached.submission_id == launch.submission_id
+        and attached.checkpoint_dir == launch.checkpoint_dir
+    )
     actor = attached.checkpoint_dir / "global_step_1" / "actor"
     actor.mkdir(parents=True)
     (actor / "model_world_size_1_rank_0.pt").write_bytes(b"w")

@@ -16,11 +16,23 @@ def lora_model(seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    model = get_peft_model(LlamaForCausalLM(config), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj",
-                                                                                                    "v_proj", "down_proj"]))
-    for name, param in model.named_parameters():  # B != 0 so the adapter (and the prefix's k/v) carry gradient
+    config = LlamaConfig(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
+    model = get_peft_model(
+        LlamaForCausalLM(config),
+        LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"]),
+    )
+    for (
+        name,
+        param,
+    ) in model.named_parameters():  # B != 0 so the adapter (and the prefix's k/v) carry gradient
         if "lora_B" in name:
             param.data.normal_(0, 0.1)
     return model
@@ -59,7 +71,9 @@ def test_plan_shares_each_groups_prompt_and_covers_every_sample_once():
     assert [s for b in blocks for s in b.samples] == samples
     # each group's first prompt (90 tokens, 89 shareable) beats the 70-token system prefix for all 7
     assert sorted(b.prefix_len for b in blocks if len(b.samples) > 1) == [89, 89]
-    assert [b.prefix_len for b in plan_blocks(samples, min_shared=1000)] == [0] * len(plan_blocks(samples, 1000))
+    assert [b.prefix_len for b in plan_blocks(samples, min_shared=1000)] == [0] * len(
+        plan_blocks(samples, 1000)
+    )
     assert plan_blocks([], 16) == []
 
 
@@ -72,13 +86,17 @@ def test_gradients_equal_scoring_every_row_in_full(micro):
     def full():
         for i in range(0, len(samples), micro):
             batch = samples[i : i + micro]
-            logprobs, mask = completion_logprobs(model, batch, pad_id=0, temperature=0.7, min_shared_prefix_tokens=10**9)
+            logprobs, mask = completion_logprobs(
+                model, batch, pad_id=0, temperature=0.7, min_shared_prefix_tokens=10**9
+            )
             surrogate(logprobs, mask, batch).backward()
 
     seen = []
 
     def shared():
-        for batch, logprobs, mask in scored_micro_batches(model, samples, 0, 0.7, micro, min_shared=16):
+        for batch, logprobs, mask in scored_micro_batches(
+            model, samples, 0, 0.7, micro, min_shared=16
+        ):
             seen.append((batch, logprobs.detach()))
             surrogate(logprobs, mask, batch).backward()
 
@@ -98,14 +116,17 @@ def test_each_group_prompt_runs_once_per_step():
     model = lora_model()
     calls = []
     handle = model.get_decoder().register_forward_pre_hook(
-        lambda _m, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True)
+        lambda _m, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
     try:
         for batch, logprobs, mask in scored_micro_batches(model, samples, 0, 1.0, 1, min_shared=16):
             surrogate(logprobs, mask, batch).backward()
     finally:
         handle.remove()
     prefix_runs = [shape for shape in calls if shape[1] == 89]
-    assert len(prefix_runs) == 2  # one per group, not one per micro-batch (6 micro-batches share them)
+    assert (
+        len(prefix_runs) == 2
+    )  # one per group, not one per micro-batch (6 micro-batches share them)
     assert len(calls) == 2 + len(samples)
 
 
@@ -123,7 +144,12 @@ def test_optimise_step_uses_the_shared_prefix_and_matches_the_plain_update():
             stats = trainer.optimise_step(model, optimizer, fresh, config, pad_id=0)
         else:
             stats = _plain_step(trainer, model, optimizer, fresh, config)
-        results.append((stats.loss, {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}))
+        results.append(
+            (
+                stats.loss,
+                {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad},
+            )
+        )
     (loss_a, params_a), (loss_b, params_b) = results
     assert loss_a == pytest.approx(loss_b, rel=1e-5, abs=1e-7)
     for name in params_a:
@@ -149,7 +175,9 @@ def test_a_prefix_the_prompt_does_not_extend_is_refused():
 
     model = lora_model()
     with pytest.raises(ValueError, match="shared prefix"):
-        completion_logprobs(model, [Sample([1, 2, 3], [4], 1.0)], 0, prefix=SharedPrefix([1, 2, 3], []))
+        completion_logprobs(
+            model, [Sample([1, 2, 3], [4], 1.0)], 0, prefix=SharedPrefix([1, 2, 3], [])
+        )
     with pytest.raises(ValueError, match="micro_batch_sequences"):
         next(scored_micro_batches(model, [Sample([1, 2], [3], 1.0)], 0, 1.0, 0))
 
@@ -162,9 +190,15 @@ def test_micro_batches_are_sized_from_the_memory_budget():
     assert per_token == 2 * (16 * 32 + 4 * 64) * 4
     rows = [Sample([1] * 100, [2] * 20, 1.0), Sample([1] * 100, [2] * 40, 1.0)]
     assert micro_batch_rows(rows, 90, 8, None, per_token) == 8  # no budget: the count alone
-    assert micro_batch_rows(rows, 90, 8, 3 * 50 * per_token, per_token) == 3  # longest row: 50 tokens after the prefix
+    assert (
+        micro_batch_rows(rows, 90, 8, 3 * 50 * per_token, per_token) == 3
+    )  # longest row: 50 tokens after the prefix
     assert micro_batch_rows(rows, 0, 8, 1, per_token) == 1  # never below one row
     samples = step_samples()
-    sizes = [len(b) for b, _, _ in scored_micro_batches(model, samples, 0, 1.0, 3, min_shared=16,
-                                                        memory_budget_bytes=12 * per_token)]
+    sizes = [
+        len(b)
+        for b, _, _ in scored_micro_batches(
+            model, samples, 0, 1.0, 3, min_shared=16, memory_budget_bytes=12 * per_token
+        )
+    ]
     assert sizes and max(sizes) == 1 and sum(sizes) == len(samples)

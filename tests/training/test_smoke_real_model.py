@@ -27,15 +27,25 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
     from rewardbox.policy.local import LocalPolicy
 
     task = load_dataset(resolve_dataset("embedded:retail")).tasks[0]
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-3, micro_batch_sequences=2,
-                        temperature=0.7)
+    config = GRPOConfig(
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        learning_rate=1e-3,
+        micro_batch_sequences=2,
+        temperature=0.7,
+    )
     policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0)
     policy.model = attach_lora(policy.model, config)
-    episode = EpisodeConfig(max_user_turns=1, max_agent_steps_per_user_turn=2, max_new_tokens=24, temperature=0.7)
+    episode = EpisodeConfig(
+        max_user_turns=1, max_agent_steps_per_user_turn=2, max_new_tokens=24, temperature=0.7
+    )
 
     async def rollouts():
         with TestRunner(max_workers=1) as grader:
-            runner = EpisodeRunner(policy, InProcessSandboxFactory(), ScriptedUser(), grader, episode)
+            runner = EpisodeRunner(
+                policy, InProcessSandboxFactory(), ScriptedUser(), grader, episode
+            )
             try:
                 return await asyncio.gather(runner.run(task, 0), runner.run(task, 1))
             finally:
@@ -45,23 +55,44 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
     for result in results:
         assert result.system_error is None, result.system_error
         assert result.turns >= 1 and result.reward in (0.0, 1.0)
-        assert result.termination_reason in {"done", "user_limit", "agent_limit", "agent_error", "no_user_llm", "user_done"}
+        assert result.termination_reason in {
+            "done",
+            "user_limit",
+            "agent_limit",
+            "agent_error",
+            "no_user_llm",
+            "user_done",
+        }
         turn = result.agent_turns[0]
-        assert turn.prompt_token_ids and turn.completion_token_ids and turn.input_tokens == len(turn.prompt_token_ids)
+        assert (
+            turn.prompt_token_ids
+            and turn.completion_token_ids
+            and turn.input_tokens == len(turn.prompt_token_ids)
+        )
 
     # one GRPO step on these real rollouts (advantages +1/-1 so the step has a signal whatever the rewards)
     from rewardbox.policy.guided import VocabularyIndex
 
     index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
     samples = group_samples([Group(task, list(results), [1.0, -1.0])], guide_index=index)
-    assert all(s.old_logprobs is not None and len(s.old_logprobs) == len(s.completion_ids) for s in samples)
+    assert all(
+        s.old_logprobs is not None and len(s.old_logprobs) == len(s.completion_ids) for s in samples
+    )
     assert samples and all(len(s.prompt_ids) > 500 for s in samples)
-    trainable = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
-    frozen = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
-    optimizer = torch.optim.AdamW([p for p in policy.model.parameters() if p.requires_grad], lr=config.learning_rate)
+    trainable = {
+        n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad
+    }
+    frozen = {
+        n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad
+    }
+    optimizer = torch.optim.AdamW(
+        [p for p in policy.model.parameters() if p.requires_grad], lr=config.learning_rate
+    )
     stats = optimise_step(policy.model, optimizer, samples, config, policy.pad_token_id)
     assert math.isfinite(stats.loss)
-    assert stats.logprob_gap_max < 1e-3  # the trainer scored the distribution the runner's rollouts sampled
+    assert (
+        stats.logprob_gap_max < 1e-3
+    )  # the trainer scored the distribution the runner's rollouts sampled
     params = dict(policy.model.named_parameters())
     assert any(not torch.equal(params[n], before) for n, before in trainable.items())
     assert all(torch.equal(params[n], before) for n, before in frozen.items())

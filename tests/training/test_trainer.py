@@ -12,25 +12,55 @@ from rewardbox.episode.trajectory import AgentTurn, EpisodeResult
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.groups import classify_group, collect_groups, task_stream
-from rewardbox.training.trainer import Sample, completion_logprobs, group_samples, optimise_step, train_grpo
+from rewardbox.training.trainer import (
+    Sample,
+    completion_logprobs,
+    group_samples,
+    optimise_step,
+    train_grpo,
+)
 
 
 def task(uid: str) -> Task:
-    return Task(uid=uid, dataset="d", scenario="s", agent="a", query=uid, user_context="", init={},
-                world_state={}, tools=(), system_instructions="", bot_instructions="", test_code="",
-                test_name="t", test_file="f.py")
+    return Task(
+        uid=uid,
+        dataset="d",
+        scenario="s",
+        agent="a",
+        query=uid,
+        user_context="",
+        init={},
+        world_state={},
+        tools=(),
+        system_instructions="",
+        bot_instructions="",
+        test_code="",
+        test_name="t",
+        test_file="f.py",
+    )
 
 
 def result(uid, trial, reward, system_error=None, ids=True):
-    turn = AgentTurn(raw_text="x", finish_reason="stop", input_tokens=3, output_tokens=2,
-                     prompt_token_ids=[1, 2, 3] if ids else None, completion_token_ids=[4, 5] if ids else None)
-    return EpisodeResult(uid=uid, trial=trial, reward=reward, system_error=system_error, agent_turns=[turn])
+    turn = AgentTurn(
+        raw_text="x",
+        finish_reason="stop",
+        input_tokens=3,
+        output_tokens=2,
+        prompt_token_ids=[1, 2, 3] if ids else None,
+        completion_token_ids=[4, 5] if ids else None,
+    )
+    return EpisodeResult(
+        uid=uid, trial=trial, reward=reward, system_error=system_error, agent_turns=[turn]
+    )
 
 
 def test_classify_group():
     assert classify_group([result("a", 0, 1.0), result("a", 1, 1.0)]) == "zero_variance"
     assert classify_group([result("a", 0, 1.0), result("a", 1, 0.0)]) == "ok"
-    assert classify_group([result("a", 0, 1.0), result("a", 1, None, "sandbox: died")]) == "system_error"
+    assert (
+        classify_group([result("a", 0, 1.0), result("a", 1, None, "sandbox: died")])
+        == "system_error"
+    )
 
 
 def test_collect_groups_replaces_zero_variance_and_system_error_groups():
@@ -43,7 +73,9 @@ def test_collect_groups_replaces_zero_variance_and_system_error_groups():
         return result(t.uid, trial, float(trial % 2))
 
     stream = iter([task("flat"), task("broken"), task("good1"), task("good2"), task("good3")])
-    groups, stats = asyncio.run(collect_groups(stream, attempt, group_size=4, groups_wanted=2, max_refill_rounds=2))
+    groups, stats = asyncio.run(
+        collect_groups(stream, attempt, group_size=4, groups_wanted=2, max_refill_rounds=2)
+    )
     assert [g.task.uid for g in groups] == ["good1", "good2"]
     assert (stats.drawn, stats.zero_variance, stats.system_error) == (4, 1, 1)
     assert stats.zero_variance_frac == pytest.approx(0.25)
@@ -57,8 +89,11 @@ def test_collect_groups_gives_up_after_refill_rounds():
     async def attempt(t, trial):
         return result(t.uid, trial, 1.0)
 
-    groups, stats = asyncio.run(collect_groups(task_stream([task("a")], 0), attempt, group_size=2,
-                                               groups_wanted=1, max_refill_rounds=1))
+    groups, stats = asyncio.run(
+        collect_groups(
+            task_stream([task("a")], 0), attempt, group_size=2, groups_wanted=1, max_refill_rounds=1
+        )
+    )
     assert groups == [] and stats.drawn == 2
 
 
@@ -70,25 +105,45 @@ def test_empty_pool_is_a_clear_error():
 def test_group_samples_skip_zero_advantage_and_missing_ids():
     from rewardbox.training.groups import Group
 
-    g = Group(task("a"), [result("a", 0, 1.0), result("a", 1, 0.0), result("a", 2, 0.5, ids=False)], [1.0, -1.0, 0.0])
+    g = Group(
+        task("a"),
+        [result("a", 0, 1.0), result("a", 1, 0.0), result("a", 2, 0.5, ids=False)],
+        [1.0, -1.0, 0.0],
+    )
     samples = group_samples([g])
     assert [(s.advantage, s.completion_ids) for s in samples] == [(1.0, [4, 5]), (-1.0, [4, 5])]
 
 
 @pytest.mark.parametrize("logprobs", [[-0.1, -0.2, -0.3], [-0.1]])
-def test_issue24_item5_a_logprob_length_mismatch_raises_naming_uid_trial_turn_and_both_lengths(logprobs):
+def test_issue24_item5_a_logprob_length_mismatch_raises_naming_uid_trial_turn_and_both_lengths(
+    logprobs,
+):
     from rewardbox.errors import LogprobLengthError
     from rewardbox.training.groups import Group
 
     ok, bad = result("retail:t1", 0, 1.0), result("retail:t1", 5, 0.0)
     ok.agent_turns[0].completion_logprobs = [-0.1, -0.2]
-    bad.agent_turns.append(AgentTurn(raw_text="y", finish_reason="length", input_tokens=5, output_tokens=2,
-                                     prompt_token_ids=[1, 2, 3, 4, 5], completion_token_ids=[6, 7],
-                                     completion_logprobs=logprobs))
+    bad.agent_turns.append(
+        AgentTurn(
+            raw_text="y",
+            finish_reason="length",
+            input_tokens=5,
+            output_tokens=2,
+            prompt_token_ids=[1, 2, 3, 4, 5],
+            completion_token_ids=[6, 7],
+            completion_logprobs=logprobs,
+        )
+    )
     with pytest.raises(LogprobLengthError) as info:
         group_samples([Group(task("retail:t1"), [ok, bad], [1.0, -1.0])])
     err = info.value
-    assert (err.uid, err.trial, err.turn, err.tokens, err.logprobs) == ("retail:t1", 5, 1, 2, len(logprobs))
+    assert (err.uid, err.trial, err.turn, err.tokens, err.logprobs) == (
+        "retail:t1",
+        5,
+        1,
+        2,
+        len(logprobs),
+    )
     assert f"retail:t1 trial 5 turn 1: {len(logprobs)} log-probs for 2 tokens" in str(err)
 
 
@@ -96,8 +151,15 @@ def tiny_model():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64)
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -115,12 +177,19 @@ def test_completion_logprobs_match_manual_forward():
 def test_optimise_step_changes_only_trainable_parameters():
     from rewardbox.training.checkpoint import attach_lora
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2, micro_batch_sequences=1)
+    config = GRPOConfig(
+        group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2, micro_batch_sequences=1
+    )
     model = attach_lora(tiny_model(), config)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2, 3], [6, 7], -1.0)]
-    stats = optimise_step(model, torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
-                          samples, config, pad_id=0)
+    stats = optimise_step(
+        model,
+        torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2),
+        samples,
+        config,
+        pad_id=0,
+    )
     assert math.isfinite(stats.loss) and stats.logprob_gap_max is None  # no sampler log-probs given
     changed = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
     assert changed and all("lora_" in n for n in changed)
@@ -129,7 +198,9 @@ def test_optimise_step_changes_only_trainable_parameters():
 def test_train_grpo_runs_steps_and_logs_metrics():
     from rewardbox.training.checkpoint import attach_lora
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=2, learning_rate=1e-2, max_refill_rounds=0)
+    config = GRPOConfig(
+        group_size=2, tasks_per_step=1, steps=2, learning_rate=1e-2, max_refill_rounds=0
+    )
     model = attach_lora(tiny_model(), config)
 
     async def attempt(t, trial):
@@ -137,14 +208,15 @@ def test_train_grpo_runs_steps_and_logs_metrics():
 
     summary = asyncio.run(train_grpo(model, 0, task_stream([task("a")], 0), attempt, config))
     assert [m.step for m in summary.steps] == [0, 1]
-    assert all(m.loss is not None and m.samples == 2 and m.mean_reward == 0.5 for m in summary.steps)
+    assert all(
+        m.loss is not None and m.samples == 2 and m.mean_reward == 0.5 for m in summary.steps
+    )
 
 
 def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     """An empty pool is reported, not a crash: zero steps and a LoRA whose merge equals the base."""
-    from transformers import AutoModelForCausalLM
-
     from peft import PeftModel
+    from transformers import AutoModelForCausalLM
 
     from rewardbox.config.profile import load_profile
     from rewardbox.runtime.train import rollout_parts
@@ -153,11 +225,18 @@ def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     base = tmp_path / "base"
     tiny_model().save_pretrained(base)
     profile = load_profile("test")
-    adapter, summary = train_local_grpo([], base, tmp_path / "adapter", profile.grpo, rollout_parts(profile))
+    adapter, summary = train_local_grpo(
+        [], base, tmp_path / "adapter", profile.grpo, rollout_parts(profile)
+    )
     assert summary.steps == [] and (adapter / "adapter_config.json").exists()
-    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), adapter).merge_and_unload()
+    merged = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base), adapter
+    ).merge_and_unload()
     original = AutoModelForCausalLM.from_pretrained(base)
-    assert all(torch.equal(a, b) for a, b in zip(merged.state_dict().values(), original.state_dict().values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(merged.state_dict().values(), original.state_dict().values())
+    )
 
 
 def test_rerun_refill_reruns_only_failed_rollouts_and_masks_the_rest():
@@ -172,24 +251,46 @@ def test_rerun_refill_reruns_only_failed_rollouts_and_masks_the_rest():
             return result(t.uid, trial, None, "sandbox: always dies")
         return result(t.uid, trial, float(trial % 2))
 
-    groups, stats = asyncio.run(collect_groups(iter([task("a")]), attempt, group_size=4, groups_wanted=1,
-                                               max_refill_rounds=0, system_error_refill="rerun",
-                                               max_system_error_reruns=2))
+    groups, stats = asyncio.run(
+        collect_groups(
+            iter([task("a")]),
+            attempt,
+            group_size=4,
+            groups_wanted=1,
+            max_refill_rounds=0,
+            system_error_refill="rerun",
+            max_system_error_reruns=2,
+        )
+    )
     assert len(groups) == 1 and stats.system_error == 0
     assert sorted(calls) == [("a", 0), ("a", 1), ("a", 1), ("a", 2), ("a", 2), ("a", 2), ("a", 3)]
     assert (stats.reruns, stats.masked_system_errors, stats.episodes) == (3, 1, 7)
     adv = groups[0].advantages
     # clean rewards [0, 1, -, 1]: grpo advantages over the three clean ones, 0 for the masked one
-    assert adv[2] == 0.0 and adv[0] == pytest.approx(-(2 / 3) / (1 / 3) ** 0.5, rel=1e-6)  # mean 2/3, sample std sqrt(1/3)
+    assert adv[2] == 0.0 and adv[0] == pytest.approx(
+        -(2 / 3) / (1 / 3) ** 0.5, rel=1e-6
+    )  # mean 2/3, sample std sqrt(1/3)
     assert adv[1] == adv[3] and sum(adv) == pytest.approx(0.0, abs=1e-9)
 
 
 def test_replace_refill_still_drops_the_group():
     async def attempt(t, trial):
-        return result(t.uid, trial, None, "x: y") if trial == 0 else result(t.uid, trial, float(trial % 2))
+        return (
+            result(t.uid, trial, None, "x: y")
+            if trial == 0
+            else result(t.uid, trial, float(trial % 2))
+        )
 
-    groups, stats = asyncio.run(collect_groups(iter([task("a")]), attempt, group_size=3, groups_wanted=1,
-                                               max_refill_rounds=0, system_error_refill="replace"))
+    groups, stats = asyncio.run(
+        collect_groups(
+            iter([task("a")]),
+            attempt,
+            group_size=3,
+            groups_wanted=1,
+            max_refill_rounds=0,
+            system_error_refill="replace",
+        )
+    )
     assert groups == [] and stats.system_error == 1
 
 
@@ -207,8 +308,14 @@ def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
     """Sampler log-probs equal to the model's give gap ~0 and ratio 1; shifted ones show the gap and clip."""
     from rewardbox.training.checkpoint import attach_lora
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2, micro_batch_sequences=2,
-                        temperature=0.7)
+    config = GRPOConfig(
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        learning_rate=1e-2,
+        micro_batch_sequences=2,
+        temperature=0.7,
+    )
     model = attach_lora(tiny_model(), config)
     samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
     with torch.no_grad():
@@ -229,10 +336,19 @@ def test_ppo_epochs_reuse_the_batch_against_the_step_start_policy():
     from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.trainer import _optimise_epochs
 
-    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=5e-2, micro_batch_sequences=2,
-                        ppo_epochs=3)
+    config = GRPOConfig(
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        learning_rate=5e-2,
+        micro_batch_sequences=2,
+        ppo_epochs=3,
+    )
     model = attach_lora(tiny_model(), config)
-    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]  # no sampler log-probs
+    samples = [
+        Sample([1, 2, 3], [4, 5], 1.0),
+        Sample([1, 2], [6, 7, 8], -1.0),
+    ]  # no sampler log-probs
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     stats = _optimise_epochs(model, optimizer, samples, config, pad_id=0)
     assert all(s.old_logprobs is not None for s in samples)  # frozen at the first epoch
@@ -242,7 +358,9 @@ def test_ppo_epochs_reuse_the_batch_against_the_step_start_policy():
 
 def test_lora_defaults_cover_mlp_and_full_finetune_is_kept():
     lora = GRPOConfig()
-    assert lora.learning_rate == 1e-4 and {"gate_proj", "up_proj", "down_proj"} <= set(lora.lora_target_modules)
+    assert lora.learning_rate == 1e-4 and {"gate_proj", "up_proj", "down_proj"} <= set(
+        lora.lora_target_modules
+    )
     full = GRPOConfig(finetune="full")
     assert full.learning_rate == 1e-6
     from rewardbox.training.checkpoint import trainable
@@ -258,13 +376,17 @@ def test_shared_prompt_prefix_once_gives_the_same_logprobs_and_gradients():
     config = GRPOConfig(lora_r=4, lora_alpha=8)
     model = attach_lora(tiny_model(), config)
     shared = [(i * 7) % 29 + 1 for i in range(20)]
-    batch = [Sample(shared + [3, 4], [5, 6, 7], 1.0), Sample(shared + [9], [10, 11], -1.0),
-             Sample(shared + [12, 13, 14], [15], 0.5)]
+    batch = [
+        Sample(shared + [3, 4], [5, 6, 7], 1.0),
+        Sample(shared + [9], [10, 11], -1.0),
+        Sample(shared + [12, 13, 14], [15], 0.5),
+    ]
 
     def run(min_shared):
         model.zero_grad(set_to_none=True)
-        logprobs, mask = completion_logprobs(model, batch, pad_id=0, temperature=0.8,
-                                             min_shared_prefix_tokens=min_shared)
+        logprobs, mask = completion_logprobs(
+            model, batch, pad_id=0, temperature=0.8, min_shared_prefix_tokens=min_shared
+        )
         (logprobs * mask).sum().backward()
         grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
         return logprobs.detach(), grads

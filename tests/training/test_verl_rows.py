@@ -9,8 +9,17 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rewardbox.training.verl.agent_loop import AgentLoopBase, build_agent_loop_config, resolve_services
-from rewardbox.training.verl.rows import AGENT_NAME, pool_to_verl_rows, task_from_extra_info, write_verl_dataset
+from rewardbox.training.verl.agent_loop import (
+    AgentLoopBase,
+    build_agent_loop_config,
+    resolve_services,
+)
+from rewardbox.training.verl.rows import (
+    AGENT_NAME,
+    pool_to_verl_rows,
+    task_from_extra_info,
+    write_verl_dataset,
+)
 from tests.fixtures.verl_fakes import order_task
 
 
@@ -20,10 +29,14 @@ def test_pool_rows_carry_the_opening_prompt_and_the_whole_task_and_survive_parqu
     rows = pq.read_table(path).to_pylist()
     assert [r["extra_info"]["uid"] for r in rows] == ["orders:a", "orders:b"]
     assert [r["extra_info"]["index"] for r in rows] == [0, 1]
-    assert {r["agent_name"] for r in rows} == {AGENT_NAME} and rows[0]["data_source"] == "rewardbox/orders"
-    assert rows[0]["prompt"] == [{"role": "system", "content": "You are a support agent."},
-                                 {"role": "system", "content": "Orders can be cancelled."},
-                                 {"role": "user", "content": "Please cancel ORD-1."}]
+    assert {r["agent_name"] for r in rows} == {AGENT_NAME} and rows[0][
+        "data_source"
+    ] == "rewardbox/orders"
+    assert rows[0]["prompt"] == [
+        {"role": "system", "content": "You are a support agent."},
+        {"role": "system", "content": "Orders can be cancelled."},
+        {"role": "user", "content": "Please cancel ORD-1."},
+    ]
     assert task_from_extra_info(rows[1]["extra_info"]) == tasks[1]
     assert task_from_extra_info(json.dumps(rows[0]["extra_info"])) == tasks[0]
 
@@ -42,8 +55,13 @@ def test_bad_pools_and_rows_are_refused_with_the_reason():
 def test_agent_loop_config_names_our_loop_and_refills_failed_groups(tmp_path):
     overrides = build_agent_loop_config(tmp_path, services_factory="my.module:services")
     entries = yaml.safe_load((tmp_path / "rewardbox_agent_loops.yaml").read_text())
-    assert entries == [{"name": AGENT_NAME, "_target_": "rewardbox.training.verl.agent_loop.RewardboxAgentLoop",
-                        "services_factory": "my.module:services"}]
+    assert entries == [
+        {
+            "name": AGENT_NAME,
+            "_target_": "rewardbox.training.verl.agent_loop.RewardboxAgentLoop",
+            "services_factory": "my.module:services",
+        }
+    ]
     assert overrides["actor_rollout_ref.rollout.agent.default_agent_loop"] == AGENT_NAME
     assert overrides["trainer.v1.sampler.sync_refill_failed_groups"] is True
     assert overrides["actor_rollout_ref.rollout.calculate_log_probs"] is True
@@ -51,7 +69,9 @@ def test_agent_loop_config_names_our_loop_and_refills_failed_groups(tmp_path):
         resolve_services("rewardbox.training.verl.rows")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("verl") is not None, reason="verl is installed in this environment")
+@pytest.mark.skipif(
+    importlib.util.find_spec("verl") is not None, reason="verl is installed in this environment"
+)
 def test_the_module_imports_without_verl_and_defines_no_loop_class():
     import rewardbox.training.verl.agent_loop as loop
 

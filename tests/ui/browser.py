@@ -31,17 +31,41 @@ def find_chromium() -> str | None:
 class Browser:
     """One headless Chromium with one page, ``width`` x ``height`` CSS pixels at device scale 1."""
 
-    def __init__(self, executable: str, profile_dir: Path, width: int = 1600, height: int = 1400) -> None:
+    def __init__(
+        self, executable: str, profile_dir: Path, width: int = 1600, height: int = 1400
+    ) -> None:
         self.process = subprocess.Popen(
-            [executable, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--no-first-run", "--remote-debugging-port=0", f"--user-data-dir={profile_dir}",
-             f"--window-size={width},{height}", "about:blank"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [
+                executable,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--no-first-run",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={profile_dir}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self._ids = itertools.count(1)
         port = self._devtools_port()
-        page = next(t for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json() if t["type"] == "page")
+        page = next(
+            t
+            for t in httpx.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
+            if t["type"] == "page"
+        )
         self.socket = connect(page["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            width=width,
+            height=height,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
 
     def _devtools_port(self) -> int:
         deadline = time.monotonic() + 60
@@ -66,7 +90,9 @@ class Browser:
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression in the page (JSON-able; promises awaited)."""
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        result = self.call(
+            "Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(f"page script failed: {result['exceptionDetails']}")
         return result["result"].get("value")

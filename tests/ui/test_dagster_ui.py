@@ -61,8 +61,10 @@ def _free_port() -> int:
 def chromium() -> str:
     path = find_chromium()
     if path is None:
-        pytest.skip("no chromium on PATH: `make test` installs Debian's package (scripts/install_chromium.sh, "
-                    "needs root and apt); install it to run the browser test")
+        pytest.skip(
+            "no chromium on PATH: `make test` installs Debian's package (scripts/install_chromium.sh, "
+            "needs root and apt); install it to run the browser test"
+        )
     return path
 
 
@@ -79,14 +81,35 @@ def ui(tmp_path_factory, chromium):
         path.mkdir()
     # no "join the community" dialog over the page, no telemetry
     (home / "dagster.yaml").write_text("nux:\n  enabled: false\ntelemetry:\n  enabled: false\n")
-    env = {**os.environ, "DAGSTER_HOME": str(home), "REWARDBOX_UI_DATA": str(data), "PYTHONPATH": str(REPO)}
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "REWARDBOX_UI_DATA": str(data),
+        "PYTHONPATH": str(REPO),
+    }
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        assert dg.materialize(ui_assets(), resources=ui_resources(str(data)), instance=instance).success
+        assert dg.materialize(
+            ui_assets(), resources=ui_resources(str(data)), instance=instance
+        ).success
     port = _free_port()
     log = (root / "webserver.log").open("w")
-    server = subprocess.Popen([sys.executable, "-m", "dagster_webserver", "-f", str(REPO / "tests/ui/ui_definitions.py"),
-                               "-h", "127.0.0.1", "-p", str(port)], cwd=REPO, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dagster_webserver",
+            "-f",
+            str(REPO / "tests/ui/ui_definitions.py"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     browser = None
     try:
         url = f"http://127.0.0.1:{port}"
@@ -97,7 +120,9 @@ def ui(tmp_path_factory, chromium):
                     break
             except httpx.TransportError:
                 pass
-            assert server.poll() is None and time.monotonic() < deadline, (root / "webserver.log").read_text()
+            assert server.poll() is None and time.monotonic() < deadline, (
+                root / "webserver.log"
+            ).read_text()
             time.sleep(1)
         browser = Browser(chromium, root / "chromium")
         yield url, browser, shots
@@ -133,13 +158,17 @@ def _page_facts(ui, asset: str, keys: list[str], chart: str) -> dict:
 def _assert_chart_in_place(fact: dict, what: str) -> None:
     assert "[Show Markdown]" not in fact["text"], f"{what} hides behind a button: {fact}"
     assert fact.get("img", "").startswith("data:image/svg+xml;base64,"), fact
-    assert fact["loaded"] and fact["width"] > 100 and fact["height"] > 50, f"{what} did not render: {fact}"
+    assert fact["loaded"] and fact["width"] > 100 and fact["height"] > 50, (
+        f"{what} did not render: {fact}"
+    )
     assert fact["right"] <= fact["windowWidth"], f"{what} runs past the window: {fact}"
 
 
 def _assert_table_fits(fact: dict, what: str) -> None:
     assert fact["cells"] > 0, fact
-    assert fact["maxHeight"] < 1.5 * fact["minHeight"], f"{what}: a cell wraps onto a second line: {fact}"
+    assert fact["maxHeight"] < 1.5 * fact["minHeight"], (
+        f"{what}: a cell wraps onto a second line: {fact}"
+    )
     assert fact["tableRight"] <= fact["cellRight"] + 1, f"{what}: wider than its column: {fact}"
 
 
@@ -152,7 +181,12 @@ def test_the_band_histogram_is_visible_without_a_click(ui):
 
 
 def test_the_report_chart_and_per_domain_tables_are_visible_without_a_click(ui):
-    tables = ["per_domain pass@1", "per_domain pass@1 change", "per_domain pass@2", "per_domain pass^2"]
+    tables = [
+        "per_domain pass@1",
+        "per_domain pass@1 change",
+        "per_domain pass@2",
+        "per_domain pass^2",
+    ]
     facts = _page_facts(ui, "reliability_report", ["plot", *tables], "plot")
     _assert_chart_in_place(facts["plot"], "plot")
     for key in tables:

@@ -17,8 +17,17 @@ from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
 
-UI_ASSETS = {"candidate_tasks", "benchmark_tasks", "screened_candidates", "probe_results", "reference_probe_results",
-             "task_difficulty", "base_evaluation_results", "evaluation_results", "reliability_report"}
+UI_ASSETS = {
+    "candidate_tasks",
+    "benchmark_tasks",
+    "screened_candidates",
+    "probe_results",
+    "reference_probe_results",
+    "task_difficulty",
+    "base_evaluation_results",
+    "evaluation_results",
+    "reliability_report",
+}
 
 
 @dg.asset(name="base_checkpoint")
@@ -34,8 +43,11 @@ def merged_checkpoint() -> str:
 
 
 def ui_assets() -> list:
-    real = [a for a in dg.load_assets_from_modules([tasks, selection, evaluation, report])
-            if any(k.to_user_string() in UI_ASSETS for k in a.keys)]
+    real = [
+        a
+        for a in dg.load_assets_from_modules([tasks, selection, evaluation, report])
+        if any(k.to_user_string() in UI_ASSETS for k in a.keys)
+    ]
     return [*real, base_checkpoint, merged_checkpoint]
 
 
@@ -49,4 +61,6 @@ def ui_resources(data_dir: str) -> dict:
     }
 
 
-defs = dg.Definitions(assets=ui_assets(), resources=ui_resources(os.environ.get("REWARDBOX_UI_DATA", "data")))
+defs = dg.Definitions(
+    assets=ui_assets(), resources=ui_resources(os.environ.get("REWARDBOX_UI_DATA", "data"))
+)

@@ -15,28 +15,94 @@ from dataclasses import dataclass, field
 from rewardbox.domains.authoring import RowBuilder, user_context_text
 from rewardbox.domains.helpdesk.seed import DEVICE_MODELS, SYSTEMS, day
 
-FIRST_NAMES = ("Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Gwen", "Hiro", "Ines", "Jonas", "Kavya",
-               "Liam", "Mei", "Nadia", "Oscar", "Pia", "Quinn", "Rosa", "Samir", "Tess", "Umar", "Vera",
-               "Wes", "Yara", "Zoe")
-LAST_NAMES = ("Lopez", "Brennan", "Dubois", "Ivanov", "Costa", "Rahimi", "Okafor", "Sato", "Moreau", "Lindqvist",
-              "Iyer", "Walsh", "Lin", "Petrova", "Lind", "Nair", "Foster", "Diaz", "Haddad", "Keller",
-              "Mensah", "Kowalski", "Reyes", "Yilmaz", "Fischer")
-DEPARTMENTS = {"Engineering": ("EMP-1004", "Software Engineer"), "Finance": ("EMP-1003", "Financial Analyst"),
-               "Sales": ("EMP-1006", "Account Manager"), "HR": ("EMP-1005", "Recruiter"),
-               "IT": ("EMP-1002", "Support Technician")}
+FIRST_NAMES = (
+    "Ana",
+    "Ben",
+    "Chloe",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Gwen",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kavya",
+    "Liam",
+    "Mei",
+    "Nadia",
+    "Oscar",
+    "Pia",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tess",
+    "Umar",
+    "Vera",
+    "Wes",
+    "Yara",
+    "Zoe",
+)
+LAST_NAMES = (
+    "Lopez",
+    "Brennan",
+    "Dubois",
+    "Ivanov",
+    "Costa",
+    "Rahimi",
+    "Okafor",
+    "Sato",
+    "Moreau",
+    "Lindqvist",
+    "Iyer",
+    "Walsh",
+    "Lin",
+    "Petrova",
+    "Lind",
+    "Nair",
+    "Foster",
+    "Diaz",
+    "Haddad",
+    "Keller",
+    "Mensah",
+    "Kowalski",
+    "Reyes",
+    "Yilmaz",
+    "Fischer",
+)
+DEPARTMENTS = {
+    "Engineering": ("EMP-1004", "Software Engineer"),
+    "Finance": ("EMP-1003", "Financial Analyst"),
+    "Sales": ("EMP-1006", "Account Manager"),
+    "HR": ("EMP-1005", "Recruiter"),
+    "IT": ("EMP-1002", "Support Technician"),
+}
 """Department -> (seed head of department, title of its staff)."""
 
-SUMMARIES = ("VPN disconnects every few minutes", "Cannot open the shared drive", "Printer on floor 3 jams",
-             "Email client crashes on start", "Laptop battery drains fast", "Video calls drop audio",
-             "Cannot install approved software", "Second monitor flickers", "Wi-Fi drops in meeting rooms",
-             "Calendar invites arrive twice")
+SUMMARIES = (
+    "VPN disconnects every few minutes",
+    "Cannot open the shared drive",
+    "Printer on floor 3 jams",
+    "Email client crashes on start",
+    "Laptop battery drains fast",
+    "Video calls drop audio",
+    "Cannot install approved software",
+    "Second monitor flickers",
+    "Wi-Fi drops in meeting rooms",
+    "Calendar invites arrive twice",
+)
 ESCALATE_AFTER_DAYS = {"urgent": 1, "high": 3, "normal": 7}
 """Minimum ticket age (days) for an escalation, by priority (policy.md); low is never escalated."""
 
 STANDARD = tuple(s for s in SYSTEMS if s[2] == "standard")
 RESTRICTED = tuple(s for s in SYSTEMS if s[2] == "restricted")
-SEED_NAMES = {"EMP-1002": "Marcus Bell", "EMP-1003": "Priya Raman", "EMP-1004": "Tom Alvarez",
-              "EMP-1005": "Grace Liu", "EMP-1006": "Sam Okoye", "EMP-1010": "Raj Patel"}
+SEED_NAMES = {
+    "EMP-1002": "Marcus Bell",
+    "EMP-1003": "Priya Raman",
+    "EMP-1004": "Tom Alvarez",
+    "EMP-1005": "Grace Liu",
+    "EMP-1006": "Sam Okoye",
+    "EMP-1010": "Raj Patel",
+}
 """Names of the seed employees who own systems (the approvers of restricted systems)."""
 
 
@@ -84,36 +150,83 @@ class WorldBuilder(RowBuilder):
                 self._names.update((first, last))
                 return first, last
 
-    def _employee(self, eid: str, department: str, title: str, manager_id: str, manager_name: str,
-                  status: str) -> Person:
+    def _employee(
+        self, eid: str, department: str, title: str, manager_id: str, manager_name: str, status: str
+    ) -> Person:
         if any(r["employee_id"] == eid for r in self.rows.get("employees", [])):
-            raise ValueError(f"task {self.index}: employee {eid} already exists (one per role and task)")
+            raise ValueError(
+                f"task {self.index}: employee {eid} already exists (one per role and task)"
+            )
         first, last = self._fresh_name()
-        person = Person(eid, f"{first} {last}", f"{first.lower()}.{last.lower()}@northwind.test", department,
-                        title, manager_id, manager_name, f"B-{self.rng.randint(10000, 99999)}",
-                        f"{self.rng.randint(0, 9999):04d}")
-        self._add("employees", {"employee_id": eid, "name": person.name, "email": person.email,
-                                "department": department, "title": title, "manager_id": manager_id,
-                                "account_status": status, "password_reset_on": day(self.rng.randint(30, 300))})
-        self._add("identity_factors", {"employee_id": eid, "badge_number": person.badge_number,
-                                       "phone_last4": person.phone_last4})
+        person = Person(
+            eid,
+            f"{first} {last}",
+            f"{first.lower()}.{last.lower()}@northwind.test",
+            department,
+            title,
+            manager_id,
+            manager_name,
+            f"B-{self.rng.randint(10000, 99999)}",
+            f"{self.rng.randint(0, 9999):04d}",
+        )
+        self._add(
+            "employees",
+            {
+                "employee_id": eid,
+                "name": person.name,
+                "email": person.email,
+                "department": department,
+                "title": title,
+                "manager_id": manager_id,
+                "account_status": status,
+                "password_reset_on": day(self.rng.randint(30, 300)),
+            },
+        )
+        self._add(
+            "identity_factors",
+            {
+                "employee_id": eid,
+                "badge_number": person.badge_number,
+                "phone_last4": person.phone_last4,
+            },
+        )
         return person
 
-    def employee(self, *, status: str = "active", department: str | None = None,
-                 manager: Person | None = None, other: bool = False) -> Person:
+    def employee(
+        self,
+        *,
+        status: str = "active",
+        department: str | None = None,
+        manager: Person | None = None,
+        other: bool = False,
+    ) -> Person:
         """A new employee; without ``manager``, also a new manager (reporting to the seed head)."""
-        department = department or (manager.department if manager else self.rng.choice(sorted(DEPARTMENTS)))
+        department = department or (
+            manager.department if manager else self.rng.choice(sorted(DEPARTMENTS))
+        )
         head, title = DEPARTMENTS[department]
         if manager is None:
-            manager = self._employee(f"EMP-3{self.index:03d}", department, f"{department} Team Lead", head,
-                                     SEED_NAMES[head], "active")
+            manager = self._employee(
+                f"EMP-3{self.index:03d}",
+                department,
+                f"{department} Team Lead",
+                head,
+                SEED_NAMES[head],
+                "active",
+            )
         eid = f"EMP-{4 if other else 2}{self.index:03d}"
         return self._employee(eid, department, title, manager.employee_id, manager.name, status)
 
     def colleague(self, person: Person) -> Person:
         """A peer of ``person``: same department, title and manager (id ``EMP-4nnn``)."""
-        return self._employee(f"EMP-4{self.index:03d}", person.department, person.title, person.manager_id,
-                              person.manager_name, "active")
+        return self._employee(
+            f"EMP-4{self.index:03d}",
+            person.department,
+            person.title,
+            person.manager_id,
+            person.manager_name,
+            "active",
+        )
 
     def wrong_badge(self, person: Person) -> str:
         """A badge number that is not ``person``'s."""
@@ -127,8 +240,14 @@ class WorldBuilder(RowBuilder):
             pass
         return digits
 
-    def device(self, person: Person, *, in_warranty: bool, kind: str | None = None,
-               warranty_days_left: int | None = None) -> DeviceFacts:
+    def device(
+        self,
+        person: Person,
+        *,
+        in_warranty: bool,
+        kind: str | None = None,
+        warranty_days_left: int | None = None,
+    ) -> DeviceFacts:
         """A device of ``person``: warranty ends ``warranty_days_left`` days from today (negative: ended)."""
         models = [m for m in DEVICE_MODELS if kind is None or m[0] == kind]
         kind, model, cost = self.rng.choice(models)
@@ -136,30 +255,72 @@ class WorldBuilder(RowBuilder):
         if left is None:
             left = self.rng.randint(20, 500) if in_warranty else -self.rng.randint(1, 400)
         device = DeviceFacts(self._next("DEV-"), kind, model, day(-left), cost)
-        self._add("devices", {"device_id": device.device_id, "employee_id": person.employee_id, "kind": kind,
-                              "model": model, "purchased_on": day(730 - left), "warranty_end": device.warranty_end,
-                              "replacement_cost": cost, "status": "active"})
+        self._add(
+            "devices",
+            {
+                "device_id": device.device_id,
+                "employee_id": person.employee_id,
+                "kind": kind,
+                "model": model,
+                "purchased_on": day(730 - left),
+                "warranty_end": device.warranty_end,
+                "replacement_cost": cost,
+                "status": "active",
+            },
+        )
         return device
 
-    def request(self, person: Person, system_id: str, approver_id: str, status: str = "pending_approval",
-                approved_by: str | None = None) -> str:
+    def request(
+        self,
+        person: Person,
+        system_id: str,
+        approver_id: str,
+        status: str = "pending_approval",
+        approved_by: str | None = None,
+    ) -> str:
         """An access request of ``person``; returns its id."""
         rid = self._next("AR-")
-        self._add("access_requests", {"request_id": rid, "employee_id": person.employee_id, "system_id": system_id,
-                                      "approver_id": approver_id, "status": status, "approved_by": approved_by,
-                                      "requested_on": day(self.rng.randint(1, 9))})
+        self._add(
+            "access_requests",
+            {
+                "request_id": rid,
+                "employee_id": person.employee_id,
+                "system_id": system_id,
+                "approver_id": approver_id,
+                "status": status,
+                "approved_by": approved_by,
+                "requested_on": day(self.rng.randint(1, 9)),
+            },
+        )
         return rid
 
-    def ticket(self, person: Person, priority: str, age_days: int, *, level: int = 1, status: str = "open",
-               summary: str | None = None) -> TicketFacts:
+    def ticket(
+        self,
+        person: Person,
+        priority: str,
+        age_days: int,
+        *,
+        level: int = 1,
+        status: str = "open",
+        summary: str | None = None,
+    ) -> TicketFacts:
         """A ticket of ``person`` opened ``age_days`` ago."""
         used = {r["summary"] for r in self.rows.get("tickets", [])}
         summary = summary or self.rng.choice([s for s in SUMMARIES if s not in used])
         facts = TicketFacts(self._next("TCK-"), summary, priority, age_days, day(age_days))
-        self._add("tickets", {"ticket_id": facts.ticket_id, "employee_id": person.employee_id, "summary": summary,
-                              "priority": priority, "status": status, "escalation_level": level,
-                              "opened_on": facts.opened_on,
-                              "escalated_on": day(max(age_days - 1, 0)) if level > 1 else None})
+        self._add(
+            "tickets",
+            {
+                "ticket_id": facts.ticket_id,
+                "employee_id": person.employee_id,
+                "summary": summary,
+                "priority": priority,
+                "status": status,
+                "escalation_level": level,
+                "opened_on": facts.opened_on,
+                "escalated_on": day(max(age_days - 1, 0)) if level > 1 else None,
+            },
+        )
         return facts
 
     def eligible_age(self, priority: str) -> int:
@@ -174,10 +335,14 @@ class WorldBuilder(RowBuilder):
         return self.rng.randint(0, ESCALATE_AFTER_DAYS[priority] - 1)
 
 
-def user_context(person: Person, goal: str, *, extra: list[str] | None = None, agrees: bool = True) -> str:
+def user_context(
+    person: Person, goal: str, *, extra: list[str] | None = None, agrees: bool = True
+) -> str:
     """The simulated user's private facts, one ``Key: value`` per line."""
-    facts = [f"You are {person.name}, an employee of Northwind ({person.title}, {person.department}).",
-             f"Name: {person.name}",
-             f"Employee id: {person.employee_id}",
-             f"Email: {person.email}"]
+    facts = [
+        f"You are {person.name}, an employee of Northwind ({person.title}, {person.department}).",
+        f"Name: {person.name}",
+        f"Employee id: {person.employee_id}",
+        f"Email: {person.email}",
+    ]
     return user_context_text(facts, goal, agrees=agrees, extra=extra)

@@ -17,11 +17,22 @@ from rewardbox.domains.helpdesk.builder import WorldBuilder
 from rewardbox.domains.helpdesk.domain import DOMAIN
 from rewardbox.domains.helpdesk.templates import FAMILIES
 
-RECIPE = DatasetRecipe(domain=DOMAIN, families=FAMILIES, new_builder=WorldBuilder, default_seed=20250310,
-                       agent="an IT helpdesk agent", user="employee", held_out=True,
-                       description=__doc__.splitlines()[0])
-DEFAULT_SEED, generate_tasks, write_dataset, main = (RECIPE.default_seed, RECIPE.generate_tasks,
-                                                     RECIPE.write_dataset, RECIPE.main)
+RECIPE = DatasetRecipe(
+    domain=DOMAIN,
+    families=FAMILIES,
+    new_builder=WorldBuilder,
+    default_seed=20250310,
+    agent="an IT helpdesk agent",
+    user="employee",
+    held_out=True,
+    description=__doc__.splitlines()[0],
+)
+DEFAULT_SEED, generate_tasks, write_dataset, main = (
+    RECIPE.default_seed,
+    RECIPE.generate_tasks,
+    RECIPE.write_dataset,
+    RECIPE.main,
+)
 
 if __name__ == "__main__":
     main()

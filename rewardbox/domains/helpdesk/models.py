@@ -47,7 +47,9 @@ class Employee(Base):
     department: Mapped[str] = mapped_column(sa.String(40))
     title: Mapped[str] = mapped_column(sa.String(60))
     manager_id: Mapped[str | None] = mapped_column(sa.ForeignKey("employees.employee_id"))
-    account_status: Mapped[str] = mapped_column(sa.String(10), _one_of("account_status", ACCOUNT_STATUSES))
+    account_status: Mapped[str] = mapped_column(
+        sa.String(10), _one_of("account_status", ACCOUNT_STATUSES)
+    )
     password_reset_on: Mapped[dt.date | None] = mapped_column(sa.Date)
 
 
@@ -55,7 +57,9 @@ class IdentityFactor(Base):
     """The second factors of an employee: badge number and registered phone (last four digits)."""
 
     __tablename__ = "identity_factors"
-    employee_id: Mapped[str] = mapped_column(sa.ForeignKey("employees.employee_id"), primary_key=True)
+    employee_id: Mapped[str] = mapped_column(
+        sa.ForeignKey("employees.employee_id"), primary_key=True
+    )
     badge_number: Mapped[str] = mapped_column(sa.String(12))
     phone_last4: Mapped[str] = mapped_column(sa.String(4))
 
@@ -118,7 +122,8 @@ class Ticket(Base):
     priority: Mapped[str] = mapped_column(sa.String(10), _one_of("priority", PRIORITIES))
     status: Mapped[str] = mapped_column(sa.String(10), _one_of("status", TICKET_STATUSES))
     escalation_level: Mapped[int] = mapped_column(
-        sa.Integer, sa.CheckConstraint(f"escalation_level between 1 and {MAX_ESCALATION_LEVEL}"))
+        sa.Integer, sa.CheckConstraint(f"escalation_level between 1 and {MAX_ESCALATION_LEVEL}")
+    )
     opened_on: Mapped[dt.date] = mapped_column(sa.Date)
     escalated_on: Mapped[dt.date | None] = mapped_column(sa.Date)
 

@@ -83,25 +83,56 @@ def day(days_ago: int) -> str:
 def _people(rows: dict[str, list[dict[str, Any]]]) -> None:
     for i, (eid, name, dept, title, manager, status) in enumerate(_EMPLOYEES):
         first, last = name.lower().split()
-        rows["employees"].append({
-            "employee_id": eid, "name": name, "email": f"{first}.{last}@northwind.test", "department": dept,
-            "title": title, "manager_id": manager, "account_status": status,
-            "password_reset_on": day(40 + 11 * i)})
-        rows["identity_factors"].append({"employee_id": eid, "badge_number": f"B-{51200 + 37 * i}",
-                                         "phone_last4": f"{3100 + 173 * i:04d}"[-4:]})
+        rows["employees"].append(
+            {
+                "employee_id": eid,
+                "name": name,
+                "email": f"{first}.{last}@northwind.test",
+                "department": dept,
+                "title": title,
+                "manager_id": manager,
+                "account_status": status,
+                "password_reset_on": day(40 + 11 * i),
+            }
+        )
+        rows["identity_factors"].append(
+            {
+                "employee_id": eid,
+                "badge_number": f"B-{51200 + 37 * i}",
+                "phone_last4": f"{3100 + 173 * i:04d}"[-4:],
+            }
+        )
         kind, model, cost = DEVICE_MODELS[i % len(DEVICE_MODELS)]
         bought = 200 + 97 * i
-        rows["devices"].append({
-            "device_id": f"DEV-{eid[4:]}", "employee_id": eid, "kind": kind, "model": model,
-            "purchased_on": day(bought), "warranty_end": day(bought - 730), "replacement_cost": cost,
-            "status": "replacement_ordered" if eid == "EMP-1009" else "active"})
+        rows["devices"].append(
+            {
+                "device_id": f"DEV-{eid[4:]}",
+                "employee_id": eid,
+                "kind": kind,
+                "model": model,
+                "purchased_on": day(bought),
+                "warranty_end": day(bought - 730),
+                "replacement_cost": cost,
+                "status": "replacement_ordered" if eid == "EMP-1009" else "active",
+            }
+        )
 
 
 def seed_rows() -> dict[str, list[dict[str, Any]]]:
     """The seed rows, ``{table: [row, ...]}`` (plain JSON-able values, deterministic)."""
-    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in (
-        "employees", "identity_factors", "systems", "access_requests", "access_grants", "devices",
-        "replacement_orders", "tickets")}
+    rows: dict[str, list[dict[str, Any]]] = {
+        t: []
+        for t in (
+            "employees",
+            "identity_factors",
+            "systems",
+            "access_requests",
+            "access_grants",
+            "devices",
+            "replacement_orders",
+            "tickets",
+        )
+    }
     _people(rows)
     _access(rows)
     _support(rows)
@@ -111,23 +142,61 @@ def seed_rows() -> dict[str, list[dict[str, Any]]]:
 def _access(rows: dict[str, list[dict[str, Any]]]) -> None:
     """The systems, access requests and access grants of ``seed_rows``."""
     for sid, name, level, owner in SYSTEMS:
-        rows["systems"].append({"system_id": sid, "name": name, "access_level": level, "owner_id": owner})
+        rows["systems"].append(
+            {"system_id": sid, "name": name, "access_level": level, "owner_id": owner}
+        )
     for rid, eid, sid, approver, status, approved_by, ago in _REQUESTS:
-        rows["access_requests"].append({"request_id": rid, "employee_id": eid, "system_id": sid,
-                                        "approver_id": approver, "status": status, "approved_by": approved_by,
-                                        "requested_on": day(ago)})
+        rows["access_requests"].append(
+            {
+                "request_id": rid,
+                "employee_id": eid,
+                "system_id": sid,
+                "approver_id": approver,
+                "status": status,
+                "approved_by": approved_by,
+                "requested_on": day(ago),
+            }
+        )
     grants = [(eid, sid, None) for eid, *_ in _EMPLOYEES[:11] for sid in ("SYS-MAIL", "SYS-WIKI")]
-    grants += [("EMP-1010", "SYS-GIT", "AR-0004"), ("EMP-1008", "SYS-EXP", None), ("EMP-1009", "SYS-CRM", None)]
+    grants += [
+        ("EMP-1010", "SYS-GIT", "AR-0004"),
+        ("EMP-1008", "SYS-EXP", None),
+        ("EMP-1009", "SYS-CRM", None),
+    ]
     for n, (eid, sid, rid) in enumerate(grants, start=1):
-        rows["access_grants"].append({"grant_id": f"GR-{n:04d}", "employee_id": eid, "system_id": sid,
-                                      "request_id": rid, "granted_on": day(100 + n)})
+        rows["access_grants"].append(
+            {
+                "grant_id": f"GR-{n:04d}",
+                "employee_id": eid,
+                "system_id": sid,
+                "request_id": rid,
+                "granted_on": day(100 + n),
+            }
+        )
 
 
 def _support(rows: dict[str, list[dict[str, Any]]]) -> None:
     """The replacement orders and tickets of ``seed_rows``."""
-    rows["replacement_orders"].append({"order_id": "RPL-0001", "device_id": "DEV-1009", "employee_id": "EMP-1009",
-                                       "billing": "department", "cost": "189.95", "ordered_on": day(3)})
+    rows["replacement_orders"].append(
+        {
+            "order_id": "RPL-0001",
+            "device_id": "DEV-1009",
+            "employee_id": "EMP-1009",
+            "billing": "department",
+            "cost": "189.95",
+            "ordered_on": day(3),
+        }
+    )
     for tid, eid, summary, priority, status, level, ago in _TICKETS:
-        rows["tickets"].append({"ticket_id": tid, "employee_id": eid, "summary": summary, "priority": priority,
-                                "status": status, "escalation_level": level, "opened_on": day(ago),
-                                "escalated_on": day(ago - 1) if level > 1 else None})
+        rows["tickets"].append(
+            {
+                "ticket_id": tid,
+                "employee_id": eid,
+                "summary": summary,
+                "priority": priority,
+                "status": status,
+                "escalation_level": level,
+                "opened_on": day(ago),
+                "escalated_on": day(ago - 1) if level > 1 else None,
+            }
+        )

@@ -17,8 +17,15 @@ FAMILIES: tuple[Family, ...] = (
     Family("reset_unverified", "helpdesk_password.py", "medium", access.reset_unverified),
     Family("reset_other_account", "helpdesk_password.py", "hard", access.reset_other_account, 3),
     Family("access_grant_explicit", "helpdesk_access.py", "trivial", access.access_grant_explicit),
-    Family("access_request_standard", "helpdesk_access.py", "medium", access.access_request_standard),
-    Family("access_request_restricted", "helpdesk_access.py", "medium", access.access_request_restricted),
+    Family(
+        "access_request_standard", "helpdesk_access.py", "medium", access.access_request_standard
+    ),
+    Family(
+        "access_request_restricted",
+        "helpdesk_access.py",
+        "medium",
+        access.access_request_restricted,
+    ),
     Family("access_grant_refused", "helpdesk_access.py", "hard", access.access_grant_refused),
     Family("access_multi", "helpdesk_access.py", "hard", access.access_multi, 3),
     Family("device_warranty", "helpdesk_devices.py", "easy", support.device_warranty),

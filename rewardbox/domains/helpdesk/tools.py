@@ -62,20 +62,45 @@ def get_employee(db: Session, employee_id: str) -> dict[str, Any]:
     devices = _rows(db, Device, e.employee_id, Device.device_id)
     tickets = _rows(db, Ticket, e.employee_id, Ticket.ticket_id)
     return {
-        "employee_id": e.employee_id, "name": e.name, "email": e.email, "department": e.department,
-        "title": e.title, "manager_id": e.manager_id, "manager_name": _name(db, e.manager_id),
-        "account_status": e.account_status, "access": [g.system_id for g in grants],
-        "access_requests": [{"request_id": r.request_id, "system_id": r.system_id, "status": r.status,
-                             "approver_id": r.approver_id, "approved_by": r.approved_by,
-                             "requested_on": r.requested_on.isoformat()} for r in requests],
-        "devices": [{"device_id": d.device_id, "kind": d.kind, "model": d.model, "status": d.status}
-                    for d in devices],
-        "tickets": [{"ticket_id": t.ticket_id, "summary": t.summary, "priority": t.priority, "status": t.status}
-                    for t in tickets],
+        "employee_id": e.employee_id,
+        "name": e.name,
+        "email": e.email,
+        "department": e.department,
+        "title": e.title,
+        "manager_id": e.manager_id,
+        "manager_name": _name(db, e.manager_id),
+        "account_status": e.account_status,
+        "access": [g.system_id for g in grants],
+        "access_requests": [
+            {
+                "request_id": r.request_id,
+                "system_id": r.system_id,
+                "status": r.status,
+                "approver_id": r.approver_id,
+                "approved_by": r.approved_by,
+                "requested_on": r.requested_on.isoformat(),
+            }
+            for r in requests
+        ],
+        "devices": [
+            {"device_id": d.device_id, "kind": d.kind, "model": d.model, "status": d.status}
+            for d in devices
+        ],
+        "tickets": [
+            {
+                "ticket_id": t.ticket_id,
+                "summary": t.summary,
+                "priority": t.priority,
+                "status": t.status,
+            }
+            for t in tickets
+        ],
     }
 
 
-def verify_identity(db: Session, employee_id: str, badge_number: str = "", phone_last4: str = "") -> dict[str, Any]:
+def verify_identity(
+    db: Session, employee_id: str, badge_number: str = "", phone_last4: str = ""
+) -> dict[str, Any]:
     """Check an employee's identity with a second factor (needed before a password reset).
 
     Pass the factor exactly as the employee gave it: the badge number, or the
@@ -109,8 +134,18 @@ def list_systems(db: Session) -> dict[str, Any]:
     restricted), owner_id and owner_name (the system owner). Never fails.
     """
     systems = db.scalars(sa.select(System).order_by(System.system_id))
-    return {"systems": [{"system_id": s.system_id, "name": s.name, "access_level": s.access_level,
-                         "owner_id": s.owner_id, "owner_name": _name(db, s.owner_id)} for s in systems]}
+    return {
+        "systems": [
+            {
+                "system_id": s.system_id,
+                "name": s.name,
+                "access_level": s.access_level,
+                "owner_id": s.owner_id,
+                "owner_name": _name(db, s.owner_id),
+            }
+            for s in systems
+        ]
+    }
 
 
 def get_device(db: Session, device_id: str) -> dict[str, Any]:
@@ -124,13 +159,30 @@ def get_device(db: Session, device_id: str) -> dict[str, Any]:
     replacement orders. Error if the device does not exist.
     """
     d = get_row(db, Device, device_id, "Device")
-    orders = db.scalars(sa.select(ReplacementOrder).where(ReplacementOrder.device_id == d.device_id)
-                        .order_by(ReplacementOrder.order_id))
-    return {"device_id": d.device_id, "employee_id": d.employee_id, "kind": d.kind, "model": d.model,
-            "purchased_on": d.purchased_on.isoformat(), "warranty_end": d.warranty_end.isoformat(),
-            "replacement_cost": money(d.replacement_cost), "status": d.status,
-            "replacement_orders": [{"order_id": o.order_id, "billing": o.billing, "cost": money(o.cost),
-                                    "ordered_on": o.ordered_on.isoformat()} for o in orders]}
+    orders = db.scalars(
+        sa.select(ReplacementOrder)
+        .where(ReplacementOrder.device_id == d.device_id)
+        .order_by(ReplacementOrder.order_id)
+    )
+    return {
+        "device_id": d.device_id,
+        "employee_id": d.employee_id,
+        "kind": d.kind,
+        "model": d.model,
+        "purchased_on": d.purchased_on.isoformat(),
+        "warranty_end": d.warranty_end.isoformat(),
+        "replacement_cost": money(d.replacement_cost),
+        "status": d.status,
+        "replacement_orders": [
+            {
+                "order_id": o.order_id,
+                "billing": o.billing,
+                "cost": money(o.cost),
+                "ordered_on": o.ordered_on.isoformat(),
+            }
+            for o in orders
+        ],
+    }
 
 
 def get_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
@@ -145,12 +197,31 @@ def get_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
     Error if the ticket does not exist.
     """
     t = get_row(db, Ticket, ticket_id, "Ticket")
-    return {"ticket_id": t.ticket_id, "employee_id": t.employee_id, "summary": t.summary, "priority": t.priority,
-            "status": t.status, "escalation_level": t.escalation_level, "opened_on": t.opened_on.isoformat(),
-            "age_days": (TODAY - t.opened_on).days,
-            "escalated_on": t.escalated_on.isoformat() if t.escalated_on else None}
+    return {
+        "ticket_id": t.ticket_id,
+        "employee_id": t.employee_id,
+        "summary": t.summary,
+        "priority": t.priority,
+        "status": t.status,
+        "escalation_level": t.escalation_level,
+        "opened_on": t.opened_on.isoformat(),
+        "age_days": (TODAY - t.opened_on).days,
+        "escalated_on": t.escalated_on.isoformat() if t.escalated_on else None,
+    }
 
 
-TOOLS = (get_employee, verify_identity, reset_password, list_systems, request_access, grant_access,
-         get_device, order_replacement, get_ticket, escalate_ticket)
-READONLY_TOOLS = frozenset({"get_employee", "verify_identity", "list_systems", "get_device", "get_ticket"})
+TOOLS = (
+    get_employee,
+    verify_identity,
+    reset_password,
+    list_systems,
+    request_access,
+    grant_access,
+    get_device,
+    order_replacement,
+    get_ticket,
+    escalate_ticket,
+)
+READONLY_TOOLS = frozenset(
+    {"get_employee", "verify_identity", "list_systems", "get_device", "get_ticket"}
+)

@@ -27,4 +27,6 @@ def _name(db: Session, employee_id: str | None) -> str | None:
 
 
 def _rows(db: Session, model: Any, employee_id: str, order: Any) -> list[Any]:
-    return list(db.scalars(sa.select(model).where(model.employee_id == employee_id).order_by(order)))
+    return list(
+        db.scalars(sa.select(model).where(model.employee_id == employee_id).order_by(order))
+    )

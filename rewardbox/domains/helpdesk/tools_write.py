@@ -41,14 +41,22 @@ def reset_password(db: Session, employee_id: str) -> dict[str, Any]:
     """
     e = get_row(db, Employee, employee_id, "Employee")
     if e.account_status == "disabled":
-        raise ToolFailure(f"Account of {e.employee_id} is disabled; passwords of disabled accounts cannot be reset")
+        raise ToolFailure(
+            f"Account of {e.employee_id} is disabled; passwords of disabled accounts cannot be reset"
+        )
     e.account_status, e.password_reset_on = "active", TODAY
     _audit(db, "reset_password", employee_id=e.employee_id)
-    return {"employee_id": e.employee_id, "account_status": e.account_status,
-            "password_reset_on": TODAY.isoformat(), "reset_link_sent_to": e.email}
+    return {
+        "employee_id": e.employee_id,
+        "account_status": e.account_status,
+        "password_reset_on": TODAY.isoformat(),
+        "reset_link_sent_to": e.email,
+    }
 
 
-def request_access(db: Session, employee_id: str, system_id: str, approver_id: str) -> dict[str, Any]:
+def request_access(
+    db: Session, employee_id: str, system_id: str, approver_id: str
+) -> dict[str, Any]:
     """Open an access request for an employee and route it to an approver.
 
     The request waits with status "pending_approval" until the approver
@@ -69,26 +77,44 @@ def request_access(db: Session, employee_id: str, system_id: str, approver_id: s
     if approver.employee_id == e.employee_id:
         raise ToolFailure("An employee cannot approve their own access request")
     _refuse_duplicate_access(db, e, s)
-    request = AccessRequest(request_id=keyed_id(db, AccessRequest.request_id, f"AR-{e.employee_id}-{s.system_id}"), employee_id=e.employee_id,
-                            system_id=s.system_id, approver_id=approver.employee_id, status="pending_approval",
-                            approved_by=None, requested_on=TODAY)
+    request = AccessRequest(
+        request_id=keyed_id(db, AccessRequest.request_id, f"AR-{e.employee_id}-{s.system_id}"),
+        employee_id=e.employee_id,
+        system_id=s.system_id,
+        approver_id=approver.employee_id,
+        status="pending_approval",
+        approved_by=None,
+        requested_on=TODAY,
+    )
     db.add(request)
     _audit(db, "request_access", request_id=request.request_id)
-    return {"request_id": request.request_id, "status": request.status, "approver_id": approver.employee_id,
-            "approver_name": approver.name}
+    return {
+        "request_id": request.request_id,
+        "status": request.status,
+        "approver_id": approver.employee_id,
+        "approver_name": approver.name,
+    }
 
 
 def _refuse_duplicate_access(db: Session, e: Employee, s: System) -> None:
     """``ToolFailure`` when the employee already has access to the system or an open request for it."""
-    if db.scalars(sa.select(AccessGrant).where(AccessGrant.employee_id == e.employee_id,
-                                               AccessGrant.system_id == s.system_id)).first():
+    if db.scalars(
+        sa.select(AccessGrant).where(
+            AccessGrant.employee_id == e.employee_id, AccessGrant.system_id == s.system_id
+        )
+    ).first():
         raise ToolFailure(f"{e.employee_id} already has access to {s.system_id}")
-    open_request = db.scalars(sa.select(AccessRequest).where(
-        AccessRequest.employee_id == e.employee_id, AccessRequest.system_id == s.system_id,
-        AccessRequest.status.in_(OPEN_REQUEST_STATUSES))).first()
+    open_request = db.scalars(
+        sa.select(AccessRequest).where(
+            AccessRequest.employee_id == e.employee_id,
+            AccessRequest.system_id == s.system_id,
+            AccessRequest.status.in_(OPEN_REQUEST_STATUSES),
+        )
+    ).first()
     if open_request is not None:
         raise ToolFailure(
-            f"Request {open_request.request_id} for {s.system_id} is already open ({open_request.status})")
+            f"Request {open_request.request_id} for {s.system_id} is already open ({open_request.status})"
+        )
 
 
 def grant_access(db: Session, request_id: str) -> dict[str, Any]:
@@ -105,16 +131,27 @@ def grant_access(db: Session, request_id: str) -> dict[str, Any]:
     r = get_row(db, AccessRequest, request_id, "Access request")
     if r.status in ("rejected", "granted"):
         raise ToolFailure(f"Request {r.request_id} is {r.status}; it cannot be granted")
-    grant = AccessGrant(grant_id=keyed_id(db, AccessGrant.grant_id, f"GR-{r.employee_id}-{r.system_id}"), employee_id=r.employee_id,
-                        system_id=r.system_id, request_id=r.request_id, granted_on=TODAY)
+    grant = AccessGrant(
+        grant_id=keyed_id(db, AccessGrant.grant_id, f"GR-{r.employee_id}-{r.system_id}"),
+        employee_id=r.employee_id,
+        system_id=r.system_id,
+        request_id=r.request_id,
+        granted_on=TODAY,
+    )
     db.add(grant)
     r.status = "granted"
     _audit(db, "grant_access", request_id=r.request_id, grant_id=grant.grant_id)
-    return {"grant_id": grant.grant_id, "employee_id": r.employee_id, "system_id": r.system_id,
-            "request_status": r.status}
+    return {
+        "grant_id": grant.grant_id,
+        "employee_id": r.employee_id,
+        "system_id": r.system_id,
+        "request_status": r.status,
+    }
 
 
-def order_replacement(db: Session, device_id: str, billing: Literal["warranty", "department"]) -> dict[str, Any]:
+def order_replacement(
+    db: Session, device_id: str, billing: Literal["warranty", "department"]
+) -> dict[str, Any]:
     """Order a replacement for a broken, lost or failing device.
 
     billing "warranty" is free and only possible while the warranty runs
@@ -132,17 +169,30 @@ def order_replacement(db: Session, device_id: str, billing: Literal["warranty", 
     """
     d = get_row(db, Device, device_id, "Device")
     if d.status != "active":
-        raise ToolFailure(f"Device {d.device_id} is {d.status}; only active devices can be replaced")
+        raise ToolFailure(
+            f"Device {d.device_id} is {d.status}; only active devices can be replaced"
+        )
     if billing == "warranty" and d.warranty_end < TODAY:
         raise ToolFailure(f"The warranty of {d.device_id} ended on {d.warranty_end.isoformat()}")
     cost = Decimal("0") if billing == "warranty" else d.replacement_cost
-    order = ReplacementOrder(order_id=keyed_id(db, ReplacementOrder.order_id, f"RPL-{d.device_id}"), device_id=d.device_id,
-                             employee_id=d.employee_id, billing=billing, cost=cost, ordered_on=TODAY)
+    order = ReplacementOrder(
+        order_id=keyed_id(db, ReplacementOrder.order_id, f"RPL-{d.device_id}"),
+        device_id=d.device_id,
+        employee_id=d.employee_id,
+        billing=billing,
+        cost=cost,
+        ordered_on=TODAY,
+    )
     db.add(order)
     d.status = "replacement_ordered"
     _audit(db, "order_replacement", device_id=d.device_id, order_id=order.order_id)
-    return {"order_id": order.order_id, "device_id": d.device_id, "billing": billing, "cost": money(cost),
-            "device_status": d.status}
+    return {
+        "order_id": order.order_id,
+        "device_id": d.device_id,
+        "billing": billing,
+        "cost": money(cost),
+        "device_status": d.status,
+    }
 
 
 def escalate_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
@@ -160,8 +210,14 @@ def escalate_ticket(db: Session, ticket_id: str) -> dict[str, Any]:
     if t.status != "open":
         raise ToolFailure(f"Ticket {t.ticket_id} is {t.status}; only open tickets can be escalated")
     if t.escalation_level >= MAX_ESCALATION_LEVEL:
-        raise ToolFailure(f"Ticket {t.ticket_id} is already at the highest level ({MAX_ESCALATION_LEVEL})")
+        raise ToolFailure(
+            f"Ticket {t.ticket_id} is already at the highest level ({MAX_ESCALATION_LEVEL})"
+        )
     t.escalation_level += 1
     t.escalated_on = TODAY
     _audit(db, "escalate_ticket", ticket_id=t.ticket_id, level=t.escalation_level)
-    return {"ticket_id": t.ticket_id, "escalation_level": t.escalation_level, "escalated_on": TODAY.isoformat()}
+    return {
+        "ticket_id": t.ticket_id,
+        "escalation_level": t.escalation_level,
+        "escalated_on": TODAY.isoformat(),
+    }

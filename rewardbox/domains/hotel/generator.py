@@ -18,10 +18,21 @@ from rewardbox.domains.hotel.builder import WorldBuilder
 from rewardbox.domains.hotel.domain import DOMAIN
 from rewardbox.domains.hotel.templates_trips import ALL_FAMILIES as FAMILIES
 
-RECIPE = DatasetRecipe(domain=DOMAIN, families=FAMILIES, new_builder=WorldBuilder, default_seed=20250910,
-                       agent="a company travel desk agent", user="traveller", description=__doc__.splitlines()[0])
-DEFAULT_SEED, generate_tasks, write_dataset, main = (RECIPE.default_seed, RECIPE.generate_tasks,
-                                                     RECIPE.write_dataset, RECIPE.main)
+RECIPE = DatasetRecipe(
+    domain=DOMAIN,
+    families=FAMILIES,
+    new_builder=WorldBuilder,
+    default_seed=20250910,
+    agent="a company travel desk agent",
+    user="traveller",
+    description=__doc__.splitlines()[0],
+)
+DEFAULT_SEED, generate_tasks, write_dataset, main = (
+    RECIPE.default_seed,
+    RECIPE.generate_tasks,
+    RECIPE.write_dataset,
+    RECIPE.main,
+)
 
 if __name__ == "__main__":
     main()

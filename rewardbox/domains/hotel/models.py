@@ -43,8 +43,12 @@ class Traveller(Base):
     traveller_id: Mapped[str] = mapped_column(sa.String(20), primary_key=True)
     name: Mapped[str] = mapped_column(sa.String(80))
     email: Mapped[str] = mapped_column(sa.String(120), unique=True)
-    tier: Mapped[str] = mapped_column(sa.String(10), sa.CheckConstraint("tier in ('standard','silver','gold')"))
-    credit_balance: Mapped[int] = mapped_column(sa.Integer, sa.CheckConstraint("credit_balance >= 0"))
+    tier: Mapped[str] = mapped_column(
+        sa.String(10), sa.CheckConstraint("tier in ('standard','silver','gold')")
+    )
+    credit_balance: Mapped[int] = mapped_column(
+        sa.Integer, sa.CheckConstraint("credit_balance >= 0")
+    )
     manager_id: Mapped[str] = mapped_column(sa.ForeignKey("managers.manager_id"))
 
 

@@ -39,9 +39,14 @@ def redeem_explicit(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller(tier, balance=REDEEM_LIMIT_CREDITS[tier] + b.rng.randint(0, 150))
     s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
     credits = b.redeemable(tier)
-    return task_spec(short_ask(f"redeem {credits} of my loyalty credits on booking {s.booking_id}", k),
-                     user_context(p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)),
-                     [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+    return task_spec(
+        short_ask(f"redeem {credits} of my loyalty credits on booking {s.booking_id}", k),
+        user_context(
+            p, f"redeem {credits} credits on booking {s.booking_id}.", booking=describe(s)
+        ),
+        [find(p), call("redeem_credits", booking_id=s.booking_id, credits=credits)],
+        write=True,
+    )
 
 
 def redeem_over_limit(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -52,44 +57,66 @@ def redeem_over_limit(b: WorldBuilder, k: int) -> dict[str, Any]:
     if k % 4 == 2:  # an earlier redemption leaves less than asked
         earlier = 5 * b.rng.randint(12, 18)
         b.credits(p, s, "redeemed", earlier)
-        credits, extra = 5 * b.rng.randint((limit - earlier) // 5 + 1, 10), [f"You already redeemed {earlier} "
-                                                                               "credits on this booking."]
+        credits, extra = (
+            5 * b.rng.randint((limit - earlier) // 5 + 1, 10),
+            [f"You already redeemed {earlier} credits on this booking."],
+        )
     else:
         credits, extra = limit + 5 * b.rng.randint(2, 12), []
-    return task_spec(f"{hello(p)} Please redeem {credits} loyalty credits on booking {s.booking_id}.",
-                     user_context(p, f"redeem exactly {credits} credits on booking {s.booking_id}; you do not want a "
-                                  "smaller amount.", booking=describe(s), extra=extra),
-                     [find(p), look(s)], write=False)
+    return task_spec(
+        f"{hello(p)} Please redeem {credits} loyalty credits on booking {s.booking_id}.",
+        user_context(
+            p,
+            f"redeem exactly {credits} credits on booking {s.booking_id}; you do not want a "
+            "smaller amount.",
+            booking=describe(s),
+            extra=extra,
+        ),
+        [find(p), look(s)],
+        write=False,
+    )
 
 
 def redeem_max(b: WorldBuilder, k: int) -> dict[str, Any]:
     tier = ("silver", "standard", "gold")[k % 3]
     limit = REDEEM_LIMIT_CREDITS[tier]
     variant = k % 3
-    balance = limit - b.rng.randint(5, limit // 2) if variant == 1 else limit + b.rng.randint(20, 200)
+    balance = (
+        limit - b.rng.randint(5, limit // 2) if variant == 1 else limit + b.rng.randint(20, 200)
+    )
     p = b.traveller(tier, balance=balance)
     s = b.booking(p, "confirmed", nights=b.rng.randint(3, 4))
     earlier = 5 * b.rng.randint(4, 20) if variant == 2 else 0
     if earlier:
         b.credits(p, s, "redeemed", earlier)
     credits = min(limit - earlier, balance)
-    return task_spec(f"{hello(p)} Please use as many of my loyalty credits on booking {s.booking_id} as the policy "
-                     "allows.",
-                     user_context(p, f"redeem the most credits the policy allows on booking {s.booking_id}.",
-                                  booking=describe(s)),
-                     [find(p), look(s), call("redeem_credits", booking_id=s.booking_id, credits=credits)], write=True)
+    return task_spec(
+        f"{hello(p)} Please use as many of my loyalty credits on booking {s.booking_id} as the policy "
+        "allows.",
+        user_context(
+            p,
+            f"redeem the most credits the policy allows on booking {s.booking_id}.",
+            booking=describe(s),
+        ),
+        [find(p), look(s), call("redeem_credits", booking_id=s.booking_id, credits=credits)],
+        write=True,
+    )
 
 
-_COMPLAINTS = ("The room was very noisy every night because of construction next door.",
-               "The bathroom was dirty when I arrived and nobody cleaned it.",
-               "My room was not ready until late in the evening.",
-               "The room smelled of smoke and the sheets were stained.")
+_COMPLAINTS = (
+    "The room was very noisy every night because of construction next door.",
+    "The bathroom was dirty when I arrived and nobody cleaned it.",
+    "My room was not ready until late in the evening.",
+    "The room smelled of smoke and the sheets were stained.",
+)
 
 
-_COMPENSATION_ASKS = ("I want to complain and I'd like some compensation.",
-                      "What can you offer me for this?",
-                      "I expect some goodwill credits for this.",
-                      "Please compensate me for this.")
+_COMPENSATION_ASKS = (
+    "I want to complain and I'd like some compensation.",
+    "What can you offer me for this?",
+    "I expect some goodwill credits for this.",
+    "Please compensate me for this.",
+)
 
 
 def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -98,11 +125,26 @@ def goodwill_credits(b: WorldBuilder, k: int) -> dict[str, Any]:
     s = b.booking(p, ("completed", "checked_in")[k % 2])
     complaint = _COMPLAINTS[k % len(_COMPLAINTS)]
     ask = _COMPENSATION_ASKS[k % len(_COMPENSATION_ASKS)]
-    return task_spec(f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} {ask}",
-                     user_context(p, f"complain about your stay ({s.booking_id}) and get compensation; you "
-                                  "accept goodwill credits.", booking=describe(s)),
-                     [find(p), look(s), call("award_credits", booking_id=s.booking_id, credits=GOODWILL_CREDITS[p.tier],
-                                             reason=complaint)], write=True)
+    return task_spec(
+        f"{hello(p)} About my stay on booking {s.booking_id}: {complaint} {ask}",
+        user_context(
+            p,
+            f"complain about your stay ({s.booking_id}) and get compensation; you "
+            "accept goodwill credits.",
+            booking=describe(s),
+        ),
+        [
+            find(p),
+            look(s),
+            call(
+                "award_credits",
+                booking_id=s.booking_id,
+                credits=GOODWILL_CREDITS[p.tier],
+                reason=complaint,
+            ),
+        ],
+        write=True,
+    )
 
 
 def complaint_only(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -110,12 +152,22 @@ def complaint_only(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller(("silver", "gold", "standard")[k % 3])
     s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
     complaint = _COMPLAINTS[(k + 2) % len(_COMPLAINTS)]
-    close = ("I don't need anything, I just wanted the hotel to know.", "No need to do anything, just passing "
-             "it on.", "I'm not asking for anything, please just note it.")[k % 3]
-    return task_spec(f"{hello(p)} Feedback on booking {s.booking_id}: {complaint} {close}",
-                     user_context(p, f"tell the travel desk about a problem with your stay ({s.booking_id}); you "
-                                  "want nothing in return.", booking=describe(s)),
-                     [find(p), look(s)], write=False)
+    close = (
+        "I don't need anything, I just wanted the hotel to know.",
+        "No need to do anything, just passing it on.",
+        "I'm not asking for anything, please just note it.",
+    )[k % 3]
+    return task_spec(
+        f"{hello(p)} Feedback on booking {s.booking_id}: {complaint} {close}",
+        user_context(
+            p,
+            f"tell the travel desk about a problem with your stay ({s.booking_id}); you "
+            "want nothing in return.",
+            booking=describe(s),
+        ),
+        [find(p), look(s)],
+        write=False,
+    )
 
 
 def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -123,10 +175,17 @@ def goodwill_repeat(b: WorldBuilder, k: int) -> dict[str, Any]:
     s = b.booking(p, ("completed", "checked_in", "completed")[k % 3])
     b.credits(p, s, "goodwill", GOODWILL_CREDITS[p.tier])
     complaint = _COMPLAINTS[(k + 1) % len(_COMPLAINTS)]
-    return task_spec(f"{hello(p)} Booking {s.booking_id}: {complaint} I want compensation.",
-                     user_context(p, f"complain about your stay ({s.booking_id}) and ask for compensation.",
-                                  booking=describe(s), extra=["You already complained about this stay once."]),
-                     [find(p), look(s)], write=False)
+    return task_spec(
+        f"{hello(p)} Booking {s.booking_id}: {complaint} I want compensation.",
+        user_context(
+            p,
+            f"complain about your stay ({s.booking_id}) and ask for compensation.",
+            booking=describe(s),
+            extra=["You already complained about this stay once."],
+        ),
+        [find(p), look(s)],
+        write=False,
+    )
 
 
 def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -138,15 +197,20 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
         credits = b.redeemable(tier)
         query = f"Two things: cancel booking {a.booking_id}, and redeem {credits} credits on booking {c.booking_id}."
         second = call("redeem_credits", booking_id=c.booking_id, credits=credits)
-        goal = f"cancel booking {a.booking_id} and redeem {credits} credits on booking {c.booking_id}."
+        goal = (
+            f"cancel booking {a.booking_id} and redeem {credits} credits on booking {c.booking_id}."
+        )
     else:
         query = f"My trip is off: please cancel both bookings {a.booking_id} and {c.booking_id}."
         second = call("cancel_booking", booking_id=c.booking_id)
         goal = f"cancel bookings {a.booking_id} and {c.booking_id}."
     b.distractors(p, 1)
-    return task_spec(f"{hello(p)} {query}",
-                     user_context(p, goal, booking=f"{describe(a)} and {describe(c)}"),
-                     [find(p), call("cancel_booking", booking_id=a.booking_id), second], write=True)
+    return task_spec(
+        f"{hello(p)} {query}",
+        user_context(p, goal, booking=f"{describe(a)} and {describe(c)}"),
+        [find(p), call("cancel_booking", booking_id=a.booking_id), second],
+        write=True,
+    )
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -25,19 +25,33 @@ def trip_cleanup(b: WorldBuilder, k: int) -> dict[str, Any]:
     verb, room = wanted_room(c, k)
     b.approval(p, c, room, "approved")
     credits = 5 * b.rng.randint(4, 10)
-    cancel = f"cancel booking {a.booking_id}" + (f" and booking {extra.booking_id}" if extra else "")
-    query = (f"{hello(p)} My travel plans changed. Please {cancel}; {verb} booking {c.booking_id} to the "
-             f"{room.name} (my manager approved it); and redeem {credits} of my credits on {c.booking_id}.")
+    cancel = f"cancel booking {a.booking_id}" + (
+        f" and booking {extra.booking_id}" if extra else ""
+    )
+    query = (
+        f"{hello(p)} My travel plans changed. Please {cancel}; {verb} booking {c.booking_id} to the "
+        f"{room.name} (my manager approved it); and redeem {credits} of my credits on {c.booking_id}."
+    )
     golden = [find(p), call("cancel_booking", booking_id=a.booking_id)]
     golden += [call("cancel_booking", booking_id=extra.booking_id)] if extra else []
-    golden += [look(c), call("change_room", booking_id=c.booking_id, room_type_id=room.room_type_id),
-               call("redeem_credits", booking_id=c.booking_id, credits=credits)]
+    golden += [
+        look(c),
+        call("change_room", booking_id=c.booking_id, room_type_id=room.room_type_id),
+        call("redeem_credits", booking_id=c.booking_id, credits=credits),
+    ]
     stays = [s for s in (a, extra, c) if s]
-    return task_spec(query, user_context(p, f"{cancel}, {verb} booking {c.booking_id} to the {room.name}, and "
-                                         f"redeem {credits} credits on it.",
-                                         booking=" and ".join(describe(s) for s in stays),
-                                         extra=[f"Your manager {p.manager_name} approved the room change."]),
-                     golden, write=True)
+    return task_spec(
+        query,
+        user_context(
+            p,
+            f"{cancel}, {verb} booking {c.booking_id} to the {room.name}, and "
+            f"redeem {credits} credits on it.",
+            booking=" and ".join(describe(s) for s in stays),
+            extra=[f"Your manager {p.manager_name} approved the room change."],
+        ),
+        golden,
+        write=True,
+    )
 
 
 def change_of_mind(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -45,15 +59,23 @@ def change_of_mind(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.traveller()
     first = b.booking(p, "confirmed", offset=b.rng.randint(4, 30))
     second = b.booking(p, "confirmed", offset=b.rng.randint(4, 30))
-    turn = ("Oh wait, sorry, that's the wrong one: keep {a} and cancel {b} instead.",
-            "Actually no, {a} stays. It's {b} in {city} that I need cancelled.",
-            "Hmm, scratch that: cancel {b}, not {a}.")[k % 3]
-    return task_spec(f"{hello(p)} Please cancel booking {first.booking_id}. "
-                     + turn.format(a=first.booking_id, b=second.booking_id, city=second.city),
-                     user_context(p, f"cancel booking {second.booking_id} and keep booking {first.booking_id} (you "
-                                  f"named {first.booking_id} by mistake first).",
-                                  booking=f"{describe(first)} and {describe(second)}"),
-                     [find(p), call("cancel_booking", booking_id=second.booking_id)], write=True)
+    turn = (
+        "Oh wait, sorry, that's the wrong one: keep {a} and cancel {b} instead.",
+        "Actually no, {a} stays. It's {b} in {city} that I need cancelled.",
+        "Hmm, scratch that: cancel {b}, not {a}.",
+    )[k % 3]
+    return task_spec(
+        f"{hello(p)} Please cancel booking {first.booking_id}. "
+        + turn.format(a=first.booking_id, b=second.booking_id, city=second.city),
+        user_context(
+            p,
+            f"cancel booking {second.booking_id} and keep booking {first.booking_id} (you "
+            f"named {first.booking_id} by mistake first).",
+            booking=f"{describe(first)} and {describe(second)}",
+        ),
+        [find(p), call("cancel_booking", booking_id=second.booking_id)],
+        write=True,
+    )
 
 
 FAMILIES_DEPTH: tuple[Family, ...] = (

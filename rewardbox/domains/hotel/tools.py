@@ -60,16 +60,26 @@ def find_traveller(db: Session, email: str) -> dict[str, Any]:
     and the ids of all their bookings.
     Error if no traveller has this email.
     """
-    t = db.scalars(sa.select(Traveller).where(sa.func.lower(Traveller.email) == email.strip().lower())).first()
+    t = db.scalars(
+        sa.select(Traveller).where(sa.func.lower(Traveller.email) == email.strip().lower())
+    ).first()
     if t is None:
         raise ToolFailure(f"No traveller with email {email!r}")
     manager = db.get(Manager, t.manager_id)
-    booking_ids = db.scalars(sa.select(Booking.booking_id).where(Booking.traveller_id == t.traveller_id)
-                             .order_by(Booking.booking_id))
-    return {"traveller_id": t.traveller_id, "name": t.name, "email": t.email, "tier": t.tier,
-            "credit_balance": t.credit_balance,
-            "manager": {"manager_id": manager.manager_id, "name": manager.name} if manager else None,
-            "booking_ids": list(booking_ids)}
+    booking_ids = db.scalars(
+        sa.select(Booking.booking_id)
+        .where(Booking.traveller_id == t.traveller_id)
+        .order_by(Booking.booking_id)
+    )
+    return {
+        "traveller_id": t.traveller_id,
+        "name": t.name,
+        "email": t.email,
+        "tier": t.tier,
+        "credit_balance": t.credit_balance,
+        "manager": {"manager_id": manager.manager_id, "name": manager.name} if manager else None,
+        "booking_ids": list(booking_ids),
+    }
 
 
 def list_bookings(db: Session, traveller_id: str) -> dict[str, Any]:
@@ -83,8 +93,11 @@ def list_bookings(db: Session, traveller_id: str) -> dict[str, Any]:
     Error if the traveller does not exist.
     """
     t = _traveller(db, traveller_id)
-    bookings = db.scalars(sa.select(Booking).where(Booking.traveller_id == t.traveller_id)
-                          .order_by(Booking.check_in, Booking.booking_id))
+    bookings = db.scalars(
+        sa.select(Booking)
+        .where(Booking.traveller_id == t.traveller_id)
+        .order_by(Booking.check_in, Booking.booking_id)
+    )
     return {"traveller_id": t.traveller_id, "bookings": [_booking_summary(db, b) for b in bookings]}
 
 
@@ -105,11 +118,16 @@ def get_booking(db: Session, booking_id: str) -> dict[str, Any]:
     rt = db.get(RoomType, b.room_type_id)
     hotel = db.get(Hotel, rt.hotel_id)
     return {
-        "booking_id": b.booking_id, "traveller_id": b.traveller_id, "status": b.status,
+        "booking_id": b.booking_id,
+        "traveller_id": b.traveller_id,
+        "status": b.status,
         "hotel": {"hotel_id": hotel.hotel_id, "name": hotel.name, "city": hotel.city},
         "room_type": {"room_type_id": rt.room_type_id, "name": rt.name},
-        "check_in": b.check_in.isoformat(), "check_out": b.check_out.isoformat(),
-        "nights": (b.check_out - b.check_in).days, "nightly_rate": money(b.nightly_rate), "total": money(b.total),
+        "check_in": b.check_in.isoformat(),
+        "check_out": b.check_out.isoformat(),
+        "nights": (b.check_out - b.check_in).days,
+        "nightly_rate": money(b.nightly_rate),
+        "total": money(b.total),
         **_booking_records(db, b),
     }
 
@@ -118,15 +136,42 @@ def _booking_records(db: Session, b: Booking) -> dict[str, list[dict[str, Any]]]
     """The payments, refunds, approval requests and credit transactions of a booking (``get_booking``)."""
     approvals = _rows(db, ApprovalRequest, b.booking_id, ApprovalRequest.approval_id)
     return {
-        "payments": [{"payment_id": p.payment_id, "method": p.method, "card_last4": p.card_last4,
-                      "amount": money(p.amount)} for p in _rows(db, Payment, b.booking_id, Payment.payment_id)],
-        "refunds": [{"refund_id": r.refund_id, "amount": money(r.amount), "reason": r.reason,
-                     "created_on": r.created_on.isoformat()}
-                    for r in _rows(db, Refund, b.booking_id, Refund.refund_id)],
-        "approval_requests": [{"approval_id": a.approval_id, "requested_room_type_id": a.requested_room_type_id,
-                               "status": a.status, "created_on": a.created_on.isoformat()} for a in approvals],
-        "credits": [{"tx_id": c.tx_id, "kind": c.kind, "credits": c.credits, "created_on": c.created_on.isoformat()}
-                    for c in _rows(db, CreditTransaction, b.booking_id, CreditTransaction.tx_id)],
+        "payments": [
+            {
+                "payment_id": p.payment_id,
+                "method": p.method,
+                "card_last4": p.card_last4,
+                "amount": money(p.amount),
+            }
+            for p in _rows(db, Payment, b.booking_id, Payment.payment_id)
+        ],
+        "refunds": [
+            {
+                "refund_id": r.refund_id,
+                "amount": money(r.amount),
+                "reason": r.reason,
+                "created_on": r.created_on.isoformat(),
+            }
+            for r in _rows(db, Refund, b.booking_id, Refund.refund_id)
+        ],
+        "approval_requests": [
+            {
+                "approval_id": a.approval_id,
+                "requested_room_type_id": a.requested_room_type_id,
+                "status": a.status,
+                "created_on": a.created_on.isoformat(),
+            }
+            for a in approvals
+        ],
+        "credits": [
+            {
+                "tx_id": c.tx_id,
+                "kind": c.kind,
+                "credits": c.credits,
+                "created_on": c.created_on.isoformat(),
+            }
+            for c in _rows(db, CreditTransaction, b.booking_id, CreditTransaction.tx_id)
+        ],
     }
 
 
@@ -140,13 +185,31 @@ def list_room_types(db: Session, hotel_id: str) -> dict[str, Any]:
     nightly_rate), cheapest first. Error if the hotel does not exist.
     """
     hotel = get_row(db, Hotel, hotel_id, "Hotel")
-    rooms = db.scalars(sa.select(RoomType).where(RoomType.hotel_id == hotel.hotel_id)
-                       .order_by(RoomType.nightly_rate, RoomType.room_type_id))
-    return {"hotel_id": hotel.hotel_id, "name": hotel.name, "city": hotel.city,
-            "room_types": [{"room_type_id": r.room_type_id, "name": r.name, "nightly_rate": money(r.nightly_rate)}
-                           for r in rooms]}
+    rooms = db.scalars(
+        sa.select(RoomType)
+        .where(RoomType.hotel_id == hotel.hotel_id)
+        .order_by(RoomType.nightly_rate, RoomType.room_type_id)
+    )
+    return {
+        "hotel_id": hotel.hotel_id,
+        "name": hotel.name,
+        "city": hotel.city,
+        "room_types": [
+            {"room_type_id": r.room_type_id, "name": r.name, "nightly_rate": money(r.nightly_rate)}
+            for r in rooms
+        ],
+    }
 
 
-TOOLS = (find_traveller, list_bookings, get_booking, list_room_types, request_approval, change_room,
-         cancel_booking, redeem_credits, award_credits)
+TOOLS = (
+    find_traveller,
+    list_bookings,
+    get_booking,
+    list_room_types,
+    request_approval,
+    change_room,
+    cancel_booking,
+    redeem_credits,
+    award_credits,
+)
 READONLY_TOOLS = frozenset({"find_traveller", "list_bookings", "get_booking", "list_room_types"})

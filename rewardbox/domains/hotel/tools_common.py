@@ -2,6 +2,7 @@
 (``tools_write``). The module docstring of ``tools`` says how a tool reports an error and how ids of
 new rows are made.
 """
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -57,17 +58,23 @@ def _booking(db: Session, booking_id: str) -> Booking:
 
 def _confirmed(booking: Booking, action: str) -> None:
     if booking.status != "confirmed":
-        raise ToolFailure(f"Booking {booking.booking_id} is {booking.status}; only confirmed bookings can {action}")
+        raise ToolFailure(
+            f"Booking {booking.booking_id} is {booking.status}; only confirmed bookings can {action}"
+        )
 
 
 def _room_of_hotel(db: Session, booking: Booking, room_type_id: str) -> RoomType:
     current = db.get(RoomType, booking.room_type_id)
     wanted = db.get(RoomType, room_type_id.strip().upper())
     if wanted is None or current is None or wanted.hotel_id != current.hotel_id:
-        raise ToolFailure(f"Room type {room_type_id!r} is not a room type of hotel "
-                          f"{current.hotel_id if current else '?'}; see list_room_types")
+        raise ToolFailure(
+            f"Room type {room_type_id!r} is not a room type of hotel "
+            f"{current.hotel_id if current else '?'}; see list_room_types"
+        )
     if wanted.room_type_id == booking.room_type_id:
-        raise ToolFailure(f"Booking {booking.booking_id} already has room type {wanted.room_type_id}")
+        raise ToolFailure(
+            f"Booking {booking.booking_id} already has room type {wanted.room_type_id}"
+        )
     return wanted
 
 
@@ -77,8 +84,12 @@ def _rows(db: Session, model: Any, booking_id: str, key: Any) -> list[Any]:
 
 def _paid(db: Session, booking: Booking) -> Decimal:
     """Payments minus refunds of a booking."""
-    paid = sum((p.amount for p in _rows(db, Payment, booking.booking_id, Payment.payment_id)), Decimal("0"))
-    refunded = sum((r.amount for r in _rows(db, Refund, booking.booking_id, Refund.refund_id)), Decimal("0"))
+    paid = sum(
+        (p.amount for p in _rows(db, Payment, booking.booking_id, Payment.payment_id)), Decimal("0")
+    )
+    refunded = sum(
+        (r.amount for r in _rows(db, Refund, booking.booking_id, Refund.refund_id)), Decimal("0")
+    )
     return paid - refunded
 
 
@@ -86,22 +97,46 @@ def _refund(db: Session, booking: Booking, amount: Decimal, reason: str) -> Refu
     payment = _rows(db, Payment, booking.booking_id, Payment.payment_id)
     if not payment:
         raise ToolFailure(f"Booking {booking.booking_id} has no payment on file")
-    refund = Refund(refund_id=keyed_id(db, Refund.refund_id, f"RF-{booking.booking_id}-{reason.upper()}"), booking_id=booking.booking_id,
-                    payment_id=payment[0].payment_id, amount=amount, reason=reason, created_on=TODAY)
+    refund = Refund(
+        refund_id=keyed_id(db, Refund.refund_id, f"RF-{booking.booking_id}-{reason.upper()}"),
+        booking_id=booking.booking_id,
+        payment_id=payment[0].payment_id,
+        amount=amount,
+        reason=reason,
+        created_on=TODAY,
+    )
     db.add(refund)
     return refund
 
 
-def _credit(db: Session, traveller: Traveller, booking: Booking, kind: str, credits: int, reason: str) -> str:
+def _credit(
+    db: Session, traveller: Traveller, booking: Booking, kind: str, credits: int, reason: str
+) -> str:
     tx_id = keyed_id(db, CreditTransaction.tx_id, f"CT-{booking.booking_id}-{kind.upper()}")
-    db.add(CreditTransaction(tx_id=tx_id, traveller_id=traveller.traveller_id, booking_id=booking.booking_id,
-                             kind=kind, credits=credits, reason=reason, created_on=TODAY))
+    db.add(
+        CreditTransaction(
+            tx_id=tx_id,
+            traveller_id=traveller.traveller_id,
+            booking_id=booking.booking_id,
+            kind=kind,
+            credits=credits,
+            reason=reason,
+            created_on=TODAY,
+        )
+    )
     return tx_id
 
 
 def _booking_summary(db: Session, b: Booking) -> dict[str, Any]:
     rt = db.get(RoomType, b.room_type_id)
     hotel = db.get(Hotel, rt.hotel_id) if rt else None
-    return {"booking_id": b.booking_id, "hotel": hotel.name if hotel else None, "city": hotel.city if hotel else None,
-            "room": rt.name if rt else None, "check_in": b.check_in.isoformat(), "check_out": b.check_out.isoformat(),
-            "status": b.status, "total": money(b.total)}
+    return {
+        "booking_id": b.booking_id,
+        "hotel": hotel.name if hotel else None,
+        "city": hotel.city if hotel else None,
+        "room": rt.name if rt else None,
+        "check_in": b.check_in.isoformat(),
+        "check_out": b.check_out.isoformat(),
+        "status": b.status,
+        "total": money(b.total),
+    }

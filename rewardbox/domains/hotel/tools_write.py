@@ -3,6 +3,7 @@
 Each docstring is what the model reads; the module docstring of ``tools`` says how errors and ids of
 new rows work.
 """
+
 from __future__ import annotations
 
 from decimal import Decimal
@@ -31,7 +32,9 @@ from rewardbox.domains.hotel.tools_common import (
 from rewardbox.domains.toolkit import keyed_id, money
 
 
-def request_approval(db: Session, booking_id: str, room_type_id: str, reason: str) -> dict[str, Any]:
+def request_approval(
+    db: Session, booking_id: str, room_type_id: str, reason: str
+) -> dict[str, Any]:
     """Ask the traveller's manager to approve a room change (upgrade or downgrade).
 
     The booking does not change; the request waits for the manager. Check the
@@ -53,15 +56,30 @@ def request_approval(db: Session, booking_id: str, room_type_id: str, reason: st
     wanted = _room_of_hotel(db, b, room_type_id)
     for a in _rows(db, ApprovalRequest, b.booking_id, ApprovalRequest.approval_id):
         if a.requested_room_type_id == wanted.room_type_id and a.status == "pending":
-            raise ToolFailure(f"Approval request {a.approval_id} for {wanted.room_type_id} is already pending")
+            raise ToolFailure(
+                f"Approval request {a.approval_id} for {wanted.room_type_id} is already pending"
+            )
     traveller = _traveller(db, b.traveller_id)
-    approval = ApprovalRequest(approval_id=keyed_id(db, ApprovalRequest.approval_id, f"APR-{b.booking_id}-{wanted.room_type_id}"), booking_id=b.booking_id,
-                               manager_id=traveller.manager_id, requested_room_type_id=wanted.room_type_id,
-                               status="pending", reason=reason, created_on=TODAY)
+    approval = ApprovalRequest(
+        approval_id=keyed_id(
+            db, ApprovalRequest.approval_id, f"APR-{b.booking_id}-{wanted.room_type_id}"
+        ),
+        booking_id=b.booking_id,
+        manager_id=traveller.manager_id,
+        requested_room_type_id=wanted.room_type_id,
+        status="pending",
+        reason=reason,
+        created_on=TODAY,
+    )
     db.add(approval)
     _audit(db, "request_approval", approval_id=approval.approval_id, booking_id=b.booking_id)
-    return {"approval_id": approval.approval_id, "booking_id": b.booking_id,
-            "requested_room_type_id": wanted.room_type_id, "manager_id": traveller.manager_id, "status": "pending"}
+    return {
+        "approval_id": approval.approval_id,
+        "booking_id": b.booking_id,
+        "requested_room_type_id": wanted.room_type_id,
+        "manager_id": traveller.manager_id,
+        "status": "pending",
+    }
 
 
 def change_room(db: Session, booking_id: str, room_type_id: str) -> dict[str, Any]:
@@ -85,15 +103,27 @@ def change_room(db: Session, booking_id: str, room_type_id: str) -> dict[str, An
     wanted = _room_of_hotel(db, b, room_type_id)
     new_total = wanted.nightly_rate * (b.check_out - b.check_in).days
     diff = new_total - b.total
-    out: dict[str, Any] = {"booking_id": b.booking_id, "room_type_id": wanted.room_type_id,
-                           "nightly_rate": money(wanted.nightly_rate), "total": money(new_total)}
+    out: dict[str, Any] = {
+        "booking_id": b.booking_id,
+        "room_type_id": wanted.room_type_id,
+        "nightly_rate": money(wanted.nightly_rate),
+        "total": money(new_total),
+    }
     if diff < 0:
         refund = _refund(db, b, -diff, "room_change")
         out.update(refund_id=refund.refund_id, refund_amount=money(-diff))
     elif diff > 0:
         first = _rows(db, Payment, b.booking_id, Payment.payment_id)[0]
-        payment = Payment(payment_id=keyed_id(db, Payment.payment_id, f"PAY-{b.booking_id}-{wanted.room_type_id}"), booking_id=b.booking_id,
-                          method=first.method, card_last4=first.card_last4, amount=diff, created_on=TODAY)
+        payment = Payment(
+            payment_id=keyed_id(
+                db, Payment.payment_id, f"PAY-{b.booking_id}-{wanted.room_type_id}"
+            ),
+            booking_id=b.booking_id,
+            method=first.method,
+            card_last4=first.card_last4,
+            amount=diff,
+            created_on=TODAY,
+        )
         db.add(payment)
         out.update(payment_id=payment.payment_id, extra_charge=money(diff))
     b.room_type_id, b.nightly_rate, b.total = wanted.room_type_id, wanted.nightly_rate, new_total
@@ -118,14 +148,21 @@ def cancel_booking(db: Session, booking_id: str) -> dict[str, Any]:
     b = _booking(db, booking_id)
     _confirmed(b, "be cancelled")
     if b.check_in < TODAY:
-        raise ToolFailure(f"Booking {b.booking_id} check-in date {b.check_in.isoformat()} has passed")
+        raise ToolFailure(
+            f"Booking {b.booking_id} check-in date {b.check_in.isoformat()} has passed"
+        )
     fee = cancellation_fee(b)
     amount = max(_paid(db, b) - fee, Decimal("0"))
     refund = _refund(db, b, amount, "cancellation") if amount > 0 else None
     b.status = "cancelled"
     _audit(db, "cancel_booking", booking_id=b.booking_id, fee=money(fee))
-    return {"booking_id": b.booking_id, "status": b.status, "fee": money(fee),
-            "refund_id": refund.refund_id if refund else None, "refund_amount": money(amount)}
+    return {
+        "booking_id": b.booking_id,
+        "status": b.status,
+        "fee": money(fee),
+        "refund_id": refund.refund_id if refund else None,
+        "refund_amount": money(amount),
+    }
 
 
 def redeem_credits(db: Session, booking_id: str, credits: int) -> dict[str, Any]:
@@ -148,15 +185,24 @@ def redeem_credits(db: Session, booking_id: str, credits: int) -> dict[str, Any]
     if credits < 1:
         raise ToolFailure("credits must be at least 1")
     if credits > traveller.credit_balance:
-        raise ToolFailure(f"Traveller {traveller.traveller_id} has only {traveller.credit_balance} credits")
+        raise ToolFailure(
+            f"Traveller {traveller.traveller_id} has only {traveller.credit_balance} credits"
+        )
     if Decimal(credits) > _paid(db, b):
-        raise ToolFailure(f"Booking {b.booking_id} has only {money(_paid(db, b))} paid that credits can cover")
+        raise ToolFailure(
+            f"Booking {b.booking_id} has only {money(_paid(db, b))} paid that credits can cover"
+        )
     refund = _refund(db, b, Decimal(credits), "credits")
     tx_id = _credit(db, traveller, b, "redeemed", credits, "redeemed on booking")
     traveller.credit_balance -= credits
     _audit(db, "redeem_credits", booking_id=b.booking_id, tx_id=tx_id)
-    return {"booking_id": b.booking_id, "credits_redeemed": credits, "refund_id": refund.refund_id,
-            "refund_amount": money(Decimal(credits)), "credit_balance": traveller.credit_balance}
+    return {
+        "booking_id": b.booking_id,
+        "credits_redeemed": credits,
+        "refund_id": refund.refund_id,
+        "refund_amount": money(Decimal(credits)),
+        "credit_balance": traveller.credit_balance,
+    }
 
 
 def award_credits(db: Session, booking_id: str, credits: int, reason: str) -> dict[str, Any]:
@@ -176,13 +222,19 @@ def award_credits(db: Session, booking_id: str, credits: int, reason: str) -> di
     """
     b = _booking(db, booking_id)
     if b.status not in ("checked_in", "completed"):
-        raise ToolFailure(f"Booking {b.booking_id} is {b.status}; goodwill credits are only for checked_in "
-                          "or completed stays")
+        raise ToolFailure(
+            f"Booking {b.booking_id} is {b.status}; goodwill credits are only for checked_in "
+            "or completed stays"
+        )
     if credits < 1:
         raise ToolFailure("credits must be at least 1")
     traveller = _traveller(db, b.traveller_id)
     tx_id = _credit(db, traveller, b, "goodwill", credits, reason)
     traveller.credit_balance += credits
     _audit(db, "award_credits", booking_id=b.booking_id, tx_id=tx_id)
-    return {"tx_id": tx_id, "booking_id": b.booking_id, "credits_awarded": credits,
-            "credit_balance": traveller.credit_balance}
+    return {
+        "tx_id": tx_id,
+        "booking_id": b.booking_id,
+        "credits_awarded": credits,
+        "credit_balance": traveller.credit_balance,
+    }

@@ -18,16 +18,80 @@ from rewardbox.domains.retail.seed import CATALOGUE, TODAY
 from rewardbox.domains.retail.tools_common import RETURN_WINDOW_DAYS
 from rewardbox.domains.toolkit import money
 
-FIRST_NAMES = ("Ana", "Ben", "Chloe", "Dmitri", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonas", "Kavya",
-               "Liam", "Mei", "Nadia", "Oscar", "Priya", "Quinn", "Rosa", "Samir", "Tess", "Umar", "Vera",
-               "Wes", "Yara", "Zoe")
-LAST_NAMES = ("Lopez", "Brennan", "Dubois", "Ivanov", "Costa", "Rahimi", "Okafor", "Sato", "Moreau", "Berg",
-              "Iyer", "Walsh", "Lin", "Petrova", "Lind", "Nair", "Foster", "Diaz", "Haddad", "Keller",
-              "Mensah", "Kowalski", "Reyes", "Yilmaz", "Fischer")
-STREETS = ("Oak Lane", "Birch Road", "Harbor Road", "Hill Street", "Canal Way", "Cedar Court", "Mill Road",
-           "Station Square", "Park Avenue", "River Walk")
-CITIES = (("Portland", "97201"), ("Denver", "80202"), ("Austin", "73301"), ("Boston", "02108"),
-          ("Madison", "53703"), ("Raleigh", "27601"))
+FIRST_NAMES = (
+    "Ana",
+    "Ben",
+    "Chloe",
+    "Dmitri",
+    "Elena",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kavya",
+    "Liam",
+    "Mei",
+    "Nadia",
+    "Oscar",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Samir",
+    "Tess",
+    "Umar",
+    "Vera",
+    "Wes",
+    "Yara",
+    "Zoe",
+)
+LAST_NAMES = (
+    "Lopez",
+    "Brennan",
+    "Dubois",
+    "Ivanov",
+    "Costa",
+    "Rahimi",
+    "Okafor",
+    "Sato",
+    "Moreau",
+    "Berg",
+    "Iyer",
+    "Walsh",
+    "Lin",
+    "Petrova",
+    "Lind",
+    "Nair",
+    "Foster",
+    "Diaz",
+    "Haddad",
+    "Keller",
+    "Mensah",
+    "Kowalski",
+    "Reyes",
+    "Yilmaz",
+    "Fischer",
+)
+STREETS = (
+    "Oak Lane",
+    "Birch Road",
+    "Harbor Road",
+    "Hill Street",
+    "Canal Way",
+    "Cedar Court",
+    "Mill Road",
+    "Station Square",
+    "Park Avenue",
+    "River Walk",
+)
+CITIES = (
+    ("Portland", "97201"),
+    ("Denver", "80202"),
+    ("Austin", "73301"),
+    ("Boston", "02108"),
+    ("Madison", "53703"),
+    ("Raleigh", "27601"),
+)
 
 
 def day(days_ago: int) -> str:
@@ -80,18 +144,44 @@ class WorldBuilder(RowBuilder):
         first, last = self.rng.choice(FIRST_NAMES), self.rng.choice(LAST_NAMES)
         tier = tier or self.rng.choice(("standard", "silver", "gold"))
         email = f"{first.lower()}.{last.lower()}{'.' + str(self.index) if other else ''}@mail.test"
-        self._add("customers", {"customer_id": cid, "name": f"{first} {last}", "email": email,
-                                "phone": f"+1-555-{(3000 if other else 2000) + self.index:04d}", "tier": tier,
-                                "member_since": day(self.rng.randint(200, 2000))})
+        self._add(
+            "customers",
+            {
+                "customer_id": cid,
+                "name": f"{first} {last}",
+                "email": email,
+                "phone": f"+1-555-{(3000 if other else 2000) + self.index:04d}",
+                "tier": tier,
+                "member_since": day(self.rng.randint(200, 2000)),
+            },
+        )
         lines = {}
         for label, suffix in (("home", "H"), ("work", "W")):
             city, postal = self.rng.choice(CITIES)
             line1 = f"{self.rng.randint(2, 480)} {self.rng.choice(STREETS)}"
             lines[label], lines[f"{label}_postal"] = line1, postal
-            self._add("addresses", {"address_id": f"ADR-{cid[4:]}-{suffix}", "customer_id": cid, "label": label,
-                                    "line1": line1, "city": city, "postal_code": postal, "country": "US"})
-        return Person(cid, f"{first} {last}", email, tier, f"ADR-{cid[4:]}-H", f"ADR-{cid[4:]}-W", lines["work"],
-                      lines["home_postal"])
+            self._add(
+                "addresses",
+                {
+                    "address_id": f"ADR-{cid[4:]}-{suffix}",
+                    "customer_id": cid,
+                    "label": label,
+                    "line1": line1,
+                    "city": city,
+                    "postal_code": postal,
+                    "country": "US",
+                },
+            )
+        return Person(
+            cid,
+            f"{first} {last}",
+            email,
+            tier,
+            f"ADR-{cid[4:]}-H",
+            f"ADR-{cid[4:]}-W",
+            lines["work"],
+            lines["home_postal"],
+        )
 
     def products(self, n: int) -> list[tuple[str, str, str]]:
         """``n`` catalogue products not yet used in this task (names stay unambiguous)."""
@@ -100,8 +190,16 @@ class WorldBuilder(RowBuilder):
         self._used_skus.update(p[0] for p in picks)
         return picks
 
-    def order(self, person: Person, status: str, n_items: int = 1, *, delivered_ago: int | None = None,
-              quantities: list[int] | None = None, method: str | None = None) -> OrderFacts:
+    def order(
+        self,
+        person: Person,
+        status: str,
+        n_items: int = 1,
+        *,
+        delivered_ago: int | None = None,
+        quantities: list[int] | None = None,
+        method: str | None = None,
+    ) -> OrderFacts:
         """A new order of ``person`` (delivered/returned orders need ``delivered_ago``)."""
         oid = self._next("ORD-")
         if status in ("delivered", "returned") and delivered_ago is None:
@@ -111,28 +209,55 @@ class WorldBuilder(RowBuilder):
         for k, (sku, name, price) in enumerate(self.products(n_items), start=1):
             qty = quantities[k - 1] if quantities else self.rng.choice((1, 1, 2, 3))
             total += Decimal(price) * qty
-            item = {"item_id": f"{oid}-{k}", "order_id": oid, "sku": sku, "product_name": name,
-                    "unit_price": price, "quantity": qty, "returned_quantity": qty if status == "returned" else 0}
+            item = {
+                "item_id": f"{oid}-{k}",
+                "order_id": oid,
+                "sku": sku,
+                "product_name": name,
+                "unit_price": price,
+                "quantity": qty,
+                "returned_quantity": qty if status == "returned" else 0,
+            }
             items.append(item)
-        self._add("orders", {"order_id": oid, "customer_id": person.customer_id, "status": status,
-                             "placed_on": day(placed_ago),
-                             "delivered_on": day(delivered_ago) if delivered_ago is not None else None,
-                             "shipping_address_id": person.home_id, "total": money(total)})
+        self._add(
+            "orders",
+            {
+                "order_id": oid,
+                "customer_id": person.customer_id,
+                "status": status,
+                "placed_on": day(placed_ago),
+                "delivered_on": day(delivered_ago) if delivered_ago is not None else None,
+                "shipping_address_id": person.home_id,
+                "total": money(total),
+            },
+        )
         for item in items:
             self._add("order_items", item)
         method = method or self.rng.choice(("credit_card", "paypal", "gift_card"))
-        payment = {"payment_id": f"PAY-{oid[4:]}", "order_id": oid, "method": method,
-                   "card_last4": f"{self.rng.randint(1000, 9999)}" if method == "credit_card" else None,
-                   "amount": money(total)}
+        payment = {
+            "payment_id": f"PAY-{oid[4:]}",
+            "order_id": oid,
+            "method": method,
+            "card_last4": f"{self.rng.randint(1000, 9999)}" if method == "credit_card" else None,
+            "amount": money(total),
+        }
         self._add("payments", payment)
         return OrderFacts(oid, status, money(total), items, payment, delivered_ago)
 
     def refund(self, order: OrderFacts, reason: str) -> str:
         """An earlier full refund of ``order``; returns the refund id."""
         refund_id = f"RF-{self._number()}"
-        self._add("refunds", {"refund_id": refund_id, "order_id": order.order_id,
-                              "payment_id": order.payment["payment_id"], "amount": order.total,
-                              "reason": reason, "created_on": day(2)})
+        self._add(
+            "refunds",
+            {
+                "refund_id": refund_id,
+                "order_id": order.order_id,
+                "payment_id": order.payment["payment_id"],
+                "amount": order.total,
+                "reason": reason,
+                "created_on": day(2),
+            },
+        )
         return refund_id
 
     def distractors(self, person: Person, n: int = 1) -> list[OrderFacts]:
@@ -151,13 +276,22 @@ class WorldBuilder(RowBuilder):
         return RETURN_WINDOW_DAYS[tier] + self.rng.randint(1, 15)
 
 
-def user_context(person: Person, goal: str, *, order: str | None = None, agrees: bool = True,
-                 extra: list[str] | None = None, knows_email: bool = True) -> str:
+def user_context(
+    person: Person,
+    goal: str,
+    *,
+    order: str | None = None,
+    agrees: bool = True,
+    extra: list[str] | None = None,
+    knows_email: bool = True,
+) -> str:
     """The simulated user's private facts, one ``Key: value`` per line (``knows_email=False``: forgotten)."""
-    facts = [f"You are {person.name}, a customer of the store.",
-             f"Name: {person.name}",
-             f"Email: {person.email if knows_email else 'you do not remember it'}",
-             f"Customer id: {person.customer_id} (give it only if asked)"]
+    facts = [
+        f"You are {person.name}, a customer of the store.",
+        f"Name: {person.name}",
+        f"Email: {person.email if knows_email else 'you do not remember it'}",
+        f"Customer id: {person.customer_id} (give it only if asked)",
+    ]
     if order:
         facts.append(f"Order: {order}")
     return user_context_text(facts, goal, agrees=agrees, extra=extra)

@@ -18,10 +18,21 @@ from rewardbox.domains.retail.builder import WorldBuilder
 from rewardbox.domains.retail.domain import DOMAIN
 from rewardbox.domains.retail.templates_depth import FAMILIES
 
-RECIPE = DatasetRecipe(domain=DOMAIN, families=FAMILIES, new_builder=WorldBuilder, default_seed=20250615,
-                       agent="a customer support agent", user="customer", description=__doc__.splitlines()[0])
-DEFAULT_SEED, generate_tasks, write_dataset, main = (RECIPE.default_seed, RECIPE.generate_tasks,
-                                                     RECIPE.write_dataset, RECIPE.main)
+RECIPE = DatasetRecipe(
+    domain=DOMAIN,
+    families=FAMILIES,
+    new_builder=WorldBuilder,
+    default_seed=20250615,
+    agent="a customer support agent",
+    user="customer",
+    description=__doc__.splitlines()[0],
+)
+DEFAULT_SEED, generate_tasks, write_dataset, main = (
+    RECIPE.default_seed,
+    RECIPE.generate_tasks,
+    RECIPE.write_dataset,
+    RECIPE.main,
+)
 
 if __name__ == "__main__":
     main()

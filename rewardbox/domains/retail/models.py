@@ -31,7 +31,9 @@ class Customer(Base):
     name: Mapped[str] = mapped_column(sa.String(80))
     email: Mapped[str] = mapped_column(sa.String(120), unique=True)
     phone: Mapped[str | None] = mapped_column(sa.String(30))
-    tier: Mapped[str] = mapped_column(sa.String(10), sa.CheckConstraint("tier in ('standard','silver','gold')"))
+    tier: Mapped[str] = mapped_column(
+        sa.String(10), sa.CheckConstraint("tier in ('standard','silver','gold')")
+    )
     member_since: Mapped[dt.date] = mapped_column(sa.Date)
 
 

@@ -44,7 +44,15 @@ _CUSTOMERS = (
     ("CUS-1007", "Sofia Rossi", "sofia.rossi@example.com", "standard"),
     ("CUS-1008", "David Chen", "david.chen@example.com", "standard"),
 )
-_STATUS_CYCLE = ("delivered", "pending", "shipped", "processing", "delivered", "cancelled", "returned")
+_STATUS_CYCLE = (
+    "delivered",
+    "pending",
+    "shipped",
+    "processing",
+    "delivered",
+    "cancelled",
+    "returned",
+)
 _METHODS = ("credit_card", "paypal", "gift_card")
 
 
@@ -60,50 +68,122 @@ def _order_rows(n: int, customer_id: str, rows: dict[str, list[dict[str, Any]]])
     for k, (sku, name, price) in enumerate(picks, start=1):
         qty = 1 + (n + k) % 2
         total += Decimal(price) * qty
-        rows["order_items"].append({"item_id": f"{order_id}-{k}", "order_id": order_id, "sku": sku,
-                                    "product_name": name, "unit_price": price, "quantity": qty,
-                                    "returned_quantity": qty if status == "returned" else 0})
+        rows["order_items"].append(
+            {
+                "item_id": f"{order_id}-{k}",
+                "order_id": order_id,
+                "sku": sku,
+                "product_name": name,
+                "unit_price": price,
+                "quantity": qty,
+                "returned_quantity": qty if status == "returned" else 0,
+            }
+        )
     placed = 10 + (n * 7) % 80
     delivered = _day(placed - 5) if status in ("delivered", "returned") else None
-    rows["orders"].append({"order_id": order_id, "customer_id": customer_id, "status": status,
-                           "placed_on": _day(placed), "delivered_on": delivered,
-                           "shipping_address_id": f"ADR-{customer_id[4:]}-H", "total": str(total)})
+    rows["orders"].append(
+        {
+            "order_id": order_id,
+            "customer_id": customer_id,
+            "status": status,
+            "placed_on": _day(placed),
+            "delivered_on": delivered,
+            "shipping_address_id": f"ADR-{customer_id[4:]}-H",
+            "total": str(total),
+        }
+    )
     method = _METHODS[n % 3]
-    rows["payments"].append({"payment_id": f"PAY-{1001 + n}", "order_id": order_id, "method": method,
-                             "card_last4": f"{4000 + n * 37:04d}"[-4:] if method == "credit_card" else None,
-                             "amount": str(total)})
+    rows["payments"].append(
+        {
+            "payment_id": f"PAY-{1001 + n}",
+            "order_id": order_id,
+            "method": method,
+            "card_last4": f"{4000 + n * 37:04d}"[-4:] if method == "credit_card" else None,
+            "amount": str(total),
+        }
+    )
     if status in ("cancelled", "returned"):
-        rows["refunds"].append({"refund_id": f"RF-{len(rows['refunds']) + 1:04d}", "order_id": order_id,
-                                "payment_id": f"PAY-{1001 + n}", "amount": str(total),
-                                "reason": "cancellation" if status == "cancelled" else "return",
-                                "created_on": _day(max(placed - 8, 1))})
+        rows["refunds"].append(
+            {
+                "refund_id": f"RF-{len(rows['refunds']) + 1:04d}",
+                "order_id": order_id,
+                "payment_id": f"PAY-{1001 + n}",
+                "amount": str(total),
+                "reason": "cancellation" if status == "cancelled" else "return",
+                "created_on": _day(max(placed - 8, 1)),
+            }
+        )
 
 
 def seed_rows() -> dict[str, list[dict[str, Any]]]:
     """The seed rows, ``{table: [row, ...]}`` (plain JSON-able values, deterministic)."""
-    rows: dict[str, list[dict[str, Any]]] = {t: [] for t in (
-        "customers", "addresses", "orders", "order_items", "payments", "refunds", "tickets")}
+    rows: dict[str, list[dict[str, Any]]] = {
+        t: []
+        for t in (
+            "customers",
+            "addresses",
+            "orders",
+            "order_items",
+            "payments",
+            "refunds",
+            "tickets",
+        )
+    }
     n = 0
     for i, (cid, name, email, tier) in enumerate(_CUSTOMERS):
         _customer_rows(i, cid, name, email, tier, rows)
         for _ in range(3):
             _order_rows(n, cid, rows)
             n += 1
-    rows["tickets"].append({"ticket_id": "TCK-0001", "customer_id": "CUS-1002", "order_id": "ORD-1004",
-                            "category": "missing_package", "status": "open",
-                            "description": "Parcel marked delivered but not received.", "created_on": _day(3)})
+    rows["tickets"].append(
+        {
+            "ticket_id": "TCK-0001",
+            "customer_id": "CUS-1002",
+            "order_id": "ORD-1004",
+            "category": "missing_package",
+            "status": "open",
+            "description": "Parcel marked delivered but not received.",
+            "created_on": _day(3),
+        }
+    )
     return rows
 
 
-def _customer_rows(i: int, cid: str, name: str, email: str, tier: str, rows: dict[str, list[dict[str, Any]]]) -> None:
+def _customer_rows(
+    i: int, cid: str, name: str, email: str, tier: str, rows: dict[str, list[dict[str, Any]]]
+) -> None:
     """The customer row and its addresses (home; work for every other customer) of ``seed_rows``."""
-    rows["customers"].append({"customer_id": cid, "name": name, "email": email,
-                              "phone": f"+1-555-01{i:02d}", "tier": tier, "member_since": _day(400 + 90 * i)})
+    rows["customers"].append(
+        {
+            "customer_id": cid,
+            "name": name,
+            "email": email,
+            "phone": f"+1-555-01{i:02d}",
+            "tier": tier,
+            "member_since": _day(400 + 90 * i),
+        }
+    )
     suffix = cid[4:]
-    rows["addresses"].append({"address_id": f"ADR-{suffix}-H", "customer_id": cid, "label": "home",
-                              "line1": f"{10 + i} Maple Street", "city": "Springfield",
-                              "postal_code": f"620{i:02d}", "country": "US"})
+    rows["addresses"].append(
+        {
+            "address_id": f"ADR-{suffix}-H",
+            "customer_id": cid,
+            "label": "home",
+            "line1": f"{10 + i} Maple Street",
+            "city": "Springfield",
+            "postal_code": f"620{i:02d}",
+            "country": "US",
+        }
+    )
     if i % 2 == 0:
-        rows["addresses"].append({"address_id": f"ADR-{suffix}-W", "customer_id": cid, "label": "work",
-                                  "line1": f"{200 + i} Commerce Avenue", "city": "Springfield",
-                                  "postal_code": f"621{i:02d}", "country": "US"})
+        rows["addresses"].append(
+            {
+                "address_id": f"ADR-{suffix}-W",
+                "customer_id": cid,
+                "label": "work",
+                "line1": f"{200 + i} Commerce Avenue",
+                "city": "Springfield",
+                "postal_code": f"621{i:02d}",
+                "country": "US",
+            }
+        )

@@ -32,25 +32,41 @@ def multi_action(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     if k % 2 == 0:
         a, c = b.order(p, "pending"), b.order(p, "processing")
-        query = (f"{hello(p, k)} Two things: cancel order {a.order_id}, and ship order "
-                 f"{c.order_id} to my work address.")
-        golden = [call("find_customer", email=p.email), call("cancel_order", order_id=a.order_id),
-                  call("update_shipping_address", order_id=c.order_id, address_id=p.work_id)]
+        query = (
+            f"{hello(p, k)} Two things: cancel order {a.order_id}, and ship order "
+            f"{c.order_id} to my work address."
+        )
+        golden = [
+            call("find_customer", email=p.email),
+            call("cancel_order", order_id=a.order_id),
+            call("update_shipping_address", order_id=c.order_id, address_id=p.work_id),
+        ]
         extra = [f"Work address: {p.work_line1}"]
-        goal = f"cancel order {a.order_id} and have order {c.order_id} shipped to your work address."
+        goal = (
+            f"cancel order {a.order_id} and have order {c.order_id} shipped to your work address."
+        )
     else:
         a = b.order(p, "delivered", n_items=2, delivered_ago=b.rng.randint(2, 28))
         c = b.order(p, "pending")
         product = a.products[1]
-        query = (f"{hello(p, k)} Please return the {product} from order {a.order_id} "
-                 f"and cancel order {c.order_id}.")
-        golden = [call("find_customer", email=p.email), call("get_order", order_id=a.order_id),
-                  call("return_items", order_id=a.order_id, item_ids=[a.item_id(product)]),
-                  call("cancel_order", order_id=c.order_id)]
+        query = (
+            f"{hello(p, k)} Please return the {product} from order {a.order_id} "
+            f"and cancel order {c.order_id}."
+        )
+        golden = [
+            call("find_customer", email=p.email),
+            call("get_order", order_id=a.order_id),
+            call("return_items", order_id=a.order_id, item_ids=[a.item_id(product)]),
+            call("cancel_order", order_id=c.order_id),
+        ]
         extra = []
         goal = f"return only the {product} from order {a.order_id} and cancel order {c.order_id}."
-    return task_spec(query, user_context(p, goal, order=f"{a.order_id} and {c.order_id}", extra=extra),
-                     golden, write=True)
+    return task_spec(
+        query,
+        user_context(p, goal, order=f"{a.order_id} and {c.order_id}", extra=extra),
+        golden,
+        write=True,
+    )
 
 
 # -- depth: missing information, several records, conditions, a change of mind -----------
@@ -70,17 +86,28 @@ def forgot_email(b: WorldBuilder, k: int) -> dict[str, Any]:
     else:
         o = b.order(p, "delivered", n_items=2, delivered_ago=b.rng.randint(2, 25))
         ask = f"return the {o.products[0]} from order {o.order_id}"
-        golden = [call("get_order", order_id=o.order_id),
-                  call("return_items", order_id=o.order_id, item_ids=o.item_ids_of(o.products[:1]))]
+        golden = [
+            call("get_order", order_id=o.order_id),
+            call("return_items", order_id=o.order_id, item_ids=o.item_ids_of(o.products[:1])),
+        ]
     b.distractors(p, 1)
-    opening = ("Hi, this is {name}. I can't remember which email I used, but my postal code is {zip}.",
-               "Hello, {name} here. I don't know my account email anymore; I live in postal code {zip}.",
-               "Hi, I'm {name}, postal code {zip} (no idea which email I signed up with).")[k % 3]
-    return task_spec(f"{opening.format(name=p.name, zip=p.home_postal)} Please {ask}.",
-                     user_context(p, f"{ask}.", order=o.order_id,
-                                  extra=[f"Postal code: {p.home_postal}", f"Work address: {p.work_line1}"],
-                                  knows_email=False),
-                     [call("find_customer_by_name", full_name=p.name, postal_code=p.home_postal), *golden], write=True)
+    opening = (
+        "Hi, this is {name}. I can't remember which email I used, but my postal code is {zip}.",
+        "Hello, {name} here. I don't know my account email anymore; I live in postal code {zip}.",
+        "Hi, I'm {name}, postal code {zip} (no idea which email I signed up with).",
+    )[k % 3]
+    return task_spec(
+        f"{opening.format(name=p.name, zip=p.home_postal)} Please {ask}.",
+        user_context(
+            p,
+            f"{ask}.",
+            order=o.order_id,
+            extra=[f"Postal code: {p.home_postal}", f"Work address: {p.work_line1}"],
+            knows_email=False,
+        ),
+        [call("find_customer_by_name", full_name=p.name, postal_code=p.home_postal), *golden],
+        write=True,
+    )
 
 
 def order_cleanup(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -93,37 +120,65 @@ def order_cleanup(b: WorldBuilder, k: int) -> dict[str, Any]:
     by_product = k >= 2
     name_a = f"the order with the {a.products[0]}" if by_product else f"order {a.order_id}"
     cancel = f"cancel {name_a}" + (f" and order {extra.order_id}" if extra else "")
-    query = (f"{hello(p, k)} I'm sorting out my orders: {cancel}, ship order {c.order_id} to my work address, "
-             f"and return the {' and the '.join(back)} from order {d.order_id}.")
-    golden = [call("find_customer", email=p.email)] + ([call("list_orders", customer_id=p.customer_id)]
-                                                       if by_product else [])
+    query = (
+        f"{hello(p, k)} I'm sorting out my orders: {cancel}, ship order {c.order_id} to my work address, "
+        f"and return the {' and the '.join(back)} from order {d.order_id}."
+    )
+    golden = [call("find_customer", email=p.email)] + (
+        [call("list_orders", customer_id=p.customer_id)] if by_product else []
+    )
     golden += [call("cancel_order", order_id=a.order_id)]
     golden += [call("cancel_order", order_id=extra.order_id)] if extra else []
-    golden += [call("update_shipping_address", order_id=c.order_id, address_id=p.work_id),
-               call("get_order", order_id=d.order_id),
-               call("return_items", order_id=d.order_id, item_ids=d.item_ids_of(back))]
-    goal = f"{cancel}, have order {c.order_id} shipped to your work address, and return the " \
-           f"{' and the '.join(back)} from order {d.order_id} (keep the rest)."
-    return task_spec(query, user_context(p, goal, order=", ".join(o.order_id for o in (a, c, d, extra) if o),
-                                         extra=[f"Work address: {p.work_line1}"]), golden, write=True)
+    golden += [
+        call("update_shipping_address", order_id=c.order_id, address_id=p.work_id),
+        call("get_order", order_id=d.order_id),
+        call("return_items", order_id=d.order_id, item_ids=d.item_ids_of(back)),
+    ]
+    goal = (
+        f"{cancel}, have order {c.order_id} shipped to your work address, and return the "
+        f"{' and the '.join(back)} from order {d.order_id} (keep the rest)."
+    )
+    return task_spec(
+        query,
+        user_context(
+            p,
+            goal,
+            order=", ".join(o.order_id for o in (a, c, d, extra) if o),
+            extra=[f"Work address: {p.work_line1}"],
+        ),
+        golden,
+        write=True,
+    )
 
 
 def conditional_cancel(b: WorldBuilder, k: int) -> dict[str, Any]:
     """Cancel if not shipped, else return: the status decides which write (or none, while in transit)."""
     p = b.person()
     status = ("processing", "delivered", "shipped", "pending")[k % 4]
-    o = b.order(p, status, n_items=2, delivered_ago=b.rng.randint(2, 20) if status == "delivered" else None)
+    o = b.order(
+        p, status, n_items=2, delivered_ago=b.rng.randint(2, 20) if status == "delivered" else None
+    )
     product = o.products[0]
     golden = [call("find_customer", email=p.email), call("get_order", order_id=o.order_id)]
     if status in ("pending", "processing"):
         golden.append(call("cancel_order", order_id=o.order_id))
     elif status == "delivered":
         golden.append(call("return_items", order_id=o.order_id, item_ids=o.item_ids_of([product])))
-    query = (f"{hello(p, k)} About order {o.order_id}: if it hasn't shipped yet, please cancel it. If it has "
-             f"already arrived, I'd like to return just the {product} instead.")
-    return task_spec(query, user_context(p, f"cancel order {o.order_id} if it has not shipped; if it was delivered, "
-                                         f"return only the {product}; otherwise nothing.", order=o.order_id),
-                     golden, write=status != "shipped")
+    query = (
+        f"{hello(p, k)} About order {o.order_id}: if it hasn't shipped yet, please cancel it. If it has "
+        f"already arrived, I'd like to return just the {product} instead."
+    )
+    return task_spec(
+        query,
+        user_context(
+            p,
+            f"cancel order {o.order_id} if it has not shipped; if it was delivered, "
+            f"return only the {product}; otherwise nothing.",
+            order=o.order_id,
+        ),
+        golden,
+        write=status != "shipped",
+    )
 
 
 def change_of_mind(b: WorldBuilder, k: int) -> dict[str, Any]:
@@ -131,16 +186,23 @@ def change_of_mind(b: WorldBuilder, k: int) -> dict[str, Any]:
     p = b.person()
     first, second = b.order(p, "pending"), b.order(p, ("processing", "pending")[k % 2])
     b.distractors(p, 1)
-    turn = ("Sorry, wait, wrong number: I meant {b}. Please keep {a} and cancel {b} instead.",
-            "Actually, scratch that: {a} stays. It's {b} I want cancelled.",
-            "Hmm, no, my mistake, keep {a}; cancel {b}.")[k % 3]
-    return task_spec(f"{hello(p, k)} Please cancel order {first.order_id}. "
-                     + turn.format(a=first.order_id, b=second.order_id),
-                     user_context(p, f"cancel order {second.order_id} and keep order {first.order_id} (you named "
-                                  f"{first.order_id} by mistake first).", order=f"{first.order_id} and "
-                                  f"{second.order_id}"),
-                     [call("find_customer", email=p.email), call("cancel_order", order_id=second.order_id)],
-                     write=True)
+    turn = (
+        "Sorry, wait, wrong number: I meant {b}. Please keep {a} and cancel {b} instead.",
+        "Actually, scratch that: {a} stays. It's {b} I want cancelled.",
+        "Hmm, no, my mistake, keep {a}; cancel {b}.",
+    )[k % 3]
+    return task_spec(
+        f"{hello(p, k)} Please cancel order {first.order_id}. "
+        + turn.format(a=first.order_id, b=second.order_id),
+        user_context(
+            p,
+            f"cancel order {second.order_id} and keep order {first.order_id} (you named "
+            f"{first.order_id} by mistake first).",
+            order=f"{first.order_id} and {second.order_id}",
+        ),
+        [call("find_customer", email=p.email), call("cancel_order", order_id=second.order_id)],
+        write=True,
+    )
 
 
 FAMILIES: tuple[Family, ...] = (

@@ -55,7 +55,9 @@ def find_customer(db: Session, email: str) -> dict[str, Any]:
     postal_code, country) and the ids of all their orders.
     Error if no customer has this email.
     """
-    customer = db.scalars(sa.select(Customer).where(sa.func.lower(Customer.email) == email.strip().lower())).first()
+    customer = db.scalars(
+        sa.select(Customer).where(sa.func.lower(Customer.email) == email.strip().lower())
+    ).first()
     if customer is None:
         raise ToolFailure(f"No customer with email {email!r}")
     return _customer_view(db, customer)
@@ -73,13 +75,23 @@ def find_customer_by_name(db: Session, full_name: str, postal_code: str) -> dict
     Returns the same record as find_customer. Error if no customer, or more
     than one, has this name and postal code.
     """
-    matches = list(db.scalars(
-        sa.select(Customer).join(Address, Address.customer_id == Customer.customer_id)
-        .where(sa.func.lower(Customer.name) == full_name.strip().lower(), Address.postal_code == postal_code.strip())
-        .distinct().order_by(Customer.customer_id)))
+    matches = list(
+        db.scalars(
+            sa.select(Customer)
+            .join(Address, Address.customer_id == Customer.customer_id)
+            .where(
+                sa.func.lower(Customer.name) == full_name.strip().lower(),
+                Address.postal_code == postal_code.strip(),
+            )
+            .distinct()
+            .order_by(Customer.customer_id)
+        )
+    )
     if len(matches) != 1:
-        raise ToolFailure(f"{'No' if not matches else 'More than one'} customer named {full_name!r} with postal code "
-                          f"{postal_code!r}; ask for the email instead")
+        raise ToolFailure(
+            f"{'No' if not matches else 'More than one'} customer named {full_name!r} with postal code "
+            f"{postal_code!r}; ask for the email instead"
+        )
     return _customer_view(db, matches[0])
 
 
@@ -105,13 +117,28 @@ def list_orders(db: Session, customer_id: str) -> dict[str, Any]:
     Error if the customer does not exist.
     """
     _customer(db, customer_id)
-    orders = db.scalars(sa.select(Order).where(Order.customer_id == customer_id.strip()).order_by(Order.placed_on, Order.order_id))
+    orders = db.scalars(
+        sa.select(Order)
+        .where(Order.customer_id == customer_id.strip())
+        .order_by(Order.placed_on, Order.order_id)
+    )
     out = []
     for o in orders:
-        names = db.scalars(sa.select(OrderItem.product_name).where(OrderItem.order_id == o.order_id).order_by(OrderItem.item_id))
-        out.append({"order_id": o.order_id, "status": o.status, "placed_on": o.placed_on.isoformat(),
-                    "delivered_on": o.delivered_on.isoformat() if o.delivered_on else None,
-                    "total": money(o.total), "products": list(names)})
+        names = db.scalars(
+            sa.select(OrderItem.product_name)
+            .where(OrderItem.order_id == o.order_id)
+            .order_by(OrderItem.item_id)
+        )
+        out.append(
+            {
+                "order_id": o.order_id,
+                "status": o.status,
+                "placed_on": o.placed_on.isoformat(),
+                "delivered_on": o.delivered_on.isoformat() if o.delivered_on else None,
+                "total": money(o.total),
+                "products": list(names),
+            }
+        )
     return {"customer_id": customer_id.strip(), "orders": out}
 
 
@@ -130,25 +157,58 @@ def get_order(db: Session, order_id: str) -> dict[str, Any]:
     o = _order(db, order_id)
     address = db.get(Address, o.shipping_address_id)
     return {
-        "order_id": o.order_id, "customer_id": o.customer_id, "status": o.status,
-        "placed_on": o.placed_on.isoformat(), "delivered_on": o.delivered_on.isoformat() if o.delivered_on else None,
-        "total": money(o.total), "shipping_address": _address_view(address) if address else None,
+        "order_id": o.order_id,
+        "customer_id": o.customer_id,
+        "status": o.status,
+        "placed_on": o.placed_on.isoformat(),
+        "delivered_on": o.delivered_on.isoformat() if o.delivered_on else None,
+        "total": money(o.total),
+        "shipping_address": _address_view(address) if address else None,
         **_order_records(db, o),
     }
 
 
 def _order_records(db: Session, o: Order) -> dict[str, list[dict[str, Any]]]:
     """The items, payments and refunds of an order (``get_order``)."""
-    items = db.scalars(sa.select(OrderItem).where(OrderItem.order_id == o.order_id).order_by(OrderItem.item_id))
-    payments = db.scalars(sa.select(Payment).where(Payment.order_id == o.order_id).order_by(Payment.payment_id))
-    refunds = db.scalars(sa.select(Refund).where(Refund.order_id == o.order_id).order_by(Refund.refund_id))
+    items = db.scalars(
+        sa.select(OrderItem).where(OrderItem.order_id == o.order_id).order_by(OrderItem.item_id)
+    )
+    payments = db.scalars(
+        sa.select(Payment).where(Payment.order_id == o.order_id).order_by(Payment.payment_id)
+    )
+    refunds = db.scalars(
+        sa.select(Refund).where(Refund.order_id == o.order_id).order_by(Refund.refund_id)
+    )
     return {
-        "items": [{"item_id": i.item_id, "sku": i.sku, "product_name": i.product_name, "unit_price": money(i.unit_price),
-                   "quantity": i.quantity, "returned_quantity": i.returned_quantity} for i in items],
-        "payments": [{"payment_id": p.payment_id, "method": p.method, "card_last4": p.card_last4,
-                      "amount": money(p.amount)} for p in payments],
-        "refunds": [{"refund_id": r.refund_id, "amount": money(r.amount), "reason": r.reason,
-                     "created_on": r.created_on.isoformat()} for r in refunds],
+        "items": [
+            {
+                "item_id": i.item_id,
+                "sku": i.sku,
+                "product_name": i.product_name,
+                "unit_price": money(i.unit_price),
+                "quantity": i.quantity,
+                "returned_quantity": i.returned_quantity,
+            }
+            for i in items
+        ],
+        "payments": [
+            {
+                "payment_id": p.payment_id,
+                "method": p.method,
+                "card_last4": p.card_last4,
+                "amount": money(p.amount),
+            }
+            for p in payments
+        ],
+        "refunds": [
+            {
+                "refund_id": r.refund_id,
+                "amount": money(r.amount),
+                "reason": r.reason,
+                "created_on": r.created_on.isoformat(),
+            }
+            for r in refunds
+        ],
     }
 
 
@@ -162,14 +222,47 @@ def list_tickets(db: Session, customer_id: str) -> dict[str, Any]:
     Error if the customer does not exist.
     """
     _customer(db, customer_id)
-    tickets = db.scalars(sa.select(Ticket).where(Ticket.customer_id == customer_id.strip()).order_by(Ticket.ticket_id))
-    return {"customer_id": customer_id.strip(), "tickets": [
-        {"ticket_id": t.ticket_id, "order_id": t.order_id, "category": t.category, "status": t.status,
-         "created_on": t.created_on.isoformat()} for t in tickets]}
+    tickets = db.scalars(
+        sa.select(Ticket)
+        .where(Ticket.customer_id == customer_id.strip())
+        .order_by(Ticket.ticket_id)
+    )
+    return {
+        "customer_id": customer_id.strip(),
+        "tickets": [
+            {
+                "ticket_id": t.ticket_id,
+                "order_id": t.order_id,
+                "category": t.category,
+                "status": t.status,
+                "created_on": t.created_on.isoformat(),
+            }
+            for t in tickets
+        ],
+    }
 
 
-TOOLS = (find_customer, find_customer_by_name, get_customer, list_orders, get_order, cancel_order, update_shipping_address,
-         return_items, create_ticket, list_tickets)
-READONLY_TOOLS = frozenset({"find_customer", "find_customer_by_name", "get_customer", "list_orders", "get_order", "list_tickets"})
+TOOLS = (
+    find_customer,
+    find_customer_by_name,
+    get_customer,
+    list_orders,
+    get_order,
+    cancel_order,
+    update_shipping_address,
+    return_items,
+    create_ticket,
+    list_tickets,
+)
+READONLY_TOOLS = frozenset(
+    {
+        "find_customer",
+        "find_customer_by_name",
+        "get_customer",
+        "list_orders",
+        "get_order",
+        "list_tickets",
+    }
+)
 SPLITTABLE = {"return_items": "item_ids"}
 """Items may come back in one call or one call each: the same refunds and statuses."""

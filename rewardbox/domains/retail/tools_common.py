@@ -47,29 +47,56 @@ def _order(db: Session, order_id: str) -> Order:
 
 
 def _address_view(a: Address) -> dict[str, Any]:
-    return {"address_id": a.address_id, "label": a.label, "line1": a.line1, "city": a.city,
-            "postal_code": a.postal_code, "country": a.country}
+    return {
+        "address_id": a.address_id,
+        "label": a.label,
+        "line1": a.line1,
+        "city": a.city,
+        "postal_code": a.postal_code,
+        "country": a.country,
+    }
 
 
 def _customer_view(db: Session, c: Customer) -> dict[str, Any]:
-    addresses = db.scalars(sa.select(Address).where(Address.customer_id == c.customer_id).order_by(Address.address_id))
-    order_ids = db.scalars(sa.select(Order.order_id).where(Order.customer_id == c.customer_id).order_by(Order.order_id))
-    return {"customer_id": c.customer_id, "name": c.name, "email": c.email, "phone": c.phone, "tier": c.tier,
-            "member_since": c.member_since.isoformat(), "addresses": [_address_view(a) for a in addresses],
-            "order_ids": list(order_ids)}
+    addresses = db.scalars(
+        sa.select(Address).where(Address.customer_id == c.customer_id).order_by(Address.address_id)
+    )
+    order_ids = db.scalars(
+        sa.select(Order.order_id).where(Order.customer_id == c.customer_id).order_by(Order.order_id)
+    )
+    return {
+        "customer_id": c.customer_id,
+        "name": c.name,
+        "email": c.email,
+        "phone": c.phone,
+        "tier": c.tier,
+        "member_since": c.member_since.isoformat(),
+        "addresses": [_address_view(a) for a in addresses],
+        "order_ids": list(order_ids),
+    }
 
 
 def _payment(db: Session, order: Order) -> Payment:
-    payment = db.scalars(sa.select(Payment).where(Payment.order_id == order.order_id).order_by(Payment.payment_id)).first()
+    payment = db.scalars(
+        sa.select(Payment).where(Payment.order_id == order.order_id).order_by(Payment.payment_id)
+    ).first()
     if payment is None:
-        raise ToolFailure(f"Order {order.order_id} has no payment on file; open a ticket with category 'billing'")
+        raise ToolFailure(
+            f"Order {order.order_id} has no payment on file; open a ticket with category 'billing'"
+        )
     return payment
 
 
 def _refund(db: Session, order: Order, amount: Decimal, reason: str, key: str) -> Refund:
     """A refund row with id ``RF-<key>`` (the order or item it refunds)."""
     payment = _payment(db, order)
-    refund = Refund(refund_id=keyed_id(db, Refund.refund_id, f"RF-{key}"), order_id=order.order_id,
-                    payment_id=payment.payment_id, amount=amount, reason=reason, created_on=TODAY)
+    refund = Refund(
+        refund_id=keyed_id(db, Refund.refund_id, f"RF-{key}"),
+        order_id=order.order_id,
+        payment_id=payment.payment_id,
+        amount=amount,
+        reason=reason,
+        created_on=TODAY,
+    )
     db.add(refund)
     return refund

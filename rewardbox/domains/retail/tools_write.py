@@ -47,12 +47,19 @@ def cancel_order(db: Session, order_id: str) -> dict[str, Any]:
     """
     o = _order(db, order_id)
     if o.status not in MUTABLE_STATUSES:
-        raise ToolFailure(f"Order {o.order_id} is {o.status}; only pending or processing orders can be cancelled")
+        raise ToolFailure(
+            f"Order {o.order_id} is {o.status}; only pending or processing orders can be cancelled"
+        )
     refund = _refund(db, o, o.total, "cancellation", f"{o.order_id}-CANCEL")
     o.status = "cancelled"
     _audit(db, "cancel_order", order_id=o.order_id, refund_id=refund.refund_id)
-    return {"order_id": o.order_id, "status": o.status, "refund_id": refund.refund_id,
-            "refund_amount": money(refund.amount), "payment_method": _payment(db, o).method}
+    return {
+        "order_id": o.order_id,
+        "status": o.status,
+        "refund_id": refund.refund_id,
+        "refund_amount": money(refund.amount),
+        "payment_method": _payment(db, o).method,
+    }
 
 
 def update_shipping_address(db: Session, order_id: str, address_id: str) -> dict[str, Any]:
@@ -68,10 +75,14 @@ def update_shipping_address(db: Session, order_id: str, address_id: str) -> dict
     """
     o = _order(db, order_id)
     if o.status not in MUTABLE_STATUSES:
-        raise ToolFailure(f"Order {o.order_id} is {o.status}; the address can only change while pending or processing")
+        raise ToolFailure(
+            f"Order {o.order_id} is {o.status}; the address can only change while pending or processing"
+        )
     address = db.get(Address, address_id.strip())
     if address is None or address.customer_id != o.customer_id:
-        raise ToolFailure(f"Address {address_id!r} is not a saved address of customer {o.customer_id}")
+        raise ToolFailure(
+            f"Address {address_id!r} is not a saved address of customer {o.customer_id}"
+        )
     o.shipping_address_id = address.address_id
     _audit(db, "update_shipping_address", order_id=o.order_id, address_id=address.address_id)
     return {"order_id": o.order_id, "shipping_address": _address_view(address)}
@@ -97,11 +108,16 @@ def return_items(db: Session, order_id: str, item_ids: list[str]) -> dict[str, A
     """
     o = _order(db, order_id)
     if o.status != "delivered":
-        raise ToolFailure(f"Order {o.order_id} is {o.status}; only delivered orders can be returned")
+        raise ToolFailure(
+            f"Order {o.order_id} is {o.status}; only delivered orders can be returned"
+        )
     wanted = [i.strip() for i in item_ids]
     if not wanted or len(set(wanted)) != len(wanted):
         raise ToolFailure("item_ids must list each item to return once")
-    items = {i.item_id: i for i in db.scalars(sa.select(OrderItem).where(OrderItem.order_id == o.order_id))}
+    items = {
+        i.item_id: i
+        for i in db.scalars(sa.select(OrderItem).where(OrderItem.order_id == o.order_id))
+    }
     for item_id in wanted:
         item = items.get(item_id)
         if item is None:
@@ -118,11 +134,18 @@ def return_items(db: Session, order_id: str, item_ids: list[str]) -> dict[str, A
         o.status = "returned"
     refund_ids = [r.refund_id for r in refunds]
     _audit(db, "return_items", order_id=o.order_id, item_ids=wanted, refund_ids=refund_ids)
-    return {"order_id": o.order_id, "status": o.status, "returned_item_ids": wanted, "refund_ids": refund_ids,
-            "refund_amount": money(sum((r.amount for r in refunds), Decimal("0")))}
+    return {
+        "order_id": o.order_id,
+        "status": o.status,
+        "returned_item_ids": wanted,
+        "refund_ids": refund_ids,
+        "refund_amount": money(sum((r.amount for r in refunds), Decimal("0"))),
+    }
 
 
-def create_ticket(db: Session, customer_id: str, category: TicketCategory, description: str, order_id: str = "") -> dict[str, Any]:
+def create_ticket(
+    db: Session, customer_id: str, category: TicketCategory, description: str, order_id: str = ""
+) -> dict[str, Any]:
     """Open a support ticket for something the other tools cannot solve.
 
     Args:
@@ -138,12 +161,19 @@ def create_ticket(db: Session, customer_id: str, category: TicketCategory, descr
     customer = _customer(db, customer_id)
     order = _order(db, order_id) if order_id.strip() else None
     if order is not None and order.customer_id != customer.customer_id:
-        raise ToolFailure(f"Order {order.order_id} does not belong to customer {customer.customer_id}")
+        raise ToolFailure(
+            f"Order {order.order_id} does not belong to customer {customer.customer_id}"
+        )
     subject = order.order_id if order else customer.customer_id
-    ticket = Ticket(ticket_id=keyed_id(db, Ticket.ticket_id, f"TCK-{subject}-{category.upper()}"),
-                    customer_id=customer.customer_id,
-                    order_id=order.order_id if order else None, category=category, status="open",
-                    description=description, created_on=TODAY)
+    ticket = Ticket(
+        ticket_id=keyed_id(db, Ticket.ticket_id, f"TCK-{subject}-{category.upper()}"),
+        customer_id=customer.customer_id,
+        order_id=order.order_id if order else None,
+        category=category,
+        status="open",
+        description=description,
+        created_on=TODAY,
+    )
     db.add(ticket)
     _audit(db, "create_ticket", ticket_id=ticket.ticket_id, category=category)
     return {"ticket_id": ticket.ticket_id, "status": ticket.status, "category": category}

@@ -16,7 +16,12 @@ from rewardbox.grading.tb_common.judge import Judge, JudgeException
 
 __rewardbox_shim__ = True
 
-SUBMODULES = {"chat_types": chat_types, "judge": judge, "rubrics_judge": rubrics_judge, "config_types": config_types}
+SUBMODULES = {
+    "chat_types": chat_types,
+    "judge": judge,
+    "rubrics_judge": rubrics_judge,
+    "config_types": config_types,
+}
 """``thinkingbox.common.<name>`` -> the module that stands in for it."""
 
 __all__ = ["Judge", "JudgeException", "TestContext", "ToolCallResponse", "SUBMODULES"]

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field
 
 from rewardbox.grading.context import (
     ChatMessage as Text,
+)
+from rewardbox.grading.context import (
     Message,
     ParallelToolCall,
     TestContext,
@@ -26,8 +28,16 @@ from rewardbox.grading.context import (
 
 MessageT = Message
 TextMessageTag = Literal["think", "text", "direct"]
-FinishReason = Literal["done", "end_turn_tool", "agent_error", "agent_limit", "user_limit", "user_done",
-                       "no_user_llm", "skipped"]
+FinishReason = Literal[
+    "done",
+    "end_turn_tool",
+    "agent_error",
+    "agent_limit",
+    "user_limit",
+    "user_done",
+    "no_user_llm",
+    "skipped",
+]
 
 
 class ToolDef(BaseModel):
@@ -63,5 +73,18 @@ def get_conversation_transcript(messages: list[Any], limit: int = 0) -> str:
     return TestContext(messages=list(messages)).transcript(limit)
 
 
-__all__ = ["FinishReason", "Message", "MessageT", "ParallelToolCall", "TestContext", "TestResult", "Text",
-           "TextMessageTag", "ToolCall", "ToolCallResponse", "ToolDef", "ToolResponse", "get_conversation_transcript"]
+__all__ = [
+    "FinishReason",
+    "Message",
+    "MessageT",
+    "ParallelToolCall",
+    "TestContext",
+    "TestResult",
+    "Text",
+    "TextMessageTag",
+    "ToolCall",
+    "ToolCallResponse",
+    "ToolDef",
+    "ToolResponse",
+    "get_conversation_transcript",
+]

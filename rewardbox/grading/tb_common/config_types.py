@@ -11,8 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from rewardbox.grading.tb_common.chat_types import ToolDef
 from rewardbox.grading.outcome import TEST_FN_BINDING
+from rewardbox.grading.tb_common.chat_types import ToolDef
 
 TEST_CASE_FN_NAME = TEST_FN_BINDING
 
@@ -33,7 +33,7 @@ class RubricConfig(BaseModel):
     penalty_type: Literal["deduction", "multiplicative"] = "deduction"
 
     @model_validator(mode="after")
-    def _multiplicative_weight(self) -> "RubricConfig":
+    def _multiplicative_weight(self) -> RubricConfig:
         if self.is_penalty and self.penalty_type == "multiplicative" and self.weight > 1:
             raise ValueError("a multiplicative penalty's weight must be in [0, 1]")
         return self

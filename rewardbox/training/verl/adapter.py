@@ -85,27 +85,35 @@ def normalize_verl_adapter(adapter_dir: str | Path, lora_alpha: float | None = N
     tensors = load_file(adapter_dir / ADAPTER_WEIGHTS)
     renamed = {peft_key(name): tensor for name, tensor in tensors.items()}
     if len(renamed) != len(tensors):
-        raise ValueError(f"verl's adapter {adapter_dir} has tensors that differ only by the adapter name")
+        raise ValueError(
+            f"verl's adapter {adapter_dir} has tensors that differ only by the adapter name"
+        )
     changes = [f"renamed {old} -> {peft_key(old)}" for old in tensors if peft_key(old) != old]
     if changes:
         save_file(renamed, adapter_dir / ADAPTER_WEIGHTS, metadata={"format": "pt"})
     config = strict_json.loads((adapter_dir / ADAPTER_CONFIG).read_text())
-    fixed = _fixed_config(config, sorted({target_module(name) for name in renamed}), lora_alpha, adapter_dir)
+    fixed = _fixed_config(
+        config, sorted({target_module(name) for name in renamed}), lora_alpha, adapter_dir
+    )
     changes += [f"{key} {config.get(key)} -> {value}" for key, value in fixed.items()]
     if fixed:
         strict_json.write_json(adapter_dir / ADAPTER_CONFIG, {**config, **fixed}, indent=4)
     return changes
 
 
-def _fixed_config(config: dict, targets: list[str], lora_alpha: float | None, adapter_dir: Path) -> dict:
+def _fixed_config(
+    config: dict, targets: list[str], lora_alpha: float | None, adapter_dir: Path
+) -> dict:
     """The adapter config's entries to replace: the target modules the tensors name, a zero alpha."""
     fixed: dict = {}
     if sorted(config.get("target_modules") or []) != targets:
         fixed["target_modules"] = targets
     if not config.get("lora_alpha"):
         if lora_alpha is None:
-            raise ValueError(f"verl wrote lora_alpha={config.get('lora_alpha')} in {adapter_dir / ADAPTER_CONFIG} "
-                             "(its checkpoint has no lora_train_meta.json): merging would leave the base "
-                             "unchanged; pass the run's lora_alpha")
+            raise ValueError(
+                f"verl wrote lora_alpha={config.get('lora_alpha')} in {adapter_dir / ADAPTER_CONFIG} "
+                "(its checkpoint has no lora_train_meta.json): merging would leave the base "
+                "unchanged; pass the run's lora_alpha"
+            )
         fixed["lora_alpha"] = lora_alpha
     return fixed

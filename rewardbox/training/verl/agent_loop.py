@@ -80,7 +80,12 @@ logger = logging.getLogger(__name__)
 _fallback_trials: OrderedDict[str, int] = OrderedDict()
 
 try:  # verl's own environment only
-    from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+    from verl.experimental.agent_loop.agent_loop import (
+        AgentLoopBase,
+        AgentLoopMetrics,
+        AgentLoopOutput,
+        register,
+    )
 except ImportError:  # our default environment: no verl, no class
     AgentLoopBase = None
 
@@ -128,7 +133,9 @@ def resolve_services(path: str) -> LoopServices:
     return factory()
 
 
-def build_agent_loop_config(out_dir: str | Path, services_factory: str = DEFAULT_SERVICES) -> dict[str, Any]:
+def build_agent_loop_config(
+    out_dir: str | Path, services_factory: str = DEFAULT_SERVICES
+) -> dict[str, Any]:
     """Write verl's agent-loop file for ``rewardbox_agent`` and return the overrides that use it.
 
     Merge the result into ``verl_config.verl_overrides(...)`` before ``launch_command``.
@@ -144,7 +151,11 @@ def build_agent_loop_config(out_dir: str | Path, services_factory: str = DEFAULT
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / AGENT_LOOP_FILE
-    entry = {"name": AGENT_NAME, "_target_": f"{__name__}.RewardboxAgentLoop", "services_factory": services_factory}
+    entry = {
+        "name": AGENT_NAME,
+        "_target_": f"{__name__}.RewardboxAgentLoop",
+        "services_factory": services_factory,
+    }
     path.write_text(yaml.safe_dump([entry], sort_keys=False))
     agent = "actor_rollout_ref.rollout.agent"
     return {
@@ -186,7 +197,10 @@ def rollout_trial(row: Mapping[str, Any], group_span: int) -> int:
     while len(_fallback_trials) > FALLBACK_GROUPS:
         _fallback_trials.popitem(last=False)
     if trial == 0:
-        logger.warning("verl passed neither session_id nor priority: trials of group %r counted per process", key)
+        logger.warning(
+            "verl passed neither session_id nor priority: trials of group %r counted per process",
+            key,
+        )
     return trial
 
 
@@ -200,11 +214,17 @@ def server_generate(server_manager: Any, request_id: str, sampling_params: dict[
 
     async def generate(context_ids: list[int], max_new_tokens: int) -> Sampled:
         params = {**sampling_params, "max_tokens": max_new_tokens}
-        out = await server_manager.generate(request_id=request_id, prompt_ids=context_ids, sampling_params=params)
+        out = await server_manager.generate(
+            request_id=request_id, prompt_ids=context_ids, sampling_params=params
+        )
         stop_reason = getattr(out, "stop_reason", None)
         if stop_reason == "aborted":  # verl paused the engine mid-request: nothing the policy did
-            raise EndpointError(f"verl's generation server aborted request {request_id}", cause="aborted")
-        return Sampled(list(out.token_ids), None if out.log_probs is None else list(out.log_probs), stop_reason)
+            raise EndpointError(
+                f"verl's generation server aborted request {request_id}", cause="aborted"
+            )
+        return Sampled(
+            list(out.token_ids), None if out.log_probs is None else list(out.log_probs), stop_reason
+        )
 
     return generate
 
@@ -224,10 +244,17 @@ def output_fields(trajectory: TokenTrajectory, trial: int = 0) -> dict[str, Any]
         "reward_score": trajectory.reward,
         "num_turns": sum(1 for m in result.messages if m.get("role") != "system"),
         "extra_fields": {
-            "turn_scores": [], "tool_rewards": [],
-            "reward_extra_info": {"passed": float(bool(result.passed)), "tries": trajectory.tries,
-                                  "truncated": float(truncated > 0), "truncated_turns": float(truncated)},
-            "rewardbox_termination_reason": None if result.termination_reason is None else str(result.termination_reason),
+            "turn_scores": [],
+            "tool_rewards": [],
+            "reward_extra_info": {
+                "passed": float(bool(result.passed)),
+                "tries": trajectory.tries,
+                "truncated": float(truncated > 0),
+                "truncated_turns": float(truncated),
+            },
+            "rewardbox_termination_reason": None
+            if result.termination_reason is None
+            else str(result.termination_reason),
             "rewardbox_trial": trial,
             "rewardbox_truncated_turns": truncated,
             "rewardbox_agent_turns": len(result.agent_turns),
@@ -246,7 +273,9 @@ if AgentLoopBase is not None:
             *args, **kwargs: verl's ``AgentLoopBase`` arguments (config, server manager, tokenizer, ...).
         """
 
-        def __init__(self, *args: Any, services_factory: str = DEFAULT_SERVICES, **kwargs: Any) -> None:
+        def __init__(
+            self, *args: Any, services_factory: str = DEFAULT_SERVICES, **kwargs: Any
+        ) -> None:
             super().__init__(*args, **kwargs)
             self.services = resolve_services(services_factory)
             self.turns = TurnTokens(self.tokenizer)
@@ -264,18 +293,37 @@ if AgentLoopBase is not None:
             services = self.services
 
             def new_episode() -> StepwiseEpisode:
-                return StepwiseEpisode(task, trial, sandbox_factory=services.sandbox_factory,
-                                       user_simulator=services.user_simulator, grader=services.grader,
-                                       config=services.config)
+                return StepwiseEpisode(
+                    task,
+                    trial,
+                    sandbox_factory=services.sandbox_factory,
+                    user_simulator=services.user_simulator,
+                    grader=services.grader,
+                    config=services.config,
+                )
 
             generate = server_generate(self.server_manager, uuid4().hex, sampling_params)
-            context = getattr(config, "max_model_len", None)  # None: the model's position limit (dry run checks it)
-            trajectory = await play_with_retries(new_episode, generate, self.turns, int(config.response_length),
-                                                 services.config.max_system_error_retries, int(config.prompt_length),
-                                                 None if context is None else int(context))
+            context = getattr(
+                config, "max_model_len", None
+            )  # None: the model's position limit (dry run checks it)
+            trajectory = await play_with_retries(
+                new_episode,
+                generate,
+                self.turns,
+                int(config.response_length),
+                services.config.max_system_error_retries,
+                int(config.prompt_length),
+                None if context is None else int(context),
+            )
             result = trajectory.result
             if trajectory.system_error:
-                raise EpisodeSystemError(task.uid, result.system_error_kind or "system_error", result.system_error,
-                                         trajectory.tries)
-            metrics = AgentLoopMetrics(generate_sequences=trajectory.generate_s, tool_calls=result.time_tool_s)
+                raise EpisodeSystemError(
+                    task.uid,
+                    result.system_error_kind or "system_error",
+                    result.system_error,
+                    trajectory.tries,
+                )
+            metrics = AgentLoopMetrics(
+                generate_sequences=trajectory.generate_s, tool_calls=result.time_tool_s
+            )
             return AgentLoopOutput(metrics=metrics, **output_fields(trajectory, trial))

@@ -98,7 +98,11 @@ class VerlBackendConfig(BaseModel):
     def _launch_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
         filled = sorted(set(value) & set(_FILLED_IN))
         if filled:
-            raise ValueError(f"verl.launch sets {filled}: these come from the pipeline (base checkpoint, "
-                             "training pool, shared_dir); remove them")
-        VerlLaunchConfig(**value, **{name: "x" for name in _FILLED_IN})  # unknown keys and bad values fail here
+            raise ValueError(
+                f"verl.launch sets {filled}: these come from the pipeline (base checkpoint, "
+                "training pool, shared_dir); remove them"
+            )
+        VerlLaunchConfig(
+            **value, **{name: "x" for name in _FILLED_IN}
+        )  # unknown keys and bad values fail here
         return value

@@ -105,7 +105,9 @@ def position_limit(model_path: str) -> int | None:
     if not path.is_file():
         return None
     config = strict_json.loads(path.read_text())
-    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get("max_position_embeddings")
+    value = config.get("max_position_embeddings") or (config.get("text_config") or {}).get(
+        "max_position_embeddings"
+    )
     return int(value) if isinstance(value, int) else None
 
 
@@ -116,20 +118,30 @@ def context_problem(overrides: dict[str, Any]) -> tuple[str | None, str | None]:
     the model's ``max_position_embeddings`` read from ``actor_rollout_ref.model.path``'s
     ``config.json``; it must hold ``data.max_prompt_length + data.max_response_length``.
     """
-    prompt, response = int(overrides["data.max_prompt_length"]), int(overrides["data.max_response_length"])
+    prompt, response = (
+        int(overrides["data.max_prompt_length"]),
+        int(overrides["data.max_response_length"]),
+    )
     set_len = overrides.get(MAX_MODEL_LEN)
     model_path = str(overrides.get("actor_rollout_ref.model.path", ""))
     context = int(set_len) if set_len is not None else position_limit(model_path)
     if context is None:
-        return None, (f"{MAX_MODEL_LEN} against data.max_prompt_length + data.max_response_length: neither is "
-                      f"{MAX_MODEL_LEN} set nor is {model_path}/config.json readable here")
+        return None, (
+            f"{MAX_MODEL_LEN} against data.max_prompt_length + data.max_response_length: neither is "
+            f"{MAX_MODEL_LEN} set nor is {model_path}/config.json readable here"
+        )
     if context >= prompt + response:
         return None, None
-    source = f"{MAX_MODEL_LEN}={context}" if set_len is not None else \
-        f"{MAX_MODEL_LEN} (null: the model's max_position_embeddings, {context})"
-    return (f"{source} cannot hold data.max_prompt_length ({prompt}) + data.max_response_length ({response}) = "
-            f"{prompt + response} tokens: raise {MAX_MODEL_LEN} (within the model's position limit) or lower "
-            "grpo/verl's max_prompt_tokens / max_response_tokens"), None
+    source = (
+        f"{MAX_MODEL_LEN}={context}"
+        if set_len is not None
+        else f"{MAX_MODEL_LEN} (null: the model's max_position_embeddings, {context})"
+    )
+    return (
+        f"{source} cannot hold data.max_prompt_length ({prompt}) + data.max_response_length ({response}) = "
+        f"{prompt + response} tokens: raise {MAX_MODEL_LEN} (within the model's position limit) or lower "
+        "grpo/verl's max_prompt_tokens / max_response_tokens"
+    ), None
 
 
 def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]:
@@ -139,10 +151,16 @@ def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]
         ValueError: an advantage estimator verl has no equivalent for.
     """
     if grpo.advantage_estimator not in _ESTIMATORS:
-        raise ValueError(f"advantage_estimator {grpo.advantage_estimator!r} has no verl equivalent; "
-                         f"use one of {sorted(_ESTIMATORS)}")
+        raise ValueError(
+            f"advantage_estimator {grpo.advantage_estimator!r} has no verl equivalent; "
+            f"use one of {sorted(_ESTIMATORS)}"
+        )
     estimator, norm_by_std = _ESTIMATORS[grpo.advantage_estimator]
-    actor, rollout, model = "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.model"
+    actor, rollout, model = (
+        "actor_rollout_ref.actor",
+        "actor_rollout_ref.rollout",
+        "actor_rollout_ref.model",
+    )
     return {
         "algorithm.adv_estimator": estimator,
         "algorithm.norm_adv_by_std_in_grpo": norm_by_std,
@@ -157,7 +175,9 @@ def verl_overrides(grpo: GRPOConfig, launch: VerlLaunchConfig) -> dict[str, Any]
         "data.max_response_length": launch.max_response_tokens,
         "data.seed": grpo.seed,
         f"{model}.path": launch.model_path,
-        f"{model}.lora_rank": grpo.lora_r if grpo.finetune == "lora" else 0,  # 0: verl trains every weight
+        f"{model}.lora_rank": grpo.lora_r
+        if grpo.finetune == "lora"
+        else 0,  # 0: verl trains every weight
         f"{model}.lora_alpha": grpo.lora_alpha,
         f"{model}.target_modules": list(grpo.lora_target_modules),
         f"{actor}.optim.lr": grpo.learning_rate,
@@ -238,9 +258,14 @@ def nested(overrides: dict[str, Any]) -> dict[str, Any]:
     return tree
 
 
-def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
-            verl_python: str | None = None, extra_overrides: dict[str, Any] | None = None,
-            python: str = "python3") -> DryRun:
+def dry_run(
+    grpo: GRPOConfig,
+    launch: VerlLaunchConfig,
+    out_dir: str | Path,
+    verl_python: str | None = None,
+    extra_overrides: dict[str, Any] | None = None,
+    python: str = "python3",
+) -> DryRun:
     """Write the launch command and config for ``grpo`` into ``out_dir``; validate with verl when possible.
 
     Args:
@@ -267,27 +292,60 @@ def dry_run(grpo: GRPOConfig, launch: VerlLaunchConfig, out_dir: str | Path,
     overrides_path.write_text(yaml.safe_dump(nested(overrides), sort_keys=False))
     skipped = [unchecked] if unchecked else []
     if verl_python is None:
-        return DryRun(command, overrides_path, None, False, "not validated: no verl environment given", skipped)
+        return DryRun(
+            command,
+            overrides_path,
+            None,
+            False,
+            "not validated: no verl environment given",
+            skipped,
+        )
     resolved_path = out / "verl_resolved.yaml"
     proc = _validate(verl_python, overrides, resolved_path)
     if proc.returncode != 0:
-        return DryRun(command, overrides_path, None, False, (proc.stderr or proc.stdout).strip()[-2000:], skipped)
+        return DryRun(
+            command,
+            overrides_path,
+            None,
+            False,
+            (proc.stderr or proc.stdout).strip()[-2000:],
+            skipped,
+        )
     skipped += json.loads(proc.stdout.strip().splitlines()[-1]) if proc.stdout.strip() else []
     return DryRun(command, overrides_path, resolved_path, True, skipped_checks=skipped)
 
 
-def _validate(verl_python: str, overrides: dict[str, Any], resolved_path: Path) -> subprocess.CompletedProcess[str]:
+def _validate(
+    verl_python: str, overrides: dict[str, Any], resolved_path: Path
+) -> subprocess.CompletedProcess[str]:
     """Run ``rewardbox.training.verl.validate`` in verl's environment on ``overrides``; it writes the
     resolved config to ``resolved_path`` and prints the checks it skipped (JSON) as its last line."""
     args = [verl_python, "-m", "rewardbox.training.verl.validate", str(resolved_path)]
     root = str(Path(__file__).resolve().parents[3])
-    return subprocess.run(args, input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
-                          capture_output=True, text=True, timeout=VALIDATE_TIMEOUT_S, cwd=root,
-                          env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
+    return subprocess.run(
+        args,
+        input=strict_json.dumps([format_override(k, v) for k, v in overrides.items()]),
+        capture_output=True,
+        text=True,
+        timeout=VALIDATE_TIMEOUT_S,
+        cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin", "HOME": str(Path.home())},
+    )
 
 
-if __name__ == "__main__":  # python -m rewardbox.training.verl.config OUT_DIR [VERL_PYTHON]: the reference run
-    reference = VerlLaunchConfig(model_path="Qwen/Qwen3-8B", train_files="data/train.parquet",
-                                 val_files="data/val.parquet")
-    result = dry_run(GRPOConfig(), reference, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
-    print(shlex.join(result.command), "\nvalidated:", result.validated, result.problem, result.skipped_checks)
+if (
+    __name__ == "__main__"
+):  # python -m rewardbox.training.verl.config OUT_DIR [VERL_PYTHON]: the reference run
+    reference = VerlLaunchConfig(
+        model_path="Qwen/Qwen3-8B", train_files="data/train.parquet", val_files="data/val.parquet"
+    )
+    result = dry_run(
+        GRPOConfig(), reference, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None
+    )
+    print(
+        shlex.join(result.command),
+        "\nvalidated:",
+        result.validated,
+        result.problem,
+        result.skipped_checks,
+    )

@@ -61,18 +61,24 @@ def refill_bound_problems(extra_overrides: Mapping[str, Any], max_refill_rounds:
     ours = bound_overrides(max_refill_rounds)
     problems = []
     for key, value in flat_overrides(extra_overrides).items():
-        guarded = [g for g in GUARDED if key == g or key.startswith(g + ".") or g.startswith(key + ".")]
+        guarded = [
+            g for g in GUARDED if key == g or key.startswith(g + ".") or g.startswith(key + ".")
+        ]
         if not guarded or (key in ours and _same(value, ours[key])):
             continue
         if key == REFILL_KEY:
-            problems.append(f"verl.extra_overrides sets {REFILL_KEY}={value!r}: the refill bound is "
-                            f"grpo.max_refill_rounds + 1 = {max_refill_rounds + 1} "
-                            f"({'<= 0 is no bound at all in verl; ' if _unbounded(value) else ''}"
-                            "set grpo.max_refill_rounds instead, and remove this override)")
+            problems.append(
+                f"verl.extra_overrides sets {REFILL_KEY}={value!r}: the refill bound is "
+                f"grpo.max_refill_rounds + 1 = {max_refill_rounds + 1} "
+                f"({'<= 0 is no bound at all in verl; ' if _unbounded(value) else ''}"
+                "set grpo.max_refill_rounds instead, and remove this override)"
+            )
         else:
-            problems.append(f"verl.extra_overrides sets {key}={value!r}, which replaces {guarded[0]}: "
-                            "rewardbox's replay buffer is what bounds zero-variance refills (verl's own "
-                            "refills until no group has equal rewards); remove this override")
+            problems.append(
+                f"verl.extra_overrides sets {key}={value!r}, which replaces {guarded[0]}: "
+                "rewardbox's replay buffer is what bounds zero-variance refills (verl's own "
+                "refills until no group has equal rewards); remove this override"
+            )
     return problems
 
 
@@ -88,7 +94,9 @@ def check_refill_bound(extra_overrides: Mapping[str, Any], max_refill_rounds: in
 
 
 def _same(value: Any, ours: Any) -> bool:
-    return type(value) is type(ours) and value == ours  # True == 1 in Python; a bool is no count of batches
+    return (
+        type(value) is type(ours) and value == ours
+    )  # True == 1 in Python; a bool is no count of batches
 
 
 def _unbounded(value: Any) -> bool:

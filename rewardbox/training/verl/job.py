@@ -34,20 +34,44 @@ from pathlib import Path
 from typing import Any
 
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.verl.backend_config import VerlBackendConfig
+from rewardbox.training.verl.config import (
+    VerlContextError,
+    VerlLaunchConfig,
+    context_problem,
+    launch_command,
+    verl_overrides,
+)
+from rewardbox.training.verl.guard import check_refill_bound
+from rewardbox.training.verl.merge_run import (
+    finish_verl_merge,
+    merge_command,
+    merge_verl_checkpoint,
+)
+from rewardbox.training.verl.progress import StepProgress, VerlCheckpoint, latest_checkpoint
 from rewardbox.training.verl.ray_client import JobClient
 from rewardbox.training.verl.ray_job import JobFailedError, JobOutcome, watch_job
-from rewardbox.training.verl.backend_config import VerlBackendConfig
-from rewardbox.training.verl.config import VerlContextError, VerlLaunchConfig, context_problem, launch_command, verl_overrides
-from rewardbox.training.verl.guard import check_refill_bound
-from rewardbox.training.verl.merge_run import finish_verl_merge, merge_command, merge_verl_checkpoint
 from rewardbox.training.verl.watch import StepLog, outcome_error, submit_or_attach
-from rewardbox.training.verl.progress import StepProgress, VerlCheckpoint, latest_checkpoint
 
 # the merge step (step 3 above) is part of this module's API, defined in merge_run
 __all__ = [
-    "NO_GPU_EXIT_CODE", "PREFLIGHT", "AgentFn", "RowsFn", "VerlLaunch", "VerlRunResult", "agent_loop_overrides",
-    "finish_verl_merge", "job_python", "merge_command", "merge_verl_checkpoint", "pool_rows", "prepare_launch",
-    "run_overrides", "run_verl_training", "verl_python", "write_rows",
+    "NO_GPU_EXIT_CODE",
+    "PREFLIGHT",
+    "AgentFn",
+    "RowsFn",
+    "VerlLaunch",
+    "VerlRunResult",
+    "agent_loop_overrides",
+    "finish_verl_merge",
+    "job_python",
+    "merge_command",
+    "merge_verl_checkpoint",
+    "pool_rows",
+    "prepare_launch",
+    "run_overrides",
+    "run_verl_training",
+    "verl_python",
+    "write_rows",
 ]
 
 logger = logging.getLogger(__name__)
@@ -137,9 +161,16 @@ def job_python(cfg: VerlBackendConfig, local_head: bool) -> str:
     return here if Path(here).exists() else sys.executable
 
 
-def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any], model_path: str,
-                   shared_dir: str | Path, rows_fn: RowsFn | None = None,
-                   agent_fn: AgentFn | None = None, local_head: bool = False) -> VerlLaunch:
+def prepare_launch(
+    grpo: GRPOConfig,
+    cfg: VerlBackendConfig,
+    tasks: Sequence[Any],
+    model_path: str,
+    shared_dir: str | Path,
+    rows_fn: RowsFn | None = None,
+    agent_fn: AgentFn | None = None,
+    local_head: bool = False,
+) -> VerlLaunch:
     """Write the dataset rows and build the launch for ``grpo`` on ``cfg``'s cluster.
 
     Args:
@@ -164,7 +195,11 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     run_dir = root / "verl" / submission_id
     train_path = run_dir / "train.parquet"
     launch = _launch_config(cfg, root, submission_id, model_path, train_path)
-    extra = {**(agent_fn or agent_loop_overrides)(run_dir), **run_overrides(grpo, cfg), **cfg.extra_overrides}
+    extra = {
+        **(agent_fn or agent_loop_overrides)(run_dir),
+        **run_overrides(grpo, cfg),
+        **cfg.extra_overrides,
+    }
     # also when cfg did not come through a Profile
     check_refill_bound(extra, grpo.max_refill_rounds)
     overrides = {**verl_overrides(grpo, launch), **extra}
@@ -177,17 +212,33 @@ def prepare_launch(grpo: GRPOConfig, cfg: VerlBackendConfig, tasks: Sequence[Any
     return _launch(cfg, launch, overrides, extra, submission_id, train_path, local_head)
 
 
-def _launch_config(cfg: VerlBackendConfig, root: Path, submission_id: str, model_path: str,
-                   train_path: Path) -> VerlLaunchConfig:
+def _launch_config(
+    cfg: VerlBackendConfig, root: Path, submission_id: str, model_path: str, train_path: Path
+) -> VerlLaunchConfig:
     """``cfg.launch`` with the model, the rows (train and validation) and this run's checkpoint directory."""
-    experiment = cfg.launch.get("experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default)
-    return VerlLaunchConfig(**{**cfg.launch, "model_path": model_path, "train_files": str(train_path),
-                               "val_files": str(train_path),
-                               "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id)})
+    experiment = cfg.launch.get(
+        "experiment_name", VerlLaunchConfig.model_fields["experiment_name"].default
+    )
+    return VerlLaunchConfig(
+        **{
+            **cfg.launch,
+            "model_path": model_path,
+            "train_files": str(train_path),
+            "val_files": str(train_path),
+            "checkpoint_dir": str(root / "checkpoints" / "verl" / experiment / submission_id),
+        }
+    )
 
 
-def _launch(cfg: VerlBackendConfig, launch: VerlLaunchConfig, overrides: dict[str, Any], extra: dict[str, Any],
-            submission_id: str, train_path: Path, local_head: bool) -> VerlLaunch:
+def _launch(
+    cfg: VerlBackendConfig,
+    launch: VerlLaunchConfig,
+    overrides: dict[str, Any],
+    extra: dict[str, Any],
+    submission_id: str,
+    train_path: Path,
+    local_head: bool,
+) -> VerlLaunch:
     """The :class:`VerlLaunch` of :func:`prepare_launch` once its rows are written: verl's argv and the
     Ray job's shell command (the GPU preflight first when ``cfg.preflight_gpus``)."""
     python = job_python(cfg, local_head)
@@ -197,8 +248,17 @@ def _launch(cfg: VerlBackendConfig, launch: VerlLaunchConfig, overrides: dict[st
         gpus = launch.nnodes * launch.n_gpus_per_node
         entrypoint = f"{shlex.join([python, '-c', PREFLIGHT, str(gpus)])} && {entrypoint}"
     checkpoint_dir = Path(overrides["trainer.default_local_dir"])  # an extra override may move it
-    return VerlLaunch(submission_id, command, overrides, entrypoint, checkpoint_dir, train_path,
-                      _parquet_rows(train_path), launch, extra)
+    return VerlLaunch(
+        submission_id,
+        command,
+        overrides,
+        entrypoint,
+        checkpoint_dir,
+        train_path,
+        _parquet_rows(train_path),
+        launch,
+        extra,
+    )
 
 
 def run_overrides(grpo: GRPOConfig, cfg: VerlBackendConfig) -> dict[str, Any]:
@@ -208,7 +268,10 @@ def run_overrides(grpo: GRPOConfig, cfg: VerlBackendConfig) -> dict[str, Any]:
     step), so the default ``-1`` would leave nothing to merge: we save at the last step, or
     every ``cfg.save_every_steps``.
     """
-    return {"trainer.logger": ["console"], "trainer.save_freq": cfg.save_every_steps or max(1, grpo.steps)}
+    return {
+        "trainer.logger": ["console"],
+        "trainer.save_freq": cfg.save_every_steps or max(1, grpo.steps),
+    }
 
 
 def _parquet_rows(path: Path) -> int:
@@ -236,9 +299,14 @@ class VerlRunResult:
     log_lines: int = 0
 
 
-def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendConfig,
-                      log: Callable[[str], None], runtime_env: dict[str, Any] | None = None,
-                      on_submit: Callable[[str], None] | None = None) -> VerlRunResult:
+def run_verl_training(
+    client: JobClient,
+    launch: VerlLaunch,
+    cfg: VerlBackendConfig,
+    log: Callable[[str], None],
+    runtime_env: dict[str, Any] | None = None,
+    on_submit: Callable[[str], None] | None = None,
+) -> VerlRunResult:
     """Submit ``launch`` as a Ray job (or re-attach to ``cfg.attach_job_id``), stream its log, return its checkpoint.
 
     Every log line goes to ``log`` as it arrives; each verl step line is followed by a one-line
@@ -261,24 +329,38 @@ def run_verl_training(client: JobClient, launch: VerlLaunch, cfg: VerlBackendCon
         BaseException: an interrupt (terminated run) after the job was stopped and had ended.
     """
     lines = StepLog(log)
-    job_id = submit_or_attach(client, launch.entrypoint, launch.submission_id, launch.rows, cfg, log, runtime_env)
+    job_id = submit_or_attach(
+        client, launch.entrypoint, launch.submission_id, launch.rows, cfg, log, runtime_env
+    )
     if on_submit is not None:
         on_submit(job_id)
-    outcome = watch_job(client, job_id, lines, timeout_s=cfg.job_timeout_s, poll_s=cfg.poll_s,
-                        contact_timeout_s=cfg.contact_timeout_s, start_timeout_s=cfg.start_timeout_s,
-                        stop_timeout_s=cfg.stop_timeout_s)
+    outcome = watch_job(
+        client,
+        job_id,
+        lines,
+        timeout_s=cfg.job_timeout_s,
+        poll_s=cfg.poll_s,
+        contact_timeout_s=cfg.contact_timeout_s,
+        start_timeout_s=cfg.start_timeout_s,
+        stop_timeout_s=cfg.stop_timeout_s,
+    )
     if outcome.status != "SUCCEEDED":
         raise outcome_error(outcome)
-    return VerlRunResult(job_id, lines.steps, _checkpoint(launch, outcome), outcome.elapsed_s, lines.count)
+    return VerlRunResult(
+        job_id, lines.steps, _checkpoint(launch, outcome), outcome.elapsed_s, lines.count
+    )
 
 
 def _checkpoint(launch: VerlLaunch, outcome: JobOutcome) -> VerlCheckpoint:
     """The latest complete checkpoint of a job that succeeded; ``JobFailedError`` when it wrote none."""
     checkpoint = latest_checkpoint(launch.checkpoint_dir)
     if checkpoint is None:
-        raise JobFailedError(f"Ray job {outcome.job_id} succeeded but wrote no global_step_N/actor checkpoint under "
-                             f"{launch.checkpoint_dir} (is trainer.save_freq set, and is the directory on a "
-                             "filesystem this process shares with the cluster?)", outcome)
+        raise JobFailedError(
+            f"Ray job {outcome.job_id} succeeded but wrote no global_step_N/actor checkpoint under "
+            f"{launch.checkpoint_dir} (is trainer.save_freq set, and is the directory on a "
+            "filesystem this process shares with the cluster?)",
+            outcome,
+        )
     return checkpoint
 
 

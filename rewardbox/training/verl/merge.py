@@ -77,19 +77,29 @@ def exact_merger_class():
         def _load_and_merge_state_dicts(self, *args: Any) -> dict:
             with _shards_keep_dtype():
                 merged = super()._load_and_merge_state_dicts(*args)
-            self.trained = dict(merged)  # as trained; verl pops and renames the saved dict's keys in place
+            self.trained = dict(
+                merged
+            )  # as trained; verl pops and renames the saved dict's keys in place
             if self.dtype_name != "keep":
-                merged = {k: v.to(getattr(torch, self.dtype_name)) if v.is_floating_point() else v
-                          for k, v in merged.items()}
+                merged = {
+                    k: v.to(getattr(torch, self.dtype_name)) if v.is_floating_point() else v
+                    for k, v in merged.items()
+                }
             return merged
 
         def save_hf_model_and_tokenizer(self, state_dict: dict) -> None:
             head, embedding = state_dict.get(HEAD), state_dict.get(EMBEDDING)
-            if getattr(self.model_config, "tie_word_embeddings", False) and head is not None \
-                    and embedding is not None and not torch.equal(head, embedding):
+            if (
+                getattr(self.model_config, "tie_word_embeddings", False)
+                and head is not None
+                and embedding is not None
+                and not torch.equal(head, embedding)
+            ):
                 _set_tied(self.model_config, False)
                 self.untied = True
-            dtype = _dominant_dtype(state_dict)  # before saving: transformers empties the dict it is given
+            dtype = _dominant_dtype(
+                state_dict
+            )  # before saving: transformers empties the dict it is given
             super().save_hf_model_and_tokenizer(state_dict)
             _write_config_dtype(Path(self.config.target_dir), dtype)
 
@@ -121,7 +131,9 @@ def _write_config_dtype(target: Path, dtype: str) -> None:
     config.save_pretrained(target)
 
 
-def fidelity_report(target: Path, trained: dict, untied: bool, rtol: float, atol: float) -> dict[str, Any]:
+def fidelity_report(
+    target: Path, trained: dict, untied: bool, rtol: float, atol: float
+) -> dict[str, Any]:
     """Load ``target`` with transformers and compare it with ``trained`` (a full fine-tune's state dict).
 
     Returns:
@@ -142,9 +154,18 @@ def fidelity_report(target: Path, trained: dict, untied: bool, rtol: float, atol
         if diff.numel() and float(diff.max()) >= max_diff:
             worst, max_diff = key, float(diff.max())
         within = within and bool((diff <= atol + rtol * want64.abs()).all())
-    return {"trained_dtype": _dominant_dtype(trained), "saved_dtype": _dominant_dtype(loaded), "untied": untied,
-            "compared": len(trained) - len(missing), "missing": missing[:20], "max_abs_diff": max_diff,
-            "worst": worst, "rtol": rtol, "atol": atol, "within": within and not missing}
+    return {
+        "trained_dtype": _dominant_dtype(trained),
+        "saved_dtype": _dominant_dtype(loaded),
+        "untied": untied,
+        "compared": len(trained) - len(missing),
+        "missing": missing[:20],
+        "max_abs_diff": max_diff,
+        "worst": worst,
+        "rtol": rtol,
+        "atol": atol,
+        "within": within and not missing,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -154,15 +175,21 @@ def main(argv: list[str]) -> int:
     sys.argv = [sys.argv[0], *rest]
     config = generate_config_from_args(parse_args())
     if config.backend != "fsdp" or config.operation != "merge":
-        raise SystemExit("rewardbox.training.verl.merge merges FSDP checkpoints only (merge --backend fsdp)")
+        raise SystemExit(
+            "rewardbox.training.verl.merge merges FSDP checkpoints only (merge --backend fsdp)"
+        )
     merger = exact_merger_class()(config)
     merger.dtype_name = ours.dtype
     merger.merge_and_save()
     merger.cleanup()
     target = Path(config.target_dir)
     if any("lora_" in key for key in merger.trained):
-        report = {"lora": True, "within": True, "untied": merger.untied,
-                  "trained_dtype": _dominant_dtype(merger.trained)}
+        report = {
+            "lora": True,
+            "within": True,
+            "untied": merger.untied,
+            "trained_dtype": _dominant_dtype(merger.trained),
+        }
     else:
         report = fidelity_report(target, merger.trained, merger.untied, ours.rtol, ours.atol)
     (target / REPORT).write_text(strict_json.dumps(report, indent=2))

@@ -22,21 +22,50 @@ FIDELITY_REPORT = "merge_fidelity.json"
 _ROOT = Path(__file__).resolve().parents[3]
 
 
-def merge_command(python: str, actor_dir: str | Path, target_dir: str | Path, dtype: str = "keep",
-                  rtol: float = 0.0, atol: float = 0.0) -> list[str]:
+def merge_command(
+    python: str,
+    actor_dir: str | Path,
+    target_dir: str | Path,
+    dtype: str = "keep",
+    rtol: float = 0.0,
+    atol: float = 0.0,
+) -> list[str]:
     """verl's model merger argv: an FSDP ``actor`` checkpoint into a Hugging Face directory.
 
     Runs verl's ``FSDPModelMerger`` through ``rewardbox.training.verl.merge`` (dtype kept, a
     broken tie untied, ``merge_fidelity.json`` written: see that module).
     """
-    return [python, "-m", MERGER_MODULE, "merge", "--backend", "fsdp", "--local_dir", str(actor_dir),
-            "--target_dir", str(target_dir), "--dtype", dtype, "--rtol", repr(rtol), "--atol", repr(atol)]
+    return [
+        python,
+        "-m",
+        MERGER_MODULE,
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(actor_dir),
+        "--target_dir",
+        str(target_dir),
+        "--dtype",
+        dtype,
+        "--rtol",
+        repr(rtol),
+        "--atol",
+        repr(atol),
+    ]
 
 
-def merge_verl_checkpoint(actor_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                          python: str, timeout_s: float = 3600.0, lora_alpha: float | None = None,
-                          log: Callable[[str], None] | None = None, dtype: str = "keep",
-                          tolerance: tuple[float, float] = (0.0, 0.0)) -> Path:
+def merge_verl_checkpoint(
+    actor_dir: str | Path,
+    base_dir: str | Path,
+    out_dir: str | Path,
+    python: str,
+    timeout_s: float = 3600.0,
+    lora_alpha: float | None = None,
+    log: Callable[[str], None] | None = None,
+    dtype: str = "keep",
+    tolerance: tuple[float, float] = (0.0, 0.0),
+) -> Path:
     """Merge verl's ``actor_dir`` into a Hugging Face checkpoint at ``out_dir`` with verl's model merger.
 
     The merger (:func:`merge_command`) writes into ``<out_dir>.merger``; :func:`finish_verl_merge`
@@ -57,14 +86,21 @@ def merge_verl_checkpoint(actor_dir: str | Path, base_dir: str | Path, out_dir: 
     if not actor_dir.is_dir():
         raise FileNotFoundError(f"no verl checkpoint at {actor_dir}")
     if not Path(python).exists() and shutil.which(python) is None:
-        raise FileNotFoundError(f"verl's Python {python} not found: run `make verl-env` or set REWARDBOX_VERL_PYTHON")
+        raise FileNotFoundError(
+            f"verl's Python {python} not found: run `make verl-env` or set REWARDBOX_VERL_PYTHON"
+        )
     staging = out_dir.with_name(out_dir.name + ".merger")  # not merge_checkpoint's own ".partial"
     _run_merger(merge_command(python, actor_dir, staging, dtype, *tolerance), staging, timeout_s)
     return finish_verl_merge(staging, base_dir, out_dir, lora_alpha, log)
 
 
-def finish_verl_merge(merger_dir: str | Path, base_dir: str | Path, out_dir: str | Path,
-                      lora_alpha: float | None = None, log: Callable[[str], None] | None = None) -> Path:
+def finish_verl_merge(
+    merger_dir: str | Path,
+    base_dir: str | Path,
+    out_dir: str | Path,
+    lora_alpha: float | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Path:
     """``out_dir`` from what verl's model merger wrote into ``merger_dir`` (which is consumed).
 
     Merged weights (a full fine-tune) become ``out_dir`` as they are, with the base's chat
@@ -108,14 +144,21 @@ def finish_verl_merge(merger_dir: str | Path, base_dir: str | Path, out_dir: str
 def _run_merger(argv: list[str], target_dir: Path, timeout_s: float) -> None:
     """Run the merger ``argv`` into a fresh ``target_dir``; RuntimeError with its output tail on failure."""
     shutil.rmtree(target_dir, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(_ROOT), os.environ.get("PYTHONPATH")) if p),
+    }
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     except subprocess.TimeoutExpired as exc:
-        raise RuntimeError(f"verl's model merger ran past {timeout_s:g} s into {target_dir}") from exc
+        raise RuntimeError(
+            f"verl's model merger ran past {timeout_s:g} s into {target_dir}"
+        ) from exc
     if proc.returncode != 0:
-        raise RuntimeError(f"verl's model merger failed (exit {proc.returncode}):\n"
-                           f"{(proc.stderr or proc.stdout).strip()[-3000:]}")
+        raise RuntimeError(
+            f"verl's model merger failed (exit {proc.returncode}):\n"
+            f"{(proc.stderr or proc.stdout).strip()[-3000:]}"
+        )
 
 
 def read_fidelity(checkpoint_dir: str | Path) -> dict | None:

@@ -59,13 +59,19 @@ class StepProgress:
 
     def summary(self) -> str:
         """A short log line: ``verl step 3: mean_reward=0.250 zero_variance_frac=0.333 ...``."""
-        parts = [f"{name}={value:.3f}" for name, value in self.headline().items() if value is not None]
+        parts = [
+            f"{name}={value:.3f}" for name, value in self.headline().items() if value is not None
+        ]
         return f"verl step {self.step}: " + (" ".join(parts) or f"{len(self.metrics)} metrics")
 
     def headline(self) -> dict[str, float | None]:
         """The four figures shown per step (the asset's step table columns)."""
-        return {"mean_reward": self.mean_reward, "zero_variance_frac": self.zero_variance_frac,
-                "throughput_tokens_per_s": self.throughput_tokens_per_s, "step_s": self.step_s}
+        return {
+            "mean_reward": self.mean_reward,
+            "zero_variance_frac": self.zero_variance_frac,
+            "throughput_tokens_per_s": self.throughput_tokens_per_s,
+            "step_s": self.step_s,
+        }
 
 
 _WRAPPED = re.compile(r"^[A-Za-z_][\w.]*\(([^()]*)\)$")
@@ -108,10 +114,14 @@ def parse_progress_line(line: str) -> StepProgress | None:
     if not metrics:
         return None
     step_s = metrics.get(STEP_TIME_KEY)
-    return StepProgress(step=int(match.group(1)), metrics=metrics, mean_reward=_first(metrics, REWARD_KEYS),
-                        zero_variance_frac=_first(metrics, ZERO_VARIANCE_KEYS),
-                        throughput_tokens_per_s=metrics.get(THROUGHPUT_KEY),
-                        step_s=None if step_s is None or math.isnan(step_s) else step_s)
+    return StepProgress(
+        step=int(match.group(1)),
+        metrics=metrics,
+        mean_reward=_first(metrics, REWARD_KEYS),
+        zero_variance_frac=_first(metrics, ZERO_VARIANCE_KEYS),
+        throughput_tokens_per_s=metrics.get(THROUGHPUT_KEY),
+        step_s=None if step_s is None or math.isnan(step_s) else step_s,
+    )
 
 
 @dataclass(frozen=True, order=True)

@@ -25,8 +25,14 @@ TERMINAL_STATUSES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 class JobClient(Protocol):
     """The part of Ray's ``JobSubmissionClient`` that is used (a fake implements it in unit tests)."""
 
-    def submit_job(self, *, entrypoint: str, submission_id: str | None = None,
-                   runtime_env: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> str: ...
+    def submit_job(
+        self,
+        *,
+        entrypoint: str,
+        submission_id: str | None = None,
+        runtime_env: dict[str, Any] | None = None,
+        metadata: dict[str, str] | None = None,
+    ) -> str: ...
     def get_job_status(self, job_id: str) -> Any: ...
     def get_job_info(self, job_id: str) -> Any: ...
     def get_job_logs(self, job_id: str) -> str: ...
@@ -39,23 +45,34 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     return (requests.ConnectionError, requests.Timeout, ConnectionError, TimeoutError)
 
 
-def retrying(call: Callable[..., Any], *args: Any, attempts: int | None = 4, max_delay_s: float = 60.0) -> Any:
+def retrying(
+    call: Callable[..., Any], *args: Any, attempts: int | None = 4, max_delay_s: float = 60.0
+) -> Any:
     """``call(*args)`` retried on connection errors and timeouts (exponential wait, bounded in count and time).
 
     Raises:
         the last transient error after the attempts, or any other error at once (an HTTP
         error answer such as "no such job" is not retried).
     """
-    stop = stop_after_delay(max_delay_s) if attempts is None else stop_after_attempt(attempts) | stop_after_delay(max_delay_s)
-    for attempt in Retrying(stop=stop,
-                            wait=wait_exponential(multiplier=0.5, max=8.0),
-                            retry=retry_if_exception_type(transient_errors()), reraise=True):
+    stop = (
+        stop_after_delay(max_delay_s)
+        if attempts is None
+        else stop_after_attempt(attempts) | stop_after_delay(max_delay_s)
+    )
+    for attempt in Retrying(
+        stop=stop,
+        wait=wait_exponential(multiplier=0.5, max=8.0),
+        retry=retry_if_exception_type(transient_errors()),
+        reraise=True,
+    ):
         with attempt:
             return call(*args)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def job_client(address: str, request_timeout_s: float = 30.0, connect_timeout_s: float = 60.0) -> JobClient:
+def job_client(
+    address: str, request_timeout_s: float = 30.0, connect_timeout_s: float = 60.0
+) -> JobClient:
     """A ``JobSubmissionClient`` for ``address`` whose every HTTP request times out after ``request_timeout_s``.
 
     Args:
@@ -70,7 +87,9 @@ def job_client(address: str, request_timeout_s: float = 30.0, connect_timeout_s:
     try:
         from ray.job_submission import JobSubmissionClient
     except ImportError as exc:  # pragma: no cover - ray is in the cluster extra
-        raise RuntimeError("Ray job submission needs ray[default]: pip install -e '.[cluster]'") from exc
+        raise RuntimeError(
+            "Ray job submission needs ray[default]: pip install -e '.[cluster]'"
+        ) from exc
 
     class _TimedClient(JobSubmissionClient):
         def _do_request(self, method, endpoint, **kwargs):  # the SDK's one HTTP entry point
@@ -84,8 +103,15 @@ def status_name(status: Any) -> str:
     return str(getattr(status, "value", status))
 
 
-def stop_job(client: JobClient, job_id: str, *, wait_s: float = 60.0, poll_s: float = 0.5,
-             clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> str:
+def stop_job(
+    client: JobClient,
+    job_id: str,
+    *,
+    wait_s: float = 60.0,
+    poll_s: float = 0.5,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
     """Ask Ray to stop ``job_id`` (SIGTERM, then SIGKILL after Ray's grace period) and wait for it to end.
 
     Returns only when the job has a terminal status, or after ``wait_s``: a job that saves a
@@ -119,8 +145,15 @@ class _AgentNotReady(ConnectionError):
     """The job server is up but its node's agent is not yet (a head that just started)."""
 
 
-def submit_job(client: JobClient, entrypoint: str, *, submission_id: str, runtime_env: dict[str, Any] | None = None,
-               metadata: dict[str, str] | None = None, ready_timeout_s: float = 60.0) -> str:
+def submit_job(
+    client: JobClient,
+    entrypoint: str,
+    *,
+    submission_id: str,
+    runtime_env: dict[str, Any] | None = None,
+    metadata: dict[str, str] | None = None,
+    ready_timeout_s: float = 60.0,
+) -> str:
     """Submit ``entrypoint`` (a shell command run on the head node) as a Ray job; returns its id.
 
     Submission is idempotent by ``submission_id``: it is retried on connection errors, timeouts
@@ -136,8 +169,12 @@ def submit_job(client: JobClient, entrypoint: str, *, submission_id: str, runtim
     def attempt() -> str:
         attempts[0] += 1
         try:
-            return client.submit_job(entrypoint=entrypoint, submission_id=submission_id,
-                                     runtime_env=runtime_env or None, metadata=metadata)
+            return client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=submission_id,
+                runtime_env=runtime_env or None,
+                metadata=metadata,
+            )
         except RuntimeError as exc:
             if attempts[0] > 1 and "already exists" in str(exc):
                 return submission_id

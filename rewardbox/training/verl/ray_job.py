@@ -49,7 +49,7 @@ LOG_TAIL_LINES = 40
 class JobFailedError(RuntimeError):
     """The Ray job ended FAILED or STOPPED, or ran past its time limit; ``outcome`` says how."""
 
-    def __init__(self, message: str, outcome: "JobOutcome"):
+    def __init__(self, message: str, outcome: JobOutcome):
         super().__init__(message)
         self.outcome = outcome
 
@@ -88,9 +88,13 @@ class JobOutcome:
     def failure_text(self) -> str:
         """One message for a failed job: status, Ray's message (its first line: Ray appends its own
         copy of the log, which the tail below already shows), and the log tail."""
-        reason = (self.message or "no message").split("\n", 1)[0].split(", last available logs", 1)[0]
-        return (f"Ray job {self.job_id} ended {self.status}: {reason}\n"
-                f"--- last lines of the job's log ---\n{self.log_tail}")
+        reason = (
+            (self.message or "no message").split("\n", 1)[0].split(", last available logs", 1)[0]
+        )
+        return (
+            f"Ray job {self.job_id} ended {self.status}: {reason}\n"
+            f"--- last lines of the job's log ---\n{self.log_tail}"
+        )
 
 
 class _LogFollower:
@@ -103,7 +107,7 @@ class _LogFollower:
     def feed(self, text: str, final: bool = False) -> None:
         if len(text) < self.offset:  # the log was truncated or replaced: start again
             self.offset, self.partial = 0, ""
-        chunk, self.offset = self.partial + text[self.offset:], len(text)
+        chunk, self.offset = self.partial + text[self.offset :], len(text)
         *lines, self.partial = chunk.split("\n")
         if final and self.partial:
             lines, self.partial = [*lines, self.partial], ""
@@ -142,10 +146,19 @@ class WatchLimits:
     stop_timeout_s: float = 60.0
 
 
-def watch_job(client: JobClient, job_id: str, on_line: Callable[[str], None], *, timeout_s: float,
-              poll_s: float = 2.0, contact_timeout_s: float = 60.0, start_timeout_s: float | None = None,
-              stop_timeout_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
-              sleep: Callable[[float], None] = time.sleep) -> JobOutcome:
+def watch_job(
+    client: JobClient,
+    job_id: str,
+    on_line: Callable[[str], None],
+    *,
+    timeout_s: float,
+    poll_s: float = 2.0,
+    contact_timeout_s: float = 60.0,
+    start_timeout_s: float | None = None,
+    stop_timeout_s: float = 60.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> JobOutcome:
     """Follow ``job_id`` until it ends, calling ``on_line`` with each new log line as it arrives.
 
     A poll the job server does not answer (connection error, request timeout) is not a
@@ -179,14 +192,23 @@ def watch_job(client: JobClient, job_id: str, on_line: Callable[[str], None], *,
 class _Watch:
     """The polling loop of :func:`watch_job`; ``status`` is the last status the job server gave."""
 
-    def __init__(self, client: JobClient, job_id: str, follower: _LogFollower, limits: WatchLimits,
-                 clock: Callable[[], float], sleep: Callable[[float], None]):
+    def __init__(
+        self,
+        client: JobClient,
+        job_id: str,
+        follower: _LogFollower,
+        limits: WatchLimits,
+        clock: Callable[[], float],
+        sleep: Callable[[float], None],
+    ):
         self.client, self.job_id, self.follower, self.limits = client, job_id, follower, limits
         self.clock, self.sleep = clock, sleep
         self.start, self.status = clock(), ""
 
     def outcome(self, final: str, message: str) -> JobOutcome:
-        return JobOutcome(self.job_id, final, message, "\n".join(self.follower.tail), self.clock() - self.start)
+        return JobOutcome(
+            self.job_id, final, message, "\n".join(self.follower.tail), self.clock() - self.start
+        )
 
     def run(self) -> JobOutcome:
         """Poll until the job ends, a limit stops it, or the job server goes unanswered too long."""
@@ -197,15 +219,20 @@ class _Watch:
             if polled is None:
                 silent_since = clock() if silent_since is None else silent_since
                 if clock() - silent_since >= limits.contact_timeout_s:
-                    return self.outcome(LOST_CONTACT, f"the job server did not answer for {clock() - silent_since:.1f} s "
-                                                      f"(contact timeout {limits.contact_timeout_s:g} s); the job was "
-                                                      "left as it was, not stopped")
+                    return self.outcome(
+                        LOST_CONTACT,
+                        f"the job server did not answer for {clock() - silent_since:.1f} s "
+                        f"(contact timeout {limits.contact_timeout_s:g} s); the job was "
+                        "left as it was, not stopped",
+                    )
             else:
                 self.status, silent_since = polled, None
                 if self.status in TERMINAL_STATUSES:
                     info = _quiet(client.get_job_info, job_id)
                     return self.outcome(self.status, getattr(info, "message", "") or "")
-                ended = _past_a_limit(client, job_id, self.status, clock() - self.start, limits, clock, self.sleep)
+                ended = _past_a_limit(
+                    client, job_id, self.status, clock() - self.start, limits, clock, self.sleep
+                )
                 if ended is not None:
                     return self.outcome(*ended)
             self.sleep(limits.poll_s)
@@ -222,13 +249,26 @@ def _poll(client: JobClient, job_id: str, follower: _LogFollower) -> str | None:
     return status
 
 
-def _past_a_limit(client: JobClient, job_id: str, status: str, elapsed_s: float, limits: WatchLimits,
-                  clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[str, str] | None:
+def _past_a_limit(
+    client: JobClient,
+    job_id: str,
+    status: str,
+    elapsed_s: float,
+    limits: WatchLimits,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> tuple[str, str] | None:
     """(outcome, message) after stopping a job past its start or run limit; None within both."""
-    if status == "PENDING" and limits.start_timeout_s is not None and elapsed_s > limits.start_timeout_s:
+    if (
+        status == "PENDING"
+        and limits.start_timeout_s is not None
+        and elapsed_s > limits.start_timeout_s
+    ):
         stopped = stop_job(client, job_id, wait_s=limits.stop_timeout_s, clock=clock, sleep=sleep)
-        return START_TIMED_OUT, (f"Ray job {job_id} was still PENDING after the {limits.start_timeout_s:g} s start "
-                                 f"limit (no resources free, or its runtime_env never finished); stop: {stopped}")
+        return START_TIMED_OUT, (
+            f"Ray job {job_id} was still PENDING after the {limits.start_timeout_s:g} s start "
+            f"limit (no resources free, or its runtime_env never finished); stop: {stopped}"
+        )
     if elapsed_s > limits.timeout_s:
         stopped = stop_job(client, job_id, wait_s=limits.stop_timeout_s, clock=clock, sleep=sleep)
         return TIMED_OUT, f"stopped after the {limits.timeout_s:g} s limit; stop: {stopped}"
@@ -241,5 +281,3 @@ def _quiet(call: Callable[..., Any], *args: Any) -> Any:
         return retrying(call, *args, attempts=3, max_delay_s=20.0)
     except transient_errors():
         return None
-
-

@@ -60,20 +60,31 @@ def pool_to_verl_rows(tasks: Sequence[Task]) -> list[dict[str, Any]]:
     rows = []
     for index, task in enumerate(tasks):
         if task.uid in seen:
-            raise ValueError(f"training pool: task {task.uid!r} appears twice; verl rows need one row per task")
+            raise ValueError(
+                f"training pool: task {task.uid!r} appears twice; verl rows need one row per task"
+            )
         seen.add(task.uid)
         try:
             task_json = strict_json.dumps(task.to_dict())
         except ValueError as exc:
-            raise ValueError(f"training pool: task {task.uid!r} does not serialise to JSON: {exc}") from exc
-        rows.append({
-            "data_source": DATA_SOURCE_PREFIX + task.domain,
-            "prompt": opening_messages(task),
-            "agent_name": AGENT_NAME,
-            "ability": "tool_use",
-            "reward_model": {"style": "rewardbox", "ground_truth": ""},
-            "extra_info": {"index": index, "uid": task.uid, "split": task.split, "task_json": task_json},
-        })
+            raise ValueError(
+                f"training pool: task {task.uid!r} does not serialise to JSON: {exc}"
+            ) from exc
+        rows.append(
+            {
+                "data_source": DATA_SOURCE_PREFIX + task.domain,
+                "prompt": opening_messages(task),
+                "agent_name": AGENT_NAME,
+                "ability": "tool_use",
+                "reward_model": {"style": "rewardbox", "ground_truth": ""},
+                "extra_info": {
+                    "index": index,
+                    "uid": task.uid,
+                    "split": task.split,
+                    "task_json": task_json,
+                },
+            }
+        )
     return rows
 
 
@@ -103,8 +114,12 @@ def task_from_extra_info(extra_info: Mapping[str, Any] | str) -> Task:
     """
     info = json.loads(extra_info) if isinstance(extra_info, str) else dict(extra_info)
     if not info.get("task_json"):
-        raise ValueError("verl row: extra_info has no task_json; write the dataset with pool_to_verl_rows")
+        raise ValueError(
+            "verl row: extra_info has no task_json; write the dataset with pool_to_verl_rows"
+        )
     try:
         return Task.from_dict(strict_json.loads(info["task_json"]))
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"verl row {info.get('uid')!r}: task_json is not a rewardbox task: {exc}") from exc
+        raise ValueError(
+            f"verl row {info.get('uid')!r}: task_json is not a rewardbox task: {exc}"
+        ) from exc

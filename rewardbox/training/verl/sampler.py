@@ -87,8 +87,11 @@ def sampler_overrides() -> dict[str, Any]:
     ``++`` adds ``sampler_kwargs``' keys to verl's empty default (Hydra's force-add).
     """
     sampler = "trainer.v1.sampler"
-    return {f"{sampler}.custom_sampler.path": SAMPLER_PATH, f"{sampler}.custom_sampler.name": SAMPLER_NAME,
-            f"++{sampler}.sampler_kwargs": dict(SETTINGS)}
+    return {
+        f"{sampler}.custom_sampler.path": SAMPLER_PATH,
+        f"{sampler}.custom_sampler.name": SAMPLER_NAME,
+        f"++{sampler}.sampler_kwargs": dict(SETTINGS),
+    }
 
 
 def eviction_bound(sampler_kwargs: Mapping[str, Any]) -> int | None:
@@ -117,17 +120,30 @@ def replay_buffer_settings(sampler_kwargs: Mapping[str, Any]) -> dict[str, Any]:
     """
     missing = sorted(set(SETTINGS) - set(sampler_kwargs))
     if missing:
-        raise ValueError(f"{SAMPLER_NAME} needs trainer.v1.sampler.sampler_kwargs {missing}: "
-                         "build the overrides with rewardbox.training.verl.sampler.sampler_overrides()")
-    metric = sampler_kwargs["filter_groups_metric"] if sampler_kwargs["filter_groups_enable"] else None
+        raise ValueError(
+            f"{SAMPLER_NAME} needs trainer.v1.sampler.sampler_kwargs {missing}: "
+            "build the overrides with rewardbox.training.verl.sampler.sampler_overrides()"
+        )
+    metric = (
+        sampler_kwargs["filter_groups_metric"] if sampler_kwargs["filter_groups_enable"] else None
+    )
     if sampler_kwargs["filter_groups_enable"] and not metric:
-        raise ValueError("algorithm.filter_groups.metric must be set when group filtering is enabled")
+        raise ValueError(
+            "algorithm.filter_groups.metric must be set when group filtering is enabled"
+        )
     refill = bool(sampler_kwargs["sync_refill_failed_groups"])
     batch = int(sampler_kwargs["train_batch_size"])
-    return {"filter_groups_metric": None if metric is None else str(metric), "sync_refill_failed_groups": refill,
-            "train_batch_size": batch,
-            "gen_batch_size": 1 if metric is not None or refill else int(sampler_kwargs["gen_batch_size"] or batch),
-            "max_inflight_gen_batches": int(sampler_kwargs["max_inflight_gen_batches"]) if metric else 1}
+    return {
+        "filter_groups_metric": None if metric is None else str(metric),
+        "sync_refill_failed_groups": refill,
+        "train_batch_size": batch,
+        "gen_batch_size": 1
+        if metric is not None or refill
+        else int(sampler_kwargs["gen_batch_size"] or batch),
+        "max_inflight_gen_batches": int(sampler_kwargs["max_inflight_gen_batches"])
+        if metric
+        else 1,
+    }
 
 
 def zero_variance_metrics(zero_variance_groups: int, sampled_groups: int) -> dict[str, float]:
@@ -142,7 +158,10 @@ def zero_variance_metrics(zero_variance_groups: int, sampled_groups: int) -> dic
         raise ValueError(f"{zero_variance_groups} zero-variance groups out of {sampled_groups}")
     if sampled_groups == 0:
         return {}
-    return {ZERO_VARIANCE_KEY: zero_variance_groups / sampled_groups, SAMPLED_GROUPS_KEY: float(sampled_groups)}
+    return {
+        ZERO_VARIANCE_KEY: zero_variance_groups / sampled_groups,
+        SAMPLED_GROUPS_KEY: float(sampled_groups),
+    }
 
 
 def truncation_metrics(extra_fields: list[Any]) -> dict[str, float]:
@@ -155,7 +174,10 @@ def truncation_metrics(extra_fields: list[Any]) -> dict[str, float]:
         return {}
     turns = sum(int(f.get("rewardbox_agent_turns") or 0) for f in rows)
     cut = [int(f["rewardbox_truncated_turns"]) for f in rows]
-    return {TRUNCATED_KEY: sum(c > 0 for c in cut) / len(rows), TRUNCATED_TURNS_KEY: sum(cut) / turns if turns else 0.0}
+    return {
+        TRUNCATED_KEY: sum(c > 0 for c in cut) / len(rows),
+        TRUNCATED_TURNS_KEY: sum(cut) / turns if turns else 0.0,
+    }
 
 
 def _sampled_extra_fields(batch: Any) -> list[Any]:
@@ -165,7 +187,9 @@ def _sampled_extra_fields(batch: Any) -> list[Any]:
     store = importlib.import_module(_VERL_BUFFER_MODULE).tq
     if not getattr(batch, "keys", None):
         return []
-    got = store.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    got = store.kv_batch_get(
+        keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"]
+    )
     values = got["extra_fields"]
     return values.tolist() if hasattr(values, "tolist") else list(values)
 
@@ -182,11 +206,19 @@ class ZeroVarianceCounter:
         ValueError: another trainer mode, or settings :func:`replay_buffer_settings` refuses.
     """
 
-    def __init__(self, trainer_mode: str, *, sampler_kwargs: Mapping[str, Any], **kwargs: Any) -> None:
+    def __init__(
+        self, trainer_mode: str, *, sampler_kwargs: Mapping[str, Any], **kwargs: Any
+    ) -> None:
         if trainer_mode != "sync":
-            raise ValueError(f"{SAMPLER_NAME} supports trainer.v1.trainer_mode=sync, not {trainer_mode!r}")
-        super().__init__(trainer_mode=trainer_mode, sampler_kwargs=sampler_kwargs, **kwargs,
-                         **replay_buffer_settings(sampler_kwargs))
+            raise ValueError(
+                f"{SAMPLER_NAME} supports trainer.v1.trainer_mode=sync, not {trainer_mode!r}"
+            )
+        super().__init__(
+            trainer_mode=trainer_mode,
+            sampler_kwargs=sampler_kwargs,
+            **kwargs,
+            **replay_buffer_settings(sampler_kwargs),
+        )
         self.eviction_bound = eviction_bound(sampler_kwargs)
         self._judged: set[str] = set()
         self._zero_variance: set[str] = set()
@@ -202,12 +234,14 @@ class ZeroVarianceCounter:
         filtered, counts = super()._dapo_filtered_keys(partition_id)
         if partition_id == "val" or self.filter_groups_metric is None:
             return filtered, counts
-        self._judged |= set(self.finished_keys[partition_id])  # every finished group, classified just now
+        self._judged |= set(
+            self.finished_keys[partition_id]
+        )  # every finished group, classified just now
         self._zero_variance |= filtered
         evict = filtered - self._kept
         if self._evictions_left is not None:
             if len(evict) > self._evictions_left:
-                chosen = set(sorted(evict)[:self._evictions_left])
+                chosen = set(sorted(evict)[: self._evictions_left])
                 self._kept |= evict - chosen
                 evict = chosen
             self._evictions_left -= len(evict)
@@ -244,8 +278,16 @@ def __getattr__(name: str):
     try:
         from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
     except ImportError as exc:
-        raise ImportError(f"{SAMPLER_NAME} needs verl's V1 trainer and TransferQueue (make verl-env): {exc}") from exc
-    cls = type(SAMPLER_NAME, (ZeroVarianceCounter, ReplayBuffer),
-               {"__module__": __name__, "__doc__": "verl's sync ``ReplayBuffer`` with :class:`ZeroVarianceCounter`."})
+        raise ImportError(
+            f"{SAMPLER_NAME} needs verl's V1 trainer and TransferQueue (make verl-env): {exc}"
+        ) from exc
+    cls = type(
+        SAMPLER_NAME,
+        (ZeroVarianceCounter, ReplayBuffer),
+        {
+            "__module__": __name__,
+            "__doc__": "verl's sync ``ReplayBuffer`` with :class:`ZeroVarianceCounter`.",
+        },
+    )
     globals()[SAMPLER_NAME] = cls
     return cls

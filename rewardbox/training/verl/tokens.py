@@ -121,7 +121,9 @@ class TokenTrajectory:
             ValueError: ``logprobs`` and ``token_ids`` differ in length (the server broke its contract).
         """
         if mask and logprobs is not None and len(logprobs) != len(token_ids):
-            raise ValueError(f"the server returned {len(logprobs)} log-probs for {len(token_ids)} tokens")
+            raise ValueError(
+                f"the server returned {len(logprobs)} log-probs for {len(token_ids)} tokens"
+            )
         self.response_ids.extend(token_ids)
         self.response_mask.extend([mask] * len(token_ids))
         if self.response_logprobs is not None:
@@ -151,7 +153,9 @@ class TurnTokens:
         text = render_prompt(request.messages, request.tools)
         return text, self.encode(text)
 
-    def between(self, before: ChatRequest, after: ChatRequest, sampled: list[int]) -> tuple[str, list[int]]:
+    def between(
+        self, before: ChatRequest, after: ChatRequest, sampled: list[int]
+    ) -> tuple[str, list[int]]:
         """(text, ids) that follow the sampled turn: its closing, then what the runner appended.
 
         Args:
@@ -164,26 +168,47 @@ class TurnTokens:
             ValueError: ``after`` does not extend ``before`` with an assistant message (a runner bug).
         """
         cut = len(before.messages)
-        if after.messages[:cut] != before.messages or after.messages[cut].get("role") != "assistant":
-            raise ValueError("the next request does not extend the previous one by an assistant turn")
-        prefix = render_prompt(after.messages[:cut + 1], after.tools, add_generation_prompt=False)
+        if (
+            after.messages[:cut] != before.messages
+            or after.messages[cut].get("role") != "assistant"
+        ):
+            raise ValueError(
+                "the next request does not extend the previous one by an assistant turn"
+            )
+        prefix = render_prompt(after.messages[: cut + 1], after.tools, add_generation_prompt=False)
         full = render_prompt(after.messages, after.tools)
         if not full.startswith(prefix):
-            raise ValueError("the chat template does not render the history as a prefix of the next prompt")
+            raise ValueError(
+                "the chat template does not render the history as a prefix of the next prompt"
+            )
         closing = "\n" if sampled and sampled[-1] in self.end_of_turn_ids else END_OF_TURN + "\n"
-        text = closing + full[len(prefix):]
+        text = closing + full[len(prefix) :]
         return text, self.encode(text)
 
-    def completion(self, sampled: Sampled, request: ChatRequest, prompt_text: str, budget: int) -> Completion:
+    def completion(
+        self, sampled: Sampled, request: ChatRequest, prompt_text: str, budget: int
+    ) -> Completion:
         """The sampled turn as a ``Completion``, read by the one interpreter."""
         ids = sampled.token_ids
-        finish = "stop" if ids and ids[-1] in self.end_of_turn_ids else "length"  # see "Truncated turns"
+        finish = (
+            "stop" if ids and ids[-1] in self.end_of_turn_ids else "length"
+        )  # see "Truncated turns"
         raw = self.tokenizer.decode(ids, skip_special_tokens=True)
-        reading = interpret(raw, request.tools, finish_reason=finish,
-                            reasoning_open=prompt_opens_reasoning(prompt_text))
-        return Completion(raw_text=raw, interpretation=reading, finish_reason=finish,
-                          raw_finish_reason=sampled.stop_reason, output_tokens=len(ids),
-                          completion_token_ids=list(ids), completion_logprobs=sampled.logprobs)
+        reading = interpret(
+            raw,
+            request.tools,
+            finish_reason=finish,
+            reasoning_open=prompt_opens_reasoning(prompt_text),
+        )
+        return Completion(
+            raw_text=raw,
+            interpretation=reading,
+            finish_reason=finish,
+            raw_finish_reason=sampled.stop_reason,
+            output_tokens=len(ids),
+            completion_token_ids=list(ids),
+            completion_logprobs=sampled.logprobs,
+        )
 
 
 class PromptTooLongError(ValueError):
@@ -193,9 +218,14 @@ class PromptTooLongError(ValueError):
     """
 
 
-async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: TurnTokens,
-                       max_response_tokens: int, max_prompt_tokens: int | None = None,
-                       max_context_tokens: int | None = None) -> TokenTrajectory:
+async def play_episode(
+    episode: StepwiseEpisode,
+    generate: Generate,
+    turns: TurnTokens,
+    max_response_tokens: int,
+    max_prompt_tokens: int | None = None,
+    max_context_tokens: int | None = None,
+) -> TokenTrajectory:
     """Play ``episode`` to its end with ``generate`` as the policy; always closes the episode.
 
     Args:
@@ -219,30 +249,45 @@ async def play_episode(episode: StepwiseEpisode, generate: Generate, turns: Turn
     """
     try:
         pause = await episode.start()
-        if isinstance(pause, Finished):  # the sandbox did not start: a system error, nothing sampled
+        if isinstance(
+            pause, Finished
+        ):  # the sandbox did not start: a system error, nothing sampled
             return TokenTrajectory(prompt_ids=[], response_logprobs=None, result=pause.result)
         prompt_text, prompt_ids = turns.opening(pause.request)
         if max_prompt_tokens is not None and len(prompt_ids) > max_prompt_tokens:
-            raise PromptTooLongError(f"the opening prompt of {episode.task.uid} is {len(prompt_ids)} tokens, more "
-                                     f"than the prompt length {max_prompt_tokens}; raise data.max_prompt_length")
+            raise PromptTooLongError(
+                f"the opening prompt of {episode.task.uid} is {len(prompt_ids)} tokens, more "
+                f"than the prompt length {max_prompt_tokens}; raise data.max_prompt_length"
+            )
         trajectory = TokenTrajectory(prompt_ids=prompt_ids)
         while isinstance(pause, AwaitingAction):
-            pause, prompt_text = await _one_turn(episode, pause, prompt_text, generate, turns, trajectory,
-                                                 (max_response_tokens, max_context_tokens))
+            pause, prompt_text = await _one_turn(
+                episode,
+                pause,
+                prompt_text,
+                generate,
+                turns,
+                trajectory,
+                (max_response_tokens, max_context_tokens),
+            )
         trajectory.result = pause.result
         return trajectory
     finally:
         await episode.close()
 
 
-def _turn_budget(request_tokens: int, trajectory: TokenTrajectory, limits: tuple[int, int | None]) -> tuple[int, str]:
+def _turn_budget(
+    request_tokens: int, trajectory: TokenTrajectory, limits: tuple[int, int | None]
+) -> tuple[int, str]:
     """(tokens this turn may sample, why it may sample none): the request's, the response's and the context's room."""
     max_response_tokens, max_context_tokens = limits
     room = max_response_tokens - len(trajectory.response_ids)
     if room <= 0:
         return 0, f"response budget of {max_response_tokens} tokens used up"
     if max_context_tokens is not None:
-        context_room = max_context_tokens - len(trajectory.prompt_ids) - len(trajectory.response_ids)
+        context_room = (
+            max_context_tokens - len(trajectory.prompt_ids) - len(trajectory.response_ids)
+        )
         if context_room <= 0:
             return 0, f"engine context of {max_context_tokens} tokens (rollout.max_model_len) full"
         room = min(room, context_room)
@@ -258,14 +303,29 @@ def check_sampled(sampled: Sampled, budget: int, uid: str, trial: int, turn: int
     """
     tokens = len(sampled.token_ids)
     if sampled.logprobs is not None and len(sampled.logprobs) != tokens:
-        raise LogprobLengthError(uid, trial, turn, tokens, len(sampled.logprobs), "the generator's reply")
+        raise LogprobLengthError(
+            uid, trial, turn, tokens, len(sampled.logprobs), "the generator's reply"
+        )
     if tokens > budget:
-        raise LogprobLengthError(uid, trial, turn, tokens, tokens if sampled.logprobs is None else len(sampled.logprobs),
-                                 f"the generator returned more tokens than the turn's max_tokens {budget}")
+        raise LogprobLengthError(
+            uid,
+            trial,
+            turn,
+            tokens,
+            tokens if sampled.logprobs is None else len(sampled.logprobs),
+            f"the generator returned more tokens than the turn's max_tokens {budget}",
+        )
 
 
-async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text: str, generate: Generate,
-                    turns: TurnTokens, trajectory: TokenTrajectory, limits: tuple[int, int | None]) -> tuple[Pause, str]:
+async def _one_turn(
+    episode: StepwiseEpisode,
+    pause: AwaitingAction,
+    prompt_text: str,
+    generate: Generate,
+    turns: TurnTokens,
+    trajectory: TokenTrajectory,
+    limits: tuple[int, int | None],
+) -> tuple[Pause, str]:
     """Sample one agent turn, hand it to the runner, append the tokens up to the next generation prompt."""
     budget, why_none = _turn_budget(pause.request.max_new_tokens, trajectory, limits)
     if budget <= 0:
@@ -283,15 +343,21 @@ async def _one_turn(episode: StepwiseEpisode, pause: AwaitingAction, prompt_text
     room = limits[0] - len(trajectory.response_ids)
     trajectory.extend(ids[:room], 0)
     if len(ids) > room:
-        return await episode.out_of_context(f"tool/user turn does not fit the {limits[0]}-token "
-                                            "response budget"), text
+        return await episode.out_of_context(
+            f"tool/user turn does not fit the {limits[0]}-token response budget"
+        ), text
     return after, text
 
 
-async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate: Generate, turns: TurnTokens,
-                            max_response_tokens: int, max_system_error_retries: int,
-                            max_prompt_tokens: int | None = None,
-                            max_context_tokens: int | None = None) -> TokenTrajectory:
+async def play_with_retries(
+    new_episode: Callable[[], StepwiseEpisode],
+    generate: Generate,
+    turns: TurnTokens,
+    max_response_tokens: int,
+    max_system_error_retries: int,
+    max_prompt_tokens: int | None = None,
+    max_context_tokens: int | None = None,
+) -> TokenTrajectory:
     """:func:`play_episode`, played again from scratch after a transient system error by
     ``rewardbox.episode.trial.retry_system_errors``, ``run_trial``'s rule (tries and retried kinds recorded).
 
@@ -299,6 +365,15 @@ async def play_with_retries(new_episode: Callable[[], StepwiseEpisode], generate
         The first scored trajectory, or the last one with ``system_error`` set (reward None).
     """
     trajectory, trajectory.tries = await retry_system_errors(
-        lambda: play_episode(new_episode(), generate, turns, max_response_tokens, max_prompt_tokens,
-                             max_context_tokens), max_system_error_retries, lambda played: played.result)
+        lambda: play_episode(
+            new_episode(),
+            generate,
+            turns,
+            max_response_tokens,
+            max_prompt_tokens,
+            max_context_tokens,
+        ),
+        max_system_error_retries,
+        lambda played: played.result,
+    )
     return trajectory

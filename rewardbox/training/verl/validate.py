@@ -38,11 +38,23 @@ def validate(overrides: list[str]) -> tuple[str, list[str]]:
         config = compose(config_name="ppo_trainer", overrides=overrides)
         checked = config
         skipped = []
-        if importlib.util.find_spec("vllm") is None and config.actor_rollout_ref.rollout.name == "vllm":
-            checked = compose(config_name="ppo_trainer", overrides=[*overrides, "actor_rollout_ref.model.lora_rank=0"])
-            skipped.append(f"vLLM's maximum LoRA rank for lora_rank={config.actor_rollout_ref.model.lora_rank} "
-                           "(vllm is not installed here)")
-    validate_config(checked, use_reference_policy=need_reference_policy(checked), use_critic=need_critic(checked))
+        if (
+            importlib.util.find_spec("vllm") is None
+            and config.actor_rollout_ref.rollout.name == "vllm"
+        ):
+            checked = compose(
+                config_name="ppo_trainer",
+                overrides=[*overrides, "actor_rollout_ref.model.lora_rank=0"],
+            )
+            skipped.append(
+                f"vLLM's maximum LoRA rank for lora_rank={config.actor_rollout_ref.model.lora_rank} "
+                "(vllm is not installed here)"
+            )
+    validate_config(
+        checked,
+        use_reference_policy=need_reference_policy(checked),
+        use_critic=need_critic(checked),
+    )
     omega_conf_to_dataclass(config.algorithm, AlgoConfig)
     return OmegaConf.to_yaml(config, resolve=True), skipped
 

@@ -12,7 +12,12 @@ from rewardbox.training.verl.backend_config import VerlBackendConfig
 from rewardbox.training.verl.progress import StepProgress, parse_progress_line
 from rewardbox.training.verl.ray_client import JobClient, submit_job
 from rewardbox.training.verl.ray_job import (
-    LOST_CONTACT, START_TIMED_OUT, JobContactLostError, JobFailedError, JobOutcome, JobStartTimeoutError,
+    LOST_CONTACT,
+    START_TIMED_OUT,
+    JobContactLostError,
+    JobFailedError,
+    JobOutcome,
+    JobStartTimeoutError,
 )
 
 
@@ -33,21 +38,38 @@ class StepLog:
             self.log(progress.summary())
 
 
-def submit_or_attach(client: JobClient, entrypoint: str, submission_id: str, rows: int, cfg: VerlBackendConfig,
-                     log: Callable[[str], None], runtime_env: dict[str, Any] | None) -> str:
+def submit_or_attach(
+    client: JobClient,
+    entrypoint: str,
+    submission_id: str,
+    rows: int,
+    cfg: VerlBackendConfig,
+    log: Callable[[str], None],
+    runtime_env: dict[str, Any] | None,
+) -> str:
     """The job id of the run: ``cfg.attach_job_id`` (nothing submitted), else a new Ray job's.
 
     ``runtime_env`` is merged over ``cfg.runtime_env``; its ``RAY_JOB_STOP_WAIT_TIME_S``
     defaults to ``cfg.stop_timeout_s`` (the SIGTERM grace).
     """
     if cfg.attach_job_id:
-        log(f"re-attaching to Ray job {cfg.attach_job_id} (verl.attach_job_id): nothing is submitted")
+        log(
+            f"re-attaching to Ray job {cfg.attach_job_id} (verl.attach_job_id): nothing is submitted"
+        )
         return cfg.attach_job_id
     env = {**cfg.runtime_env, **(runtime_env or {})}
-    env["env_vars"] = {"RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(cfg.stop_timeout_s))), **env.get("env_vars", {})}
-    job_id = submit_job(client, entrypoint, submission_id=submission_id, runtime_env=env,
-                        metadata={"rewardbox": "grpo", "rows": str(rows)},
-                        ready_timeout_s=cfg.connect_timeout_s)
+    env["env_vars"] = {
+        "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(cfg.stop_timeout_s))),
+        **env.get("env_vars", {}),
+    }
+    job_id = submit_job(
+        client,
+        entrypoint,
+        submission_id=submission_id,
+        runtime_env=env,
+        metadata={"rewardbox": "grpo", "rows": str(rows)},
+        ready_timeout_s=cfg.connect_timeout_s,
+    )
     log(f"submitted verl GRPO as Ray job {job_id}")
     return job_id
 
@@ -55,9 +77,14 @@ def submit_or_attach(client: JobClient, entrypoint: str, submission_id: str, row
 def outcome_error(outcome: JobOutcome) -> JobFailedError:
     """The error for a job that did not succeed, by how it ended."""
     if outcome.status == START_TIMED_OUT:
-        return JobStartTimeoutError(f"Ray job {outcome.job_id} never started: {outcome.message}", outcome)
+        return JobStartTimeoutError(
+            f"Ray job {outcome.job_id} never started: {outcome.message}", outcome
+        )
     if outcome.status == LOST_CONTACT:
-        return JobContactLostError(f"lost contact with Ray job {outcome.job_id}: {outcome.message}. Its fate is "
-                                   f"unknown; to follow it again set verl.attach_job_id: {outcome.job_id}\n"
-                                   f"--- last lines of the job's log ---\n{outcome.log_tail}", outcome)
+        return JobContactLostError(
+            f"lost contact with Ray job {outcome.job_id}: {outcome.message}. Its fate is "
+            f"unknown; to follow it again set verl.attach_job_id: {outcome.job_id}\n"
+            f"--- last lines of the job's log ---\n{outcome.log_tail}",
+            outcome,
+        )
     return JobFailedError(outcome.failure_text(), outcome)
