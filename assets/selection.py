@@ -11,11 +11,11 @@ from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
 from rewardbox.report import band_histogram_png
 from rewardbox.report.inline_svg import band_svg, fitted_markdown
+from rewardbox.runtime.probe import probe, reference_probe
 from rewardbox.selection import task_difficulty as compute_difficulty
 from rewardbox.selection import teachable
-from rewardbox.selection.difficulty import band_summary
 from rewardbox.selection import training_pool as select_pool
-from rewardbox.runtime.stages import probe, reference_probe
+from rewardbox.selection.difficulty import band_summary
 from rewardbox.selection.reference import gate_pool, reference_verdicts
 from rewardbox.tasks.schema import Task, task_set_version
 
@@ -26,33 +26,47 @@ PARQUET = "parquet_io_manager"
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
-def probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, ray_cluster: RayClusterResource,
-                  vllm_server: VllmServerResource, screened_candidates: list[Task], base_checkpoint: str) -> pl.DataFrame:
+def probe_results(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    vllm_server: VllmServerResource,
+    screened_candidates: list[Task],
+    base_checkpoint: str,
+) -> pl.DataFrame:
     """One row per probe trial: uid, trial, reward, passed, system_error, termination_reason,
     turns, tokens (input, output), duration_s. n trials per candidate with the base policy, or the
     rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set. With ``serving.kind: vllm``
     the base checkpoint is served by vLLM for the probes; a sample of raw completions is kept for the
-    parser-parity check (``rewardbox.runtime.stages.probe``)."""
+    parser-parity check (``rewardbox.runtime.probe.probe``)."""
     profile = rewardbox.load()
     io = stage_io(context, rewardbox, profile, ray_cluster, vllm_server)
     with failure_on_unclean():
-        run = probe(profile, screened_candidates, base_checkpoint, task_set_version(screened_candidates), io)
+        run = probe(
+            profile, screened_candidates, base_checkpoint, task_set_version(screened_candidates), io
+        )
     context.add_output_metadata(as_metadata(run.metadata))
     record_versions(context, frame_version(run.rows))
     return run.rows
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=PROBE_CODE)
-def reference_probe_results(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
-                            ray_cluster: RayClusterResource, screened_candidates: list[Task]) -> pl.DataFrame:
+def reference_probe_results(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    ray_cluster: RayClusterResource,
+    screened_candidates: list[Task],
+) -> pl.DataFrame:
     """The reference policy's trials of every candidate (probe-row schema), the pool's first gate:
     ``reference.min_clean_runs`` trials with system errors re-run, or an imported ``tb infer`` run.
     Without a ``reference`` section: no rows, and metadata saying it was skipped
-    (``rewardbox.runtime.stages.reference_probe``)."""
+    (``rewardbox.runtime.probe.reference_probe``)."""
     profile = rewardbox.load()
     io = stage_io(context, rewardbox, profile, ray_cluster)
     with failure_on_unclean():
-        run = reference_probe(profile, screened_candidates, task_set_version(screened_candidates), io)
+        run = reference_probe(
+            profile, screened_candidates, task_set_version(screened_candidates), io
+        )
     context.add_output_metadata(as_metadata(run.metadata))
     record_versions(context, frame_version(run.rows))
     return run.rows
@@ -66,43 +80,67 @@ def probe_parser_parity(rewardbox: RewardboxResource) -> dg.AssetCheckResult:
 
 
 @dg.asset(group_name=GROUP, io_manager_key=PARQUET, code_version=SELECT_CODE)
-def task_difficulty(context: dg.AssetExecutionContext, rewardbox: RewardboxResource,
-                    probe_results: pl.DataFrame) -> pl.DataFrame:
+def task_difficulty(
+    context: dg.AssetExecutionContext, rewardbox: RewardboxResource, probe_results: pl.DataFrame
+) -> pl.DataFrame:
     """Jeffreys posterior per task, five bands, highest-mass band (ties to the harder band)."""
     profile = rewardbox.load()
     difficulty = compute_difficulty(probe_results, profile.selection)
     kept = difficulty.filter(pl.col("band").is_in(list(profile.selection.kept_bands)))
-    context.add_output_metadata({
-        "tasks": difficulty.height, "kept": kept.height,
-        "kept_frac": round(kept.height / difficulty.height, 3) if difficulty.height else 0.0,
-        "band_histogram": table_value(band_summary(difficulty)),
-        **md_chart("band_plot", fitted_markdown(lambda _: band_svg(difficulty), "tasks per band")),
-        "band_plot_png": md_image(band_histogram_png(difficulty), "tasks per band and domain"),
-        "table": md_table(difficulty), "config_hash": profile.section_hash("selection"),
-    })
+    context.add_output_metadata(
+        {
+            "tasks": difficulty.height,
+            "kept": kept.height,
+            "kept_frac": round(kept.height / difficulty.height, 3) if difficulty.height else 0.0,
+            "band_histogram": table_value(band_summary(difficulty)),
+            **md_chart(
+                "band_plot", fitted_markdown(lambda _: band_svg(difficulty), "tasks per band")
+            ),
+            "band_plot_png": md_image(band_histogram_png(difficulty), "tasks per band and domain"),
+            "table": md_table(difficulty),
+            "config_hash": profile.section_hash("selection"),
+        }
+    )
     record_versions(context, frame_version(difficulty))
     return difficulty
 
 
 @dg.asset(group_name=GROUP, code_version=SELECT_CODE)
-def training_pool(context: dg.AssetExecutionContext, rewardbox: RewardboxResource, task_difficulty: pl.DataFrame,
-                  reference_probe_results: pl.DataFrame, screened_candidates: list[Task]) -> list[Task]:
+def training_pool(
+    context: dg.AssetExecutionContext,
+    rewardbox: RewardboxResource,
+    task_difficulty: pl.DataFrame,
+    reference_probe_results: pl.DataFrame,
+    screened_candidates: list[Task],
+) -> list[Task]:
     """The candidates in the kept bands that the reference solved (when a reference is configured):
     tasks the current policy can still learn from and that are known to be solvable."""
     profile = rewardbox.load()
     pool_rows = select_pool(task_difficulty, profile.selection)
     gate: dict = {"reference_gate": "off"}
     if profile.reference is not None:
-        pool_rows, removed = gate_pool(pool_rows, reference_verdicts(reference_probe_results, profile.reference))
-        gate = {"reference_gate": f"{profile.reference.rule} rule", "reference_removed": removed.height,
-                "reference_removed_tasks": md_table(removed)}
+        pool_rows, removed = gate_pool(
+            pool_rows, reference_verdicts(reference_probe_results, profile.reference)
+        )
+        gate = {
+            "reference_gate": f"{profile.reference.rule} rule",
+            "reference_removed": removed.height,
+            "reference_removed_tasks": md_table(removed),
+        }
     uids = set(pool_rows["uid"].to_list())
-    pool, teach_nothing = teachable([t for t in screened_candidates if t.uid in uids and t.split == "candidate"])
-    context.add_output_metadata({
-        "tasks": len(pool), "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)), **gate,
-        "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
-        "table": md_table(pool_rows), "input_hash": task_set_version(pool),
-    })
+    pool, teach_nothing = teachable(
+        [t for t in screened_candidates if t.uid in uids and t.split == "candidate"]
+    )
+    context.add_output_metadata(
+        {
+            "tasks": len(pool),
+            "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
+            **gate,
+            "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
+            "table": md_table(pool_rows),
+            "input_hash": task_set_version(pool),
+        }
+    )
     reference = () if profile.reference is None else ("reference",)
     record_versions(context, task_set_version(pool), profile.section_hash(*reference, "selection"))
     return pool

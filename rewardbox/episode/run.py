@@ -11,10 +11,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from functools import partial
+
 import polars as pl
 
-from rewardbox.episode.campaign import campaign_keys, result_row, results_frame, rows_frame, run_campaign
 from rewardbox.episode.budget import check_policy_budget
+from rewardbox.episode.campaign import (
+    campaign_keys,
+    result_row,
+    results_frame,
+    rows_frame,
+    run_campaign,
+)
 from rewardbox.episode.executor import EpisodeExecutor
 from rewardbox.episode.journal import CampaignJournal
 from rewardbox.episode.parts import CampaignParts
@@ -29,18 +36,25 @@ JournalExtra = Callable[[EpisodeResult, Task], dict]
 
 
 async def run_trials_async(
-    tasks: Sequence[Task], trials: int, policy: Policy, parts: CampaignParts,
-    *, keys: Sequence[tuple[str, int]] | None = None, log: ProgressSink | None = None,
+    tasks: Sequence[Task],
+    trials: int,
+    policy: Policy,
+    parts: CampaignParts,
+    *,
+    keys: Sequence[tuple[str, int]] | None = None,
+    log: ProgressSink | None = None,
     label: str = "episodes",
-    keep_results: bool = True, on_result: OnResult | None = None,
-    journal: CampaignJournal | None = None, grader: TestRunner | None = None,
+    keep_results: bool = True,
+    on_result: OnResult | None = None,
+    journal: CampaignJournal | None = None,
+    grader: TestRunner | None = None,
     journal_extra: JournalExtra | None = None,
     executor: EpisodeExecutor | None = None,
 ) -> tuple[pl.DataFrame, list[EpisodeResult]]:
     """Run ``tasks x trials`` (or the given ``keys``) with ``policy`` and ``parts``; one row per trial.
 
-    With a ``journal``, keys that already have a clean row there are not run again (resume after a
-    crash), every finished trial is made durable at once, and the rows returned are the journal's.
+    With a ``journal`` (crash-safe), keys that already have a clean row there are not run again (resume
+    after a crash), every finished trial is durable at once, and the rows returned are the journal's.
 
     Args:
         log: progress sink (a ``logging.Logger`` such as Dagster's ``context.log``, or ``str -> None``):
@@ -48,7 +62,6 @@ async def run_trials_async(
         label: names the stage in the progress lines.
         keep_results: keep every full ``EpisodeResult`` (hundreds of KiB each); False keeps only rows.
         on_result: called with each finished trial.
-        journal: the campaign's crash-safe journal, or None.
         grader: replaces the parts' grading worker pool (not closed here; local executor only).
         journal_extra: ``(result, task) -> dict`` of extra columns for each journal row.
         executor: where the episodes run; None builds ``parts.build_executor()`` and closes it after.
@@ -65,8 +78,17 @@ async def run_trials_async(
     expected = list(keys) if keys is not None else campaign_keys(tasks, trials)
     keys = await _keys_to_run(tasks, expected, policy, parts, journal, log)
     finished = partial(_on_finished, {t.uid: t for t in tasks}, on_result, journal, journal_extra)
-    collected = await _run_keys(tasks, keys, policy, parts, executor, grader,
-                                progress=(label, log), finished=finished, keep_results=keep_results)
+    collected = await _run_keys(
+        tasks,
+        keys,
+        policy,
+        parts,
+        executor,
+        grader,
+        progress=(label, log),
+        finished=finished,
+        keep_results=keep_results,
+    )
     if journal is not None:
         journal.flush()
         return journal.rows(expected), (collected if keep_results else [])
@@ -75,22 +97,38 @@ async def run_trials_async(
     return results_frame(collected, tasks), collected
 
 
-async def _keys_to_run(tasks: Sequence[Task], expected: list[tuple[str, int]], policy: Policy, parts: CampaignParts,
-                       journal: CampaignJournal | None, log: ProgressSink | None) -> list[tuple[str, int]]:
+async def _keys_to_run(
+    tasks: Sequence[Task],
+    expected: list[tuple[str, int]],
+    policy: Policy,
+    parts: CampaignParts,
+    journal: CampaignJournal | None,
+    log: ProgressSink | None,
+) -> list[tuple[str, int]]:
     """The keys still to run (not clean in the journal), after the budget check and, when any, the preflight."""
     check_policy_budget(policy, parts.episode, tasks)
     keys = journal.todo(expected) if journal is not None else expected
     if keys:
         await asyncio.to_thread(parts.preflight, policy)
     if journal is not None and len(keys) < len(expected):
-        emit(log, f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}")
+        emit(
+            log,
+            f"resuming: {len(expected) - len(keys)} of {len(expected)} trials already in {journal.directory}",
+        )
     return keys
 
 
 async def _run_keys(
-    tasks: Sequence[Task], keys: Sequence[tuple[str, int]], policy: Policy, parts: CampaignParts,
-    executor: EpisodeExecutor | None, grader: TestRunner | None, *, progress: tuple[str, ProgressSink | None],
-    finished: Callable[[Progress, EpisodeResult], None], keep_results: bool,
+    tasks: Sequence[Task],
+    keys: Sequence[tuple[str, int]],
+    policy: Policy,
+    parts: CampaignParts,
+    executor: EpisodeExecutor | None,
+    grader: TestRunner | None,
+    *,
+    progress: tuple[str, ProgressSink | None],
+    finished: Callable[[Progress, EpisodeResult], None],
+    keep_results: bool,
 ) -> list:
     """Run ``keys`` in one executor session; returns the results, or their rows without ``keep_results``.
 
@@ -102,16 +140,27 @@ async def _run_keys(
     try:
         with Progress(len(keys), *progress) as counter:
             async with executor.session(parts.runner_factory(grader), policy) as session:
-                return await run_campaign(tasks, keys, session.run_one, concurrency=session.width,
-                                          on_result=partial(finished, counter),
-                                          collect=None if keep_results else partial(result_row, domain=domain))
+                return await run_campaign(
+                    tasks,
+                    keys,
+                    session.run_one,
+                    concurrency=session.width,
+                    on_result=partial(finished, counter),
+                    collect=None if keep_results else partial(result_row, domain=domain),
+                )
     finally:
         if owned:
             executor.close()
 
 
-def _on_finished(by_uid: dict[str, Task], on_result: OnResult | None, journal: CampaignJournal | None,
-                 journal_extra: JournalExtra | None, progress: Progress, result: EpisodeResult) -> None:
+def _on_finished(
+    by_uid: dict[str, Task],
+    on_result: OnResult | None,
+    journal: CampaignJournal | None,
+    journal_extra: JournalExtra | None,
+    progress: Progress,
+    result: EpisodeResult,
+) -> None:
     """The per-trial hook: the caller's ``on_result``, the journal row, then the progress line."""
     if on_result is not None:
         on_result(result)

@@ -19,7 +19,8 @@ from rewardbox.errors import EndpointError
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.scripted import GoldenReplayPolicy
 from rewardbox.runtime.evaluate import evaluate
-from rewardbox.runtime.stages import REFERENCE_SKIPPED, StageIO, probe, reference_probe, screen
+from rewardbox.runtime.probe import REFERENCE_SKIPPED, probe, reference_probe
+from rewardbox.runtime.stages import StageIO, screen
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.tasks.sources import load_candidates
 from rewardbox.tasks.thinkingbox import load_dataset
@@ -66,7 +67,9 @@ class Lent:
         return self.policy()
 
     def io(self) -> StageIO:
-        return StageIO(path=self.path, log=lambda line: None, serve=self.serve, make_policy=self.make_policy)
+        return StageIO(
+            path=self.path, log=lambda line: None, serve=self.serve, make_policy=self.make_policy
+        )
 
 
 def test_probe_wires_serving_once_writes_parity_and_discards_the_journal(profile, tasks, tmp_path):
@@ -100,25 +103,36 @@ def test_screen_returns_the_valid_tasks_and_its_counts(profile, tasks, tmp_path)
     assert run.metadata["invalid_tasks"].columns == ["uid", "reason"]
 
 
-def test_reference_probe_without_a_reference_is_skipped_with_the_profile_section_hash(profile, tasks, tmp_path):
+def test_reference_probe_without_a_reference_is_skipped_with_the_profile_section_hash(
+    profile, tasks, tmp_path
+):
     profile.reference = None
     run = reference_probe(profile, tasks, "input-1", Lent(tmp_path).io())
     assert run.rows.height == 0 and run.metadata["status"] == REFERENCE_SKIPPED
     import hashlib  # the hash the assets computed by hand before (``_reference_hash``): the same value
 
-    by_hand = hashlib.sha256(canonical_json({"reference": None, "episode": profile.episode.model_dump(mode="json")})
-                             .encode()).hexdigest()[:16]
+    by_hand = hashlib.sha256(
+        canonical_json(
+            {"reference": None, "episode": profile.episode.model_dump(mode="json")}
+        ).encode()
+    ).hexdigest()[:16]
     assert run.metadata["config_hash"] == by_hand == profile.section_hash("reference", "episode")
 
 
-def test_evaluate_writes_decode_results_and_parity_then_discards_the_journal(profile, tasks, tmp_path):
+def test_evaluate_writes_decode_results_and_parity_then_discards_the_journal(
+    profile, tasks, tmp_path
+):
     profile.evaluation.trials = 2
     lent = Lent(tmp_path)
     run = evaluate(profile, tasks, "ckpt", "evaluation_results", "input-1", lent.io())
     assert lent.served == ["ckpt"] and len(lent.built) == 1  # one pass: nothing to repair
     assert run.rows.select("uid", "trial").rows() == [(t.uid, i) for t in tasks for i in range(2)]
     meta = run.metadata
-    assert meta["pass_at_1"] == 1.0 and meta["repaired_keys"] == 0 and meta["policy_kind"] == profile.policy.kind
+    assert (
+        meta["pass_at_1"] == 1.0
+        and meta["repaired_keys"] == 0
+        and meta["policy_kind"] == profile.policy.kind
+    )
     assert isinstance(meta["per_domain"], pl.DataFrame) and meta["clean_trial_gate"]["trials"] == 4
     lines = meta["decode_results_jsonl"].read_text().splitlines()
     assert len(lines) == 4 and (tmp_path / "parity" / "evaluation_results.json").exists()
@@ -135,4 +149,6 @@ def test_the_external_sandbox_report_reaches_the_stage_metadata(tmp_path):
     run = screen(profile, tasks, Lent(tmp_path).io())
     servers = run.metadata["sandbox_servers"]
     assert run.metadata["tasks"] == 1 and "rewardbox_retail" in servers
-    assert set(servers["rewardbox_retail"]) & {"start", "reuse"} and isinstance(servers["(pool)"], dict)
+    assert set(servers["rewardbox_retail"]) & {"start", "reuse"} and isinstance(
+        servers["(pool)"], dict
+    )
