@@ -12,16 +12,14 @@ from resources.vllm_server import VllmServerResource
 from rewardbox.report import band_histogram_png
 from rewardbox.report.inline_svg import band_svg, fitted_markdown
 from rewardbox.runtime.probe import probe, reference_probe
+from rewardbox.runtime.select import training_pool as select_training_pool
 from rewardbox.selection import task_difficulty as compute_difficulty
-from rewardbox.selection import teachable
-from rewardbox.selection import training_pool as select_pool
 from rewardbox.selection.difficulty import band_summary
-from rewardbox.selection.reference import gate_pool, reference_verdicts
 from rewardbox.tasks.schema import Task, task_set_version
 
 GROUP = "selection"
 PROBE_CODE = code_version(__name__, *EPISODE_ENGINE)
-SELECT_CODE = code_version(__name__, "rewardbox.selection")
+SELECT_CODE = code_version(__name__, "rewardbox.selection", "rewardbox.runtime.select")
 PARQUET = "parquet_io_manager"
 
 
@@ -116,31 +114,12 @@ def training_pool(
     """The candidates in the kept bands that the reference solved (when a reference is configured):
     tasks the current policy can still learn from and that are known to be solvable."""
     profile = rewardbox.load()
-    pool_rows = select_pool(task_difficulty, profile.selection)
-    gate: dict = {"reference_gate": "off"}
-    if profile.reference is not None:
-        pool_rows, removed = gate_pool(
-            pool_rows, reference_verdicts(reference_probe_results, profile.reference)
-        )
-        gate = {
-            "reference_gate": f"{profile.reference.rule} rule",
-            "reference_removed": removed.height,
-            "reference_removed_tasks": md_table(removed),
-        }
-    uids = set(pool_rows["uid"].to_list())
-    pool, teach_nothing = teachable(
-        [t for t in screened_candidates if t.uid in uids and t.split == "candidate"]
+    run = select_training_pool(
+        profile, task_difficulty, reference_probe_results, screened_candidates
     )
-    context.add_output_metadata(
-        {
-            "tasks": len(pool),
-            "kept_bands": dg.MetadataValue.json(list(profile.selection.kept_bands)),
-            **gate,
-            "left_out_teach_nothing": dg.MetadataValue.json(teach_nothing),
-            "table": md_table(pool_rows),
-            "input_hash": task_set_version(pool),
-        }
-    )
+    context.add_output_metadata(as_metadata(run.metadata))
     reference = () if profile.reference is None else ("reference",)
-    record_versions(context, task_set_version(pool), profile.section_hash(*reference, "selection"))
-    return pool
+    record_versions(
+        context, run.metadata["input_hash"], profile.section_hash(*reference, "selection")
+    )
+    return run.extra

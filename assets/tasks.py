@@ -7,11 +7,10 @@ from assets.metadata import md_table, per_domain, tasks_frame
 from assets.versions import EPISODE_ENGINE, code_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
-from rewardbox.runtime.stages import screen
-from rewardbox.selection.screening import ungradable
+from rewardbox.runtime.stages import UngradableTasksError, screen, screen_benchmark
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task, task_set_version
-from rewardbox.tasks.sources import load_benchmark, load_candidates, load_held_out
+from rewardbox.tasks.sources import load_candidates, load_held_out
 
 GROUP = "tasks"
 LOAD_CODE = code_version(__name__, "rewardbox.tasks", "rewardbox.domains")
@@ -69,34 +68,14 @@ def benchmark_tasks(
     the asset, listed by uid and cause: a benchmark never shrinks silently.
     """
     profile = rewardbox.load()
-    loaded = load_benchmark(profile.tasks)
-    run = screen(
-        profile,
-        loaded.tasks,
-        stage_io(context, rewardbox, profile, ray_cluster),
-        label="benchmark task",
-    )
-    failures = ungradable(run.rows)
-    if failures:
-        raise dg.Failure(
-            description=f"{len(failures)} benchmark task(s) could not be graded:\n"
-            + "\n".join(failures),
-            metadata={"ungradable": dg.MetadataValue.json(failures)},
-        )
-    context.add_output_metadata(
-        as_metadata(
-            {
-                **run.metadata,
-                "per_domain": per_domain(run.extra),
-                "table": tasks_frame(run.extra),
-                "read_only": run.metadata["read_only_tasks"],
-                "load_errors": loaded.errors,
-                "config_hash": profile.section_hash("tasks"),
-                "input_hash": task_set_version(run.extra),
-            }
-        )
-    )
-    record_versions(context, task_set_version(run.extra))
+    try:
+        run = screen_benchmark(profile, stage_io(context, rewardbox, profile, ray_cluster))
+    except UngradableTasksError as exc:
+        failures = {"ungradable": dg.MetadataValue.json(exc.failures)}
+        raise dg.Failure(description=str(exc), metadata=failures) from exc
+    tables = {"per_domain": per_domain(run.extra), "table": tasks_frame(run.extra)}
+    context.add_output_metadata(as_metadata(run.metadata | tables))
+    record_versions(context, run.metadata["input_hash"])
     return run.extra
 
 

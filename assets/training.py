@@ -5,6 +5,8 @@ halves); these assets load the profile, call it, write metadata and turn its err
 ``dg.Failure``.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 
 import dagster as dg
@@ -53,17 +55,10 @@ def grpo_checkpoint(
     """
     profile = rewardbox.load()
     backend = _train_verl if profile.grpo.backend == "verl" else _train_local
-    try:
+    with _training_failures():
         path, metadata, version = backend(
             context, rewardbox, ray_cluster, profile, training_pool, base_checkpoint, probe_results
         )
-    except JobFailedError as exc:
-        raise dg.Failure(
-            description=str(exc),
-            metadata={"job_id": exc.outcome.job_id, "status": exc.outcome.status},
-        ) from exc
-    except (train.LeakedTasksError, train.VerlConfigRejectedError) as exc:
-        raise dg.Failure(description=str(exc)) from exc
     section = ("grpo", "verl") if profile.grpo.backend == "verl" else ("grpo",)
     context.add_output_metadata(
         metadata
@@ -75,6 +70,20 @@ def grpo_checkpoint(
     )
     record_versions(context, version)
     return path
+
+
+@contextmanager
+def _training_failures() -> Iterator[None]:
+    """The training stage's engine errors as ``dg.Failure`` (a Ray job's id and status as metadata)."""
+    try:
+        yield
+    except JobFailedError as exc:
+        raise dg.Failure(
+            description=str(exc),
+            metadata={"job_id": exc.outcome.job_id, "status": exc.outcome.status},
+        ) from exc
+    except (train.LeakedTasksError, train.VerlConfigRejectedError) as exc:
+        raise dg.Failure(description=str(exc)) from exc
 
 
 def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results):

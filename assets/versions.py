@@ -30,6 +30,7 @@ EPISODE_ENGINE = (
     "rewardbox.policy",
     "rewardbox.evaluation",
     "rewardbox.config",
+    "rewardbox.runtime",
 )
 
 

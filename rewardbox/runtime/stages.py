@@ -38,8 +38,9 @@ from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.factory import build_policy
 from rewardbox.policy.parity import ParityRecorder
 from rewardbox.runtime.compose import campaign_parts
-from rewardbox.selection.screening import screen_tasks, write_evidence_counts
-from rewardbox.tasks.schema import Task
+from rewardbox.selection.screening import screen_tasks, ungradable, write_evidence_counts
+from rewardbox.tasks.schema import Task, task_set_version
+from rewardbox.tasks.sources import load_benchmark
 from rewardbox.thinkingbox.interchange import import_infer_report
 
 
@@ -248,3 +249,37 @@ def screen(profile: Profile, tasks: Sequence[Task], io: StageIO, label: str = "t
         },
         valid,
     )
+
+
+class UngradableTasksError(RuntimeError):
+    """Benchmark tasks that could not be graded (a system error while screening, e.g. test code
+    importing what the grader lacks): ``failures`` lists each by uid and cause. A system error of
+    the set, not a policy failure: a benchmark never shrinks silently."""
+
+    def __init__(self, failures: list[str]):
+        super().__init__(
+            f"{len(failures)} benchmark task(s) could not be graded:\n" + "\n".join(failures)
+        )
+        self.failures = failures
+
+
+def screen_benchmark(profile: Profile, io: StageIO) -> StageRun:
+    """Load the benchmark strictly (``tasks.sources.load_benchmark``) and screen it (:func:`screen`).
+
+    Returns:
+        :func:`screen`'s run, its metadata with ``read_only``, ``load_errors``, ``config_hash`` and
+        ``input_hash`` (the valid tasks' ``task_set_version``).
+
+    Raises:
+        TaskSetLoadError: a benchmark file that fails to load (file and line in the message).
+        UngradableTasksError: a benchmark task that could not be graded.
+    """
+    loaded = load_benchmark(profile.tasks)
+    run = screen(profile, loaded.tasks, io, label="benchmark task")
+    failures = ungradable(run.rows)
+    if failures:
+        raise UngradableTasksError(failures)
+    run.metadata |= {"read_only": run.metadata["read_only_tasks"], "load_errors": loaded.errors}
+    run.metadata |= {"config_hash": profile.section_hash("tasks")}
+    run.metadata |= {"input_hash": task_set_version(run.extra)}
+    return run
