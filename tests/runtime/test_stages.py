@@ -152,3 +152,16 @@ def test_the_external_sandbox_report_reaches_the_stage_metadata(tmp_path):
     assert set(servers["rewardbox_retail"]) & {"start", "reuse"} and isinstance(
         servers["(pool)"], dict
     )
+
+
+def test_screen_benchmark_loads_strictly_screens_and_names_the_task_set_version(tmp_path):
+    from rewardbox.runtime.stages import screen_benchmark
+    from rewardbox.tasks.schema import task_set_version
+
+    profile = load_profile("test")
+    run = screen_benchmark(profile, Lent(tmp_path).io())
+    assert run.extra and all(t.split == "benchmark" for t in run.extra)
+    assert run.metadata["input_hash"] == task_set_version(run.extra)
+    assert run.metadata["config_hash"] == profile.section_hash("tasks")
+    assert run.metadata["read_only"] == run.metadata["read_only_tasks"]
+    assert run.metadata["load_errors"] == []
