@@ -201,10 +201,11 @@ def test_source_dir_writes_a_generated_source_before_anyone_reads_it(tmp_path):
 def test_generated_tasks_pass_the_real_validity_screen(written):
     """Golden replay through the real loop and grader passes, a null run fails where a write is expected."""
     from rewardbox.config.profile import load_profile
+    from rewardbox.runtime.compose import campaign_parts
     from rewardbox.selection.screening import screen_tasks
 
     tasks = load_dataset(written).tasks
-    valid, rows = screen_tasks(tasks, load_profile("learn"))
+    valid, rows = screen_tasks(tasks, campaign_parts(load_profile("learn")))
     assert [t.uid for t in valid] == [t.uid for t in tasks]
     assert (
         rows["golden_passed"].all()
