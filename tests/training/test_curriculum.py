@@ -8,27 +8,9 @@ from collections import Counter
 import pytest
 
 from rewardbox.episode.trajectory import EpisodeResult
-from rewardbox.tasks.schema import Task
 from rewardbox.training.curriculum import PosteriorTaskSampler, format_histogram, posterior_variance
 
-
-def task(uid: str) -> Task:
-    return Task(
-        uid=uid,
-        dataset="d",
-        scenario="s",
-        agent="a",
-        query=uid,
-        user_context="",
-        init={},
-        world_state={},
-        tools=(),
-        system_instructions="",
-        bot_instructions="",
-        test_code="",
-        test_name="t",
-        test_file="f.py",
-    )
+from .test_trainer import task
 
 
 def rollouts(uid: str, passed: list[bool | None]) -> list[EpisodeResult]:

@@ -19,24 +19,7 @@ from rewardbox.training.local import _loss_budget, _tasks, run_trials_after_prob
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import Sample, StepMetrics, group_samples, optimise_step, train_grpo
 
-
-def task(uid: str) -> Task:
-    return Task(
-        uid=uid,
-        dataset="d",
-        scenario="s",
-        agent="a",
-        query=uid,
-        user_context="",
-        init={},
-        world_state={},
-        tools=(),
-        system_instructions="",
-        bot_instructions="",
-        test_code="",
-        test_name="t",
-        test_file="f.py",
-    )
+from .test_trainer import task
 
 
 def result(uid, trial, reward, cut=False):
