@@ -1,5 +1,5 @@
 """The clean-trial gate on every campaign asset (``rewardbox.episode.clean_trials``), and what an asset lends a
-campaign stage (``rewardbox.runtime.stages.StageIO``) and writes from it (:func:`as_metadata`).
+campaign stage (``rewardbox.runtime.stages.StageIO``); what it writes goes through ``assets.metadata.as_metadata``.
 
 A campaign whose trials are mostly system errors fails its asset: nothing is stored, the last good
 materialisation stays current, downstream assets do not run, and the failure names the counts
@@ -13,13 +13,11 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from assets.metadata import md_table
 from rewardbox.config.profile import Profile
 from rewardbox.episode.clean_trials import UncleanCampaignError, require_clean
 from rewardbox.runtime.stages import StageIO
@@ -90,16 +88,3 @@ def stage_io(
         make_policy=rewardbox.policy,
         **({"serve": vllm_server.policy_config} if vllm_server is not None else {}),
     )
-
-
-def as_metadata(values: dict[str, Any]) -> dict[str, Any]:
-    """A stage's plain metadata as Dagster metadata: tables as markdown, dicts and lists as JSON, paths as paths."""
-
-    def wrap(value: Any) -> Any:
-        if isinstance(value, pl.DataFrame):
-            return md_table(value)
-        if isinstance(value, (dict, list, tuple)):
-            return dg.MetadataValue.json(value)
-        return dg.MetadataValue.path(str(value)) if isinstance(value, Path) else value
-
-    return {key: wrap(value) for key, value in values.items()}

@@ -3,8 +3,8 @@
 import dagster as dg
 import polars as pl
 
-from assets.clean_trials import as_metadata, failure_on_unclean, stage_io
-from assets.metadata import parser_parity_result
+from assets.clean_trials import failure_on_unclean, stage_io
+from assets.metadata import as_metadata, parser_parity_result
 from assets.partitions import checkpoint_partitions
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource

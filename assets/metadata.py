@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -44,6 +45,19 @@ def training_curve_metadata(step_rows: list[dict]) -> dict[str, dg.MetadataValue
         **md_chart("training_curve", inline),
         "training_curve_png": md_image(training_curve_png(step_rows), "training curve"),
     }
+
+
+def as_metadata(values: dict[str, Any]) -> dict[str, Any]:
+    """A stage's plain metadata as Dagster metadata: tables as markdown, dicts and lists as JSON, paths as paths."""
+
+    def wrap(value: Any) -> Any:
+        if isinstance(value, pl.DataFrame):
+            return md_table(value)
+        if isinstance(value, (dict, list, tuple)):
+            return dg.MetadataValue.json(value)
+        return dg.MetadataValue.path(str(value)) if isinstance(value, Path) else value
+
+    return {key: wrap(value) for key, value in values.items()}
 
 
 _TABLE_TYPES = {pl.Int64: "int", pl.Int32: "int", pl.Float64: "float", pl.Boolean: "bool"}

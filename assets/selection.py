@@ -3,8 +3,15 @@
 import dagster as dg
 import polars as pl
 
-from assets.clean_trials import as_metadata, failure_on_unclean, stage_io
-from assets.metadata import md_chart, md_image, md_table, parser_parity_result, table_value
+from assets.clean_trials import failure_on_unclean, stage_io
+from assets.metadata import (
+    as_metadata,
+    md_chart,
+    md_image,
+    md_table,
+    parser_parity_result,
+    table_value,
+)
 from assets.versions import EPISODE_ENGINE, code_version, frame_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource

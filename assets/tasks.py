@@ -2,8 +2,8 @@
 
 import dagster as dg
 
-from assets.clean_trials import as_metadata, require_screened_candidates, stage_io
-from assets.metadata import md_table, per_domain, tasks_frame
+from assets.clean_trials import require_screened_candidates, stage_io
+from assets.metadata import as_metadata, md_table, per_domain, tasks_frame
 from assets.versions import EPISODE_ENGINE, code_version, record_versions
 from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource

@@ -279,7 +279,10 @@ def screen_benchmark(profile: Profile, io: StageIO) -> StageRun:
     failures = ungradable(run.rows)
     if failures:
         raise UngradableTasksError(failures)
-    run.metadata.update(read_only=run.metadata["read_only_tasks"], load_errors=loaded.errors)
-    run.metadata.update(config_hash=profile.section_hash("tasks"))
-    run.metadata.update(input_hash=task_set_version(run.extra))
+    run.metadata.update(
+        read_only=run.metadata["read_only_tasks"],
+        load_errors=loaded.errors,
+        config_hash=profile.section_hash("tasks"),
+        input_hash=task_set_version(run.extra),
+    )
     return run
