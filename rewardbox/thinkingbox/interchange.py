@@ -29,10 +29,11 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from rewardbox import strict_json
 from rewardbox.episode.trajectory import EpisodeResult
+from rewardbox.grading.tb_common.chat_types import FinishReason
 from rewardbox.grading.tb_messages import tb_messages, tb_tool_calls
 from rewardbox.tasks.schema import Task
 from rewardbox.thinkingbox.importer import (
@@ -41,17 +42,8 @@ from rewardbox.thinkingbox.importer import (
     import_infer_results,
 )
 
-TB_FINISH_REASONS = (
-    "done",
-    "end_turn_tool",
-    "agent_error",
-    "agent_limit",
-    "user_limit",
-    "user_done",
-    "no_user_llm",
-    "skipped",
-)
-"""``DecodeResult.finish_reason`` values ThinkingBox accepts (``chat_types.FinishReason``)."""
+TB_FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
+"""``DecodeResult.finish_reason`` values ThinkingBox accepts (the vendored ``chat_types.FinishReason``)."""
 
 _TO_TB_FINISH = {"context_limit": "agent_limit", "system_error": "done", "": "done"}
 _NULL_SESSION = "00000000-0000-0000-0000-000000000000"
