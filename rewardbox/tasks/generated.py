@@ -31,6 +31,7 @@ content hash with any held-out task fails the load (``sources.load_candidates``)
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import random
@@ -235,6 +236,16 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+@functools.lru_cache(maxsize=16)
+def _generated(
+    domain: str, seed: int, per_family: int, families: tuple[str, ...] | None
+) -> tuple[GeneratedPool, dict[str, str]]:
+    """The pool and its rendered files. Deterministic in its arguments, so a process makes them once:
+    every candidate load and every tick of the task-source sensor then costs a file comparison."""
+    pool = generate_training_tasks(domain, seed, per_family, families)
+    return pool, render_files(domain, seed, per_family, families, pool)
+
+
 def write_training_dataset(
     out: str | Path, domain: str, seed: int, per_family: int, families: Sequence[str] | None = None
 ) -> GeneratedPool:
@@ -250,8 +261,7 @@ def write_training_dataset(
         GenerationError: a generated task grades an equally valid order differently.
     """
     out = Path(out)
-    pool = generate_training_tasks(domain, seed, per_family, families)
-    files = render_files(domain, seed, per_family, families, pool)
+    pool, files = _generated(domain, seed, per_family, tuple(families) if families else None)
     if _up_to_date(out, files):
         return pool
     domain_recipe(domain).check_order_independence(pool.tasks)

@@ -211,3 +211,22 @@ def test_generated_tasks_pass_the_real_validity_screen(written):
         rows["golden_passed"].all()
         and rows.filter(rows["expects_write"])["null_passed"].not_().all()
     )
+
+
+def test_a_process_generates_a_source_once_and_later_loads_compare_files(tmp_path, monkeypatch):
+    """The sensor fingerprints the candidates every tick: only the first call generates."""
+    generated._generated.cache_clear()
+    calls = []
+    real = generated.generate_training_tasks
+    monkeypatch.setattr(
+        generated, "generate_training_tasks", lambda *a: calls.append(a) or real(*a)
+    )
+    first = write_training_dataset(tmp_path / "a", "retail", 11, 1, FAMILIES)
+    again = write_training_dataset(tmp_path / "a", "retail", 11, 1, FAMILIES)
+    elsewhere = write_training_dataset(tmp_path / "b", "retail", 11, 1, FAMILIES)
+    assert len(calls) == 1 and again.tasks == first.tasks
+    assert sorted(p.name for p in (tmp_path / "b").rglob("*.py")) == sorted(
+        p.name for p in (tmp_path / "a").rglob("*.py")
+    )
+    assert elsewhere is first
+    generated._generated.cache_clear()
