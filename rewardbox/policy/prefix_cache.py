@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 
@@ -47,6 +48,11 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], object] = OrderedDict()
         self.hits = 0
         self.misses = 0
+
+    def cached_len(self, tokens: list[int]) -> int:
+        """Leading tokens of ``tokens`` a cached entry already holds (0: none, or fewer than ``min_tokens``)."""
+        best = max((_common_len(key, tokens) for key in self._entries), default=0)
+        return best if best >= self.min_tokens else 0
 
     def invalidate(self) -> None:
         """Drop every cached prefix (the weights changed)."""
@@ -131,6 +137,61 @@ class PrefixCache:
         if len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
         return cache
+
+
+def prefill_groups(
+    prompts: list[list[int]],
+    cached_len: Callable[[list[int]], int],
+    min_tokens: int,
+    call_tokens: int = 64,
+) -> list[list[int]]:
+    """Split new rows into prefill calls so that rows with different long prefixes never pad each other.
+
+    One call over rows of two domains shares only their first few tokens, so every row would prefill
+    its whole domain prefix (about 1,000 tokens) instead of its suffix. This partitions the rows,
+    in lexicographic order of their prompts (rows with a common prefix are then contiguous), by dynamic
+    programming over the tokens each call computes: a call of rows ``R`` whose common prefix is ``P``
+    tokens computes ``|R| * (max len - P)`` padded columns, plus ``P - c`` columns at batch 1 when only
+    ``c`` of them are cached (``PrefixCache.prepare`` extends the entry), plus ``call_tokens`` for the
+    call itself; a call of one row reuses only what is cached, and a common prefix under ``min_tokens``
+    is not reused at all (``prepare`` returns None).
+
+    Args:
+        prompts: the new rows' prompt ids (each >= 1 token).
+        cached_len: leading tokens of a prompt the prefix cache holds (``PrefixCache.cached_len``).
+        min_tokens: the prefix cache's ``min_tokens``.
+        call_tokens: the cost of one more forward call, in prompt columns (>= 0).
+
+    Returns:
+        Groups of indexes into ``prompts``, each ascending; every index in exactly one group.
+    """
+    n = len(prompts)
+    if n <= 1:
+        return [list(range(n))]
+    order = sorted(range(n), key=lambda i: prompts[i])
+    cached = [min(cached_len(prompts[i]), len(prompts[i]) - 1) for i in order]
+    adjacent = [_common_len(prompts[order[k]], prompts[order[k + 1]]) for k in range(n - 1)]
+
+    def cost(i: int, j: int) -> int:  # sorted rows i..j-1 in one call
+        longest = max(len(prompts[order[k]]) for k in range(i, j))
+        if j - i == 1:
+            return longest - cached[i] + call_tokens
+        shared = min(min(adjacent[i : j - 1]), min(len(prompts[order[k]]) for k in range(i, j)) - 1)
+        if shared < min_tokens:
+            return (j - i) * longest + call_tokens
+        return (j - i) * (longest - shared) + max(0, shared - min(cached[i], shared)) + call_tokens
+
+    best, cut = [0] + [None] * n, [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):
+            total = best[i] + cost(i, j)
+            if best[j] is None or total < best[j]:
+                best[j], cut[j] = total, i
+    groups, j = [], n
+    while j > 0:
+        groups.append(sorted(order[cut[j] : j]))
+        j = cut[j]
+    return sorted(groups)
 
 
 def _common_len(a, b) -> int:

@@ -39,7 +39,7 @@ from rewardbox.policy.decode import (
     prefill,
 )
 from rewardbox.policy.guided import ConstraintEvent, ToolCallGuide, VocabularyIndex
-from rewardbox.policy.prefix_cache import PrefixCache
+from rewardbox.policy.prefix_cache import PrefixCache, prefill_groups
 from rewardbox.policy.sampling import PerRowSampler
 
 
@@ -143,6 +143,20 @@ class RunningBatch:
         if self.rows is None:
             self._reset()
         slots = [self._add(spec) for spec in specs]
+        finished: list[FinishedRow] = []
+        for group in self._groups([s.prompt_ids for s in specs]):
+            finished += self._prefill([specs[i] for i in group], [slots[i] for i in group])
+        return slots, finished
+
+    def _groups(self, prompts: list[list[int]]) -> list[list[int]]:
+        """The prefill calls new rows are split into (``prefix_cache.prefill_groups``; one without a cache)."""
+        if self.prefix_cache is None:
+            return [list(range(len(prompts)))]
+        cache = self.prefix_cache
+        return prefill_groups(prompts, cache.cached_len, cache.min_tokens)
+
+    def _prefill(self, specs: list[RowSpec], slots: list[int]) -> list[FinishedRow]:
+        """One prefill call for ``specs``; the rows that go on join the running batch."""
         ids, mask, cache, cached = self._inputs([s.prompt_ids for s in specs])
         rows, logits = prefill(
             self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots
@@ -154,7 +168,7 @@ class RunningBatch:
             self.rows = (
                 rows if self.rows is None else merge_rows(self.rows, rows, self._capacity(rows))
             )
-        return slots, finished
+        return finished
 
     def step(self) -> list[FinishedRow]:
         """One forward pass for every running row; returns the rows that finished (left the batch)."""

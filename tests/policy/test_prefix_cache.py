@@ -106,3 +106,29 @@ def test_longest_cached_prefix_is_cropped_or_extended_and_tokens_stay_plain():
     assert tuple(domain) in cache._entries
     assert tokens(pair) == len(domain) + 5 and cache.hits == 2  # extended once past the cached part
     assert tuple(pair[0][: len(domain) + 5]) in cache._entries and cache.misses == 1
+
+
+def test_prefill_groups_split_rows_by_long_prefix_and_keep_short_ones_together():
+    from rewardbox.policy.prefix_cache import prefill_groups
+
+    a, b = [1, 2] + list(range(10, 60)), [1, 2] + list(range(100, 150))
+    prompts = [a + [7], b + [8], a + [9, 9], b + [5], [3, 4]]
+    nothing_cached = lambda _p: 0  # noqa: E731
+    groups = prefill_groups(prompts, nothing_cached, min_tokens=16)
+    assert sorted(groups) == groups and sorted(i for g in groups for i in g) == [0, 1, 2, 3, 4]
+    assert [0, 2] in groups and [1, 3] in groups  # one call per long prefix
+    # rows that share nothing worth caching and are short stay one call (a call costs call_tokens)
+    assert prefill_groups([[1, 2], [3, 4, 5], [6]], nothing_cached, min_tokens=16) == [[0, 1, 2]]
+    # one row, or none: one group
+    assert prefill_groups([a], nothing_cached, min_tokens=16) == [[0]]
+    assert prefill_groups([], nothing_cached, min_tokens=16) == [[]]
+
+
+def test_prefill_groups_use_what_is_cached_for_a_lone_row():
+    from rewardbox.policy.prefix_cache import prefill_groups
+
+    a, b = list(range(10, 60)), list(range(100, 150))
+    prompts = [a + [1], b + [2]]
+    # both prefixes cached: two calls that prefill 1 token each beat one call of 51 columns per row
+    cached = lambda p: 50  # noqa: E731
+    assert prefill_groups(prompts, cached, min_tokens=16) == [[0], [1]]

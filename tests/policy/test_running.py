@@ -138,6 +138,41 @@ def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix():
     assert done[2].cached_tokens == 40
 
 
+def test_rows_of_two_domains_admitted_together_each_reuse_their_own_cached_prefix():
+    """Issue #28's kind: one admit of rows from two domains (two long prefixes that share only a few
+    tokens) prefilled every row's whole prompt, because one call's common prefix was the few shared
+    tokens. Each domain's rows are now a call of their own and prefill only their suffixes."""
+    model = tiny_model()
+    gen = torch.Generator().manual_seed(2)
+    opening = [3, 4, 5]  # both domains' prompts start alike (a chat template's first tokens)
+    domain_a = opening + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    domain_b = opening + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    prompts = [domain_a + [7, 8], domain_b + [9], domain_a + [10, 11, 12], domain_b + [13, 14]]
+    specs = [RowSpec(p, 6, 0.0, i) for i, p in enumerate(prompts)]
+    with torch.inference_mode():
+        plain = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0].tokens for spec in specs]
+    cache = PrefixCache(min_tokens=16)
+    with torch.inference_mode():  # each domain's prefix is cached, as after its first request
+        for prompt in (domain_a + [1], domain_b + [1]):
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(
+                [RowSpec(prompt, 1, 0.0, 0)]
+            )
+    widths = []
+    hook = model.register_forward_pre_hook(
+        lambda _m, _a, kw: widths.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        done = _staggered(
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache), specs, joins_at=[0] * 4
+        )
+    finally:
+        hook.remove()
+    assert [done[i].tokens for i in range(4)] == plain
+    prefills = [w for w in widths if w[1] > 1]
+    assert sorted(prefills) == [(2, 2), (2, 3)]  # suffixes only: 2 rows x 2 and 2 rows x 3 columns
+    assert all(done[i].cached_tokens == 43 for i in range(4))
+
+
 class _CharTokenizer:
     """One token per character (ids 3..63); enough of a tokenizer for the policy's worker."""
 
