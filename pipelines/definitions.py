@@ -35,6 +35,10 @@ def _secrets(policy_key_env: str) -> dict[str, dg.EnvVar]:
     return {"policy_api_key": dg.EnvVar(policy_key_env)} if policy_key_env in os.environ else {}
 
 
+STEP_EXECUTOR = {"max_concurrent": 1, "start_method": {"forkserver": {}}}
+"""The main job's executor config: steps one at a time, each forked from a server process that imported
+``pipelines.definitions`` once (Dagster preloads the job's module by default)."""
+
 _STARTUP_PROFILE = load_profile(
     profile_name_from_env(), data_dir=data_dir_from_env()
 )  # read once at start-up
@@ -118,5 +122,8 @@ defs = dg.Definitions(
         "parquet_io_manager": ParquetIOManager(base_dir=str(_ARTIFACTS / "assets")),
         "io_manager": dg.FilesystemIOManager(base_dir=str(_ARTIFACTS / "objects")),
     },
-    executor=dg.multiprocess_executor.configured({"max_concurrent": 1}),
+    # one step at a time; each step process is forked from a server that imported this module once
+    # (docs/performance.md, "Step start-up"), not a fresh interpreter importing torch, scipy and
+    # Dagster again (20-27 s a step on 2 loaded cores)
+    executor=dg.multiprocess_executor.configured(STEP_EXECUTOR),
 )

@@ -107,3 +107,17 @@ def test_the_policy_key_is_a_dagster_envvar_only_when_its_variable_is_set(monkey
         isinstance(secret, dg.EnvVar) and secret == "REWARDBOX_TEST_POLICY_KEY"
     )  # the name, never the value
     assert _secrets("REWARDBOX_TEST_NO_KEY") == {}
+
+
+def test_every_job_runs_its_steps_one_at_a_time_forked_from_a_preloaded_server():
+    """Each step forked from a server that imported ``pipelines.definitions`` once, not a fresh interpreter
+    that imports torch, scipy and Dagster again (docs/performance.md, "Step start-up")."""
+    from dagster._core.system_config.objects import ResolvedRunConfig
+
+    from pipelines.definitions import defs
+
+    for name in ("main_job", "rescreen_job", "reprobe_job"):
+        config = ResolvedRunConfig.build(defs.resolve_job_def(name), {})
+        engine = config.execution.execution_engine_config
+        assert engine["start_method"] == {"forkserver": {}}, name
+        assert engine["max_concurrent"] == 1, name
