@@ -41,7 +41,9 @@ def probe_results(
 ) -> pl.DataFrame:
     """One row per probe trial: uid, trial, reward, passed, system_error, termination_reason,
     turns, tokens (input, output), duration_s. n trials per candidate with the base policy, or the
-    rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set. With ``serving.kind: vllm``
+    rows of an existing ``tb infer`` JSONL run when ``probe.import_results`` is set. With
+    ``probe.family_screening`` only the candidates family-level screening picks are probed (the others get
+    no rows; the ``family_screening`` metadata counts both). With ``serving.kind: vllm``
     the base checkpoint is served by vLLM for the probes; a sample of raw completions is kept for the
     parser-parity check (``rewardbox.runtime.probe.probe``)."""
     profile = rewardbox.load()

@@ -28,6 +28,8 @@ from rewardbox.runtime.stages import (
     imported_rows,
     run_campaign_stage,
 )
+from rewardbox.selection.config import ProbeConfig
+from rewardbox.selection.family_probes import FamilyProbeRun, probe_by_family
 from rewardbox.selection.reference import reference_verdicts, successes_histogram, verdict_counts
 from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.selection.reference_probes import probe_reference, remaining_system_errors
@@ -39,6 +41,11 @@ def probe(
 ) -> StageRun:
     """``probe.trials`` trials of every candidate with the base policy, or an imported ``tb infer`` run.
 
+    With ``probe.family_screening`` set, only the candidates family-level screening picks are probed
+    (``rewardbox.selection.family_probes.probe_by_family``): the gate checks those, the others get no
+    rows, and the metadata's ``family_screening`` says how many were probed per round, how many families
+    were mixed and how many candidates were left unprobed (``tasks`` counts the probed ones).
+
     With ``serving.kind: vllm`` the checkpoint is served for the probes; a sample of raw completions
     goes to ``<data>/parity/probe_results.json`` (an import writes an empty sample: corpus only).
 
@@ -46,6 +53,7 @@ def probe(
         UncleanCampaignError: see :func:`run_campaign_stage`.
     """
     config_hash = profile.section_hash("probe", "policy", "episode")
+    screened: FamilyProbeRun | None = None
     if profile.probe.import_results:
         rows = imported_rows(profile.probe.import_results, tasks, io, "probe")
         ParityRecorder().write(io.path("parity", "probe_results.json"))
@@ -56,15 +64,17 @@ def probe(
         }
     else:
         served = [profile.section_hash("serving")] if profile.serving.kind != "none" else []
-        play = partial(_play_probe, tasks, profile.probe.trials, checkpoint, io)
-        rows, _, stage = run_campaign_stage(
+        play = partial(_play_probe, tasks, profile.probe, checkpoint, io)
+        rows, screened, stage = run_campaign_stage(
             profile,
             "probe_results",
             [config_hash, input_hash, checkpoint, *served],
             io,
             play,
             checkpoint=checkpoint,
-            expected_uids=[t.uid for t in tasks],
+            expected_uids=FamilyProbeRun.probed_uids
+            if profile.probe.family_screening
+            else [t.uid for t in tasks],
         )
         stage.pop("policy_kind")
     summary = rows.group_by("termination_reason").len().sort("len", descending=True)
@@ -72,26 +82,41 @@ def probe(
         rows,
         {
             **campaign_metadata(rows),
-            "tasks": len(tasks),
+            "tasks": len(tasks) if screened is None else len(screened.probed_uids()),
             "trials": profile.probe.trials,
             "pass_rate": summarise_campaign(rows, [1])["pass_at_1"] or 0.0,
             "termination_reasons": summary,
             "sample": rows.head(20),
             "config_hash": config_hash,
             "input_hash": input_hash,
+            **({} if screened is None else {"family_screening": screened.metadata()}),
             **stage,
         },
     )
 
 
 def _play_probe(
-    tasks: Sequence[Task], trials: int, checkpoint: str, io: StageIO, w: Wiring
-) -> tuple[pl.DataFrame, None]:
-    """The probe campaign of :func:`probe` on the wiring ``run_campaign_stage`` made."""
+    tasks: Sequence[Task], config: ProbeConfig, checkpoint: str, io: StageIO, w: Wiring
+) -> tuple[pl.DataFrame, FamilyProbeRun | None]:
+    """The probe campaign of :func:`probe` on the wiring ``run_campaign_stage`` made: every candidate,
+    or the two rounds of family-level screening on the same journal."""
     policy = io.make_policy(checkpoint, w.policy_config)
+    if config.family_screening is not None:
+        run = probe_by_family(
+            tasks,
+            config.trials,
+            policy,
+            w.parts,
+            config.family_screening,
+            journal=w.journal,
+            log=io.log,
+            on_result=w.recorder.record,
+            executor=io.executor,
+        )
+        return run.rows, run
     rows, _ = run_trials(
         tasks,
-        trials,
+        config.trials,
         policy,
         w.parts,
         log=io.log,

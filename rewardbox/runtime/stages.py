@@ -151,7 +151,7 @@ def run_campaign_stage(
     play: Callable[[Wiring], tuple[pl.DataFrame, Any]],
     *,
     checkpoint: str | None = None,
-    expected_uids: list[str] | None = None,
+    expected_uids: list[str] | Callable[[Any], list[str]] | None = None,
     schema: dict | None = None,
     parity: bool = True,
     finish: Finish | None = None,
@@ -165,7 +165,7 @@ def run_campaign_stage(
         io: what the Dagster layer lends (:class:`StageIO`).
         play: runs the episodes with the :class:`Wiring`; returns ``(rows, extra)``.
         checkpoint: served by ``io.serve`` for the campaign (None: nothing to serve).
-        expected_uids: the tasks the gate expects a clean trial of.
+        expected_uids: the tasks the gate expects a clean trial of, or ``extra -> uids`` (``play`` picks them).
         schema: the journal's row schema (default ``ROW_SCHEMA``).
         parity: write the recorded completions to ``<data>/parity/<name>.json`` once the gate passed.
         finish: ``(rows, extra) -> metadata``, run after the gate and before the journal is discarded
@@ -187,7 +187,8 @@ def run_campaign_stage(
             journal, ParityRecorder(), campaign_parts(profile, reports), policy_config, io
         )
         rows, extra = play(wiring)
-    verdict = require_clean(rows, profile.system_errors, name, expected_uids)
+    expected = expected_uids(extra) if callable(expected_uids) else expected_uids
+    verdict = require_clean(rows, profile.system_errors, name, expected)
     if parity:
         wiring.recorder.write(io.path("parity", f"{name}.json"))
     written = finish(rows, extra) if finish is not None else {}

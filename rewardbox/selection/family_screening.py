@@ -67,11 +67,15 @@ class FamilyScreen:
         families: ``{family: FamilyResult}`` in first-seen order.
         counts: ``{uid: (c, n)}`` of every probed instance (the probe's own counts).
         probe_calls: how many times ``probe`` ran (one per round with something to probe).
+        round_sizes: instances probed in round 1 and in round 2 (0 for a round with nothing to probe).
+        mixed_after_first: the families mixed after round 1 (the ones round 2 grows when ``more`` > 0).
     """
 
     families: dict[str, FamilyResult]
     counts: dict[str, tuple[int, int]]
     probe_calls: int = 0
+    round_sizes: list[int] = field(default_factory=lambda: [0, 0])
+    mixed_after_first: list[str] = field(default_factory=list)
 
     def tasks_probed(self) -> int:
         """Instances probed in all."""
@@ -90,11 +94,23 @@ def family_of(task: Task) -> str:
     return f"{task.domain}/{names[0]}"
 
 
+def screening_family(task: Task) -> str:
+    """:func:`family_of`, or ``"<domain>/<uid>"`` for a task without a ``family:`` tag: a family of one,
+    probed in the first round like every task without screening (an untagged task is never left out)."""
+    if not any(t.startswith("family:") for t in task.tags):
+        return f"{task.domain}/{task.uid}"
+    return family_of(task)
+
+
 def supply_from(tasks: Sequence[Task]) -> tuple[list[str], Supply]:
-    """Families (first-seen order) and a supply over an already loaded candidate list."""
+    """Families (first-seen order, :func:`screening_family`) and a supply over a loaded candidate list.
+
+    Raises:
+        ValueError: a task with more than one ``family:`` tag.
+    """
     by_family: dict[str, list[Task]] = {}
     for task in tasks:
-        by_family.setdefault(family_of(task), []).append(task)
+        by_family.setdefault(screening_family(task), []).append(task)
     return list(by_family), lambda family, count: by_family[family][:count]
 
 
@@ -123,12 +139,15 @@ def generated_supply(domain: str, seed: int, out: str | Path) -> Supply:
     return supply
 
 
-def _probe_round(screen: FamilyScreen, wanted: Mapping[str, Sequence[Task]], probe: Probe) -> None:
+def _probe_round(
+    screen: FamilyScreen, wanted: Mapping[str, Sequence[Task]], probe: Probe, index: int
+) -> None:
     batch = [t for tasks in wanted.values() for t in tasks if t.uid not in screen.counts]
     if not batch:
         return
     counts = probe(batch)
     screen.probe_calls += 1
+    screen.round_sizes[index] = len(batch)
     missing = [t.uid for t in batch if t.uid not in counts]
     if missing:
         raise ValueError(f"the probe returned no counts for {missing[:5]}")
@@ -169,11 +188,12 @@ def screen_families(
     if first < 1 or more < 0:
         raise ValueError(f"first must be >= 1 and more >= 0, got first={first}, more={more}")
     screen = FamilyScreen(families={f: FamilyResult(f) for f in families}, counts={})
-    _probe_round(screen, {f: supply(f, first) for f in families}, probe)
-    mixed = [f for f in families if screen.families[f].mixed] if more else []
+    _probe_round(screen, {f: supply(f, first) for f in families}, probe, 0)
+    screen.mixed_after_first = [f for f in families if screen.families[f].mixed]
+    mixed = screen.mixed_after_first if more else []
     for family in mixed:
         screen.families[family].grown = True
-    _probe_round(screen, {f: supply(f, first + more) for f in mixed}, probe)
+    _probe_round(screen, {f: supply(f, first + more) for f in mixed}, probe, 1)
     return screen
 
 
@@ -186,7 +206,8 @@ def probe_rows_by_family(
     """Family-level screening over probe *rows*: the shape the ``probe_results`` asset stores.
 
     Args:
-        tasks: the screened candidates (each with a ``family:`` tag).
+        tasks: the screened candidates, grouped by their ``family:`` tag (an untagged task is a
+            family of one, :func:`screening_family`).
         run_rows: runs the probe trials of a batch and returns one row per trial
             (``episode.campaign.ROW_SCHEMA``: ``uid``, ``passed``, ``system_error``, ...).
         first, more: as in :func:`screen_families`.

@@ -86,3 +86,52 @@ def test_the_environment_picks_profile_and_data_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("REWARDBOX_PROFILE")
     monkeypatch.delenv("REWARDBOX_DATA_DIR")
     assert profile_from_env().name == "demo" and profile_from_env().data_dir == "data"
+
+
+def _probe_section(tmp_path, probe_yaml):
+    path = tmp_path / "screening.yaml"
+    path.write_text(
+        (PROFILE_DIR / "test.yaml").read_text().replace("probe:\n  trials: 4", probe_yaml)
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("probe_yaml", "message"),
+    [
+        (
+            "probe:\n  trials: 4\n  family_screening: {first: 0}",
+            r"probe.family_screening.first.*greater than or equal to 1",
+        ),
+        (
+            "probe:\n  trials: 4\n  family_screening: {more: -1}",
+            r"probe.family_screening.more.*greater than or equal to 0",
+        ),
+        ("probe:\n  trials: 4\n  family_screening: {fist: 2}", r"family_screening.fist"),
+        (
+            "probe:\n  trials: 4\n  import_results: x.jsonl\n  family_screening: {first: 2}",
+            r"family_screening.*import_results",
+        ),
+    ],
+)
+def test_family_screening_is_validated_with_errors_naming_the_key(tmp_path, probe_yaml, message):
+    with pytest.raises(ValueError, match=rf"(?s)screening.yaml.*{message}"):
+        load_profile(_probe_section(tmp_path, probe_yaml))
+
+
+def test_family_screening_loads_and_its_absence_keeps_the_probe_hash_it_had_before(tmp_path):
+    """A profile without the field hashes its probe section as it did before the field existed (campaign
+    journals and asset config hashes unchanged); a profile with it hashes differently."""
+    import hashlib
+
+    from rewardbox.tasks.schema import canonical_json
+
+    plain = load_profile("test")
+    before = canonical_json({"probe": {"trials": 4, "import_results": None}})
+    assert plain.section_hash("probe") == hashlib.sha256(before.encode()).hexdigest()[:16]
+    assert "family_screening" not in plain.model_dump()["probe"]
+    screened = load_profile(
+        _probe_section(tmp_path, "probe:\n  trials: 4\n  family_screening: {first: 3}")
+    )
+    assert (screened.probe.family_screening.first, screened.probe.family_screening.more) == (3, 4)
+    assert screened.section_hash("probe") != plain.section_hash("probe")

@@ -204,3 +204,23 @@ def test_probe_rows_by_family_concatenates_the_rounds_and_counts_clean_trials_on
         "easy.py:test_easy_00"
     ] == (2, 2)
     assert (screen.families["retail/across"].c, screen.families["retail/across"].n) == (3, 6)
+
+
+def test_an_untagged_task_is_a_family_of_one_probed_in_the_first_round():
+    """Tasks without a ``family:`` tag (e.g. an imported release) are never left out: each is its own
+    family, probed in round 1 like every task without screening."""
+    untagged = [replace(BASE, uid=f"loose.py:test_loose_{k:02d}") for k in range(3)]
+    families, supply = supply_from(untagged + _tasks("across", 4))
+    assert families[:3] == [f"retail/{t.uid}" for t in untagged]
+    counts = dict.fromkeys((t.uid for t in untagged), (1, 4))
+    screen = screen_families(
+        families,
+        supply,
+        lambda tasks: {t.uid: counts.get(t.uid, (2, 4)) for t in tasks},
+        first=2,
+        more=2,
+    )
+    assert set(counts) <= set(screen.counts) and screen.round_sizes == [3 + 2, 2]
+    assert screen.mixed_after_first == [*families[:3], "retail/across"]
+    with pytest.raises(ValueError, match="exactly one"):
+        supply_from([replace(BASE, uid="x", tags=("family:a", "family:b"))])
