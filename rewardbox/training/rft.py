@@ -167,7 +167,7 @@ def _batch_step(model, optimizer, batch: list[Sample], grpo: GRPOConfig, pad_id:
     ):
         loss = nll_loss(logprobs, mask, total_tokens)
         loss.backward()
-        loss_sum += float(loss)
+        loss_sum += loss.item()
     params = [p for p in model.parameters() if p.requires_grad]
     torch.nn.utils.clip_grad_norm_(params, grpo.max_grad_norm)
     optimizer.step()
