@@ -70,3 +70,40 @@ def test_the_warm_start_refuses_a_pool_with_a_benchmark_task(tiny_base, tmp_path
     with pytest.raises(LeakedTasksError):
         warm_start.train_rft(profile, leaked, tiny_base, None, tmp_path / "rft")
     assert not (tmp_path / "rft").exists()
+
+
+def _lora_b(adapter_dir):
+    from safetensors.torch import load_file
+
+    weights = load_file(str(adapter_dir / "adapter_model.safetensors"))
+    return {k: v for k, v in weights.items() if "lora_B" in k}
+
+
+def test_grpo_starts_from_the_warm_start_adapter(tiny_base, tmp_path):
+    """With ``init_adapter`` the GRPO adapter continues the warm start's: one small GRPO step leaves it
+    near the warm start's weights (a fresh adapter starts at B = 0, far from them)."""
+
+    from rewardbox.runtime import train
+
+    profile = load_profile("test")
+    profile = profile.model_copy(
+        update={"rft": profile.rft.model_copy(update={"epochs": 3, "learning_rate": 5e-2})}
+    )
+    pool = load_candidates(profile.tasks).tasks[:3]
+    probe_rows, _ = run_trials(
+        pool, 2, build_policy(profile.policy), campaign_parts(profile), keep_results=False
+    )
+    rft, _ = warm_start.train_rft(profile, pool, tiny_base, probe_rows, tmp_path / "rft")
+    grpo, _ = train.train_local(
+        profile, pool, tiny_base, tmp_path / "grpo", probe_rows=probe_rows, init_adapter=rft
+    )
+    start, end = _lora_b(rft), _lora_b(grpo)
+    assert start.keys() == end.keys() and start
+    moved = sum(float((end[k] - start[k]).norm()) for k in start)
+    size = sum(float(start[k].norm()) for k in start)
+    assert size > 0 and moved < 0.1 * size
+    fresh, _ = train.train_local(
+        profile, pool, tiny_base, tmp_path / "fresh", probe_rows=probe_rows
+    )
+    far = sum(float((_lora_b(fresh)[k] - start[k]).norm()) for k in start)
+    assert far > 0.5 * size
