@@ -72,7 +72,8 @@ def rft_checkpoint(
     except train.LeakedTasksError as exc:
         raise dg.Failure(description=str(exc)) from exc
     context.add_output_metadata(
-        rft_metadata(adapter, run) | {"config_hash": profile.section_hash("rft", "grpo")}
+        rft_metadata(adapter, run)
+        | {"config_hash": profile.section_hash("rft", "grpo", "probe", "policy", "episode")}
     )
     record_versions(context, files_version(adapter))
     return str(adapter)

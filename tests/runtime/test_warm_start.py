@@ -82,7 +82,6 @@ def _lora_b(adapter_dir):
 def test_grpo_starts_from_the_warm_start_adapter(tiny_base, tmp_path):
     """With ``init_adapter`` the GRPO adapter continues the warm start's: one small GRPO step leaves it
     near the warm start's weights (a fresh adapter starts at B = 0, far from them)."""
-
     from rewardbox.runtime import train
 
     profile = load_profile("test")
