@@ -23,7 +23,7 @@ from rewardbox.episode.progress import ProgressSink, emit
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import build_policy
 from rewardbox.policy.chat_template import END_OF_TURN
-from rewardbox.runtime.compose import campaign_parts, policy_config_endpoint, preflight_step
+from rewardbox.runtime.compose import campaign_parts
 from rewardbox.runtime.train import LeakedTasksError
 from rewardbox.tasks.exclusion import check_disjoint
 from rewardbox.tasks.schema import Task
@@ -118,15 +118,14 @@ def train_rft(
 
     Raises:
         LeakedTasksError: a benchmark task is in ``pool`` (before anything runs or is written).
-        EndpointPreflightError: an endpoint of the replay does not answer.
+        EndpointPreflightError: an endpoint of the replay does not answer (``run_trials`` checks
+            before the first episode; nothing written).
+        TokenBudgetError, TurnBudgetError: the budgets cannot hold a golden call (as for the probe).
     """
     leaked = check_disjoint(pool)
     if leaked:
         raise LeakedTasksError(leaked)
     keys = successful_probe_keys(probe_rows, pool, profile.rft.max_samples_per_task)
-    if keys:
-        extra = policy_config_endpoint(profile.policy, api_key=policy_api_key)
-        preflight_step(profile, extra=extra)
     results = replay_successes(
         profile, pool, str(base_checkpoint), keys, log=log, policy_api_key=policy_api_key
     )

@@ -106,3 +106,20 @@ def test_grpo_starts_from_the_warm_start_adapter(tiny_base, tmp_path):
     )
     far = sum(float((_lora_b(fresh)[k] - start[k]).norm()) for k in start)
     assert far > 0.5 * size
+
+
+def test_no_probe_success_saves_an_untrained_adapter(tiny_base, tmp_path):
+    """A pool without a clean success (or an empty pool) is no error: nothing replayed, the adapter is
+    saved untrained (LoRA B = 0: merged equals the base) and the run says so."""
+    import polars as pl
+
+    profile = load_profile("test")
+    pool = load_candidates(profile.tasks).tasks[:2]
+    failed = pl.DataFrame(
+        {"uid": [pool[0].uid], "trial": [0], "passed": [False], "system_error": [None]},
+        schema={"uid": pl.Utf8, "trial": pl.Int64, "passed": pl.Boolean, "system_error": pl.Utf8},
+    )
+    for rows in (failed, failed.clear()):
+        adapter, run = warm_start.train_rft(profile, pool, tiny_base, rows, tmp_path / "rft")
+        assert (run.replayed, run.reproduced, run.update.samples) == (0, 0, 0)
+        assert all(float(b.abs().max()) == 0.0 for b in _lora_b(adapter).values())
