@@ -11,7 +11,7 @@ import dagster as dg
 import polars as pl
 
 from assets.evaluation import evaluate
-from assets.metadata import md_table
+from assets.metadata import md_image, md_table
 from assets.report import CHECK, reliability_of, tuned_not_worse_than_base
 from assets.training import train_grpo
 from assets.versions import EPISODE_ENGINE, code_version, files_version, record_versions
@@ -19,8 +19,10 @@ from resources.ray_cluster import RayClusterResource
 from resources.rewardbox import RewardboxResource
 from resources.vllm_server import VllmServerResource
 from rewardbox.evaluation.benchmark import check_coverage
+from rewardbox.report.plots import arms_png
 from rewardbox.report.three_arms import (
     ThreeArms,
+    arm_summaries,
     render_three_arm_markdown,
     three_arm_rows,
     three_arm_verdict,
@@ -206,9 +208,16 @@ def write_three_arm_report(out, arms: ThreeArms, profile_name: str) -> dict:
     """Write the three-arm ``reliability_report.md`` at ``out`` and ``verdict.json`` beside it (what
     ``make demo`` prints last); returns the asset's metadata."""
     title = f"Reliability report, three arms ({profile_name} profile)"
-    out.write_text(render_three_arm_markdown(arms, title))
+    png = arms_png(arm_summaries(arms))
+    (out.parent / "reliability.png").write_bytes(png)
+    images = {"pass@k and pass^k vs k: base, warm start, warm start + GRPO": "reliability.png"}
+    out.write_text(render_three_arm_markdown(arms, title, images))
     write_json(out.parent / "verdict.json", three_arm_verdict(arms))
-    return {"path": dg.MetadataValue.path(str(out))} | three_arm_metadata(arms)
+    return {
+        "path": dg.MetadataValue.path(str(out)),
+        "plot_full": md_image(png, "pass@k and pass^k: base, warm start, warm start + GRPO"),
+        "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
+    } | three_arm_metadata(arms)
 
 
 def three_arm_metadata(arms: ThreeArms) -> dict:

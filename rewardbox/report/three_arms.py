@@ -118,13 +118,21 @@ def _relabelled(tables: dict[str, str], prefix: str) -> dict[str, str]:
     return {f"{prefix}: {key.replace('_', ' ')}": table for key, table in tables.items()}
 
 
-def render_three_arm_markdown(arms: ThreeArms, title: str) -> str:
-    """The warm-started run's report: the three-arm table, then the GRPO comparison's tables (its
-    "base" columns are the warm start, "tuned" the warm start + GRPO), then the warm start's (its
-    "base" is the base, "tuned" the warm start)."""
+def arm_summaries(arms: ThreeArms) -> list[tuple[str, dict[str, Any]]]:
+    """``[(label, summary)]`` of base, warm start and warm start + GRPO (``summarise_counts`` dicts),
+    for the three-arm plot (``plots.arms_png``)."""
+    return [("base", arms.warm.base), (WARM, arms.grpo.base), (GRPO, arms.grpo.tuned)]
+
+
+def render_three_arm_markdown(
+    arms: ThreeArms, title: str, images: dict[str, str] | None = None
+) -> str:
+    """The warm-started run's report: the three-arm table (then ``images``: caption -> link), then the
+    GRPO comparison's tables (its "base" columns are the warm start, "tuned" the warm start + GRPO),
+    then the warm start's (its "base" is the base, "tuned" the warm start)."""
     rows = three_arm_rows(arms)
     tables = {
-        "three_arms": markdown_table(rows) if rows.height else "(no task has clean trials)",
+        "overall": markdown_table(rows) if rows.height else "(no task has clean trials)",
         **_relabelled(
             format_reliability_tables(arms.grpo),
             "GRPO effect, base = warm start, tuned = warm start + GRPO",
@@ -134,7 +142,8 @@ def render_three_arm_markdown(arms: ThreeArms, title: str) -> str:
             "warm-start effect, base = base, tuned = warm start",
         ),
     }
-    return render_report_markdown(tables, title=title, notes=THREE_ARM_NOTES + METHOD_NOTES)
+    text = render_report_markdown(tables, images, title=title, notes=THREE_ARM_NOTES + METHOD_NOTES)
+    return text.replace("## Overall: base vs tuned", f"## Three arms: base, {WARM}, {GRPO}", 1)
 
 
 def three_arm_verdict(arms: ThreeArms) -> dict[str, Any]:

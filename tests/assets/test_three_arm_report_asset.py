@@ -70,6 +70,8 @@ def test_the_report_states_grpo_against_the_warm_start_and_the_check_reads_it(tm
     )
     assert verdict["pass_at_1_verdict"] == check.metadata["verdict"].value
     text = (report / "reliability_report.md").read_text()
-    assert "three arms" in text and "warm start + GRPO" in text
+    assert "## Three arms: base, warm start, warm start + GRPO" in text
+    assert "![pass@k and pass^k vs k: base, warm start, warm start + GRPO](reliability.png)" in text
+    assert (report / "reliability.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     metadata = result.asset_materializations_for_node("reliability_report")[0].metadata
     assert metadata["grpo_pass_at_1_verdict"].value == verdict["pass_at_1_verdict"]

@@ -80,6 +80,23 @@ def test_a_grpo_gain_over_the_warm_start_is_its_own_line():
     three = arms(tuned=tuned)
     assert three.grpo_change["difference"][0] == pytest.approx(4 / 12)
     text = render_three_arm_markdown(three, "Reliability report, three arms")
-    assert "## three arms" in text and GRPO_EFFECT in text and WARM_EFFECT in text
+    assert "## Three arms: base, warm start, warm start + GRPO" in text
+    assert "Overall: base vs tuned" not in text and GRPO_EFFECT in text and WARM_EFFECT in text
     assert "base = warm start, tuned = warm start + GRPO" in text
     assert "Neither is the total" in text
+
+
+def test_the_three_arm_plot_has_one_curve_per_arm():
+    from rewardbox.report.plots import PNG_MAGIC, arms_figure, arms_png
+    from rewardbox.report.three_arms import arm_summaries
+
+    summaries = arm_summaries(arms())
+    assert [label for label, _ in summaries] == ["base", "warm start", "warm start + GRPO"]
+    figure = arms_figure(summaries)
+    for ax in figure.axes:
+        assert [line.get_label() for line in ax.get_lines()] == [
+            "base",
+            "warm start",
+            "warm start + GRPO",
+        ]
+    assert arms_png(summaries).startswith(PNG_MAGIC)
