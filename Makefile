@@ -11,7 +11,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn lint test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
+.PHONY: setup demo learn learn-warm lint test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ dagster-home:
 # minutes on 2 cores; its report compares base and tuned per split (in / out of distribution).
 learn:
 	$(MAKE) demo PROFILE=learn
+
+# `make learn` with the warm start (docs/warm_start.md): the learn profile plus `rft: {enabled: true}`,
+# written to data/learn_warm.yaml (its own artifacts, data/learn_warm/, and its own Dagster instance)
+learn-warm:
+	mkdir -p data && cp rewardbox/config/profiles/learn.yaml data/learn_warm.yaml
+	printf '\nrft: {enabled: true}\n' >> data/learn_warm.yaml
+	$(MAKE) demo PROFILE=data/learn_warm.yaml
 
 # the full suite includes the verl schema check and the verl agent-loop test, so it builds verl's own
 # environment first (minutes once; docs/scale.md)

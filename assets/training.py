@@ -53,18 +53,33 @@ def grpo_checkpoint(
             contact (its id and status in the metadata, its log tail in the message); verl's schema
             rejected the dry run's config (``rewardbox.runtime.train``).
     """
+    return train_grpo(
+        context, rewardbox, ray_cluster, training_pool, base_checkpoint, probe_results
+    )
+
+
+def train_grpo(
+    context, rewardbox, ray_cluster, pool, base_checkpoint, probe_results, init_adapter=None
+) -> str:
+    """``grpo_checkpoint``'s body (also the warm-started one's, ``assets/warm_start.py``, which passes
+    the warm start's adapter as ``init_adapter``): train, write metadata, record versions."""
     profile = rewardbox.load()
-    backend = _train_verl if profile.grpo.backend == "verl" else _train_local
+    verl = (
+        profile.grpo.backend == "verl"
+    )  # a warm start needs the local backend (the profile checks)
+    backend = _train_verl if verl else partial(_train_local, init_adapter=init_adapter)
     with _training_failures():
         path, metadata, version = backend(
-            context, rewardbox, ray_cluster, profile, training_pool, base_checkpoint, probe_results
+            context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results
         )
-    section = ("grpo", "verl") if profile.grpo.backend == "verl" else ("grpo",)
+    section = ("grpo", "verl") if verl else ("grpo",) if init_adapter is None else ("grpo", "rft")
+    warm = {} if init_adapter is None else {"init_adapter": dg.MetadataValue.path(init_adapter)}
     context.add_output_metadata(
         metadata
+        | warm
         | {
-            "pool_tasks": len(training_pool),
-            "input_hash": task_set_version(training_pool),
+            "pool_tasks": len(pool),
+            "input_hash": task_set_version(pool),
             "config_hash": profile.section_hash(*section),
         }
     )
@@ -86,8 +101,17 @@ def _training_failures() -> Iterator[None]:
         raise dg.Failure(description=str(exc)) from exc
 
 
-def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint, probe_results):
-    """(path, metadata, data version) of ``runtime.train.train_local``."""
+def _train_local(
+    context,
+    rewardbox,
+    ray_cluster,
+    profile,
+    pool,
+    base_checkpoint,
+    probe_results,
+    init_adapter=None,
+):
+    """(path, metadata, data version) of ``runtime.train.train_local`` (from ``init_adapter`` when given)."""
     adapter, summary = train.train_local(
         profile,
         pool,
@@ -96,6 +120,7 @@ def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint
         probe_rows=probe_results,
         log=context.log.info,
         policy_api_key=rewardbox.policy_api_key,
+        init_adapter=init_adapter,
     )
     if not pool:
         context.log.warning(

@@ -12,7 +12,7 @@ import os
 
 import dagster as dg
 
-from assets import evaluation, model, report, selection, tasks, training
+from pipelines.graph import asset_definitions
 from pipelines.jobs import JOB_WORKLOADS, build_jobs
 from pipelines.partitions import checkpoint_partitions
 from resources.instance_profile import refuse_foreign_instance
@@ -83,10 +83,8 @@ JOBS = build_jobs(
     )
 )
 
-all_assets = dg.load_assets_from_modules([tasks, model, selection, training, evaluation, report])
-all_checks = dg.load_asset_checks_from_modules(
-    [tasks, model, selection, training, evaluation, report]
-)
+# the warm start's assets only when the profile enables it (pipelines.graph, docs/warm_start.md)
+all_assets, all_checks = asset_definitions(_STARTUP_PROFILE.rft.enabled)
 
 defs = dg.Definitions(
     assets=all_assets,

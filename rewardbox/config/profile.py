@@ -34,6 +34,7 @@ from rewardbox.selection.reference_config import ReferenceConfig
 from rewardbox.tasks.config import CandidateLoadPolicy, TaskSource, TaskSourcesConfig
 from rewardbox.tasks.schema import canonical_json
 from rewardbox.training.config import GRPOConfig
+from rewardbox.training.rft_config import RFTConfig
 from rewardbox.training.verl.backend_config import VerlBackendConfig
 from rewardbox.training.verl.guard import check_refill_bound
 
@@ -76,6 +77,7 @@ class Profile(BaseModel):
     ``reference`` (absent by default: the gate is off) screens candidates with a reference
     policy before they may enter the training pool (``rewardbox.selection.reference_config``).
     ``serving`` (off by default) serves checkpoints with vLLM for probes and evaluation.
+    ``rft`` (off by default) adds the warm start before GRPO (docs/warm_start.md).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -94,6 +96,7 @@ class Profile(BaseModel):
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     reference: ReferenceConfig | None = None
     grpo: GRPOConfig = Field(default_factory=GRPOConfig)
+    rft: RFTConfig = Field(default_factory=RFTConfig)
     verl: VerlBackendConfig = Field(default_factory=VerlBackendConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     system_errors: SystemErrorBound = Field(default_factory=SystemErrorBound)
@@ -103,6 +106,17 @@ class Profile(BaseModel):
     def _verl_keeps_the_refill_bound(self) -> Profile:
         """``verl.extra_overrides`` may not lift ``grpo.max_refill_rounds`` (``training.verl.guard``)."""
         check_refill_bound(self.verl.extra_overrides, self.grpo.max_refill_rounds)
+        return self
+
+    @model_validator(mode="after")
+    def _warm_start_needs_local_lora(self) -> Profile:
+        """``rft.enabled`` needs ``grpo.backend: local`` and ``grpo.finetune: lora``: GRPO continues
+        the warm start's LoRA adapter (docs/warm_start.md)."""
+        if self.rft.enabled and (self.grpo.backend, self.grpo.finetune) != ("local", "lora"):
+            raise ValueError(
+                "rft.enabled needs grpo.backend: local and grpo.finetune: lora (GRPO continues the "
+                f"warm start's LoRA adapter); got {self.grpo.backend!r} and {self.grpo.finetune!r}"
+            )
         return self
 
     @property

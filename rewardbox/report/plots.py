@@ -75,16 +75,26 @@ def reliability_png(summary_base: Mapping[str, Any], summary_tuned: Mapping[str,
 
 def reliability_figure(summary_base: Mapping[str, Any], summary_tuned: Mapping[str, Any]) -> Figure:
     """The figure behind :func:`reliability_png`; the k axis has integer ticks only."""
+    return arms_figure([("base", summary_base), ("tuned", summary_tuned)])
+
+
+def arms_png(arms: Sequence[tuple[str, Mapping[str, Any]]]) -> bytes:
+    """:func:`reliability_png` for any number of labelled arms (e.g. base, warm start, warm start +
+    GRPO: docs/warm_start.md), in the given order; PNG bytes of :func:`arms_figure`."""
+    return _png(arms_figure(arms))
+
+
+def arms_figure(arms: Sequence[tuple[str, Mapping[str, Any]]]) -> Figure:
+    """pass@k and pass^k against k, one curve per ``(label, summary)`` arm, in two panels."""
     fig = Figure(figsize=(10, 4), layout="constrained")
     axes = fig.subplots(1, 2)
+    styles = ("o--", "s-", "^-.", "d:")
     for ax, key, title in (
         (axes[0], "pass_at_k", "pass@k (at least one of k)"),
         (axes[1], "pass_hat_k", "pass^k (all k)"),
     ):
-        for label, summary, style in (
-            ("base", summary_base, "o--"),
-            ("tuned", summary_tuned, "s-"),
-        ):
+        for i, (label, summary) in enumerate(arms):
+            style = styles[i % len(styles)]
             points = sorted((int(k), v) for k, v in summary[key].items())
             if points:
                 ax.plot([p[0] for p in points], [100 * p[1] for p in points], style, label=label)

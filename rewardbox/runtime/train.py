@@ -100,6 +100,7 @@ def train_local(
     probe_rows: Any = None,
     log: ProgressSink | None = None,
     policy_api_key: str | None = None,
+    init_adapter: str | Path | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """``grpo.backend: local``: a LoRA adapter trained on ``pool`` into ``out_dir`` (emptied first).
 
@@ -107,7 +108,8 @@ def train_local(
     (``compose.preflight_step``; the endpoint policy's key: ``policy_api_key``, else its env var).
     ``probe_rows`` (the probe's trial rows: ``uid``, ``trial``, ``passed``, ``system_error``) start
     the task sampler from the probe's ``(c, n)`` and every task's trials after the probe's
-    (``training.probe_history.ProbeHistory``); None: no probe.
+    (``training.probe_history.ProbeHistory``); None: no probe. ``init_adapter``: the warm start's
+    LoRA adapter to continue (``rft.enabled``, docs/warm_start.md); None: a fresh adapter.
 
     Returns:
         (adapter directory, per-step metrics): ``training.local.train_local_grpo``.
@@ -131,6 +133,7 @@ def train_local(
         rollout_parts(profile),
         log=log,
         probe=None if probe_rows is None else ProbeHistory.from_rows(probe_rows),
+        init_adapter=None if init_adapter is None else Path(init_adapter),
     )
 
 

@@ -27,8 +27,12 @@ def attach_lora(model, config: GRPOConfig):
     return get_peft_model(model, lora)
 
 
-def trainable(model, config: GRPOConfig):
+def trainable(model, config: GRPOConfig, init_adapter: Path | str | None = None):
     """The model to optimise: LoRA-wrapped (``finetune == "lora"``) or itself, every weight trainable.
+
+    With ``init_adapter`` (LoRA only: the warm start's adapter, docs/warm_start.md) the adapter saved
+    there is loaded trainable instead of a fresh one, so training continues it; it must hold every
+    LoRA tensor the model expects (``check_adapter_loaded``).
 
     Precision (docs/performance.md, "Precision"): with LoRA the frozen base keeps its dtype (bf16
     where the CPU has bf16 units) and the adapter's weights are fp32 (peft's
@@ -36,6 +40,8 @@ def trainable(model, config: GRPOConfig):
     fine-tune is cast to fp32 first: AdamW steps of ~1e-6 of a weight vanish in bf16's 8-bit
     mantissa, and the sampler (the same model object) then samples in fp32 too.
     """
+    if init_adapter is not None:
+        return resume_lora(model, init_adapter, config)
     if config.finetune == "lora":
         return attach_lora(model, config)
     import torch
@@ -45,6 +51,24 @@ def trainable(model, config: GRPOConfig):
     for param in model.parameters():
         param.requires_grad_(True)
     return model
+
+
+def resume_lora(model, adapter_dir: Path | str, config: GRPOConfig):
+    """Wrap a causal LM with the LoRA adapter saved in ``adapter_dir``, trainable (peft).
+
+    Raises:
+        ValueError: ``config.finetune`` is not ``"lora"``, or the adapter does not match the model.
+        FileNotFoundError: ``adapter_dir`` has no ``adapter_config.json``.
+    """
+    from peft import PeftModel
+
+    if config.finetune != "lora":
+        raise ValueError(f"an initial adapter needs finetune: lora, got {config.finetune!r}")
+    if not (Path(adapter_dir) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no LoRA adapter to start from in {adapter_dir}")
+    adapted = PeftModel.from_pretrained(model, str(adapter_dir), is_trainable=True)
+    check_adapter_loaded(adapted, Path(adapter_dir))
+    return adapted
 
 
 def save_trained(model, out_dir: Path, metrics: list[dict] | None, config: GRPOConfig) -> Path:

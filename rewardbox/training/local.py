@@ -126,14 +126,17 @@ def run_trials_after_probe(first_trial: int, probe: ProbeHistory) -> TrialNumber
     return TrialNumbers(first_trial=first_trial, first_by_uid=probe.next_trial)
 
 
-def _untrained_adapter(base_dir: Path, out_dir: Path, cfg, log) -> tuple[Path, TrainingSummary]:
+def _untrained_adapter(
+    base_dir: Path, out_dir: Path, cfg, log, init_adapter: Path | None = None
+) -> tuple[Path, TrainingSummary]:
     from transformers import AutoModelForCausalLM
 
+    start = "base" if init_adapter is None else "the warm start"
     emit(
         log,
-        "the training pool is empty: no GRPO step taken; saving an untrained adapter (merged = base)",
+        f"the training pool is empty: no GRPO step taken; saving the adapter untrained (merged = {start})",
     )
-    model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+    model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg, init_adapter)
     save_trained(model, out_dir, [], cfg)
     return Path(out_dir), TrainingSummary()
 
@@ -144,8 +147,12 @@ def _trainee(
     base_dir: Path,
     pool: Sequence[Task],
     check_budget: BudgetCheck,
+    init_adapter: Path | None = None,
 ):
     """The rollout policy and the model being trained: (policy, model, pad_id, tokenize, guide_index).
+
+    With ``init_adapter`` (the warm start's LoRA adapter) the model continues that adapter instead of
+    a fresh one (``checkpoint.trainable``), so on-policy rollouts sample from the warm-started policy.
 
     On-policy (``policy.kind == "local"``) they are one model and ``tokenize`` is None (the
     sampler's exact token ids are trained); otherwise the base checkpoint is trained on the
@@ -164,12 +171,12 @@ def _trainee(
         )  # this process runs the model being trained (LocalPolicy applies it itself)
 
         tokenizer = AutoTokenizer.from_pretrained(base_dir)
-        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg)
+        model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg, init_adapter)
         pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         return build_policy(policy_config), model, pad_id, chat_tokenizer(tokenizer), None
     policy = build_policy(on_policy_config(policy_config), checkpoint_dir=base_dir)
     check_budget(policy, pool)
-    policy.model = trainable(policy.model, cfg)
+    policy.model = trainable(policy.model, cfg, init_adapter)
     guide_index = None
     if policy.guided_tool_calls:
         guide_index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
@@ -211,6 +218,7 @@ def train_local_grpo(
     *,
     log: ProgressSink | None = None,
     probe: ProbeHistory | None = None,
+    init_adapter: Path | None = None,
 ) -> tuple[Path, TrainingSummary]:
     """Train a LoRA adapter on ``pool`` with GRPO.
 
@@ -221,6 +229,7 @@ def train_local_grpo(
             their episodes sampling at ``cfg.temperature`` (``rewardbox.runtime.train`` binds it).
         probe: the probe's counts and trials (``ProbeHistory``): the sampler starts from its ``(c, n)``,
             trials start after its trials; None: prior Beta(1/2, 1/2), trials from ``rollouts.first_trial``.
+        init_adapter: a LoRA adapter to continue (the warm start's, ``rft_checkpoint``); None: a fresh one.
 
     Returns:
         (adapter directory, per-step metrics); with ``grpo.finetune == "full"`` the directory holds
@@ -231,8 +240,8 @@ def train_local_grpo(
         TokenBudgetError, TurnBudgetError: on-policy, the budgets cannot hold a golden call (config error).
     """
     if not pool:
-        return _untrained_adapter(base_dir, out_dir, cfg, log)
-    trainee = _trainee(cfg, rollouts.policy, base_dir, pool, rollouts.check_budget)
+        return _untrained_adapter(base_dir, out_dir, cfg, log, init_adapter)
+    trainee = _trainee(cfg, rollouts.policy, base_dir, pool, rollouts.check_budget, init_adapter)
     policy, model, tokenize = trainee[0], trainee[1], trainee[3]
     cfg = _loss_budget(cfg, policy, rollouts.episode.max_new_tokens, on_policy=tokenize is None)
     summary = asyncio.run(_run(pool, cfg, rollouts, probe or ProbeHistory(), trainee, log))
