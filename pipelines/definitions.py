@@ -35,9 +35,14 @@ def _secrets(policy_key_env: str) -> dict[str, dg.EnvVar]:
     return {"policy_api_key": dg.EnvVar(policy_key_env)} if policy_key_env in os.environ else {}
 
 
-STEP_EXECUTOR = {"max_concurrent": 1, "start_method": {"forkserver": {}}}
-"""The main job's executor config: steps one at a time, each forked from a server process that imported
-``pipelines.definitions`` once (Dagster preloads the job's module by default)."""
+STEP_EXECUTOR = {
+    "max_concurrent": 1,
+    "start_method": {"forkserver": {"preload_modules": ["pipelines.definitions"]}},
+}
+"""The jobs' executor config: steps one at a time, each forked from a server process that imported
+``pipelines.definitions`` (torch, transformers, scipy, Dagster) once. Named explicitly: Dagster's default
+preload is the job's module only when its code pointer names one, which ``dagster job execute -m`` and
+``dagster asset materialize -m`` runs do not (their forkserver preloaded Dagster alone)."""
 
 _STARTUP_PROFILE = load_profile(
     profile_name_from_env(), data_dir=data_dir_from_env()

@@ -119,5 +119,6 @@ def test_every_job_runs_its_steps_one_at_a_time_forked_from_a_preloaded_server()
     for name in ("main_job", "rescreen_job", "reprobe_job"):
         config = ResolvedRunConfig.build(defs.resolve_job_def(name), {})
         engine = config.execution.execution_engine_config
-        assert engine["start_method"] == {"forkserver": {}}, name
+        preload = engine["start_method"]["forkserver"]["preload_modules"]
+        assert preload == ["pipelines.definitions"], name
         assert engine["max_concurrent"] == 1, name
