@@ -106,6 +106,7 @@ def _train_local(context, rewardbox, ray_cluster, profile, pool, base_checkpoint
         "path": dg.MetadataValue.path(str(adapter)),
         "steps": len(steps),
         "trained": bool(steps),
+        **summary.usage,  # wall_s, peak_rss_mib: printed by pipelines.where
     }
     if steps:
         metadata |= {

@@ -104,6 +104,9 @@ def merge_caches(a: DynamicCache, b: DynamicCache, capacity: int) -> DynamicCach
 
     The result has ``max(len a, len b)`` columns; the shorter side's leading columns are zeros, which the
     caller masks out (``decode.merge_rows``). ``capacity`` positions are reserved (at least the width).
+    ``a`` and ``b`` are consumed: each layer's buffers are released as soon as that layer is merged, so
+    the merge holds one layer's old buffers beside the new ones, not a second copy of the whole cache
+    (docs/performance.md, "Memory").
     """
     width = max(a.get_seq_length(), b.get_seq_length())
     out = DynamicCache()
@@ -126,6 +129,8 @@ def _merged_layer(
         buffer[a._keys.shape[0] :, :, width - b._length : width] = source[:, :, : b._length]
     layer.device, layer.is_initialized, layer._length = a.device, True, width
     layer._views()
+    a.reset()
+    b.reset()
     return layer
 
 

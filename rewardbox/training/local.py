@@ -36,6 +36,7 @@ from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import TrialNumbers, task_stream
+from rewardbox.training.merged_sampling import SamplingWeights
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
@@ -191,6 +192,13 @@ def on_policy_config(policy_config):
     )
 
 
+def sampling_weights(cfg: GRPOConfig, policy, model, *, on_policy: bool) -> SamplingWeights:
+    """On-policy LoRA with ``grpo.sample_merged``: rollouts from merged weights (``merged_sampling``);
+    otherwise the adapter stays unmerged (off-policy rollouts do not sample from ``model``)."""
+    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged
+    return SamplingWeights(model, policy if on_policy else None, merge=merge)
+
+
 def _loss_budget(
     cfg: GRPOConfig, policy: Policy, max_new_tokens: int, on_policy: bool
 ) -> GRPOConfig:
@@ -275,6 +283,7 @@ async def _run(
                 guide_index=guide_index,
                 trials=run_trials_after_probe(rollouts.first_trial, probe),
                 budget_fits_golden=tokenize is None,
+                weights=sampling_weights(cfg, policy, model, on_policy=tokenize is None),
             )
     finally:
         await policy.aclose()
