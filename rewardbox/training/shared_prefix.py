@@ -17,8 +17,11 @@ follows; the chain rule through the leaves sums the rows' contributions), which
 ``tests/training/test_shared_prefix.py`` checks numerically.
 
 Memory: a block holds the prefix's activations (batch 1) for the whole block
-and one micro-batch's at a time, less than a micro-batch that re-encodes the prefix
-for every row.
+and one micro-batch's at a time. With a budget (``grpo.micro_batch_memory_mib``) the
+prefix's graph is kept only when it and one row fit; otherwise the prefix runs
+without a graph and each chunk of it is recomputed with gradients when the block
+ends (``prefix_plan``; one more forward of the prefix), so what a block keeps for
+backward stays within the budget (docs/performance.md, "Memory").
 """
 
 from __future__ import annotations
