@@ -10,6 +10,9 @@ process and reports that process's ``ru_maxrss`` (``rewardbox.process_memory``) 
   ``detail`` has the model's bytes, the prefix cache's and the largest running KV cache's.
 * ``grpo update``: one ``optimise_step`` on 2 groups x 4 samples of 1,100 prompt + 64 completion
   tokens (LoRA r16, ``micro_batch_sequences`` 2, the default ``micro_batch_memory_mib``).
+* ``grpo step``: what a GRPO stage's process does, in one process: the policy's model with a LoRA
+  adapter, merged for the rollouts (``training.merged_sampling``), the ``sampling`` stage's
+  requests, then the update on their completions (unmerged; half the rows advantage +1, half -1).
 
 The goal is 4 GiB in any process (``ok`` False above it). Sizes:
 ``REWARDBOX_BENCH_MEMORY="requests,new_tokens"`` (default ``16,64``).
@@ -30,7 +33,7 @@ GOAL_MIB = 4096
 REQUESTS, NEW_TOKENS = (
     int(x) for x in os.environ.get("REWARDBOX_BENCH_MEMORY", "16,64").split(",")
 )
-STAGES = ("sampling", "grpo update")
+STAGES = ("sampling", "grpo update", "grpo step")
 
 
 def checkpoint() -> Path:
@@ -40,7 +43,7 @@ def checkpoint() -> Path:
     return convert_gguf_to_safetensors(Path(tempfile.gettempdir()) / "rewardbox-bench-base")
 
 
-def _sampling(path: Path) -> dict:
+def _sampling(path: Path, lora: bool = False) -> dict:
     import asyncio
     import threading
     import time
@@ -50,6 +53,7 @@ def _sampling(path: Path) -> dict:
     from rewardbox.policy.prefix_cache import cache_nbytes
 
     policy = LocalPolicy(path, max_batch_size=16, seed=0, guided_tool_calls=False)
+    weights = _lora_for_rollouts(policy) if lora else None
     model_bytes = sum(p.numel() * p.element_size() for p in policy.model.parameters())
     system = " ".join(
         f"Rule {i}: check order {i} against the ledger before any refund." for i in range(70)
@@ -82,7 +86,8 @@ def _sampling(path: Path) -> dict:
     t0 = time.perf_counter()
     out = asyncio.run(go())
     done.set()
-    return {
+    update = {} if weights is None else _update_on(policy, weights, out)
+    return update | {
         "wall_s": time.perf_counter() - t0,
         "prompt_tokens": out[0].input_tokens,
         "cached_tokens": out[0].cached_input_tokens,
@@ -91,6 +96,39 @@ def _sampling(path: Path) -> dict:
         "prefix_cache_mib": policy.prefix_cache.nbytes() / 2**20,
         "largest_running_kv_mib": largest_kv[0] / 2**20,
     }
+
+
+def _lora_for_rollouts(policy):
+    from rewardbox.training.checkpoint import trainable
+    from rewardbox.training.config import GRPOConfig
+    from rewardbox.training.merged_sampling import SamplingWeights
+
+    policy.model = trainable(policy.model, GRPOConfig())
+    weights = SamplingWeights(policy.model, policy, merge=True)
+    weights.for_rollouts()
+    return weights
+
+
+def _update_on(policy, weights, completions) -> dict:
+    """One ``optimise_step`` on ``completions`` (unmerged first), as GRPO's step does after rollouts."""
+    import time
+
+    import torch
+
+    from rewardbox.training.config import GRPOConfig
+    from rewardbox.training.logprobs import Sample
+    from rewardbox.training.trainer import optimise_step
+
+    weights.for_update()
+    samples = [
+        Sample(c.prompt_token_ids, c.completion_token_ids, (-1.0) ** i, c.completion_logprobs)
+        for i, c in enumerate(completions)
+    ]
+    config = GRPOConfig(micro_batch_sequences=2, temperature=0.7)
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    t0 = time.perf_counter()
+    stats = optimise_step(policy.model, torch.optim.AdamW(params, lr=1e-6), samples, config, 0)
+    return {"update_s": time.perf_counter() - t0, "logprob_gap_max": stats.logprob_gap_max}
 
 
 def _grpo_update(path: Path) -> dict:
@@ -123,7 +161,10 @@ def child(stage: str, path: str) -> None:
     import rewardbox  # noqa: F401  (the thread policy's environment before torch loads)
     from rewardbox.process_memory import peak_rss_mib
 
-    figures = (_sampling if stage == "sampling" else _grpo_update)(Path(path))
+    if stage == "grpo update":
+        figures = _grpo_update(Path(path))
+    else:
+        figures = _sampling(Path(path), lora=stage == "grpo step")
     print(strict_json.dumps({**figures, "peak_rss_mib": peak_rss_mib()}))
 
 
