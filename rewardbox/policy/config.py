@@ -107,7 +107,7 @@ class PolicyConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_batch_size: int = Field(8, ge=1)
-    kv_cache_mib: int | None = Field(1536, ge=1)
+    kv_cache_mib: int | None = Field(2048, ge=1)
     batch_wait_ms: float = Field(20.0, ge=0)
     num_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     seed: int | None = None
