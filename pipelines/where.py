@@ -43,7 +43,12 @@ def stage_usage_lines(instance: dg.DagsterInstance) -> list[str]:
 
 def main() -> None:
     report = profile_from_env().artifacts_path / "report" / "reliability_report.md"
-    lines = stage_usage_lines(dg.DagsterInstance.get()) if os.environ.get("DAGSTER_HOME") else []
+    lines = []
+    if os.environ.get("DAGSTER_HOME"):
+        try:
+            lines = stage_usage_lines(dg.DagsterInstance.get())
+        except Exception as exc:  # noqa: BLE001 - the report's location must still print
+            lines = [f"(stage wall times and peak memory unavailable: {type(exc).__name__}: {exc})"]
     if lines:
         print("\n" + "\n".join(lines))
     if report.exists():

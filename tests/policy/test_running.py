@@ -294,3 +294,12 @@ def test_requests_wait_while_the_kv_budget_is_full_and_all_complete_with_their_t
     assert [c.completion_token_ids for c in joined] == [c.completion_token_ids for c in alone]
     policy.kv_cache_bytes = 1  # smaller than any row: a lone request still runs
     assert policy._rows_that_fit(pendings[:3]) == 1
+
+
+def test_the_profile_kv_budget_reaches_the_local_policy():
+    from rewardbox.policy.config import PolicyConfig
+
+    assert PolicyConfig(kind="local").constructor_kwargs()["kv_cache_mib"] == 2048
+    assert (
+        PolicyConfig(kind="local", kv_cache_mib=None).constructor_kwargs()["kv_cache_mib"] is None
+    )
