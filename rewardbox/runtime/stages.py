@@ -230,9 +230,10 @@ def screen(profile: Profile, tasks: Sequence[Task], io: StageIO, label: str = "t
 
     Returns:
         ``rows``: the screen report (one row per task); ``extra``: the valid tasks in input order;
-        ``metadata``: counts of invalid, read-only and write-unknown tasks and the sandbox report.
+        ``metadata``: counts of invalid, read-only and write-unknown tasks, the sandbox report and
+        ``process_memory.stage_usage``'s wall time and peak memory.
     """
-    reports = SandboxReports()
+    reports, started = SandboxReports(), time.perf_counter()
     valid, report = screen_tasks(tasks, campaign_parts(profile, reports), io.executor, log=io.log)
     invalid = report.filter(~report["valid"])
     for row in invalid.iter_rows(named=True):
@@ -248,6 +249,7 @@ def screen(profile: Profile, tasks: Sequence[Task], io: StageIO, label: str = "t
             "null_pass_read_only": int((read_only & report["null_passed"].fill_null(False)).sum()),
             "write_unknown": write_evidence_counts(report)["write_unknown"],
             **reports.metadata(),
+            **stage_usage(started),
         },
         valid,
     )
