@@ -193,9 +193,15 @@ def on_policy_config(policy_config):
 
 
 def sampling_weights(cfg: GRPOConfig, policy, model, *, on_policy: bool) -> SamplingWeights:
-    """On-policy LoRA with ``grpo.sample_merged``: rollouts from merged weights (``merged_sampling``);
-    otherwise the adapter stays unmerged (off-policy rollouts do not sample from ``model``)."""
-    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged
+    """On-policy LoRA with ``grpo.sample_merged`` and fp32 base weights: rollouts from merged weights
+    (``merged_sampling``); otherwise the adapter stays unmerged (off-policy rollouts do not sample
+    from ``model``; in bf16 each merge/unmerge cycle could move a base weight by half a bf16 ulp,
+    2^-9 of it, so a bf16 base is never merged in place)."""
+    import torch
+
+    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
+    fp32 = frozen is not None and frozen.dtype == torch.float32
+    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged and fp32
     return SamplingWeights(model, policy if on_policy else None, merge=merge)
 
 

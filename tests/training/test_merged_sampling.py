@@ -138,6 +138,9 @@ def test_merging_only_for_on_policy_lora_when_asked():
         GRPOConfig(sample_merged=False), policy, model, on_policy=True
     ).merge
     assert not sampling_weights(GRPOConfig(), policy, model, on_policy=False).merge
+    assert not sampling_weights(
+        GRPOConfig(), policy, lora_model().to(torch.bfloat16), on_policy=True
+    ).merge
     full = GRPOConfig(finetune="full")
     assert not sampling_weights(full, policy, model, on_policy=True).merge
     off = SamplingWeights(model, merge=False)
