@@ -131,6 +131,7 @@ def _train_local(
         "path": dg.MetadataValue.path(str(adapter)),
         "steps": len(steps),
         "trained": bool(steps),
+        **summary.usage,  # wall_s, peak_rss_mib: printed by pipelines.where
     }
     if steps:
         metadata |= {

@@ -21,6 +21,7 @@ KIND_FIELDS: dict[str, tuple[str, ...]] = {
         "num_threads",
         "name",
         "guided_tool_calls",
+        "kv_cache_mib",
     ),
     "endpoint": (
         "base_url",
@@ -64,6 +65,9 @@ class PolicyConfig(BaseModel):
             bfloat16 where the device has bf16 matrix units (CUDA with bf16, a CPU with AMX or
             AVX512-BF16) and float32 elsewhere (``rewardbox.policy.precision``).
         max_batch_size: local only; most requests per batched ``generate``.
+        kv_cache_mib: local only; most memory the running batch's KV cache may reserve, MiB
+            (rows x (prompt width + budget) x bytes per position); a request that would exceed it
+            waits for rows to finish (a lone request always runs). None: ``max_batch_size`` alone.
         batch_wait_ms: local only; how long to wait for more requests, ms.
         num_threads: local only; torch threads: a count, ``auto`` (default: measured at start) or
             None (leave torch's); passive OpenMP waits either way (``rewardbox.threads``).
@@ -103,6 +107,7 @@ class PolicyConfig(BaseModel):
     device: str = "cpu"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_batch_size: int = Field(8, ge=1)
+    kv_cache_mib: int | None = Field(2048, ge=1)
     batch_wait_ms: float = Field(20.0, ge=0)
     num_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     seed: int | None = None

@@ -82,6 +82,15 @@ class PreallocatedLayer(DynamicLayer):
         super().reset()
 
 
+def kv_bytes_per_position(config, dtype: torch.dtype) -> int:
+    """Bytes one row's keys and values take per position, all layers (46,080 for SmolLM2-135M fp32:
+    30 layers x 2 x 3 KV heads x 64 x 4 bytes)."""
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return int(config.num_hidden_layers * 2 * heads * head_dim * itemsize)
+
+
 def preallocated_cache(config, capacity: int, source: DynamicCache | None = None) -> DynamicCache:
     """A cache of ``PreallocatedLayer`` (one per decoder layer) of ``capacity`` positions.
 
@@ -104,6 +113,9 @@ def merge_caches(a: DynamicCache, b: DynamicCache, capacity: int) -> DynamicCach
 
     The result has ``max(len a, len b)`` columns; the shorter side's leading columns are zeros, which the
     caller masks out (``decode.merge_rows``). ``capacity`` positions are reserved (at least the width).
+    ``a`` and ``b`` are consumed: each layer's buffers are released as soon as that layer is merged, so
+    the merge holds one layer's old buffers beside the new ones, not a second copy of the whole cache
+    (docs/performance.md, "Memory").
     """
     width = max(a.get_seq_length(), b.get_seq_length())
     out = DynamicCache()
@@ -126,6 +138,8 @@ def _merged_layer(
         buffer[a._keys.shape[0] :, :, width - b._length : width] = source[:, :, : b._length]
     layer.device, layer.is_initialized, layer._length = a.device, True, width
     layer._views()
+    a.reset()
+    b.reset()
     return layer
 
 

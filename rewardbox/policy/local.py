@@ -32,6 +32,7 @@ from rewardbox.policy.batching import Pending
 from rewardbox.policy.chat_template import prompt_opens_reasoning
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.policy.interpreter import interpret
+from rewardbox.policy.kv_cache import kv_bytes_per_position
 from rewardbox.policy.precision import resolve_dtype
 from rewardbox.policy.prefix_cache import PrefixCache
 from rewardbox.policy.running import RowSpec, RunningBatch
@@ -62,6 +63,8 @@ class LocalPolicy(ContinuousWorker):
             reuse a cached prefix KV (see ``prefix_cache``).
         guided_tool_calls: restrict tool-call names and argument keys to the request's tools while
             the model writes them (``guided``); values and the choice to call stay free.
+        kv_cache_mib: most memory the running batch's KV buffer may reserve, MiB; requests that
+            would exceed it wait for rows to finish (a lone request always runs). None: no bound.
 
     Attributes:
         model, tokenizer: the live objects; the trainer may use them (train-mode
@@ -88,6 +91,7 @@ class LocalPolicy(ContinuousWorker):
         name: str | None = None,
         prefix_cache_min_tokens: int = 64,
         guided_tool_calls: bool = True,
+        kv_cache_mib: int | None = None,
     ):
         """Load the checkpoint and start the worker thread (arguments: the class doc)."""
         if max_batch_size < 1:
@@ -102,6 +106,7 @@ class LocalPolicy(ContinuousWorker):
         self.generation_lock, self._weights_version = threading.RLock(), 0
         self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
         self.guided_tool_calls, self._vocabulary = guided_tool_calls, None
+        self.kv_cache_bytes = None if kv_cache_mib is None else int(kv_cache_mib) << 20
         self._load_weights(self.dtype, adapter_dir)
         self._start_worker()
 
@@ -191,6 +196,23 @@ class LocalPolicy(ContinuousWorker):
         if self._vocabulary is None:
             self._vocabulary = VocabularyIndex(self.tokenizer, int(self.model.config.vocab_size))
         return self._vocabulary
+
+    def _rows_that_fit(self, joiners: list) -> int:
+        """How many of ``joiners`` keep the merged batch's KV buffer (rows x (columns + budget left)
+        x ``kv_bytes_per_position``) within ``kv_cache_bytes``; at least one when nothing runs."""
+        limit = getattr(self, "kv_cache_bytes", None)
+        if limit is None:
+            return len(joiners)
+        per_position = kv_bytes_per_position(self.model.config, next(self.model.parameters()).dtype)
+        rows, width, left = self._batch.reserved()
+        fit = 0
+        for pending in joiners:
+            width = max(width, len(pending.prompt_ids))
+            left = max(left, self._budget(pending.request, len(pending.prompt_ids)))
+            if rows + fit > 0 and (rows + fit + 1) * (width + left) * per_position > limit:
+                break
+            fit += 1
+        return fit
 
     def _spec(self, request: ChatRequest, prompt_ids: list[int]) -> RowSpec:
         """The batch row of a request (its budget, temperature, seed and guide signatures)."""

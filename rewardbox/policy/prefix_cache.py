@@ -11,6 +11,11 @@ so every real token keeps the position it would have without the cache.
 
 The cache is keyed by the prefix tokens and a weights version: call
 ``invalidate()`` whenever the model's weights change (a training step).
+
+Memory (docs/performance.md, "Memory"): entries are kept within ``max_bytes``
+(least recently used first out; an entry larger than the budget is used once and
+not kept), and a batch gets the entry's tensors as expanded views, not B copies:
+the decode buffer (``kv_cache.preallocated_cache``) copies them in once.
 """
 
 from __future__ import annotations
@@ -40,11 +45,16 @@ class PrefixCache:
     Args:
         min_tokens: shorter shared prefixes are not cached (no gain).
         max_entries: prefixes kept (one per domain prompt is typical).
+        max_bytes: most bytes the kept entries' tensors take together (None: no bound); SmolLM2-135M
+            in fp32 keeps 46,080 bytes per cached token (30 layers x 2 x 3 KV heads x 64 x 4 bytes).
     """
 
-    def __init__(self, min_tokens: int = 64, max_entries: int = 4) -> None:
+    def __init__(
+        self, min_tokens: int = 64, max_entries: int = 4, max_bytes: int | None = 256 << 20
+    ) -> None:
         self.min_tokens = min_tokens
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], object] = OrderedDict()
         self.hits = 0
         self.misses = 0
@@ -66,15 +76,15 @@ class PrefixCache:
         Returns:
             (``{input_ids, attention_mask, cache}``, full input width) where
             ``input_ids`` ``[B, P + L]`` is ``[prefix | pad | suffix]`` and the cache holds
-            the prefix's P positions expanded to batch B.
+            the prefix's P positions expanded to batch B (views of the kept entry: read them,
+            never write them in place).
         """
         n = common_prefix_len(prompts)
         if n < self.min_tokens:
             return None
         key, cache = self._lookup(model, prompts[0][:n], device, extend=len(prompts) > 1)
         n = len(key)
-        batch_cache = copy.deepcopy(cache)
-        batch_cache.batch_repeat_interleave(len(prompts))
+        batch_cache = expanded(cache, len(prompts))
         width = max(len(p) for p in prompts) - n
         ids = torch.full((len(prompts), n + width), pad_id, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -132,11 +142,45 @@ class PrefixCache:
         return out.cache
 
     def _store(self, tokens: list[int], cache):
+        """Keep ``cache`` as the newest entry, evicting the oldest ones beyond the count or byte budget."""
         self._entries[tuple(tokens)] = cache
         self._entries.move_to_end(tuple(tokens))
-        if len(self._entries) > self.max_entries:
+        while len(self._entries) > self.max_entries or (
+            self.max_bytes is not None and self.nbytes() > self.max_bytes
+        ):
             self._entries.popitem(last=False)
         return cache
+
+    def nbytes(self) -> int:
+        """Bytes the kept entries' key/value tensors take (each storage counted once)."""
+        return cache_nbytes(list(self._entries.values()))
+
+
+def cache_nbytes(caches: list) -> int:
+    """Bytes of the key/value tensors of ``caches`` (``DynamicCache``-like), each storage once."""
+    seen: dict[int, int] = {}
+    for cache in caches:
+        for layer in cache.layers:
+            for name in ("_keys", "_values", "keys", "values"):
+                tensor = getattr(layer, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    storage = tensor.untyped_storage()
+                    seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())
+
+
+def expanded(cache, rows: int):
+    """``cache`` (batch 1) with every layer's keys/values expanded to ``rows`` (views, no copy); the
+    layers keep their kind (full or sliding-window), as a deep copy did."""
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        view = copy.copy(layer)
+        if layer.is_initialized:
+            view.keys = layer.keys.expand(rows, -1, -1, -1)
+            view.values = layer.values.expand(rows, -1, -1, -1)
+        out.layers.append(view)
+    return out
 
 
 def prefill_groups(

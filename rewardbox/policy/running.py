@@ -227,6 +227,14 @@ class RunningBatch:
             inputs["cache"].get_seq_length(),
         )
 
+    def reserved(self) -> tuple[int, int, int]:
+        """(running rows, KV columns, largest budget left to a row): what the KV buffer reserves
+        per row is columns + budget left (``_capacity``)."""
+        if self.rows is None:
+            return 0, 0, 0
+        left = max(self._specs[s].budget - len(self.completions[s]) for s in self.rows.slots)
+        return len(self.rows.slots), self.rows.cache.get_seq_length(), left
+
     def _capacity(self, joining: Rows) -> int:
         """KV positions a merged batch needs: its width plus the largest budget left to any row."""
         width = max(self.rows.cache.get_seq_length(), joining.cache.get_seq_length())

@@ -157,7 +157,13 @@ class ContinuousWorker:
         if free <= 0 or not self._waiting or not self._batch.joinable:
             return []
         joiners, self._waiting = choose_batch(self._waiting, free, self.prefix_cache.min_tokens)
-        return joiners
+        fit = self._rows_that_fit(joiners)
+        self._waiting = joiners[fit:] + self._waiting  # they join first when rows finish
+        return joiners[:fit]
+
+    def _rows_that_fit(self, joiners: list[Pending]) -> int:
+        """How many of ``joiners`` (in order) the KV memory budget takes now (all, without one)."""
+        return len(joiners)
 
     def _admit(self, joiners: list[Pending]) -> None:
         specs, admitted = [], []

@@ -16,6 +16,7 @@ The Dagster layer lends a stage what only it has (:class:`StageIO`): where files
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from rewardbox.policy.base import Policy
 from rewardbox.policy.config import PolicyConfig
 from rewardbox.policy.factory import build_policy
 from rewardbox.policy.parity import ParityRecorder
+from rewardbox.process_memory import stage_usage
 from rewardbox.runtime.compose import campaign_parts
 from rewardbox.selection.screening import screen_tasks, ungradable, write_evidence_counts
 from rewardbox.tasks.schema import Task, task_set_version
@@ -172,15 +174,14 @@ def run_campaign_stage(
             (e.g. writing the DecodeResult JSONL), so a failure there keeps the journal.
 
     Returns:
-        ``(rows, extra, metadata)``: metadata has ``clean_trial_gate``, ``policy_kind`` and the sandbox report.
+        ``(rows, extra, metadata)``: ``clean_trial_gate``, ``policy_kind``, the sandbox report, ``stage_usage``'s.
 
     Raises:
         UncleanCampaignError: the rows break ``profile.system_errors`` (the journal is kept for a rerun).
         EndpointPreflightError, TokenBudgetError, TurnBudgetError: before any episode (from ``run_trials``).
     """
-    journal = campaign_journal(
-        io.path("campaigns", name).parent, name, identity, schema or ROW_SCHEMA
-    )
+    started, directory = time.perf_counter(), io.path("campaigns", name).parent
+    journal = campaign_journal(directory, name, identity, schema or ROW_SCHEMA)
     reports = SandboxReports()
     with io.serve(profile, checkpoint, io.log) as policy_config:
         wiring = Wiring(
@@ -201,6 +202,7 @@ def run_campaign_stage(
             "policy_kind": policy_config.kind,
             **reports.metadata(),
             **written,
+            **stage_usage(started),
         },
     )
 
@@ -229,9 +231,10 @@ def screen(profile: Profile, tasks: Sequence[Task], io: StageIO, label: str = "t
 
     Returns:
         ``rows``: the screen report (one row per task); ``extra``: the valid tasks in input order;
-        ``metadata``: counts of invalid, read-only and write-unknown tasks and the sandbox report.
+        ``metadata``: counts of invalid, read-only and write-unknown tasks, the sandbox report and
+        ``process_memory.stage_usage``'s wall time and peak memory.
     """
-    reports = SandboxReports()
+    reports, started = SandboxReports(), time.perf_counter()
     valid, report = screen_tasks(tasks, campaign_parts(profile, reports), io.executor, log=io.log)
     invalid = report.filter(~report["valid"])
     for row in invalid.iter_rows(named=True):
@@ -247,6 +250,7 @@ def screen(profile: Profile, tasks: Sequence[Task], io: StageIO, label: str = "t
             "null_pass_read_only": int((read_only & report["null_passed"].fill_null(False)).sum()),
             "write_unknown": write_evidence_counts(report)["write_unknown"],
             **reports.metadata(),
+            **stage_usage(started),
         },
         valid,
     )

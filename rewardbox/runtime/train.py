@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -21,6 +22,7 @@ from rewardbox.episode.executor import LocalExecutor
 from rewardbox.episode.progress import ProgressSink
 from rewardbox.episode.run import run_trials
 from rewardbox.policy import PolicyConfig, build_policy
+from rewardbox.process_memory import stage_usage
 from rewardbox.runtime.compose import (
     campaign_parts,
     check_policy_budget,
@@ -112,20 +114,22 @@ def train_local(
     LoRA adapter to continue (``rft.enabled``, docs/warm_start.md); None: a fresh adapter.
 
     Returns:
-        (adapter directory, per-step metrics): ``training.local.train_local_grpo``.
+        (adapter directory, per-step metrics): ``training.local.train_local_grpo``; the summary's
+        ``usage`` holds the stage's wall time and peak resident memory (``process_memory.stage_usage``).
 
     Raises:
         LeakedTasksError: a benchmark task is in ``pool``.
         EndpointPreflightError: an endpoint does not answer (a config fault of the step).
         TokenBudgetError, TurnBudgetError: the budgets cannot hold a golden call (a config error).
     """
+    started = time.perf_counter()
     _check_pool(pool)
     if pool:
         preflight_step(
             profile, extra=policy_config_endpoint(profile.policy, api_key=policy_api_key)
         )
     shutil.rmtree(out_dir, ignore_errors=True)
-    return train_local_grpo(
+    adapter, summary = train_local_grpo(
         pool,
         Path(base_checkpoint),
         out_dir,
@@ -135,6 +139,8 @@ def train_local(
         probe=None if probe_rows is None else ProbeHistory.from_rows(probe_rows),
         init_adapter=None if init_adapter is None else Path(init_adapter),
     )
+    summary.usage = stage_usage(started)
+    return adapter, summary
 
 
 @dataclass

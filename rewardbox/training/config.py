@@ -72,6 +72,10 @@ class GRPOConfig(BaseModel):
             shuffles the pool in passes.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter.
         micro_batch_sequences: most sequences per forward/backward pass.
+        sample_merged: on-policy LoRA on fp32 base weights: rollouts sample from weights with the
+            adapter merged in (merged after each update, unmerged before the next;
+            ``training.merged_sampling``), cheaper per decode step than the unmerged adapter
+            (docs/performance.md).
         micro_batch_memory_mib: activations one micro-batch may keep for backward, MiB (an
             estimate per token, ``shared_prefix.activation_bytes_per_token``): micro-batches of
             long samples get fewer rows; None sizes by ``micro_batch_sequences`` alone.
@@ -108,6 +112,7 @@ class GRPOConfig(BaseModel):
     lora_target_modules: list[str] = list(LORA_TARGET_MODULES)
     micro_batch_sequences: int = Field(4, ge=1)
     micro_batch_memory_mib: int | None = Field(1024, ge=1)
+    sample_merged: bool = True
     max_response_tokens: int | None = Field(None, ge=1)
     max_grad_norm: float = Field(1.0, gt=0)
     temperature: float = Field(1.0, gt=0)

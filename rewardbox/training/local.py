@@ -36,6 +36,7 @@ from rewardbox.training.checkpoint import save_trained, trainable
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import PosteriorTaskSampler
 from rewardbox.training.groups import TrialNumbers, task_stream
+from rewardbox.training.merged_sampling import SamplingWeights
 from rewardbox.training.probe_history import ProbeHistory
 from rewardbox.training.trainer import StepMetrics, TokenizeTurn, TrainingSummary, train_grpo
 
@@ -198,6 +199,19 @@ def on_policy_config(policy_config):
     )
 
 
+def sampling_weights(cfg: GRPOConfig, policy, model, *, on_policy: bool) -> SamplingWeights:
+    """On-policy LoRA with ``grpo.sample_merged`` and fp32 base weights: rollouts from merged weights
+    (``merged_sampling``); otherwise the adapter stays unmerged (off-policy rollouts do not sample
+    from ``model``; in bf16 each merge/unmerge cycle could move a base weight by half a bf16 ulp,
+    2^-9 of it, so a bf16 base is never merged in place)."""
+    import torch
+
+    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
+    fp32 = frozen is not None and frozen.dtype == torch.float32
+    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged and fp32
+    return SamplingWeights(model, policy if on_policy else None, merge=merge)
+
+
 def _loss_budget(
     cfg: GRPOConfig, policy: Policy, max_new_tokens: int, on_policy: bool
 ) -> GRPOConfig:
@@ -284,6 +298,7 @@ async def _run(
                 guide_index=guide_index,
                 trials=run_trials_after_probe(rollouts.first_trial, probe),
                 budget_fits_golden=tokenize is None,
+                weights=sampling_weights(cfg, policy, model, on_policy=tokenize is None),
             )
     finally:
         await policy.aclose()

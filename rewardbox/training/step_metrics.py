@@ -64,9 +64,11 @@ class StepMetrics:
 
 @dataclass
 class TrainingSummary:
-    """The metrics of every step of a run, in order."""
+    """The metrics of every step of a run, in order; ``usage``: the stage's ``wall_s``, ``peak_rss_mib``
+    and ``children_peak_rss_mib`` (``rewardbox.process_memory.stage_usage``, set by ``runtime.train``)."""
 
     steps: list[StepMetrics] = field(default_factory=list)
+    usage: dict[str, float] = field(default_factory=dict)
 
 
 def step_metrics(

@@ -29,6 +29,7 @@ import torch
 from rewardbox.episode.trajectory import EpisodeResult
 from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
+from rewardbox.process_memory import release_freed_memory
 from rewardbox.tasks.schema import Task
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
@@ -43,6 +44,7 @@ from rewardbox.training.groups import (
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
+from rewardbox.training.merged_sampling import SamplingWeights
 from rewardbox.training.shared_prefix import scored_micro_batches
 from rewardbox.training.step_metrics import (
     OptimiseStats,
@@ -228,13 +230,16 @@ def _micro_step(
 def _optimise_epochs(
     model, optimizer, samples, config: GRPOConfig, pad_id: int
 ) -> OptimiseStats | None:
-    """``config.ppo_epochs`` optimiser steps on the same samples; the gap comes from the first."""
+    """``config.ppo_epochs`` optimiser steps on the same samples; the gap comes from the first. The
+    update's temporaries (GiBs on a 1,100-token prompt) go back to the system after it
+    (``process_memory.release_freed_memory``; glibc would keep them)."""
     if not samples:
         return None
     first = last = optimise_step(model, optimizer, samples, config, pad_id)
     for _ in range(config.ppo_epochs - 1):
         last = optimise_step(model, optimizer, samples, config, pad_id)
     last.logprob_gap_max = first.logprob_gap_max
+    release_freed_memory()
     return last
 
 
@@ -250,6 +255,7 @@ async def train_grpo(
     guide_index: VocabularyIndex | None = None,
     trials: TrialNumbers | None = None,
     budget_fits_golden: bool = False,
+    weights: SamplingWeights | None = None,
 ) -> TrainingSummary:
     """Run ``config.steps`` GRPO steps on ``model`` in place.
 
@@ -267,6 +273,7 @@ async def train_grpo(
         trials: the run's ``groups.TrialNumbers`` (start it after the probe's trials); None: from 0.
         budget_fits_golden: the token budget holds every golden call (``check_token_budget`` passed):
             cut completions are failures in the loss (``groups.training_rewards``), never masked.
+        weights: switches the adapter merged for rollouts, unmerged for the update (``merged_sampling``).
 
     Returns:
         The per-step metrics. A step without a usable group records ``loss=None``
@@ -277,12 +284,15 @@ async def train_grpo(
     device = next(model.parameters()).device
     summary, trials = TrainingSummary(), TrialNumbers() if trials is None else trials
     mask_truncated = config.mask_truncated and not budget_fits_golden
+    weights = weights or SamplingWeights(model, merge=False)
     for step in range(config.steps):
         t0 = time.perf_counter()
+        weights.for_rollouts()
         groups, stats = await _collect(tasks, rollout_fn, config, trials, budget_fits_golden)
         samples = group_samples(
             groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index
         )
+        weights.for_update()
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
         metrics = step_metrics(

@@ -171,3 +171,10 @@ def test_main_graph_materialises_fast_on_a_tiny_checkpoint(tmp_path):
     )  # one real GRPO step on the tiny model
     adapter = tmp_path / "test" / "checkpoints" / "grpo_adapter"
     assert (adapter / "adapter_config.json").exists() and list(adapter.glob("*.safetensors"))
+    timed = {  # each campaign and training stage records its wall time and peak memory (pipelines.where)
+        e.asset_key.to_user_string(): e.materialization.metadata
+        for e in result.get_asset_materialization_events()
+        if "peak_rss_mib" in e.materialization.metadata
+    }
+    assert {"probe_results", "grpo_checkpoint", "base_evaluation_results"} <= set(timed)
+    assert all(m["wall_s"].value > 0 and m["peak_rss_mib"].value > 50 for m in timed.values())

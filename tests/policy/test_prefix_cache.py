@@ -132,3 +132,26 @@ def test_prefill_groups_use_what_is_cached_for_a_lone_row():
     # both prefixes cached: two calls that prefill 1 token each beat one call of 51 columns per row
     cached = lambda p: 50  # noqa: E731
     assert prefill_groups(prompts, cached, min_tokens=16) == [[0], [1]]
+
+
+def test_kept_entries_stay_within_the_byte_budget_and_batches_get_views_not_copies():
+    model = tiny_model()
+    # tiny Llama: 2 layers x (keys + values) x 2 KV heads x 8 head dim x 4 bytes = 256 bytes per token
+    per_token = 2 * 2 * 2 * 8 * 4
+    cache = PrefixCache(min_tokens=4, max_entries=10, max_bytes=int(2.5 * 40 * per_token))
+    for start in range(5):  # five different 40-token prefixes, two rows each
+        shared = [(start * 7 + i) % 60 + 2 for i in range(40)]
+        inputs, _ = cache.prepare(model, [shared + [1], shared + [3]], 0, "cpu")
+        assert cache.nbytes() <= cache.max_bytes
+        assert len(cache._entries) <= 2
+        kept = cache._entries[tuple(shared)]
+        batch_keys = inputs["cache"].layers[0].keys
+        assert batch_keys.shape[0] == 2
+        assert (
+            batch_keys.untyped_storage().data_ptr()
+            == kept.layers[0].keys.untyped_storage().data_ptr()
+        )
+    assert cache.nbytes() == 2 * 40 * per_token
+    lone = PrefixCache(min_tokens=4, max_bytes=10 * per_token)  # one entry is over the budget
+    prepared = lone.prepare(model, [list(range(2, 42)) + [1], list(range(2, 42)) + [3]], 0, "cpu")
+    assert prepared is not None and lone.nbytes() == 0

@@ -290,3 +290,51 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_keep_their_tokens()
         policy.generate_batch([pendings[i].request], [pendings[i].prompt_ids])[0] for i in (0, 2)
     ]
     assert [c.completion_token_ids for c in kept] == [c.completion_token_ids for c in alone]
+
+
+def test_requests_wait_while_the_kv_budget_is_full_and_all_complete_with_their_tokens():
+    """A KV budget for two rows of (40-token prompt + 10-token budget): six requests queued at once
+    decode at most two at a time, the running buffer never reserves more than the budget, and each
+    row's tokens equal the request decoded alone."""
+    from rewardbox.policy.kv_cache import kv_bytes_per_position
+    from rewardbox.policy.prefix_cache import cache_nbytes
+
+    policy = _tiny_policy(tiny_model())
+    per_position = kv_bytes_per_position(policy.model.config, torch.float32)
+    assert per_position == 2 * 2 * 2 * 8 * 4
+    policy.kv_cache_bytes = 2 * (40 + 10) * per_position
+    widths, reserved = [], []
+
+    def watch(_m, _a, kw):
+        if kw["input_ids"].shape[1] == 1:
+            widths.append(kw["input_ids"].shape[0])
+            reserved.append(cache_nbytes([policy._batch.rows.cache]))
+
+    handle = policy.model.register_forward_pre_hook(watch, with_kwargs=True)
+    loop = asyncio.new_event_loop()
+    try:
+        pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(6)]
+        for pending in pendings:
+            policy._queue.put(pending)
+        policy._tick()
+        while policy._slots or policy._waiting:
+            policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        joined = [p.future.result() for p in pendings]
+    finally:
+        loop.close()
+        handle.remove()
+    assert max(widths) == 2 and max(reserved) <= policy.kv_cache_bytes
+    alone = [policy.generate_batch([p.request], [p.prompt_ids])[0] for p in pendings]
+    assert [c.completion_token_ids for c in joined] == [c.completion_token_ids for c in alone]
+    policy.kv_cache_bytes = 1  # smaller than any row: a lone request still runs
+    assert policy._rows_that_fit(pendings[:3]) == 1
+
+
+def test_the_profile_kv_budget_reaches_the_local_policy():
+    from rewardbox.policy.config import PolicyConfig
+
+    assert PolicyConfig(kind="local").constructor_kwargs()["kv_cache_mib"] == 2048
+    assert (
+        PolicyConfig(kind="local", kv_cache_mib=None).constructor_kwargs()["kv_cache_mib"] is None
+    )

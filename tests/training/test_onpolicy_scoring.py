@@ -163,8 +163,6 @@ ASKS = [
 def test_trainer_logprobs_equal_sampler_logprobs(
     smollm2_checkpoint, prefix_cache_min_tokens, dtype
 ):
-    from rewardbox.policy.chat_template import render_prompt
-    from rewardbox.policy.guided import VocabularyIndex, tool_signatures
     from rewardbox.policy.local import LocalPolicy
 
     policy = LocalPolicy(
@@ -175,38 +173,73 @@ def test_trainer_logprobs_equal_sampler_logprobs(
     )
     try:
         assert next(policy.model.parameters()).dtype == getattr(torch, dtype)
-        requests = _requests(ASKS, [11, 12, 13, 14])
-        prompts = [
-            policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
-            for r in requests
-        ]
-        completions = policy.generate_batch(requests, prompts)
+        gap = _sampler_trainer_gap(policy)
         used_cache = policy.prefix_cache.hits + policy.prefix_cache.misses > 0
         assert used_cache == (prefix_cache_min_tokens == 64)
-        index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
-        samples = [
-            Sample(
-                c.prompt_token_ids,
-                c.completion_token_ids,
-                1.0,
-                c.completion_logprobs,
-                guide_masks(index, tool_signatures(_tools()), c.completion_token_ids),
-            )
-            for c in completions
-        ]
-        assert sum(len(s.guide_masks) for s in samples) > 0, (
-            "the guide never acted: the test would not cover it"
-        )
-        with torch.no_grad():
-            scored, mask = completion_logprobs(
-                policy.model, samples, policy.pad_token_id, temperature=0.7
-            )
-        old = torch.zeros_like(scored)
-        for i, s in enumerate(samples):
-            assert len(s.old_logprobs) == len(s.completion_ids)
-            old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
-        gap = ((scored - old).abs() * mask).max().item()
         assert gap < 1e-3, f"sampler and trainer log-probs differ by up to {gap}"
+    finally:
+        asyncio.run(policy.aclose())
+
+
+def _sampler_trainer_gap(policy, before_scoring=lambda: None) -> float:
+    """Largest |sampler log-prob - trainer log-prob| over ``ASKS`` sampled by ``policy`` (guide on),
+    the trainer scoring with ``policy.model`` after ``before_scoring()``."""
+    from rewardbox.policy.chat_template import render_prompt
+    from rewardbox.policy.guided import VocabularyIndex, tool_signatures
+
+    requests = _requests(ASKS, [11, 12, 13, 14])
+    prompts = [
+        policy.tokenizer(render_prompt(r.messages, r.tools), add_special_tokens=False).input_ids
+        for r in requests
+    ]
+    completions = policy.generate_batch(requests, prompts)
+    before_scoring()
+    index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
+    samples = [
+        Sample(
+            c.prompt_token_ids,
+            c.completion_token_ids,
+            1.0,
+            c.completion_logprobs,
+            guide_masks(index, tool_signatures(_tools()), c.completion_token_ids),
+        )
+        for c in completions
+    ]
+    assert sum(len(s.guide_masks) for s in samples) > 0, (
+        "the guide never acted: the test would not cover it"
+    )
+    with torch.no_grad():
+        scored, mask = completion_logprobs(
+            policy.model, samples, policy.pad_token_id, temperature=0.7
+        )
+    old = torch.zeros_like(scored)
+    for i, s in enumerate(samples):
+        assert len(s.old_logprobs) == len(s.completion_ids)
+        old[i, : len(s.old_logprobs)] = torch.tensor(s.old_logprobs)
+    return ((scored - old).abs() * mask).max().item()
+
+
+@pytest.mark.slow
+def test_merged_lora_sampler_logprobs_equal_the_unmerged_trainers(smollm2_checkpoint):
+    """GRPO's rollouts sample from the adapter merged into the weights (``grpo.sample_merged``); the
+    trainer scores them with it unmerged: the gap stays under 1e-3 on the real weights."""
+    from rewardbox.policy.local import LocalPolicy
+    from rewardbox.training.checkpoint import trainable
+    from rewardbox.training.config import GRPOConfig
+    from rewardbox.training.merged_sampling import SamplingWeights
+
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, dtype="float32")
+    try:
+        policy.model = trainable(policy.model, GRPOConfig())
+        torch.manual_seed(0)
+        for name, param in policy.model.named_parameters():
+            if "lora_B" in name:  # a trained adapter: merged weights differ from the base
+                param.data.normal_(0, 1e-2)
+        weights = SamplingWeights(policy.model, policy, merge=True)
+        weights.for_rollouts()
+        gap = _sampler_trainer_gap(policy, before_scoring=weights.for_update)
+        assert weights.switches == 2 and not weights.merged
+        assert gap < 1e-3, f"merged sampler and unmerged trainer log-probs differ by up to {gap}"
     finally:
         asyncio.run(policy.aclose())
 

@@ -202,3 +202,101 @@ def test_micro_batches_are_sized_from_the_memory_budget():
         )
     ]
     assert sizes and max(sizes) == 1 and sum(sizes) == len(samples)
+
+
+def _saved_bytes_per_decoder_call(model):
+    """A context that records, per call of the decoder with gradients, the bytes autograd saved for
+    backward (each storage once; parameters excluded): what that forward keeps until its backward."""
+    from contextlib import contextmanager
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    calls: list[dict[int, int]] = []
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        if calls and storage.data_ptr() not in params:
+            calls[-1][storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    decoder = model.get_decoder()
+
+    @contextmanager
+    def recording():
+        pre = decoder.register_forward_pre_hook(lambda *_: calls.append({}))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            try:
+                yield calls
+            finally:
+                pre.remove()
+
+    return recording()
+
+
+def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradients():
+    """Budget for ~25 prefix tokens: the 89-token prefixes run without a graph and are recomputed in
+    4 chunks, last first; gradients and log-probs equal full scoring; no decoder call with gradients
+    keeps more than the budget."""
+    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+
+    samples = step_samples()
+    model = lora_model()
+    model.train()
+    budget = 25 * activation_bytes_per_token(model, 89)
+    block = next(b for b in plan_blocks(samples, 16) if b.prefix_len)
+    plan = prefix_plan(model, block, budget)
+    assert plan.chunk_tokens == 25 and plan.row_budget_bytes == budget
+
+    def full():
+        for s in samples:
+            logprobs, mask = completion_logprobs(model, [s], 0, 0.7, 10**9)
+            surrogate(logprobs, mask, [s]).backward()
+
+    seen = []
+
+    def chunked():
+        for batch, logprobs, mask in scored_micro_batches(
+            model, samples, 0, 0.7, 3, min_shared=16, memory_budget_bytes=budget
+        ):
+            seen.append((batch, logprobs.detach()))
+            surrogate(logprobs, mask, batch).backward()
+
+    expected = grads_of(model, full)
+    with _saved_bytes_per_decoder_call(model) as calls:
+        got = grads_of(model, chunked)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-5, rtol=1e-4, msg=name)
+    with torch.no_grad():
+        for batch, logprobs in seen:
+            ref, _ = completion_logprobs(model, batch, 0, 0.7, min_shared_prefix_tokens=10**9)
+            torch.testing.assert_close(logprobs, ref, atol=1e-5, rtol=1e-5)
+    kept = [sum(c.values()) for c in calls if c]
+    assert len(kept) == len(seen) + 2 * 4  # every micro-batch, and 4 recomputed chunks per prefix
+    assert max(kept) <= budget, (max(kept), budget)
+
+
+def test_a_prefix_that_fits_keeps_its_graph_and_leaves_the_rest_to_the_rows():
+    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+
+    samples = step_samples()
+    model = lora_model()
+    block = next(b for b in plan_blocks(samples, 16) if b.prefix_len)
+    prefix_bytes = 89 * activation_bytes_per_token(model, 89)
+    plan = prefix_plan(model, block, 10 * prefix_bytes)
+    assert plan.chunk_tokens is None and plan.row_budget_bytes == 9 * prefix_bytes
+    assert prefix_plan(model, block, None).chunk_tokens is None
+
+
+def test_saved_activations_stay_within_the_estimate():
+    """The per-token estimate bounds what a micro-batch really keeps (tiny Llama, math attention)."""
+    from rewardbox.training.shared_prefix import activation_bytes_per_token
+
+    samples = step_samples()
+    model = lora_model()
+    model.train()
+    with _saved_bytes_per_decoder_call(model) as calls:
+        for s in samples:
+            logprobs, mask = completion_logprobs(model, [s], 0, 0.7, 10**9)
+            surrogate(logprobs, mask, [s]).backward()
+    for s, kept in zip(samples, calls):
+        tokens = len(s.prompt_ids) + len(s.completion_ids)
+        assert sum(kept.values()) <= tokens * activation_bytes_per_token(model, tokens)

@@ -1,0 +1,64 @@
+"""A process's own peak memory and wall time, and handing freed heap memory back to the system.
+
+Every Dagster step runs in its own process (``pipelines.definitions``: the multiprocess
+executor), so the process's ``ru_maxrss`` at the end of a stage is that stage's peak resident
+set; ``stage_usage`` reports it with the stage's wall time, and ``python -m pipelines.where``
+prints both per stage at the end of ``make demo`` (docs/performance.md, "Memory").
+
+glibc keeps freed blocks below its mmap threshold (which rises to 32 MiB as large blocks are
+freed) in the heap, so a process's resident set stays at its peak after a large temporary
+(issue 28 measured a GRPO update's process at 4.4 GiB after the update, 0.48 GiB after
+``malloc_trim``); ``release_freed_memory`` returns them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import resource
+import sys
+import time
+from functools import cache
+from typing import Any
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far, MiB (``getrusage(RUSAGE_SELF).ru_maxrss``; KiB on Linux,
+    bytes on macOS)."""
+    return _mib(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def children_peak_rss_mib() -> float:
+    """The largest peak resident set of this process's waited-for children (grading workers), MiB."""
+    return _mib(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+
+
+def _mib(maxrss: int) -> float:
+    return round(maxrss / (1 << 20 if sys.platform == "darwin" else 1 << 10), 1)
+
+
+def stage_usage(started_s: float) -> dict[str, Any]:
+    """A stage's metadata: ``wall_s`` since ``started_s`` (a ``time.perf_counter()``), ``peak_rss_mib`` of
+    its process and ``children_peak_rss_mib`` (the largest child's, 0 when none was waited for)."""
+    return {
+        "wall_s": round(time.perf_counter() - started_s, 1),
+        "peak_rss_mib": peak_rss_mib(),
+        "children_peak_rss_mib": children_peak_rss_mib(),
+    }
+
+
+@cache
+def _libc():
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name else None
+
+
+def release_freed_memory() -> bool:
+    """Return the heap's free blocks to the system (glibc ``malloc_trim(0)``); False where there is none
+    (musl, macOS). Costs milliseconds; call it after a large temporary (a GRPO update, a decode batch)."""
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None) if libc is not None else None
+    if trim is None:
+        return False
+    trim(0)
+    return True

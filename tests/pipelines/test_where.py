@@ -1,0 +1,35 @@
+"""``python -m pipelines.where`` prints each stage's wall time and peak memory read from the instance."""
+
+import dagster as dg
+
+from pipelines.where import stage_usage_lines
+
+
+@dg.asset
+def probe_like(context: dg.AssetExecutionContext) -> int:
+    context.add_output_metadata({"wall_s": 12.5, "peak_rss_mib": 3072.0, "episodes": 4})
+    return 1
+
+
+@dg.asset
+def train_like(context: dg.AssetExecutionContext, probe_like: int) -> int:
+    context.add_output_metadata({"wall_s": 30.0, "peak_rss_mib": 1536.0})
+    return probe_like
+
+
+@dg.asset
+def no_usage(train_like: int) -> int:
+    return train_like
+
+
+def test_stage_lines_read_wall_time_and_peak_memory_from_the_instance():
+    instance = dg.DagsterInstance.ephemeral()
+    assert stage_usage_lines(instance) == []
+    assert dg.materialize([probe_like, train_like, no_usage], instance=instance).success
+    lines = stage_usage_lines(instance)
+    assert lines[0].startswith("Stage wall time and peak resident memory")
+    assert [line.split()[0] for line in lines[1:]] == ["probe_like", "train_like", "total"]
+    assert "12.5 s" in lines[1] and "3.00 GiB" in lines[1]
+    assert "30.0 s" in lines[2] and "1.50 GiB" in lines[2]
+    assert "42.5 s" in lines[3] and "peak 3.00 GiB (probe_like)" in lines[3]
+    assert not any("no_usage" in line for line in lines)

@@ -1,0 +1,38 @@
+"""A stage's peak memory and wall time (rewardbox.process_memory), as its asset metadata records them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from rewardbox.process_memory import (
+    children_peak_rss_mib,
+    peak_rss_mib,
+    release_freed_memory,
+    stage_usage,
+)
+
+
+def test_stage_usage_reports_wall_time_and_this_processs_peak():
+    started = time.perf_counter() - 2.0
+    usage = stage_usage(started)
+    assert set(usage) == {"wall_s", "peak_rss_mib", "children_peak_rss_mib"}
+    assert 2.0 <= usage["wall_s"] < 60
+    assert usage["peak_rss_mib"] >= peak_rss_mib() - 1 > 10  # a Python process with torch around
+
+
+def test_peak_rss_sees_a_large_temporary_and_trimming_returns_freed_memory():
+    code = (
+        "from rewardbox.process_memory import peak_rss_mib, release_freed_memory\n"
+        "before = peak_rss_mib()\n"
+        'blocks = [b"x" * (1 << 20) for _ in range(300)]\n'  # 300 MiB, every page written
+        "del blocks\n"
+        "print(peak_rss_mib() - before, release_freed_memory())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    grew, trimmed = out.stdout.split()
+    assert float(grew) >= 250
+    assert trimmed == "True" or sys.platform != "linux"
+    assert children_peak_rss_mib() >= 250  # the child was waited for
+    assert release_freed_memory() in (True, False)
