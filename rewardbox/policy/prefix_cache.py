@@ -142,14 +142,27 @@ class PrefixCache:
         return out.cache
 
     def _store(self, tokens: list[int], cache):
-        """Keep ``cache`` as the newest entry, evicting the oldest ones beyond the count or byte budget."""
+        """Keep ``cache`` as the newest entry; beyond the count or byte budget, evict (``_evict_one``)."""
         self._entries[tuple(tokens)] = cache
         self._entries.move_to_end(tuple(tokens))
         while len(self._entries) > self.max_entries or (
             self.max_bytes is not None and self.nbytes() > self.max_bytes
         ):
-            self._entries.popitem(last=False)
+            self._evict_one()
         return cache
+
+    def _evict_one(self) -> None:
+        """Drop the entry that is cheapest to compute again: the fewest tokens beyond the longest prefix it
+        shares with another kept entry, so a task's extension of a domain prefix goes before the domain
+        prefix every request of that domain reuses (plain LRU let three domains' extensions evict their
+        roots, each a ~1,000-token prefill to redo); the least recently used among equals."""
+        keys = list(self._entries)  # least recently used first
+
+        def recompute_tokens(key: tuple[int, ...]) -> int:
+            shared = (_common_len(key, other) for other in keys if other is not key)
+            return len(key) - max(shared, default=0)
+
+        del self._entries[min(keys, key=recompute_tokens)]
 
     def nbytes(self) -> int:
         """Bytes the kept entries' key/value tensors take (each storage counted once)."""

@@ -155,3 +155,24 @@ def test_kept_entries_stay_within_the_byte_budget_and_batches_get_views_not_copi
     lone = PrefixCache(min_tokens=4, max_bytes=10 * per_token)  # one entry is over the budget
     prepared = lone.prepare(model, [list(range(2, 42)) + [1], list(range(2, 42)) + [3]], 0, "cpu")
     assert prepared is not None and lone.nbytes() == 0
+
+
+def test_a_full_cache_evicts_what_is_cheapest_to_compute_again():
+    """Three domains' prefixes and one task's extension of the first, with room for three entries. Plain
+    LRU evicted the least recently used domain prefix (all of it to compute again); now what goes is what
+    costs least to redo: the domain prefix the extension still holds (a crop, nothing to compute)."""
+    cache = PrefixCache(min_tokens=4, max_entries=3, max_bytes=None)
+    a, b, c = list(range(10, 50)), list(range(100, 140)), list(range(200, 240))
+    for key in (b, a, a + [1, 2, 3]):  # b least recently used: plain LRU evicted it
+        cache._store(key, object())
+    cache._store(c, object())
+    assert set(cache._entries) == {tuple(a + [1, 2, 3]), tuple(b), tuple(c)}
+    assert [cache.cached_len(p + [7]) for p in (a, b, c)] == [
+        40,
+        40,
+        40,
+    ]  # every domain still served
+    # among entries that share nothing, the least recently used of the cheapest goes (b: 40 tokens to
+    # redo, the older extension 43)
+    cache._store(list(range(300, 340)), object())
+    assert tuple(b) not in cache._entries and tuple(a + [1, 2, 3]) in cache._entries
