@@ -235,13 +235,17 @@ def decode_batch(
         logits = advance(model, rows)
 
 
+def full_attention(config: Any) -> bool:
+    """Whether every layer of the model is full attention: its decode cache is written in place and
+    ``Rows`` of it can be merged (sliding-window layers keep ``DynamicCache``, which cannot)."""
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    return all(t == "full_attention" for t in layer_types)
+
+
 def _decode_cache(config: Any, cache: Any | None, capacity: int) -> Any:
     """A cache written in place (``kv_cache.preallocated_cache``, the prefix's columns copied in once) for
     full-attention models; ``transformers``' ``DynamicCache`` for others (sliding windows keep their layers)."""
-    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
-    if all(t == "full_attention" for t in layer_types) and (
-        cache is None or isinstance(cache, DynamicCache)
-    ):
+    if full_attention(config) and (cache is None or isinstance(cache, DynamicCache)):
         return preallocated_cache(config, capacity, cache)
     return cache if cache is not None else DynamicCache(config=config)
 

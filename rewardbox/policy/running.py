@@ -34,6 +34,7 @@ from rewardbox.policy.decode import (
     Rows,
     advance,
     choose_tokens,
+    full_attention,
     keep_rows,
     merge_rows,
     prefill,
@@ -149,8 +150,9 @@ class RunningBatch:
         return slots, finished
 
     def _groups(self, prompts: list[list[int]]) -> list[list[int]]:
-        """The prefill calls new rows are split into (``prefix_cache.prefill_groups``; one without a cache)."""
-        if self.prefix_cache is None:
+        """The prefill calls new rows are split into (``prefix_cache.prefill_groups``); one call without a
+        cache, or for a model whose rows cannot be merged (sliding windows: a second call could not join)."""
+        if self.prefix_cache is None or not full_attention(self.model.config):
             return [list(range(len(prompts)))]
         cache = self.prefix_cache
         return prefill_groups(prompts, cache.cached_len, cache.min_tokens)

@@ -173,6 +173,44 @@ def test_rows_of_two_domains_admitted_together_each_reuse_their_own_cached_prefi
     assert all(done[i].cached_tokens == 43 for i in range(4))
 
 
+def test_a_sliding_window_model_prefills_rows_of_two_domains_in_one_call():
+    """A model with sliding-window layers keeps ``DynamicCache`` layers, which cannot be merged: the rows
+    of one admit split into two prefill calls (two domains) merged the second call into the first and
+    failed (``'DynamicSlidingWindowLayer' object has no attribute '_keys'``), so every row of the
+    admit was a system error. Such a batch is prefilled in one call, as before the split."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        use_sliding_window=True,
+        sliding_window=256,  # wider than every prompt: the tokens equal full attention's
+        max_window_layers=0,
+    )
+    model = Qwen2ForCausalLM(config).eval()
+    assert set(model.config.layer_types) == {"sliding_attention"}
+    gen = torch.Generator().manual_seed(2)
+    domain_a = [3, 4, 5] + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    domain_b = [3, 4, 5] + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    prompts = [domain_a + [7, 8], domain_b + [9], domain_a + [10, 11, 12], domain_b + [13, 14]]
+    specs = [RowSpec(p, 6, 0.0, i) for i, p in enumerate(prompts)]
+    cache = PrefixCache(min_tokens=16)
+    with torch.inference_mode():
+        plain = [RunningBatch(model, [], PAD, "cpu").decode_all([spec])[0].tokens for spec in specs]
+        for prompt in (domain_a + [1], domain_b + [1]):  # both prefixes cached: two calls would pay
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(
+                [RowSpec(prompt, 1, 0.0, 0)]
+            )
+        done = RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(specs)
+    assert [row.tokens for row in done] == plain
+
+
 class _CharTokenizer:
     """One token per character (ids 3..63); enough of a tokenizer for the policy's worker."""
 
