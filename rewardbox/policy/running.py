@@ -137,7 +137,8 @@ class RunningBatch:
             (the rows' slots in ``specs`` order, the rows that already finished).
 
         Raises:
-            RuntimeError: the batch is not ``joinable``. A model fault propagates (a system error).
+            RuntimeError: the batch is not ``joinable``. A model fault propagates (a system error) and
+            fails the whole admit: rows an earlier prefill call of it already merged leave the batch.
         """
         if not self.joinable:
             raise RuntimeError("this batch's cache cannot take new rows; admit when it is empty")
@@ -145,8 +146,12 @@ class RunningBatch:
             self._reset()
         slots = [self._add(spec) for spec in specs]
         finished: list[FinishedRow] = []
-        for group in self._groups([s.prompt_ids for s in specs]):
-            finished += self._prefill([specs[i] for i in group], [slots[i] for i in group])
+        try:
+            for group in self._groups([s.prompt_ids for s in specs]):
+                finished += self._prefill([specs[i] for i in group], [slots[i] for i in group])
+        except BaseException:
+            self.drop(slots)  # the caller fails every row of the admit: none may decode on
+            raise
         return slots, finished
 
     def _groups(self, prompts: list[list[int]]) -> list[list[int]]:

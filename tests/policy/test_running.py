@@ -376,3 +376,57 @@ def test_the_profile_kv_budget_reaches_the_local_policy():
     assert (
         PolicyConfig(kind="local", kv_cache_mib=None).constructor_kwargs()["kv_cache_mib"] is None
     )
+
+
+def test_a_fault_in_one_prefill_call_fails_the_whole_admit_and_leaves_no_row_behind():
+    """An admit of two domains' rows runs two prefill calls; the second one fails (a model fault, e.g.
+    out of memory). Every row of the admit fails as a system error, and none stays in the running
+    batch: before, the first call's rows kept decoding with no request behind them, and when they
+    finished the worker's settle raised KeyError, which ended the worker thread (every later request
+    waited forever)."""
+    from rewardbox.errors import EndpointError
+
+    model = tiny_model()
+    policy = _tiny_policy(model)
+    policy.prefix_cache = PrefixCache(min_tokens=16)
+    policy._batch = policy._new_batch()
+    gen = torch.Generator().manual_seed(2)
+    domain_a = [3, 4, 5] + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    domain_b = [3, 4, 5] + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
+    prompts = [domain_a + [7, 8], domain_b + [9], domain_a + [10, 11, 12], domain_b + [13, 14]]
+    with torch.inference_mode():  # both prefixes cached: the admit is two prefill calls
+        for prompt in (domain_a + [1], domain_b + [1]):
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=policy.prefix_cache).decode_all(
+                [RowSpec(prompt, 1, 0.0, 0)]
+            )
+    prefills = []
+
+    def fail_the_second_prefill(_m, _a, kw):
+        if kw["input_ids"].shape[1] > 1:
+            prefills.append(tuple(kw["input_ids"].shape))
+            if len(prefills) == 2:
+                raise RuntimeError("out of memory")
+
+    hook = model.register_forward_pre_hook(fail_the_second_prefill, with_kwargs=True)
+    loop = asyncio.new_event_loop()
+    try:
+        pendings = [Pending(_request(i), None, loop.create_future(), loop, 0.0) for i in range(4)]
+        for pending, prompt in zip(pendings, prompts):
+            pending.prompt_ids = prompt
+        with policy.generation_lock, torch.inference_mode():
+            policy._admit(pendings)
+        hook.remove()
+        assert len(prefills) == 2 and len(policy._batch) == 0 and not policy._slots
+        fresh = Pending(_request(9), None, loop.create_future(), loop, 0.0)
+        policy._queue.put(fresh)
+        policy._tick()  # the worker goes on serving
+        while policy._slots or policy._waiting:
+            policy._tick()
+        loop.run_until_complete(asyncio.sleep(0))
+        for pending in pendings:
+            with pytest.raises(EndpointError, match="out of memory"):
+                pending.future.result()
+        assert fresh.future.result().completion_token_ids
+    finally:
+        hook.remove()
+        loop.close()
