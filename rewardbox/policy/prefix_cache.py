@@ -13,9 +13,10 @@ The cache is keyed by the prefix tokens and a weights version: call
 ``invalidate()`` whenever the model's weights change (a training step).
 
 Memory (docs/performance.md, "Memory"): entries are kept within ``max_bytes``
-(least recently used first out; an entry larger than the budget is used once and
-not kept), and a batch gets the entry's tensors as expanded views, not B copies:
-the decode buffer (``kv_cache.preallocated_cache``) copies them in once.
+(the entry cheapest to compute again goes first, ``PrefixCache._evict_one``; an
+entry larger than the budget is used once and not kept, evicting nothing), and a
+batch gets the entry's tensors as expanded views, not B copies: the decode buffer
+(``kv_cache.preallocated_cache``) copies them in once.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def common_prefix_len(prompts: list[list[int]]) -> int:
 
 
 class PrefixCache:
-    """LRU of prefix KV caches (batch 1), expanded per batch.
+    """Prefix KV caches (batch 1), expanded per batch; when full, the cheapest to recompute goes.
 
     Args:
         min_tokens: shorter shared prefixes are not cached (no gain).
@@ -142,7 +143,10 @@ class PrefixCache:
         return out.cache
 
     def _store(self, tokens: list[int], cache):
-        """Keep ``cache`` as the newest entry; beyond the count or byte budget, evict (``_evict_one``)."""
+        """Keep ``cache`` as the newest entry; beyond the count or byte budget, evict (``_evict_one``).
+        An entry over the byte budget by itself is returned unkept (it would evict every other first)."""
+        if self.max_bytes is not None and cache_nbytes([cache]) > self.max_bytes:
+            return cache
         self._entries[tuple(tokens)] = cache
         self._entries.move_to_end(tuple(tokens))
         while len(self._entries) > self.max_entries or (
@@ -153,9 +157,11 @@ class PrefixCache:
 
     def _evict_one(self) -> None:
         """Drop the entry that is cheapest to compute again: the fewest tokens beyond the longest prefix it
-        shares with another kept entry, so a task's extension of a domain prefix goes before the domain
-        prefix every request of that domain reuses (plain LRU let three domains' extensions evict their
-        roots, each a ~1,000-token prefill to redo); the least recently used among equals."""
+        shares with another kept entry; the least recently used among equals. A domain prefix that a
+        kept task extension of it contains costs nothing (``_lookup`` crops it out of the extension), so
+        it goes first and the extension keeps serving the domain; of two extensions of one domain
+        prefix the one used less recently goes, and the other still holds the prefix. Plain LRU let
+        three domains' extensions evict their roots outright, each a ~1,000-token prefill to redo."""
         keys = list(self._entries)  # least recently used first
 
         def recompute_tokens(key: tuple[int, ...]) -> int:

@@ -176,3 +176,23 @@ def test_a_full_cache_evicts_what_is_cheapest_to_compute_again():
     # redo, the older extension 43)
     cache._store(list(range(300, 340)), object())
     assert tuple(b) not in cache._entries and tuple(a + [1, 2, 3]) in cache._entries
+
+
+def test_an_entry_over_the_byte_budget_is_used_once_and_evicts_nothing():
+    """Two domain prefixes fit the budget; a third prefix alone is over it. It is used once and not
+    kept, as the docs say, and the two kept prefixes stay: before, storing it evicted them first (the
+    eviction loop ran until the budget held, the newcomer last), so one long prompt emptied the cache."""
+    model = tiny_model()
+    per_token = (
+        2 * 2 * 2 * 8 * 4
+    )  # tiny Llama: 2 layers x (keys + values) x 2 KV heads x 8 x 4 bytes
+    cache = PrefixCache(min_tokens=4, max_entries=10, max_bytes=100 * per_token)
+    a, b, long = list(range(2, 32)), list(range(32, 62)), [(i * 5) % 60 + 2 for i in range(120)]
+    with torch.inference_mode():
+        for shared in (a, b):
+            cache.prepare(model, [shared + [1], shared + [3]], 0, "cpu")
+        assert set(cache._entries) == {tuple(a), tuple(b)}
+        prepared = cache.prepare(model, [long + [1], long + [3]], 0, "cpu")
+    assert prepared is not None and prepared[0]["cache"].get_seq_length() == len(long)
+    assert set(cache._entries) == {tuple(a), tuple(b)}
+    assert cache.nbytes() <= cache.max_bytes
