@@ -64,3 +64,20 @@ def test_learn_profile_holds_out_at_least_45_in_distribution_tasks_disjoint_by_c
     )  # no twin inside the pool
     for source in profile.tasks.benchmark:
         assert source.generate is None and source.test_list and source.test_list.endswith(".yaml")
+
+
+def test_learn_family_screening_probes_the_shipped_candidates_first_in_every_family():
+    """``probe.family_screening: {first: 2, more: 2}``: round 1 of every family is its two shipped
+    candidates (the sources list them first) and round 2 adds its two generated instances."""
+    from rewardbox.selection.family_screening import supply_from
+
+    profile = load_profile("learn")
+    screening = profile.probe.family_screening
+    assert (screening.first, screening.more) == (2, 2)
+    families, supply = supply_from(load_candidates(profile.tasks).tasks)
+    assert len(families) == 29
+    for family in families:
+        first = supply(family, screening.first)
+        grown = supply(family, screening.first + screening.more)[screening.first :]
+        assert [GENERATED_TAG in t.tags for t in first] == [False, False], family
+        assert [GENERATED_TAG in t.tags for t in grown] == [True, True], family
