@@ -20,6 +20,13 @@ threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
    ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``), about
    0.15 s each. Inter-op threads are 1 (the policy runs one model
    call at a time).
+3. **Wide calls** (``wide_team``): a decode step multiplies a few rows, so a second
+   thread barely pays for its wake-up and ``"auto"`` often keeps one; a prefill of
+   hundreds of tokens or the training update multiplies hundreds of rows, where a
+   second core nearly halves the time. ``"auto"`` therefore also times a
+   prefill-shaped matmul (``WIDE_ROWS`` rows) and keeps its own team size for those
+   calls (``ThreadPolicy.wide_threads``); the policy's prefill calls and the GRPO
+   update run inside ``wide_team()``, decode steps with ``threads``.
 
 Grading workers (``rewardbox.grading.testrunner``) are processes of their own
 started with ``single_thread_env()`` (1 OpenMP/BLAS thread, passive waits), so
@@ -34,7 +41,9 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +52,9 @@ WAIT_POLICY_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0", "KMP_BLO
 
 MIN_GAIN = 1.15
 """``"auto"`` takes a larger team only when it runs the probe at least this much faster."""
+
+WIDE_ROWS = 256
+"""Rows of the wide probe matmul (a prefill chunk or an update micro-batch, against 8 for a decode step)."""
 
 _WAIT_POLICY_BEFORE_TORCH: bool | None = None
 
@@ -59,6 +71,9 @@ class ThreadPolicy:
             (``"auto"`` with ``OMP_NUM_THREADS`` set: the user's count, torch's reading of it, wins)
             or ``"unchanged"`` (None).
         probe_s: seconds per probe matmul per candidate team size (``"auto"`` only).
+        wide_threads: team size for wide calls (prefill, the update; ``wide_team``): measured with
+            ``WIDE_ROWS``-row matmuls under ``"auto"``, else ``threads``.
+        wide_probe_s: seconds per wide probe per candidate team size (``"auto"`` only).
     """
 
     threads: int
@@ -66,6 +81,8 @@ class ThreadPolicy:
     wait_policy_applied: bool
     chosen_by: str
     probe_s: dict[int, float]
+    wide_threads: int = 0
+    wide_probe_s: dict[int, float] = field(default_factory=dict)
 
 
 _APPLIED: ThreadPolicy | None = None
@@ -107,19 +124,47 @@ def candidate_team_sizes(cores: int) -> list[int]:
     return sizes + [max(1, cores)]
 
 
-def _probe_seconds(threads: int, repeats: int = 6) -> float:
-    """Best wall time of a decode-shaped matmul (8 rows x 576 -> 1536, SmolLM2-135M's MLP) x 64 with ``threads``."""
+def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8) -> float:
+    """Best wall time of ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) with ``threads``: 64 of
+    them for a decode step's 8 rows, proportionally fewer for wider ones (same work per probe)."""
     import torch
 
     torch.set_num_threads(threads)
-    x, w = torch.randn(8, 576), torch.randn(576, 1536)
+    x, w = torch.randn(rows, 576), torch.randn(576, 1536)
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(64):
+        for _ in range(max(1, 512 // rows)):
             torch.mm(x, w)
         best = min(best, time.perf_counter() - t0)
     return best
+
+
+def _fastest(probe: dict[int, float]) -> int:
+    """The team size ``"auto"`` takes: a larger one only when ``MIN_GAIN`` times faster."""
+    best = min(probe)
+    for threads in sorted(probe):
+        if probe[threads] * MIN_GAIN <= probe[best]:
+            best = threads
+    return best
+
+
+@contextmanager
+def wide_team() -> Iterator[None]:
+    """Run the body (a prefill call, the training update) with the applied policy's ``wide_threads``,
+    then restore the team size; a no-op when no policy was applied or the sizes are equal."""
+    import torch
+
+    size = _APPLIED.wide_threads if _APPLIED is not None else 0
+    before = torch.get_num_threads()
+    if not size or size == before:
+        yield
+        return
+    torch.set_num_threads(size)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
@@ -143,18 +188,17 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
             "in this process; import rewardbox first or set OMP_WAIT_POLICY=PASSIVE"
         )
     probe: dict[int, float] = {}
+    wide_probe: dict[int, float] = {}
     if num_threads == "auto" and os.environ.get("OMP_NUM_THREADS", "").strip():
         # the user's OMP_NUM_THREADS (read by torch at load) is an explicit choice; "auto" is only the default
         count, chosen_by = torch.get_num_threads(), "environment"
     elif (
         num_threads == "auto"
     ):  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
-        best = 1
         for threads in candidate_team_sizes(usable_cores()):
             probe[threads] = _probe_seconds(threads)
-            if probe[threads] * MIN_GAIN <= probe[best]:
-                best = threads
-        count, chosen_by = best, "measured"
+            wide_probe[threads] = _probe_seconds(threads, rows=WIDE_ROWS)
+        count, chosen_by = _fastest(probe), "measured"
     elif num_threads is None:
         count, chosen_by = torch.get_num_threads(), "unchanged"
     elif isinstance(num_threads, int) and num_threads >= 1:
@@ -167,7 +211,13 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
     except RuntimeError:  # already set, or inter-op work already ran: keep it
         pass
     _APPLIED = ThreadPolicy(
-        torch.get_num_threads(), os.environ.get("OMP_WAIT_POLICY", ""), applied, chosen_by, probe
+        torch.get_num_threads(),
+        os.environ.get("OMP_WAIT_POLICY", ""),
+        applied,
+        chosen_by,
+        probe,
+        _fastest(wide_probe) if wide_probe else torch.get_num_threads(),
+        wide_probe,
     )
     log.info("thread policy: %s", _APPLIED)
     return _APPLIED

@@ -63,14 +63,14 @@ def test_auto_takes_more_threads_only_when_measurably_faster(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a user's count would win over "auto"
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     try:
-        monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.95}[n])
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: {1: 1.0, 2: 0.95}[n])
         policy = apply_thread_policy("auto")
         assert (policy.threads, policy.chosen_by, policy.probe_s) == (
             1,
             "measured",
             {1: 1.0, 2: 0.95},
         )
-        monkeypatch.setattr(threads, "_probe_seconds", lambda n: {1: 1.0, 2: 0.55}[n])
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: {1: 1.0, 2: 0.55}[n])
         assert apply_thread_policy("auto").threads == 2 == torch.get_num_threads()
         assert threads.current_thread_policy().threads == 2
         with pytest.raises(ValueError, match="num_threads"):
@@ -162,11 +162,71 @@ def test_auto_probes_log2_team_sizes_not_every_core_count(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 96)
     probed = []
-    monkeypatch.setattr(threads, "_probe_seconds", lambda n: probed.append(n) or 1.0 / min(n, 4))
+    monkeypatch.setattr(
+        threads, "_probe_seconds", lambda n, rows=8: probed.append(n) or 1.0 / min(n, 4)
+    )
     try:
         policy = apply_thread_policy("auto")
-        assert (
-            probed == [1, 2, 4, 8, 16, 32, 64, 96] and policy.threads == 4
-        )  # 8+ not 15 % faster than 4
+        sizes = [1, 2, 4, 8, 16, 32, 64, 96]
+        assert probed == [n for n in sizes for _ in ("decode", "wide")] and policy.threads == 4
+        # 8+ not 15 % faster than 4
     finally:
         torch.set_num_threads(before)
+
+
+def test_auto_keeps_a_wider_team_for_prefill_and_the_update_than_for_decode_steps(monkeypatch):
+    """Issue #28's kind: "auto" timed only a decode-shaped matmul (8 rows), where a second thread barely
+    pays for its wake-up, so it kept one thread for everything, prefill and the update included (on this
+    2-core machine "auto" chose 1 thread idle and loaded). Wide calls now get their own measured team."""
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    timings = {8: {1: 1.0, 2: 0.95}, threads.WIDE_ROWS: {1: 1.0, 2: 0.55}}
+    monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: timings[rows][n])
+    try:
+        policy = apply_thread_policy("auto")
+        assert (policy.threads, policy.wide_threads) == (1, 2)
+        assert torch.get_num_threads() == 1
+        with threads.wide_team():
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+        assert apply_thread_policy(1).wide_threads == 1  # a fixed count is used for every call
+        with threads.wide_team():
+            assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_prefill_runs_with_the_wide_team_and_decode_steps_with_the_decode_team(monkeypatch):
+    import asyncio
+
+    import torch
+
+    from rewardbox.policy.batching import Pending
+    from tests.policy.test_running import _request, _tiny_policy, tiny_model
+
+    before = torch.get_num_threads()
+    monkeypatch.setattr(
+        threads, "_APPLIED", threads.ThreadPolicy(1, "PASSIVE", True, "measured", {}, 2, {})
+    )
+    policy = _tiny_policy(tiny_model())
+    seen = []
+    policy.model.register_forward_pre_hook(
+        lambda _m, _a, kw: seen.append((kw["input_ids"].shape[1] > 1, torch.get_num_threads())),
+        with_kwargs=True,
+    )
+    torch.set_num_threads(1)
+    loop = asyncio.new_event_loop()
+    try:
+        pending = Pending(_request(1), None, loop.create_future(), loop, 0.0)
+        policy._queue.put(pending)
+        policy._tick()
+        while policy._slots:
+            policy._tick()
+    finally:
+        loop.close()
+        torch.set_num_threads(before)
+    assert (True, 2) in seen and (False, 1) in seen  # prefill wide, decode steps narrow
+    assert all(n == (2 if wide else 1) for wide, n in seen)

@@ -35,6 +35,7 @@ from rewardbox.policy.batching import Pending, choose_batch, fail, settle
 from rewardbox.policy.chat_template import render_prompt
 from rewardbox.policy.guided import record_forced_close
 from rewardbox.policy.running import FinishedRow
+from rewardbox.threads import wide_team
 
 log = logging.getLogger(__name__)
 STOP = object()
@@ -176,7 +177,8 @@ class ContinuousWorker:
         if not specs:
             return
         try:
-            slots, finished = self._batch.admit(specs)
+            with wide_team():  # prefill: hundreds of rows per matmul (rewardbox.threads)
+                slots, finished = self._batch.admit(specs)
         except Exception as exc:  # noqa: BLE001 - any generation fault is a system error of these rows
             self._fail_rows(admitted, exc)
             return

@@ -31,6 +31,7 @@ from rewardbox.errors import LogprobLengthError
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.process_memory import release_freed_memory
 from rewardbox.tasks.schema import Task
+from rewardbox.threads import wide_team
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.curriculum import format_histogram
 from rewardbox.training.groups import (
@@ -235,9 +236,10 @@ def _optimise_epochs(
     (``process_memory.release_freed_memory``; glibc would keep them)."""
     if not samples:
         return None
-    first = last = optimise_step(model, optimizer, samples, config, pad_id)
-    for _ in range(config.ppo_epochs - 1):
-        last = optimise_step(model, optimizer, samples, config, pad_id)
+    with wide_team():  # hundreds of rows per matmul (rewardbox.threads)
+        first = last = optimise_step(model, optimizer, samples, config, pad_id)
+        for _ in range(config.ppo_epochs - 1):
+            last = optimise_step(model, optimizer, samples, config, pad_id)
     last.logprob_gap_max = first.logprob_gap_max
     release_freed_memory()
     return last
