@@ -53,7 +53,7 @@ WAIT_POLICY_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "0", "KMP_BLO
 MIN_GAIN = 1.15
 """``"auto"`` takes a larger team only when it runs the probe at least this much faster."""
 
-WIDE_ROWS = 256
+WIDE_ROWS = 1024
 """Rows of the wide probe matmul (a prefill chunk or an update micro-batch, against 8 for a decode step)."""
 
 _WAIT_POLICY_BEFORE_TORCH: bool | None = None
@@ -126,7 +126,8 @@ def candidate_team_sizes(cores: int) -> list[int]:
 
 def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8) -> float:
     """Best wall time of ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) with ``threads``: 64 of
-    them for a decode step's 8 rows, proportionally fewer for wider ones (same work per probe)."""
+    them for a decode step's 8 rows, 2 for the wide probe's 1,024 (about 50 ms on one core: shorter
+    wide probes flipped between 1 and 2 threads from one start to the next on a loaded machine)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -134,7 +135,7 @@ def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        for _ in range(max(1, 512 // rows)):
+        for _ in range(64 if rows <= 8 else max(1, 2048 // rows)):
             torch.mm(x, w)
         best = min(best, time.perf_counter() - t0)
     return best
