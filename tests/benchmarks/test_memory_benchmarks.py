@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.tiny_models import tiny_llama
+
 torch = pytest.importorskip("torch")
 
 
@@ -38,23 +40,12 @@ def test_peak_memory_rows_judge_each_stage_against_4_gib(monkeypatch):
 
 
 def test_update_budget_benchmark_times_both_settings_interleaved(monkeypatch):
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from benchmarks import update_budget
     from benchmarks.floor_model import group_samples_like_grpo
 
     monkeypatch.setattr(update_budget, "REPEATS", 2)
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
     samples = group_samples_like_grpo(1, 2, 110, 5, 97)
-    figures = update_budget.measure(LlamaForCausalLM(config), samples)
+    figures = update_budget.measure(tiny_llama(vocab_size=97), samples)
     assert [len(v) for v in figures["runs"].values()] == [2, 2]
     assert figures["budget_s"] > 0 and figures["none_s"] > 0 and figures["budget_mib"] == 1024

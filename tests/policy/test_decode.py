@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.tiny_models import tiny_llama
+
 torch = pytest.importorskip("torch")
 
 from rewardbox.policy.decode import decode_batch  # noqa: E402
@@ -20,19 +22,7 @@ PAD = 0
 
 
 def tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(max_position_embeddings=256).eval()
 
 
 def left_pad(prompts):

@@ -5,22 +5,11 @@ from __future__ import annotations
 import torch
 
 from rewardbox.policy.prefix_cache import PrefixCache, common_prefix_len
+from tests.fixtures.tiny_models import tiny_llama
 
 
 def tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama(max_position_embeddings=256).eval()
 
 
 def left_pad(prompts, pad):

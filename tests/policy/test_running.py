@@ -15,6 +15,8 @@ import threading
 
 import pytest
 
+from tests.fixtures.tiny_models import tiny_llama
+
 torch = pytest.importorskip("torch")
 
 from rewardbox.policy.base import ChatRequest  # noqa: E402
@@ -28,19 +30,7 @@ PAD = 0
 
 
 def tiny_model():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
-    return LlamaForCausalLM(cfg).eval()
+    return tiny_llama().eval()
 
 
 PROMPTS = [[5, 9, 13, 2, 7], [3, 4], [11, 12, 13, 14, 15, 16, 17, 18, 19], [8], [21, 22, 23]]

@@ -13,6 +13,7 @@ from rewardbox.training.config import GRPOConfig
 from rewardbox.training.local import sampling_weights
 from rewardbox.training.logprobs import Sample, completion_logprobs
 from rewardbox.training.merged_sampling import SamplingWeights
+from tests.fixtures.tiny_models import tiny_llama
 
 PAD = 0
 PROMPTS = [[5, 9, 13, 2, 7], [3, 4, 6], [11, 12, 13, 14, 15, 16], [8, 1]]
@@ -20,20 +21,9 @@ PROMPTS = [[5, 9, 13, 2, 7], [3, 4, 6], [11, 12, 13, 14, 15, 16], [8, 1]]
 
 def lora_model(seed: int = 0):
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-    )
     model = get_peft_model(
-        LlamaForCausalLM(config),
+        tiny_llama(max_position_embeddings=256, seed=seed),
         LoraConfig(
             r=4,
             lora_alpha=8,

@@ -9,24 +9,14 @@ import torch
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.logprobs import Sample, completion_logprobs
 from rewardbox.training.shared_prefix import plan_blocks, scored_micro_batches
+from tests.fixtures.tiny_models import tiny_llama
 
 
 def lora_model(seed: int = 0):
     from peft import LoraConfig, get_peft_model
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=97,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-    )
     model = get_peft_model(
-        LlamaForCausalLM(config),
+        tiny_llama(vocab_size=97, seed=seed),
         LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj", "down_proj"]),
     )
     for (
