@@ -62,8 +62,17 @@ class PrefixCache:
 
     def cached_len(self, tokens: list[int]) -> int:
         """Leading tokens of ``tokens`` a cached entry already holds (0: none, or fewer than ``min_tokens``)."""
-        best = max((_common_len(key, tokens) for key in self._entries), default=0)
-        return best if best >= self.min_tokens else 0
+        _, length = self._longest_match(tokens)
+        return length if length >= self.min_tokens else 0
+
+    def _longest_match(self, tokens: list[int]) -> tuple[tuple[int, ...] | None, int]:
+        """The kept entry sharing the most leading tokens with ``tokens``, and how many (None, 0: none)."""
+        best, length = None, 0
+        for key in self._entries:
+            common = _common_len(key, tokens)
+            if common > length:
+                best, length = key, common
+        return best, length
 
     def invalidate(self) -> None:
         """Drop every cached prefix (the weights changed)."""
@@ -108,11 +117,7 @@ class PrefixCache:
         """The longest cached prefix of ``shared`` (a hit), cropped and kept as its own entry when an entry
         holds more than ``shared``; extended at batch 1 to all of ``shared`` when ``extend`` (rows > 1).
         A miss computes all of ``shared``. Returns (the prefix's tokens, its cache; never modified later)."""
-        best, length = None, 0
-        for key in self._entries:
-            common = _common_len(key, shared)
-            if common > length:
-                best, length = key, common
+        best, length = self._longest_match(shared)
         if best is None or length < self.min_tokens:
             self.misses += 1
             return shared, self._store(shared, self._run(model, shared, None, device))
