@@ -29,7 +29,12 @@ def peak_rss_mib() -> float:
 
 
 def children_peak_rss_mib() -> float:
-    """The largest peak resident set of this process's waited-for children (grading workers), MiB."""
+    """The largest peak resident set of this process's waited-for children (sandbox servers), MiB.
+
+    An upper bound: Linux keeps the high-water mark of the address space an ``exec`` replaces in the
+    new program's ``ru_maxrss``, so a child started by this process (``subprocess`` forks or vforks,
+    then execs) reports at least this process's resident set at that moment.
+    """
     return _mib(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,19 @@ def fake_openai():
     yield fake
     fake.server.shutdown()
     fake.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_definitions_state_storage():
+    """Each test starts with no current Dagster definitions-state storage.
+
+    Dagster keeps it in a context variable that entering an instance sets and leaving it resets; a
+    context left open (a sensor or schedule evaluation context not used with ``with``) resets it
+    only when garbage-collected, which puts a closed instance's storage back in a later test
+    ("unable to open database file" from ``dg.materialize``).
+    """
+    if "dagster" in sys.modules:
+        from dagster._core.storage.defs_state.base import _current_storage
+
+        _current_storage.set(None)
+    yield

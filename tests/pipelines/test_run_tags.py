@@ -85,19 +85,21 @@ def test_jobs_sensors_and_schedule_put_the_tags_on_their_runs(tmp_path):
             if not job.name.startswith("__"):
                 assert {TAG_PROFILE, TAG_CONFIG_HASH, TAG_CODE_VERSION} <= set(job.tags), job.name
 
+        # Evaluation contexts are entered with ``with``: one left open enters an instance of its own
+        # and closes it when garbage-collected, which puts an earlier test's closed instance back as
+        # the current definitions-state storage in whatever test runs then.
         sensor = repo.get_sensor_def("task_source_sensor")
-        [request] = sensor.evaluate_tick(
-            dg.build_sensor_context(instance=instance, repository_def=repo)
-        ).run_requests
+        with dg.build_sensor_context(instance=instance, repository_def=repo) as context:
+            [request] = sensor.evaluate_tick(context).run_requests
         assert set(request.tags) >= PROVENANCE
 
         schedule = repo.get_schedule_def("reprobe_schedule")
-        context = dg.build_schedule_context(
+        with dg.build_schedule_context(
             instance=instance,
             repository_def=repo,
             scheduled_execution_time=datetime(2026, 1, 5, 3, tzinfo=UTC),
-        )
-        [request] = schedule.evaluate_tick(context).run_requests
+        ) as context:
+            [request] = schedule.evaluate_tick(context).run_requests
         assert set(request.tags) >= PROVENANCE
 
         checkpoint = tmp_path / "incoming" / "ckpt-1"
@@ -117,10 +119,11 @@ def test_jobs_sensors_and_schedule_put_the_tags_on_their_runs(tmp_path):
         instance.add_dynamic_partitions(
             checkpoint_partitions.name, ["ckpt-1"]
         )  # as the daemon would
-        with partition_loading_context(dynamic_partitions_store=instance):
-            tick = tagged.evaluate_tick(
-                dg.build_sensor_context(instance=instance, repository_def=repo)
-            )
+        with (
+            partition_loading_context(dynamic_partitions_store=instance),
+            dg.build_sensor_context(instance=instance, repository_def=repo) as context,
+        ):
+            tick = tagged.evaluate_tick(context)
         [request] = tick.run_requests
         # the sensor's own task-set version wins over a provenance tag computed elsewhere
         assert request.tags[TAG_PROFILE] == "test" and request.tags[TAG_TASK_SET_VERSION] == "v1"
