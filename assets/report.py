@@ -99,7 +99,7 @@ def write_report(out: Path, reliability: Reliability, profile_name: str) -> dict
     write_json(out.parent / "verdict.json", verdict_summary(reliability))
     base, tuned, change = reliability.base, reliability.tuned, reliability.pass_at_1_change
     return {
-        "path": dg.MetadataValue.path(str(out)),
+        "location": dg.MetadataValue.path(str(out)),
         "overall": dg.MetadataValue.md(tables["overall"]),
         **md_chart(
             "plot",

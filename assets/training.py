@@ -128,7 +128,7 @@ def _train_local(
         )
     steps = [m.as_dict() for m in summary.steps]
     metadata = {
-        "path": dg.MetadataValue.path(str(adapter)),
+        "location": dg.MetadataValue.path(str(adapter)),
         "steps": len(steps),
         "trained": bool(steps),
         **summary.usage,  # wall_s, peak_rss_mib: printed by pipelines.where
@@ -173,7 +173,7 @@ def _train_verl(context, rewardbox, ray_cluster, profile, pool, base_checkpoint,
         "rows": launch.rows,
         "train_files": dg.MetadataValue.path(str(launch.train_path)),
         "command": dg.MetadataValue.md(f"```sh\n{launch.entrypoint}\n```"),
-        "path": dg.MetadataValue.path(str(out.path)),
+        "location": dg.MetadataValue.path(str(out.path)),
     }
     if out.dry is not None:
         if out.unvalidated:
@@ -251,7 +251,7 @@ def merged_checkpoint(
         raise dg.Failure(description=str(exc)) from exc
     context.add_output_metadata(
         {
-            "path": dg.MetadataValue.path(str(merged)),
+            "location": dg.MetadataValue.path(str(merged)),
             "files": dg.MetadataValue.json(sorted(p.name for p in merged.iterdir())),
         }
     )

@@ -85,7 +85,7 @@ def rft_metadata(adapter, run: RFTRun) -> dict:
     """The warm start's metadata: counts, per-epoch NLL, log-probs before/after, the replayed keys."""
     metrics = run.metrics()
     return {
-        "path": dg.MetadataValue.path(str(adapter)),
+        "location": dg.MetadataValue.path(str(adapter)),
         "trained": bool(run.update.samples),
         **{k: v for k, v in metrics.items() if k != "epoch_nll" and v is not None},
         "epoch_nll": dg.MetadataValue.json(metrics["epoch_nll"]),
@@ -105,7 +105,7 @@ def rft_merged_checkpoint(
     merged = train.merge(
         profile, base_checkpoint, rft_checkpoint, rewardbox.path("checkpoints", "rft_merged")
     )
-    context.add_output_metadata({"path": dg.MetadataValue.path(str(merged))})
+    context.add_output_metadata({"location": dg.MetadataValue.path(str(merged))})
     record_versions(context, files_version(merged), profile.section_hash("rft", "grpo"))
     return str(merged)
 
@@ -214,7 +214,7 @@ def write_three_arm_report(out, arms: ThreeArms, profile_name: str) -> dict:
     out.write_text(render_three_arm_markdown(arms, title, images))
     write_json(out.parent / "verdict.json", three_arm_verdict(arms))
     return {
-        "path": dg.MetadataValue.path(str(out)),
+        "location": dg.MetadataValue.path(str(out)),
         "plot_full": md_image(png, "pass@k and pass^k: base, warm start, warm start + GRPO"),
         "plot_png": dg.MetadataValue.path(str(out.parent / "reliability.png")),
     } | three_arm_metadata(arms)

@@ -12,6 +12,7 @@ instance per profile: ``resources.instance_profile``). See ``docs/audit.md``.
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +34,11 @@ class Provenance:
         run_id: the run that materialised it.
         materialised_at: UTC time of the materialisation.
         code_version, data_version: Dagster's versions recorded on the materialisation.
-        config_hash, path: from the asset's metadata (``None`` when it has none).
+        config_hash: from the asset's metadata (``None`` when it has none).
+        location: what the asset made on disk (a checkpoint directory, the report file), from its
+            ``location`` metadata; ``None`` for assets whose value is their output.
+        path: where the IO manager stored the output (its ``path`` metadata: a pickle holding the
+            location, or the Parquet file).
         run_tags: the run's ``rewardbox/*`` tags.
         inputs: the upstream materialisations it read, in the same form.
     """
@@ -45,6 +50,7 @@ class Provenance:
     code_version: str | None
     data_version: str | None
     config_hash: str | None
+    location: str | None
     path: str | None
     run_tags: dict[str, str]
     inputs: list[Provenance] = field(default_factory=list)
@@ -91,6 +97,7 @@ def trace(
         code_version=tags.get("dagster/code_version"),
         data_version=tags.get("dagster/data_version"),
         config_hash=meta["config_hash"].value if "config_hash" in meta else None,
+        location=str(meta["location"].value) if "location" in meta else None,
         path=str(meta["path"].value) if "path" in meta else None,
         run_tags={k: v for k, v in (run.tags if run else {}).items() if k.startswith("rewardbox/")},
     )
@@ -117,14 +124,26 @@ def render(node: Provenance, depth: int = 0) -> Iterator[str]:
         f"config_hash={node.config_hash}"
     )
     yield f"{pad}  run {node.run_id} at {node.materialised_at:%Y-%m-%d %H:%M:%S}Z"
+    if node.location:
+        yield f"{pad}  location {node.location}"
     if node.path:
-        yield f"{pad}  path {node.path}"
+        yield f"{pad}  stored {node.path}"
     if node.run_tags:
         yield f"{pad}  tags " + " ".join(
             f"{k.removeprefix('rewardbox/')}={v}" for k, v in sorted(node.run_tags.items())
         )
     for parent in node.inputs:
         yield from render(parent, depth + 1)
+
+
+def not_found(asset: str, known: list[str], home: str) -> str:
+    """The error for an asset with no materialisation: a likely misspelling is named, else the
+    assets this instance has materialised."""
+    close = difflib.get_close_matches(asset, known, n=3, cutoff=0.75)
+    if close:
+        return f"no asset {asset!r} on this instance ({home}); did you mean {', '.join(close)}?"
+    listed = ", ".join(known) if known else "none yet"
+    return f"{asset} has no materialisation on this instance ({home}); materialised: {listed}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -135,8 +154,9 @@ def main(argv: list[str] | None = None) -> None:
     with dg.DagsterInstance.get() as instance:
         node = trace(instance, args.asset, partition=args.partition)
         serves, home = instance_profile(instance), instance.root_directory
+        known = sorted(key.to_user_string() for key in instance.get_asset_keys())
     if node is None:
-        raise SystemExit(f"{args.asset} has no materialisation on this instance ({home})")
+        raise SystemExit(not_found(args.asset, known, home))
     print(f"instance {home}: profile {serves or 'unclaimed (no run of this version yet)'}")
     print("\n".join(render(node)))
 

@@ -16,8 +16,10 @@ USAGE_KEYS = ("wall_s", "peak_rss_mib")
 
 def stage_usage_lines(instance: dg.DagsterInstance) -> list[str]:
     """One line per asset whose latest materialization recorded ``wall_s`` and ``peak_rss_mib``, in the
-    order they were materialized, then the total wall time and the largest peak (docs/performance.md,
-    "Memory"). Empty when no stage recorded them."""
+    order they were materialized, then their summed wall time and the largest peak, then the wall
+    time of the run that materialized the last of them, which also counts the stages that record
+    nothing (loading the checkpoint, the blocking checks, the merge) and the executor's step start-up
+    (docs/performance.md, "Memory"). Empty when no stage recorded them."""
     rows = []
     for key in instance.get_asset_keys():
         event = instance.get_latest_materialization_event(key)
@@ -26,18 +28,26 @@ def stage_usage_lines(instance: dg.DagsterInstance) -> list[str]:
         metadata = event.asset_materialization.metadata
         if all(k in metadata for k in USAGE_KEYS):
             values = [metadata[k].value for k in USAGE_KEYS]
-            rows.append((event.timestamp, key.to_user_string(), *values))
+            rows.append((event.timestamp, key.to_user_string(), *values, event.run_id))
     if not rows:
         return []
-    width = max(len(name) for _, name, _, _ in rows)
+    rows.sort()
+    width = max(len("stages above"), *(len(row[1]) for row in rows))
     lines = ["Stage wall time and peak resident memory (each stage's own process):"]
-    for _, name, wall_s, peak in sorted(rows):
+    for _, name, wall_s, peak, _ in rows:
         lines.append(f"  {name:<{width}}  {wall_s:8.1f} s  {peak / 1024:6.2f} GiB")
     total = sum(r[2] for r in rows)
     largest = max(rows, key=lambda r: r[3])
     lines.append(
-        f"  {'total':<{width}}  {total:8.1f} s  peak {largest[3] / 1024:.2f} GiB ({largest[1]})"
+        f"  {'stages above':<{width}}  {total:8.1f} s  peak {largest[3] / 1024:.2f} GiB ({largest[1]})"
     )
+    run_id = rows[-1][4]
+    stats = instance.get_run_stats(run_id)
+    if stats.start_time and stats.end_time:
+        job = instance.get_run_by_id(run_id).job_name
+        lines.append(
+            f"  {'whole run':<{width}}  {stats.end_time - stats.start_time:8.1f} s  ({job}, run {run_id[:8]})"
+        )
     return lines
 
 

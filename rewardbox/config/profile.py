@@ -72,7 +72,8 @@ __all__ = [
 
 
 class Profile(BaseModel):
-    """Everything a run needs. ``data_dir`` holds every artifact (``make clean`` removes it).
+    """Everything a run needs. ``data_dir`` holds every artifact (``make clean-all`` removes it;
+    ``make clean`` one profile's own).
 
     ``reference`` (absent by default: the gate is off) screens candidates with a reference
     policy before they may enter the training pool (``rewardbox.selection.reference_config``).

@@ -28,8 +28,16 @@ def test_stage_lines_read_wall_time_and_peak_memory_from_the_instance():
     assert dg.materialize([probe_like, train_like, no_usage], instance=instance).success
     lines = stage_usage_lines(instance)
     assert lines[0].startswith("Stage wall time and peak resident memory")
-    assert [line.split()[0] for line in lines[1:]] == ["probe_like", "train_like", "total"]
+    assert [line.split()[0] for line in lines[1:]] == [
+        "probe_like",
+        "train_like",
+        "stages",
+        "whole",
+    ]
     assert "12.5 s" in lines[1] and "3.00 GiB" in lines[1]
     assert "30.0 s" in lines[2] and "1.50 GiB" in lines[2]
     assert "42.5 s" in lines[3] and "peak 3.00 GiB (probe_like)" in lines[3]
+    run = instance.get_runs(limit=1)[0]
+    stats = instance.get_run_stats(run.run_id)
+    assert f"{stats.end_time - stats.start_time:8.1f} s" in lines[4] and run.run_id[:8] in lines[4]
     assert not any("no_usage" in line for line in lines)
