@@ -84,6 +84,7 @@ class EpisodeKV:
         self._entries: OrderedDict[tuple[int, ...], EpisodeEntry] = OrderedDict()
         self.generation = 0
         self.kept = self.taken = self.evicted = 0
+        self.peak_bytes = 0  # the most ``nbytes(shared)`` held after a ``keep`` (a measurement)
 
     def clear(self) -> None:
         """Drop every entry and refuse those computed before now (the weights changed)."""
@@ -128,6 +129,7 @@ class EpisodeKV:
         ):
             self._entries.popitem(last=False)
             self.evicted += 1
+        self.peak_bytes = max(self.peak_bytes, self.nbytes(shared))
 
     def nbytes(self, shared: list | None = None) -> int:
         """Bytes the entries hold: their own columns and their prefix entries (each storage once),
