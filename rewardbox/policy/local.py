@@ -39,6 +39,7 @@ from rewardbox.policy.precision import resolve_dtype
 from rewardbox.policy.prefix_cache import PrefixCache
 from rewardbox.policy.running import RowSpec, RunningBatch
 from rewardbox.policy.worker import STOP, ContinuousWorker
+from rewardbox.process_memory import map_large_blocks
 from rewardbox.threads import apply_thread_policy
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -103,6 +104,7 @@ class LocalPolicy(ContinuousWorker):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.thread_policy = apply_thread_policy(num_threads)
+        map_large_blocks()  # freed KV buffers go back to the system (process_memory)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.name = name or self.checkpoint_dir.name
         self.max_batch_size, self.batch_wait_s = max_batch_size, batch_wait_ms / 1000.0
