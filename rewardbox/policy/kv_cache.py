@@ -91,6 +91,18 @@ def kv_bytes_per_position(config, dtype: torch.dtype) -> int:
     return int(config.num_hidden_layers * 2 * heads * head_dim * itemsize)
 
 
+def cache_storages(caches: list):
+    """``(storage pointer, bytes)`` of every key/value tensor of ``caches`` (``DynamicCache``-like; a
+    storage shared by several tensors is yielded once per tensor: callers key by the pointer)."""
+    for cache in caches:
+        for layer in cache.layers:
+            for name in ("_keys", "_values", "keys", "values"):
+                tensor = getattr(layer, name, None)
+                if isinstance(tensor, torch.Tensor):
+                    storage = tensor.untyped_storage()
+                    yield storage.data_ptr(), storage.nbytes()
+
+
 def preallocated_cache(config, capacity: int, source: DynamicCache | None = None) -> DynamicCache:
     """A cache of ``PreallocatedLayer`` (one per decoder layer) of ``capacity`` positions.
 

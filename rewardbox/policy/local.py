@@ -6,7 +6,9 @@ renders and tokenises them off the event loop and admits them into ONE running
 decode batch (``running.RunningBatch``) of up to ``max_batch_size`` rows:
 requests that arrive while it decodes join it at the next step, and rows leave
 as soon as they stop. Where new rows share a long prefix its cached KV is
-reused (``prefix_cache``), so only their suffixes are prefilled. Each row keeps
+reused (``prefix_cache``), so only their suffixes are prefilled, and a finished
+row's KV is kept for its episode's next turn (``episode_kv``), so that turn
+prefills only its new tokens. Each row keeps
 its own temperature (0 means greedy), its own token budget, and its own random
 generator (``sampling.PerRowSampler``, which also records each sampled token's
 log-probability for the trainer), so mixed requests share a batch and a row's
@@ -37,6 +39,7 @@ from rewardbox.policy.precision import resolve_dtype
 from rewardbox.policy.prefix_cache import PrefixCache
 from rewardbox.policy.running import RowSpec, RunningBatch
 from rewardbox.policy.worker import STOP, ContinuousWorker
+from rewardbox.process_memory import map_large_blocks
 from rewardbox.threads import apply_thread_policy
 
 STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -65,6 +68,9 @@ class LocalPolicy(ContinuousWorker):
             the model writes them (``guided``); values and the choice to call stay free.
         kv_cache_mib: most memory the running batch's KV buffer may reserve, MiB; requests that
             would exceed it wait for rows to finish (a lone request always runs). None: no bound.
+        episode_kv_mib: most memory finished rows' KV kept for their episode's next turn may hold,
+            MiB (``episode_kv``: the next turn prefills only its new tokens); 0 keeps none, None: no
+            bound (the store still keeps at most 64 entries).
 
     Attributes:
         model, tokenizer: the live objects; the trainer may use them (train-mode
@@ -92,11 +98,13 @@ class LocalPolicy(ContinuousWorker):
         prefix_cache_min_tokens: int = 64,
         guided_tool_calls: bool = True,
         kv_cache_mib: int | None = None,
+        episode_kv_mib: int | None = 512,
     ):
         """Load the checkpoint and start the worker thread (arguments: the class doc)."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.thread_policy = apply_thread_policy(num_threads)
+        map_large_blocks()  # freed KV buffers go back to the system (process_memory)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.name = name or self.checkpoint_dir.name
         self.max_batch_size, self.batch_wait_s = max_batch_size, batch_wait_ms / 1000.0
@@ -104,7 +112,10 @@ class LocalPolicy(ContinuousWorker):
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
         self._rng = random.Random(seed) if seed is not None else None
         self.generation_lock, self._weights_version = threading.RLock(), 0
-        self.prefix_cache = PrefixCache(min_tokens=prefix_cache_min_tokens)
+        self.prefix_cache = PrefixCache(
+            min_tokens=prefix_cache_min_tokens,
+            episode_max_bytes=None if episode_kv_mib is None else int(episode_kv_mib) << 20,
+        )
         self.guided_tool_calls, self._vocabulary = guided_tool_calls, None
         self.kv_cache_bytes = None if kv_cache_mib is None else int(kv_cache_mib) << 20
         self._load_weights(self.dtype, adapter_dir)

@@ -27,6 +27,9 @@ from collections.abc import Callable
 
 import torch
 
+from rewardbox.policy.episode_kv import EpisodeEntry, EpisodeKV, common_len
+from rewardbox.policy.kv_cache import cache_storages
+
 
 def common_prefix_len(prompts: list[list[int]]) -> int:
     """Length of the longest token prefix shared by every prompt, leaving each row >= 1 own token."""
@@ -51,12 +54,17 @@ class PrefixCache:
     """
 
     def __init__(
-        self, min_tokens: int = 64, max_entries: int = 4, max_bytes: int | None = 256 << 20
+        self,
+        min_tokens: int = 64,
+        max_entries: int = 4,
+        max_bytes: int | None = 256 << 20,
+        episode_max_bytes: int | None = 512 << 20,
     ) -> None:
         self.min_tokens = min_tokens
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self._entries: OrderedDict[tuple[int, ...], object] = OrderedDict()
+        self.episodes = EpisodeKV(episode_max_bytes)
         self.hits = 0
         self.misses = 0
 
@@ -65,18 +73,30 @@ class PrefixCache:
         _, length = self._longest_match(tokens)
         return length if length >= self.min_tokens else 0
 
+    def own_cached_len(self, tokens: list[int]) -> int:
+        """``cached_len``, or more when a kept turn of the same episode holds more (``episode_kv``): what a
+        prefill call of this row alone reuses."""
+        length = max(self.cached_len(tokens), self.episodes.match(tokens))
+        return length if length >= self.min_tokens else 0
+
+    def keep_episode(self, tokens: list[int], entry: EpisodeEntry, generation: int) -> None:
+        """Keep a finished row's KV for its episode's next turn (``EpisodeKV.keep``; the prefix cache's
+        own entries are counted in its own budget, not the episodes')."""
+        self.episodes.keep(tokens, entry, generation, shared=list(self._entries.values()))
+
     def _longest_match(self, tokens: list[int]) -> tuple[tuple[int, ...] | None, int]:
         """The kept entry sharing the most leading tokens with ``tokens``, and how many (None, 0: none)."""
         best, length = None, 0
         for key in self._entries:
-            common = _common_len(key, tokens)
+            common = common_len(key, tokens)
             if common > length:
                 best, length = key, common
         return best, length
 
     def invalidate(self) -> None:
-        """Drop every cached prefix (the weights changed)."""
+        """Drop every cached prefix and every kept episode turn (the weights changed)."""
         self._entries.clear()
+        self.episodes.clear()
 
     def prepare(
         self, model, prompts: list[list[int]], pad_id: int, device
@@ -89,10 +109,19 @@ class PrefixCache:
             the prefix's P positions expanded to batch B (views of the kept entry: read them,
             never write them in place).
         """
+        prepared = self.prepare_rows(model, prompts, pad_id, device)
+        return None if prepared is None else prepared[:2]
+
+    def prepare_rows(
+        self, model, prompts: list[list[int]], pad_id: int, device
+    ) -> tuple[dict, int, tuple] | None:
+        """``prepare``, plus the root: ``(prefix entry or None, its columns used)``, the kept prefix a
+        finished row's own KV continues (``keep_episode``). A call of one row takes its episode's kept
+        turn instead of a prefix entry when that holds more of its prompt (``episode_kv``; used up)."""
         n = common_prefix_len(prompts)
         if n < self.min_tokens:
             return None
-        key, cache = self._lookup(model, prompts[0][:n], device, extend=len(prompts) > 1)
+        key, cache, root = self._source(model, prompts, n, device)
         n = len(key)
         batch_cache = expanded(cache, len(prompts))
         width = max(len(p) for p in prompts) - n
@@ -109,7 +138,26 @@ class PrefixCache:
             "attention_mask": mask.to(device),
             "cache": batch_cache,
         }
-        return inputs, n + width
+        return inputs, n + width, root
+
+    def _source(
+        self, model, prompts: list[list[int]], n: int, device
+    ) -> tuple[list[int], object, tuple]:
+        """(prefix tokens, their cache at batch 1, root) for ``prepare``: a kept episode turn for a lone
+        row when it holds more than the prefix entries, else ``_lookup``."""
+        shared = prompts[0][:n]
+        if len(prompts) == 1:
+            hit = self.episodes.take(shared, max(self.cached_len(shared), self.min_tokens - 1))
+            if hit is not None:
+                length, entry = hit
+                self.hits += 1
+                return (
+                    shared[:length],
+                    entry.cache(length),
+                    (entry.base, min(entry.base_len, length)),
+                )
+        key, cache = self._lookup(model, shared, device, extend=len(prompts) > 1)
+        return key, cache, (cache, len(key))
 
     def _lookup(
         self, model, shared: list[int], device, *, extend: bool
@@ -170,7 +218,7 @@ class PrefixCache:
         keys = list(self._entries)  # least recently used first
 
         def recompute_tokens(key: tuple[int, ...]) -> int:
-            shared = (_common_len(key, other) for other in keys if other is not key)
+            shared = (common_len(key, other) for other in keys if other is not key)
             return len(key) - max(shared, default=0)
 
         del self._entries[min(keys, key=recompute_tokens)]
@@ -182,15 +230,7 @@ class PrefixCache:
 
 def cache_nbytes(caches: list) -> int:
     """Bytes of the key/value tensors of ``caches`` (``DynamicCache``-like), each storage once."""
-    seen: dict[int, int] = {}
-    for cache in caches:
-        for layer in cache.layers:
-            for name in ("_keys", "_values", "keys", "values"):
-                tensor = getattr(layer, name, None)
-                if isinstance(tensor, torch.Tensor):
-                    storage = tensor.untyped_storage()
-                    seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
+    return sum(dict(cache_storages(caches)).values())
 
 
 def expanded(cache, rows: int):
@@ -212,6 +252,7 @@ def prefill_groups(
     cached_len: Callable[[list[int]], int],
     min_tokens: int,
     call_tokens: int = 64,
+    own_cached_len: Callable[[list[int]], int] | None = None,
 ) -> list[list[int]]:
     """Split new rows into prefill calls so that rows with different long prefixes never pad each other.
 
@@ -221,7 +262,7 @@ def prefill_groups(
     programming over the tokens each call computes: a call of rows ``R`` whose common prefix is ``P``
     tokens computes ``|R| * (max len - P)`` padded columns, plus ``P - c`` columns at batch 1 when only
     ``c`` of them are cached (``PrefixCache.prepare`` extends the entry), plus ``call_tokens`` for the
-    call itself; a call of one row reuses only what is cached, and a common prefix under ``min_tokens``
+    call itself; a call of one row reuses only what is cached (its episode's kept turn included), and a common prefix under ``min_tokens``
     is not reused at all (``prepare`` returns None).
 
     Args:
@@ -229,6 +270,8 @@ def prefill_groups(
         cached_len: leading tokens of a prompt the prefix cache holds (``PrefixCache.cached_len``).
         min_tokens: the prefix cache's ``min_tokens``.
         call_tokens: the cost of one more forward call, in prompt columns (>= 0).
+        own_cached_len: leading tokens a call of this row alone reuses (``PrefixCache.own_cached_len``:
+            its episode's kept turn counts there, ``episode_kv``); None: ``cached_len``.
 
     Returns:
         Groups of indexes into ``prompts``, each ascending; every index in exactly one group.
@@ -238,12 +281,14 @@ def prefill_groups(
         return [list(range(n))]
     order = sorted(range(n), key=lambda i: prompts[i])
     cached = [min(cached_len(prompts[i]), len(prompts[i]) - 1) for i in order]
-    adjacent = [_common_len(prompts[order[k]], prompts[order[k + 1]]) for k in range(n - 1)]
+    own = own_cached_len or cached_len
+    alone = [min(own(prompts[i]), len(prompts[i]) - 1) for i in order]
+    adjacent = [common_len(prompts[order[k]], prompts[order[k + 1]]) for k in range(n - 1)]
 
     def cost(i: int, j: int) -> int:  # sorted rows i..j-1 in one call
         longest = max(len(prompts[order[k]]) for k in range(i, j))
         if j - i == 1:
-            return longest - cached[i] + call_tokens
+            return longest - alone[i] + call_tokens
         shared = min(min(adjacent[i : j - 1]), min(len(prompts[order[k]]) for k in range(i, j)) - 1)
         if shared < min_tokens:
             return (j - i) * longest + call_tokens
@@ -260,12 +305,3 @@ def prefill_groups(
         groups.append(sorted(order[cut[j] : j]))
         j = cut[j]
     return sorted(groups)
-
-
-def _common_len(a, b) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n

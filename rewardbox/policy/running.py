@@ -24,6 +24,7 @@ windows) take new rows only when the batch is empty (``joinable``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,9 +40,12 @@ from rewardbox.policy.decode import (
     merge_rows,
     prefill,
 )
+from rewardbox.policy.episode_kv import row_entry
 from rewardbox.policy.guided import ConstraintEvent, ToolCallGuide, VocabularyIndex
 from rewardbox.policy.prefix_cache import PrefixCache, prefill_groups
 from rewardbox.policy.sampling import PerRowSampler
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -119,6 +123,7 @@ class RunningBatch:
         self._specs: list[RowSpec] = []
         self._signatures: list[dict[str, tuple[str, ...]]] = []
         self._cached: list[int] = []
+        self._roots: list[tuple[Any, int, int]] = []  # (prefix entry, its columns, generation)
         self._peak: list[int] = []
         self.guide: ToolCallGuide | None = None
 
@@ -160,16 +165,21 @@ class RunningBatch:
         if self.prefix_cache is None or not full_attention(self.model.config):
             return [list(range(len(prompts)))]
         cache = self.prefix_cache
-        return prefill_groups(prompts, cache.cached_len, cache.min_tokens)
+        return prefill_groups(
+            prompts, cache.cached_len, cache.min_tokens, own_cached_len=cache.own_cached_len
+        )
 
     def _prefill(self, specs: list[RowSpec], slots: list[int]) -> list[FinishedRow]:
         """One prefill call for ``specs``; the rows that go on join the running batch."""
-        ids, mask, cache, cached = self._inputs([s.prompt_ids for s in specs])
+        ids, mask, cache, root = self._inputs([s.prompt_ids for s in specs])
+        cached = 0 if cache is None else cache.get_seq_length()
         rows, logits = prefill(
             self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots
         )
+        generation = None if self.prefix_cache is None else self.prefix_cache.episodes.generation
         for slot in slots:
             self._cached[slot] = cached
+            self._roots[slot] = (*root, generation)
         finished = self._draw(rows, logits)
         if rows.slots:
             self.rows = (
@@ -212,27 +222,23 @@ class RunningBatch:
         self.completions.append([])
         self._signatures.append(spec.signatures)
         self._cached.append(0)
+        self._roots.append((None, 0, None))
         self._peak.append(0)
         if spec.signatures and self.guide is None and self._vocabulary is not None:
             self.guide = ToolCallGuide(self._vocabulary(), self._signatures, prompt_len=0)
         return slot
 
-    def _inputs(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any, int]:
-        """(ids, mask, prefix cache or None, cached columns) for new rows."""
+    def _inputs(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, Any, tuple]:
+        """(ids, mask, prefix cache or None, root: the kept prefix entry and its columns) for new rows."""
         prepared = None
         if self.prefix_cache is not None:
-            prepared = self.prefix_cache.prepare(
+            prepared = self.prefix_cache.prepare_rows(
                 self.model, prompts, self.pad_token_id, self.device
             )
         if prepared is None:
-            return (*left_pad(prompts, self.pad_token_id, self.device), None, 0)
+            return (*left_pad(prompts, self.pad_token_id, self.device), None, (None, 0))
         inputs = prepared[0]
-        return (
-            inputs["input_ids"],
-            inputs["attention_mask"],
-            inputs["cache"],
-            inputs["cache"].get_seq_length(),
-        )
+        return inputs["input_ids"], inputs["attention_mask"], inputs["cache"], prepared[2]
 
     def reserved(self) -> tuple[int, int, int]:
         """(running rows, KV columns, largest budget left to a row): what the KV buffer reserves
@@ -262,12 +268,27 @@ class RunningBatch:
             if token not in self.stops and len(self.completions[slot]) < self._specs[slot].budget:
                 keep.append(i)
             else:
+                self._keep_kv(rows, i, slot)
                 finished.append(self._finished(slot))
         if not keep:
             rows.slots = []
         else:
             keep_rows(rows, keep)
         return finished
+
+    def _keep_kv(self, rows: Rows, index: int, slot: int) -> None:
+        """Hand a finished row's KV to the prefix cache for its episode's next turn (``episode_kv``):
+        its prompt and completion tokens but the last (never fed). Sliding-window caches keep none."""
+        if self.prefix_cache is None or not rows.mergeable:
+            return
+        base, base_len, generation = self._roots[slot]
+        tokens = self._specs[slot].prompt_ids + self.completions[slot][:-1]
+        try:
+            entry = row_entry(rows, index, len(tokens), base, base_len)
+        except ValueError:  # a layout this path does not know: reuse nothing, decode on
+            log.warning("episode KV of a finished row not kept", exc_info=True)
+            return
+        self.prefix_cache.keep_episode(tokens, entry, generation)
 
     def _finished(self, slot: int) -> FinishedRow:
         events = [] if self.guide is None else [e for e in self.guide.events if e.row == slot]
