@@ -11,7 +11,7 @@ export DAGSTER_HOME := $(CURDIR)/.dagster_home/$(PROFILE)
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo learn learn-warm lint test test-fast dev bench clean clean-all verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
+.PHONY: help setup demo learn learn-warm lint test test-fast dev bench clean clean-all verl-env postgres postgres-stop dev-postgres audit dagster-home chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+help:
+	@echo "make demo            set up, run every stage on the demo profile, print stage times and the verdict"
+	@echo "make test            set up, lint, run the test suite (what CI runs)"
+	@echo "make learn           the measured learning run (PROFILE=learn; hours on 2 cores, docs/learning_run.md)"
+	@echo "make learn-warm      the learning run with the RFT warm start (docs/warm_start.md)"
+	@echo "make dev             the Dagster UI on http://127.0.0.1:3000 for PROFILE (default demo)"
+	@echo "make audit ASSET=x   which data, config and code produced an asset (docs/audit.md)"
+	@echo "make bench           the benchmarks, with ratios and the machine's load (docs/performance.md)"
+	@echo "make clean           remove PROFILE's data and instance; make clean-all: every profile's"
+	@echo "PROFILE=demo|test|learn|full or a profile file; TORCH_INDEX=... for pip's torch index (README)"
 
 $(DAGSTER_HOME)/dagster.yaml: dagster.yaml
 	@test -f "$(PROFILE)" -o -f "rewardbox/config/profiles/$(PROFILE).yaml" || { \

@@ -115,10 +115,18 @@ def trace(
     return node
 
 
-def render(node: Provenance, depth: int = 0) -> Iterator[str]:
-    """Indented text lines, one block per materialisation, inputs under their consumer."""
+def render(node: Provenance, depth: int = 0, seen: set | None = None) -> Iterator[str]:
+    """Indented text lines, one block per materialisation, inputs under their consumer; a
+    materialisation already shown (``base_checkpoint`` is an input at several levels) is one line
+    that says so."""
+    seen = set() if seen is None else seen
     pad = "  " * depth
     name = f"{node.asset}[{node.partition}]" if node.partition else node.asset
+    identity = (node.asset, node.partition, node.run_id, node.materialised_at)
+    if identity in seen:
+        yield f"{pad}{name}  data_version={node.data_version}  (shown above)"
+        return
+    seen.add(identity)
     yield (
         f"{pad}{name}  data_version={node.data_version}  code_version={node.code_version}  "
         f"config_hash={node.config_hash}"
@@ -133,7 +141,7 @@ def render(node: Provenance, depth: int = 0) -> Iterator[str]:
             f"{k.removeprefix('rewardbox/')}={v}" for k, v in sorted(node.run_tags.items())
         )
     for parent in node.inputs:
-        yield from render(parent, depth + 1)
+        yield from render(parent, depth + 1, seen)
 
 
 def not_found(asset: str, known: list[str], home: str) -> str:

@@ -53,6 +53,7 @@ class ProgressCounts:
         graded: finished episodes that were graded (not system errors); the pass rate's denominator.
         system_errors: finished episodes that ended in a system error (infrastructure, not the policy).
         elapsed_s: seconds since the stage started.
+        in_flight: units that run at once (a campaign's concurrency; 1 for GRPO steps).
     """
 
     done: int = 0
@@ -61,11 +62,18 @@ class ProgressCounts:
     graded: int = 0
     system_errors: int = 0
     elapsed_s: float = 0.0
+    in_flight: int = 1
 
     @property
     def eta_s(self) -> float | None:
-        """Remaining seconds at the mean rate so far; ``None`` before the first unit finishes."""
-        if self.done == 0:
+        """Remaining seconds at the mean rate so far; ``None`` until the first wave has finished.
+
+        With ``in_flight`` units started together, the first finishes after about one unit's time
+        while the others are nearly done, so done / elapsed only measures the throughput once
+        ``min(in_flight, total)`` have finished (before that the mean rate predicts up to
+        ``in_flight`` times too long: a new user saw "1/18 episodes, ETA 1h26m" for a 10-minute
+        stage with 16 in flight)."""
+        if self.done == 0 or self.done < min(self.in_flight, self.total):
             return None
         return self.elapsed_s / self.done * max(0, self.total - self.done)
 
@@ -143,6 +151,10 @@ class Progress:
                 self._bar.set_postfix_str(self._postfix(), refresh=False)
         if self._due():
             self._write(self.line(note))
+
+    def running(self, in_flight: int) -> None:
+        """How many units run at once (the ETA waits for that many to finish; ``ProgressCounts.eta_s``)."""
+        self.counts.in_flight = max(1, int(in_flight))
 
     def episode(self, result: Any) -> None:
         """Count one finished episode (an ``EpisodeResult``: ``passed`` and ``system_error``)."""

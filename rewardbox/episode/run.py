@@ -140,6 +140,7 @@ async def _run_keys(
     try:
         with Progress(len(keys), *progress) as counter:
             async with executor.session(parts.runner_factory(grader), policy) as session:
+                counter.running(session.width)
                 return await run_campaign(
                     tasks,
                     keys,

@@ -46,6 +46,22 @@ def test_lines_count_done_pass_rate_system_errors_and_eta():
     assert len(lines) == 5  # close() adds nothing after the final unit's line
 
 
+def test_with_episodes_in_flight_the_eta_waits_for_the_first_wave():
+    """16 in flight, 18 in all: the first finishes after one episode's time; the mean rate then would
+    say 17 more episode-times (the "ETA 1h26m" of a 10-minute stage)."""
+    clock, lines = FakeClock(), []
+    progress = Progress(18, "evaluation", lines.append, every_frac=0, bar=False, clock=clock)
+    progress.running(16)
+    for done in range(1, 19):
+        clock.now += 300.0 if done == 1 else 2.0
+        progress.update(passed=True)
+    assert all("ETA" not in line for line in lines[1:16])  # 1 .. 15 done
+    assert lines[16].startswith("evaluation: 16/18") and lines[16].endswith(
+        "ETA 41s"
+    )  # 330 s / 16 × 2
+    assert "ETA" not in lines[-1]
+
+
 def test_cadence_by_share_and_by_time():
     clock, lines = FakeClock(), []
     progress = Progress(

@@ -59,3 +59,32 @@ def test_a_misspelt_asset_is_named_with_its_likely_spelling():
     message = not_found("grpo_checkpoint_x", known, "/h")
     assert "has no materialisation" in message and "probe_results" in message
     assert "none yet" in not_found("probe_results", [], "/h")
+
+
+def test_a_materialisation_read_at_several_levels_is_shown_once(tmp_path):
+    @dg.asset(name="base_checkpoint")
+    def base_checkpoint() -> str:
+        return "base"
+
+    @dg.asset(name="grpo_checkpoint")
+    def grpo_checkpoint(base_checkpoint: str) -> str:
+        return base_checkpoint + "+adapter"
+
+    @dg.asset(name="merged_checkpoint")
+    def merged_checkpoint(base_checkpoint: str, grpo_checkpoint: str) -> str:
+        return grpo_checkpoint
+
+    instance = dg.DagsterInstance.ephemeral()
+    io = dg.FilesystemIOManager(base_dir=str(tmp_path / "objects"))
+    assets = [base_checkpoint, grpo_checkpoint, merged_checkpoint]
+    assert dg.materialize(assets, resources={"io_manager": io}, instance=instance).success
+    lines = list(render(trace(instance, "merged_checkpoint")))
+    heads = [line.strip().split()[0] for line in lines if "data_version=" in line]
+    assert sorted(heads) == [
+        "base_checkpoint",
+        "base_checkpoint",
+        "grpo_checkpoint",
+        "merged_checkpoint",
+    ]
+    assert sum("(shown above)" in line for line in lines) == 1
+    assert sum(line.strip().startswith("run ") for line in lines) == 3
