@@ -152,9 +152,18 @@ def test_peft_adapter_is_merged_on_load(smollm2_checkpoint, tmp_path):
     before = base.model.layers[0].self_attn.q_proj.weight.detach().clone()
     lora = get_peft_model(base, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
     lora.save_pretrained(tmp_path / "adapter")
-    policy = LocalPolicy(smollm2_checkpoint, adapter_dir=tmp_path / "adapter")
+    # both dtypes whatever the host's "auto" picks (a CPU with bf16 units resolves auto to bf16)
+    bf16 = LocalPolicy(smollm2_checkpoint, adapter_dir=tmp_path / "adapter", dtype="bfloat16")
+    try:
+        merged_bf16 = bf16.model.model.layers[0].self_attn.q_proj.weight
+        assert merged_bf16.dtype == torch.bfloat16 and not hasattr(bf16.model, "peft_config")
+        assert not torch.equal(merged_bf16, before.to(torch.bfloat16))
+    finally:
+        asyncio.run(bf16.aclose())
+    policy = LocalPolicy(smollm2_checkpoint, adapter_dir=tmp_path / "adapter", dtype="float32")
     try:
         merged = policy.model.model.layers[0].self_attn.q_proj.weight
+        assert merged.dtype == torch.float32
         assert not hasattr(policy.model, "peft_config")
         assert not torch.allclose(merged, before)
         ids = policy.tokenizer(
@@ -194,7 +203,9 @@ def test_embedded_model_staggered_requests_join_the_running_batch_with_their_own
         )
         for i, ask in enumerate(asks)
     ]
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=8, seed=0)
+    # float32: a joined row equals the row alone to 1e-4 only there; in bf16 what shares a decode
+    # step changes the rounding (docs/performance.md, "Precision")
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=8, seed=0, dtype="float32")
 
     async def staggered():
         async def one(i):

@@ -249,7 +249,11 @@ def test_same_seed_same_tokens_whatever_shares_the_batch(smollm2_checkpoint):
     from rewardbox.policy.chat_template import render_prompt
     from rewardbox.policy.local import LocalPolicy
 
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=1_000_000)
+    # float32 whatever the host's "auto" picks: the same seed gives the same tokens whatever shares the
+    # batch in float32; in bf16 the batch changes the rounding (docs/grpo_training.md)
+    policy = LocalPolicy(
+        smollm2_checkpoint, max_batch_size=4, prefix_cache_min_tokens=1_000_000, dtype="float32"
+    )
     try:
 
         def run(requests):

@@ -35,7 +35,9 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
         micro_batch_sequences=2,
         temperature=0.7,
     )
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0)
+    # on-policy GRPO samples and scores in float32 when dtype is auto (training.local.on_policy_config),
+    # whatever the host: a CPU with bf16 units would otherwise resolve auto to bf16 here
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0, dtype="float32")
     policy.model = attach_lora(policy.model, config)
     episode = EpisodeConfig(
         max_user_turns=1, max_agent_steps_per_user_turn=2, max_new_tokens=24, temperature=0.7

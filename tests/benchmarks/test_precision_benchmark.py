@@ -1,0 +1,35 @@
+"""The precision benchmark's statistics: the exact McNemar test and token agreement."""
+
+from __future__ import annotations
+
+import pytest
+from scipy.stats import binomtest
+
+from benchmarks.precision import agreement, mcnemar_exact
+
+
+def test_mcnemar_counts_only_discordant_pairs_and_matches_scipys_binomial_test():
+    fp32 = [True, True, True, False, False, True, False, True]
+    bf16 = [True, False, False, False, True, True, False, False]
+    result = mcnemar_exact(fp32, bf16)
+    assert (result["only_first"], result["only_second"]) == (3, 1)
+    assert result["first_rate"] == 5 / 8 and result["second_rate"] == 3 / 8
+    assert result["p_value"] == pytest.approx(binomtest(1, 4, 0.5).pvalue)
+    assert result["p_value"] == pytest.approx(0.625)
+
+
+def test_mcnemar_without_discordant_pairs_is_p_one_and_rejects_unpaired_input():
+    assert mcnemar_exact([True, False], [True, False])["p_value"] == 1.0
+    with pytest.raises(ValueError, match="equal in length"):
+        mcnemar_exact([True], [True, False])
+    with pytest.raises(ValueError):
+        mcnemar_exact([], [])
+
+
+def test_agreement_counts_identical_completions_and_the_prefix_before_the_first_difference():
+    result = agreement([[1, 2, 3, 4], [5, 6], [], [7]], [[1, 2, 9, 4], [5, 6], [], [7, 8]])
+    assert result["n"] == 4 and result["identical"] == 2
+    # 2/4, 2/2, empty pair 1.0, 1/2
+    assert result["prefix_fraction"] == pytest.approx((0.5 + 1.0 + 1.0 + 0.5) / 4)
+    with pytest.raises(ValueError):
+        agreement([[1]], [[1], [2]])
