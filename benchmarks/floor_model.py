@@ -150,13 +150,20 @@ def model_rows(
     if model is None:
         from transformers import AutoModelForCausalLM
 
+        from rewardbox.policy.attention import implementation_for
         from rewardbox.policy.checkpoint import convert_gguf_to_safetensors
         from rewardbox.policy.precision import resolve_dtype
 
         checkpoint = checkpoint or convert_gguf_to_safetensors(
             Path(tempfile.gettempdir()) / "rewardbox-bench-base"
         )
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=resolve_dtype("auto"))
+        dtype = resolve_dtype("auto")
+        # the attention the local policy loads this dtype with (rewardbox.policy.attention)
+        model = AutoModelForCausalLM.from_pretrained(
+            checkpoint,
+            dtype=dtype,
+            attn_implementation=implementation_for(torch.device("cpu"), dtype),
+        )
     model.eval()
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     rows = _speed_rows(model, floor, prompt, completion, dtype)

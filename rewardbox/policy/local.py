@@ -294,8 +294,11 @@ class LocalPolicy(ContinuousWorker):
 
 
 def _load(checkpoint_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
-    """Load model and tokenizer from a local directory only (no hub access)."""
+    """Load model and tokenizer from a local directory only (no hub access); a bf16/fp16 model on a CPU
+    gets ``attention.NAME`` (decode steps without the CPU's slow reduced-precision SDPA kernel)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rewardbox.policy.attention import implementation_for
 
     if not (checkpoint_dir / "config.json").is_file():
         raise FileNotFoundError(
@@ -304,7 +307,12 @@ def _load(checkpoint_dir: Path, device: torch.device, dtype: torch.dtype) -> tup
         )
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir, local_files_only=True)
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        checkpoint_dir,
+        dtype=dtype,
+        local_files_only=True,
+        attn_implementation=implementation_for(device, dtype),
+    )
     model.to(device)
     model.eval()
     return model, tokenizer
