@@ -56,21 +56,20 @@ class _Counter:
             self.decode_s += elapsed
 
 
-def _campaign(policy, profile, tasks, mib: int, trials: int = TRIALS) -> dict:
-    """One campaign with the episode store's budget at ``mib``; its figures and completions."""
+def counted_campaign(policy, profile, tasks, trials: int, on_completion) -> tuple:
+    """Run one campaign of ``tasks`` x ``trials`` through ``policy`` with its forward calls counted.
+
+    ``on_completion(request, completion)`` sees every turn. Returns ``(rows, counter, wall_s)``: the
+    campaign's trial rows, the ``_Counter`` of its forward calls and its wall seconds.
+    """
     from rewardbox.episode.run import run_trials_async
     from rewardbox.runtime.compose import campaign_parts
 
-    with policy.generation_lock:
-        policy.prefix_cache.invalidate()  # cold: both modes compute the domain prefixes once
-        policy.prefix_cache.episodes.max_bytes = mib << 20
-        policy.prefix_cache.episodes.peak_bytes = policy.prefix_cache.episodes.taken = 0
-    counter, completions = _Counter(), {}
-    complete = policy.complete
+    counter, complete = _Counter(), policy.complete
 
     async def recording(request):
         completion = await complete(request)
-        completions[request.sampling_seed] = completion.completion_token_ids
+        on_completion(request, completion)
         return completion
 
     policy.complete = recording
@@ -89,8 +88,23 @@ def _campaign(policy, profile, tasks, mib: int, trials: int = TRIALS) -> dict:
         for hook in hooks:
             hook.remove()
         del policy.complete
+    return rows, counter, time.perf_counter() - start
+
+
+def _campaign(policy, profile, tasks, mib: int, trials: int = TRIALS) -> dict:
+    """One campaign with the episode store's budget at ``mib``; its figures and completions."""
+    with policy.generation_lock:
+        policy.prefix_cache.invalidate()  # cold: both modes compute the domain prefixes once
+        policy.prefix_cache.episodes.max_bytes = mib << 20
+        policy.prefix_cache.episodes.peak_bytes = policy.prefix_cache.episodes.taken = 0
+    completions = {}
+
+    def record(request, completion):
+        completions[request.sampling_seed] = completion.completion_token_ids
+
+    rows, counter, wall_s = counted_campaign(policy, profile, tasks, trials, record)
     return {
-        "wall_s": time.perf_counter() - start,
+        "wall_s": wall_s,
         "prefill_columns": counter.prefill_columns,
         "prefill_calls": counter.prefill_calls,
         "prefill_s": counter.prefill_s,

@@ -31,9 +31,8 @@ import asyncio
 import dataclasses
 import os
 import statistics
-import time
 
-from benchmarks.episode_kv import _Counter
+from benchmarks.episode_kv import counted_campaign
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_PRECISION", "2,2").split(","))
@@ -97,42 +96,21 @@ def agreement(first: list[list[int]], second: list[list[int]]) -> dict:
 
 def _campaign(policy, profile, tasks, trials: int) -> dict:
     """One campaign of ``tasks`` x ``trials`` from a cold prefix cache; figures, outcomes, first turns."""
-    from rewardbox.episode.run import run_trials_async
-    from rewardbox.runtime.compose import campaign_parts
-
     with policy.generation_lock:
         policy.prefix_cache.invalidate()
-    counter, first_turns = _Counter(), {}
-    complete = policy.complete
+    first_turns = {}
 
-    async def recording(request):
-        completion = await complete(request)
+    def record(request, completion):
         if not any(m.get("role") == "assistant" for m in request.messages):
             first_turns[request.sampling_seed] = (request, completion.prompt_token_ids)
-        return completion
 
-    policy.complete = recording
-    hooks = [
-        policy.model.register_forward_pre_hook(counter, with_kwargs=True),
-        policy.model.register_forward_hook(counter.done, with_kwargs=True),
-    ]
-    start = time.perf_counter()
-    try:
-        rows, _ = asyncio.run(
-            run_trials_async(
-                tasks, trials, policy, campaign_parts(profile), keep_results=False, label="bench"
-            )
-        )
-    finally:
-        for hook in hooks:
-            hook.remove()
-        del policy.complete
+    rows, counter, wall_s = counted_campaign(policy, profile, tasks, trials, record)
     outcomes = {
         (uid, trial): bool(passed)
         for uid, trial, passed in rows.select("uid", "trial", "passed").iter_rows()
     }
     return {
-        "wall_s": time.perf_counter() - start,
+        "wall_s": wall_s,
         "prefill_columns_per_s": counter.prefill_columns / max(counter.prefill_s, 1e-9),
         "decode_rows_per_s": counter.decode_rows / max(counter.decode_s, 1e-9),
         "prefill_s": counter.prefill_s,
