@@ -19,6 +19,9 @@ the grading workers:
 - **Greedy agreement.** Every first-turn prompt the campaign sent, decoded greedily by both
   models: the fraction of completions that are token-identical, and the mean fraction of tokens
   before the first difference.
+- **The GRPO update.** ``trainer.optimise_step`` on one group of 4 samples of 1,100 + 40 tokens
+  (LoRA r16 on every linear layer; ``benchmarks.floor_model.grpo_seconds_per_sample``) with each
+  policy's model, alternated ``repeats`` times: wall seconds per scored sample.
 
 Without bf16 units bf16 is emulated (a few percent of fp32's speed on the development machine), so
 the benchmark measures nothing there and returns one row saying so. Sizes:
@@ -176,10 +179,38 @@ def run() -> list[dict]:
                 )
         first_turns = runs["float32"][0]["first_turns"]
         greedy = {d: _greedy(policies[d], first_turns) for d in DTYPES}
+        update = _grpo_update(policies)
     finally:
         for policy in policies.values():
             asyncio.run(policy.aclose())
-    return _rows(runs, greedy, len(tasks))
+    return _rows(runs, greedy, len(tasks)) + [_update_row(update)]
+
+
+def _grpo_update(policies: dict) -> dict[str, list[float]]:
+    """Seconds per scored sample of one GRPO optimiser step with each policy's model, alternated."""
+    from benchmarks.floor_model import group_samples_like_grpo, grpo_seconds_per_sample
+
+    vocab = policies["float32"].model.config.vocab_size
+    samples = group_samples_like_grpo(1, 4, 1100, 40, vocab)
+    seconds: dict[str, list[float]] = {d: [] for d in DTYPES}
+    for repeat in range(REPEATS):
+        for dtype in DTYPES if repeat % 2 == 0 else DTYPES[::-1]:
+            per_sample, _ = grpo_seconds_per_sample(policies[dtype].model, samples)
+            seconds[dtype].append(per_sample)
+            print(dtype, "GRPO update s/sample", round(per_sample, 2))
+    return seconds
+
+
+def _update_row(seconds: dict[str, list[float]]) -> dict:
+    ratio = statistics.median(b / f for b, f in zip(seconds["bfloat16"], seconds["float32"]))
+    return row(
+        f"bf16 vs fp32: GRPO update s per scored sample, 1x4, 1100+40, LoRA r16 (bf16/fp32 median {ratio:.2f})",
+        statistics.median(seconds["bfloat16"]),
+        "s",
+        statistics.median(seconds["float32"]),
+        "float32, alternated in this process",
+        detail=seconds,
+    )
 
 
 def _rows(

@@ -44,8 +44,24 @@ class GRPOConfig(BaseModel):
         weight_decay: AdamW.
         clip_eps: PPO clip range of the surrogate.
         ppo_epochs: optimiser steps per sampled batch (TRL ``num_iterations``, verl
-            ``ppo_epochs``); the sampler's own log-probs are the "old" ones, so the
-            clipped ratio bounds how far later epochs move.
+            ``ppo_epochs``); the "old" log-probs (``old_logprobs``) are fixed for the
+            step, so the clipped ratio bounds how far later epochs move.
+        old_logprobs: whose log-probs the PPO ratio divides by. ``"sampler"``: the sampler's,
+            recorded with each token (exact when sampler and trainer compute alike: fp32,
+            gap < 1e-3). ``"trainer"``: the trainer's own at the step's start (its first
+            epoch, detached; what TRL does for ``num_iterations`` 1 and verl's recomputed
+            ``old_log_prob``), so the first epoch's ratio is exactly 1, and the sampler's
+            log-probs give a truncated importance weight per token
+            (``sampler_is_cap``). ``"auto"``: ``"sampler"`` on fp32 weights, else ``"trainer"``
+            (in bf16 the two differ by up to 0.24 per token on the real weights, which a
+            ratio clipped at 1 ± 0.2 would read as a policy change; docs/performance.md,
+            "Precision").
+        sampler_is_cap: with trainer log-probs as the old ones, each token's loss is weighted by
+            ``min(exp(trainer - sampler), cap)``, the truncated importance sampling
+            correction for a sampler that computes differently from the trainer (Yao et al.
+            2025, "Your efficient RL framework secretly brings you off-policy RL training";
+            TRL ``vllm_importance_sampling_mode="token_truncate"``, verl ``tis_imp_ratio_cap``);
+            None: no correction.
         advantage_estimator, loss_aggregation: names registered in
             ``rewardbox.training.advantages`` / ``rewardbox.training.losses``.
         max_refill_rounds: extra rounds of fresh groups drawn per step to replace
@@ -99,6 +115,8 @@ class GRPOConfig(BaseModel):
     weight_decay: float = Field(0.0, ge=0)
     clip_eps: float = Field(0.2, gt=0, lt=1)
     ppo_epochs: int = Field(1, ge=1)
+    old_logprobs: Literal["auto", "sampler", "trainer"] = "auto"
+    sampler_is_cap: float | None = Field(2.0, gt=0)
     advantage_estimator: str = "grpo"
     loss_aggregation: str = "token-mean"
     max_refill_rounds: int = Field(2, ge=0)

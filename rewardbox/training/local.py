@@ -175,28 +175,15 @@ def _trainee(
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg, init_adapter)
         pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         return build_policy(policy_config), model, pad_id, chat_tokenizer(tokenizer), None
-    policy = build_policy(on_policy_config(policy_config), checkpoint_dir=base_dir)
+    # one dtype for probes, evaluation and GRPO (``policy.dtype``); in bf16 the trainer's own
+    # log-probs are the PPO "old" ones (``grpo.old_logprobs``, docs/performance.md "Precision")
+    policy = build_policy(policy_config, checkpoint_dir=base_dir)
     check_budget(policy, pool)
     policy.model = trainable(policy.model, cfg, init_adapter)
     guide_index = None
     if policy.guided_tool_calls:
         guide_index = VocabularyIndex(policy.tokenizer, int(policy.model.config.vocab_size))
     return policy, policy.model, policy.pad_token_id, None, guide_index
-
-
-def on_policy_config(policy_config):
-    """The rollout policy's config for on-policy GRPO: ``dtype: auto`` becomes float32.
-
-    In bf16 the sampler's log-probs and the trainer's differ by up to 0.24 on the real
-    SmolLM2 weights (the slow on-policy test, docs/performance.md "Precision") against
-    < 1e-3 in fp32, so GRPO rollouts and the update run in fp32 unless a profile asks for
-    bf16 explicitly; probes and evaluation keep ``auto``.
-    """
-    return (
-        policy_config.model_copy(update={"dtype": "float32"})
-        if policy_config.dtype == "auto"
-        else policy_config
-    )
 
 
 def sampling_weights(cfg: GRPOConfig, policy, model, *, on_policy: bool) -> SamplingWeights:

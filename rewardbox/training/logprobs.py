@@ -66,6 +66,9 @@ class Sample:
             current policy's, detached, from the first epoch).
         guide_masks: ``(t, allowed [V] bool)`` for each completion position ``t``
             whose sampling the tool-call guide restricted.
+        trainer_logprobs: per completion token, the trainer's own log-prob at the step's
+            start, set by its first epoch when the trainer's log-probs are the "old" ones
+            (``GRPOConfig.old_logprobs``, ``trainer.optimise_step``).
     """
 
     prompt_ids: list[int]
@@ -73,6 +76,7 @@ class Sample:
     advantage: float
     old_logprobs: list[float] | None = None
     guide_masks: list[tuple[int, torch.Tensor]] = field(default_factory=list)
+    trainer_logprobs: list[float] | None = None
 
 
 def guide_masks(

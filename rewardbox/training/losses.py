@@ -134,6 +134,7 @@ def policy_loss(
     aggregation: str = "token-mean",
     clip_eps_high: float | None = None,
     max_response_tokens: int | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO-clip surrogate loss, aggregated by name (see module docstring).
 
@@ -149,6 +150,10 @@ def policy_loss(
         clip_eps_high: upper clip range (``ratio <= 1 + clip_eps_high``); None = ``clip_eps``.
         max_response_tokens: L_max of ``"seq-mean-token-sum-norm"`` (the generation budget per
             sequence, a constant); None uses the padded width T. Ignored by the other modes.
+        token_weights: ``[B, T]`` per-token factors on ``loss_t`` (no grad; detached here),
+            e.g. the truncated importance weights of a sampler that computes differently
+            from the trainer (``GRPOConfig.sampler_is_cap``); None: 1. Denominators stay
+            those of ``mask``.
 
     Returns:
         ``(loss, stats)``: a scalar tensor to minimise, and floats over masked
@@ -159,13 +164,7 @@ def policy_loss(
     Raises:
         ValueError: shape mismatch, bad clip ranges or unknown aggregation.
     """
-    high = clip_eps if clip_eps_high is None else clip_eps_high
-    if not (0.0 < clip_eps < 1.0 and high > 0.0):
-        raise ValueError(f"need 0 < clip_eps < 1 and clip_eps_high > 0, got {clip_eps}, {high}")
-    if aggregation not in LOSS_AGGREGATIONS:
-        raise ValueError(
-            f"unknown loss aggregation {aggregation!r}; choose from {sorted(LOSS_AGGREGATIONS)}"
-        )
+    high = _clip_range(clip_eps, clip_eps_high, aggregation)
     adv = _check_shapes(logprobs, old_logprobs, advantages, mask).detach().float()
     mask_f = mask.to(torch.float32)
     log_ratio = logprobs.float() - old_logprobs.detach().float()
@@ -175,11 +174,34 @@ def policy_loss(
     ratio = torch.exp(log_ratio)
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
-    per_token = -torch.minimum(unclipped, clipped)
+    per_token = _weighted(-torch.minimum(unclipped, clipped), token_weights)
     loss = LOSS_AGGREGATIONS[aggregation](
         per_token, mask_f, max_response_tokens=max_response_tokens
     )
     return loss, _clip_stats(ratio, log_ratio, clipped, unclipped, mask_f)
+
+
+def _clip_range(clip_eps: float, clip_eps_high: float | None, aggregation: str) -> float:
+    """The upper clip range (``clip_eps_high`` or ``clip_eps``); ValueError on bad ranges or names."""
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    if not (0.0 < clip_eps < 1.0 and high > 0.0):
+        raise ValueError(f"need 0 < clip_eps < 1 and clip_eps_high > 0, got {clip_eps}, {high}")
+    if aggregation not in LOSS_AGGREGATIONS:
+        raise ValueError(
+            f"unknown loss aggregation {aggregation!r}; choose from {sorted(LOSS_AGGREGATIONS)}"
+        )
+    return high
+
+
+def _weighted(per_token: torch.Tensor, token_weights: torch.Tensor | None) -> torch.Tensor:
+    """``per_token`` times the detached ``token_weights`` (same shape; ValueError otherwise)."""
+    if token_weights is None:
+        return per_token
+    if token_weights.shape != per_token.shape:
+        raise ValueError(
+            f"token_weights must be {tuple(per_token.shape)}, got {tuple(token_weights.shape)}"
+        )
+    return per_token * token_weights.detach().float()
 
 
 @torch.no_grad()

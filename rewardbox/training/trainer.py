@@ -14,8 +14,10 @@ sampler's per-token log-probs, the guide's masks, the rollout's advantage), and
 minimise the clipped surrogate over the policy's own tokens only (tool results
 and user messages are inside the prompt ids and never scored), ``ppo_epochs``
 times. Tokens are scored under the sampling distribution
-(``logprobs.completion_logprobs``), so the first epoch's ratio is 1 up to
-float error, reported as ``logprob_gap_max``.
+(``logprobs.completion_logprobs``), so in fp32 the first epoch's ratio is 1 up to
+float error, reported as ``logprob_gap_max``; on bf16 weights the trainer's own
+log-probs are the old ones and the sampler's enter as a truncated importance
+weight (``GRPOConfig.old_logprobs``, docs/grpo_training.md).
 """
 
 from __future__ import annotations
@@ -143,6 +145,36 @@ def _old_logprobs(batch: Sequence[Sample], current: torch.Tensor) -> tuple[torch
     return old, known
 
 
+def _trainer_old_logprobs(
+    batch: Sequence[Sample], current: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``[B, T]`` trainer log-probs at the step's start (the first epoch's, detached, stored on
+    ``Sample.trainer_logprobs`` for later epochs), and ``[B, T]`` sampler log-probs where every
+    sample has them (else None)."""
+    old = current.detach().clone()
+    sampler = torch.zeros_like(old) if all(s.old_logprobs is not None for s in batch) else None
+    for i, sample in enumerate(batch):
+        n = len(sample.completion_ids)
+        if sample.trainer_logprobs is None:
+            sample.trainer_logprobs = old[i, :n].tolist()
+        else:
+            old[i, :n] = torch.tensor(sample.trainer_logprobs, dtype=old.dtype)
+        if sampler is not None:
+            sampler[i, :n] = torch.tensor(sample.old_logprobs, dtype=old.dtype)
+    return old, sampler
+
+
+def old_logprobs_source(config: GRPOConfig, model) -> str:
+    """``"sampler"`` or ``"trainer"``: ``config.old_logprobs``, with ``"auto"`` resolved by the
+    frozen weights' dtype (fp32: ``"sampler"``; bf16/fp16: ``"trainer"``; a full fine-tune
+    looks at its trainable weights). Errors: none."""
+    if config.old_logprobs != "auto":
+        return config.old_logprobs
+    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
+    weight = frozen if frozen is not None else next(model.parameters(), None)
+    return "sampler" if weight is None or weight.dtype == torch.float32 else "trainer"
+
+
 def optimise_step(
     model, optimizer, samples: Sequence[Sample], config: GRPOConfig, pad_id: int
 ) -> OptimiseStats:
@@ -153,7 +185,10 @@ def optimise_step(
     normaliser is ``config.max_response_tokens``, unset: the step's longest
     completion (the same for every micro-batch cut). Tokens are scored
     at ``config.temperature`` under the guide's masks; the PPO ratio is taken
-    against the sampler's log-probs (``Sample.old_logprobs``).
+    against the sampler's log-probs (``Sample.old_logprobs``) or, with
+    ``config.old_logprobs`` resolving to ``"trainer"`` (:func:`old_logprobs_source`),
+    against the trainer's own at the step's start, each token's loss then weighted by
+    ``min(exp(trainer - sampler), config.sampler_is_cap)`` (truncated importance sampling).
 
     Returns:
         ``OptimiseStats``: loss, ``logprob_gap_max`` (sampler vs trainer, before
@@ -165,6 +200,7 @@ def optimise_step(
     samples = sorted(
         samples, key=lambda s: s.prompt_ids
     )  # neighbours share prompt prefixes (computed once)
+    source = old_logprobs_source(config, model)
     model.train()
     optimizer.zero_grad(set_to_none=True)
     totals = {"loss": 0.0, "clip_frac": 0.0, "ratio_mean": 0.0, "approx_kl": 0.0}
@@ -179,7 +215,9 @@ def optimise_step(
         config.micro_batch_sequences,
         memory_budget_bytes=budget,
     ):
-        diff = _micro_step(batch, logprobs, mask, config, l_max, total_tokens, len(samples), totals)
+        diff = _micro_step(
+            batch, logprobs, mask, config, l_max, total_tokens, len(samples), totals, source
+        )
         if diff is not None:
             gap = diff if gap is None else max(gap, diff)
     torch.nn.utils.clip_grad_norm_(
@@ -199,14 +237,25 @@ def _micro_step(
     total_tokens: int,
     total_samples: int,
     totals: dict[str, float],
+    source: str = "sampler",
 ) -> float | None:
     """Back-propagate one micro-batch's weighted loss and add its share to ``totals``.
 
+    ``source``: whose log-probs are the old ones (:func:`old_logprobs_source`).
     Returns the largest sampler-vs-trainer log-prob gap on its tokens, None when no sample
     carried sampler log-probs.
     """
-    old, known = _old_logprobs(batch, logprobs)
-    diff = ((logprobs.detach() - old).abs() * mask).max().item() if known else None
+    weights = None
+    if source == "trainer":
+        old, sampler = _trainer_old_logprobs(batch, logprobs)
+        known = sampler is not None
+        diff = ((logprobs.detach() - sampler).abs() * mask).max().item() if known else None
+        if known and config.sampler_is_cap is not None:
+            log_w = torch.where(mask > 0, old - sampler, torch.zeros_like(old))
+            weights = torch.exp(log_w).clamp(max=config.sampler_is_cap)
+    else:
+        old, known = _old_logprobs(batch, logprobs)
+        diff = ((logprobs.detach() - old).abs() * mask).max().item() if known else None
     advantages = torch.tensor(
         [s.advantage for s in batch], dtype=torch.float32, device=logprobs.device
     )
@@ -218,6 +267,7 @@ def _micro_step(
         clip_eps=config.clip_eps,
         aggregation=config.loss_aggregation,
         max_response_tokens=l_max,
+        token_weights=weights,
     )
     share = mask.sum().item() / total_tokens
     weight = share if config.loss_aggregation == "token-mean" else len(batch) / total_samples

@@ -33,3 +33,36 @@ def test_agreement_counts_identical_completions_and_the_prefix_before_the_first_
     assert result["prefix_fraction"] == pytest.approx((0.5 + 1.0 + 1.0 + 0.5) / 4)
     with pytest.raises(ValueError):
         agreement([[1]], [[1], [2]])
+
+
+def test_grpo_update_rows_time_each_dtype_alternated_and_report_the_median_ratio():
+    from types import SimpleNamespace
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from benchmarks import precision
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+    )
+    fp32 = LlamaForCausalLM(cfg).eval()
+    bf16 = LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    policies = {"float32": SimpleNamespace(model=fp32), "bfloat16": SimpleNamespace(model=bf16)}
+    seconds = precision._grpo_update(policies)
+    assert {d: len(v) for d, v in seconds.items()} == {"float32": 2, "bfloat16": 2}
+    assert all(s > 0 for v in seconds.values() for s in v)
+    # the models come back without adapters, in their own dtype
+    assert not any("lora" in n for n, _ in fp32.named_parameters())
+    assert next(bf16.parameters()).dtype == torch.bfloat16
+
+    made = precision._update_row({"float32": [4.0, 5.0], "bfloat16": [3.0, 3.0]})
+    assert made["value"] == 3.0 and made["anchor"] == 4.5
+    assert "median 0.68" in made["row"]  # median of 3/4 and 3/5: 0.675

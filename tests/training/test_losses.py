@@ -167,3 +167,22 @@ def test_issue12_item5_own_case_normaliser_is_the_budget_not_the_batch_width():
     assert value.item() == pytest.approx(8 / 16)
     value.backward()
     assert logprobs.grad[0, 5].item() == 0.0 and logprobs.grad[1, 0].item() == pytest.approx(1 / 16)
+
+
+@pytest.mark.parametrize("aggregation", sorted(LOSS_AGGREGATIONS))
+def test_token_weights_scale_each_tokens_loss_and_keep_the_denominators(aggregation):
+    """Truncated importance weights (``token_weights``) multiply loss_t; padding stays out whatever its weight."""
+    logprobs, old, adv, mask = _inputs()
+    plain, _ = policy_loss(logprobs, old, adv, mask, aggregation=aggregation)
+    doubled, _ = policy_loss(
+        logprobs, old, adv, mask, aggregation=aggregation, token_weights=torch.full((2, 3), 2.0)
+    )
+    assert doubled.item() == pytest.approx(2 * plain.item(), abs=1e-6)
+    weights = torch.tensor([[0.5, 1.0, 1e6], [1.0, 2.0, 1.0]])  # 1e6 on the masked position
+    weighted, _ = policy_loss(
+        logprobs, old, adv, mask, aggregation="token-mean", token_weights=weights
+    )
+    by_hand = (-1.2 * 0.5 - 1.0 + 0.8 + 1.1 * 2.0 + 1.0) / 5
+    assert weighted.item() == pytest.approx(by_hand, abs=1e-6)
+    with pytest.raises(ValueError, match="token_weights must be"):
+        policy_loss(logprobs, old, adv, mask, token_weights=torch.ones(2, 2))

@@ -23,7 +23,25 @@ from rewardbox.training.trainer import group_samples, optimise_step
 pytestmark = pytest.mark.slow
 
 
-def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
+def _bf16_units() -> bool:
+    from rewardbox.policy.precision import has_bf16_units
+
+    return has_bf16_units()
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        "float32",
+        pytest.param(
+            "bfloat16",
+            marks=pytest.mark.skipif(
+                not _bf16_units(), reason="no bf16 units on this CPU (auto stays float32 here)"
+            ),
+        ),
+    ],
+)
+def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint, dtype):
     from rewardbox.policy.local import LocalPolicy
 
     task = load_dataset(resolve_dataset("embedded:retail")).tasks[0]
@@ -35,9 +53,9 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
         micro_batch_sequences=2,
         temperature=0.7,
     )
-    # on-policy GRPO samples and scores in float32 when dtype is auto (training.local.on_policy_config),
-    # whatever the host: a CPU with bf16 units would otherwise resolve auto to bf16 here
-    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0, dtype="float32")
+    # the dtype pinned, whatever the host: a sampler-trainer gap under 1e-3 is an fp32 property; in bf16
+    # (auto's choice where the CPU has the units) GRPO divides by the trainer's own log-probs instead
+    policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0, dtype=dtype)
     policy.model = attach_lora(policy.model, config)
     episode = EpisodeConfig(
         max_user_turns=1, max_agent_steps_per_user_turn=2, max_new_tokens=24, temperature=0.7
@@ -92,9 +110,11 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint):
     )
     stats = optimise_step(policy.model, optimizer, samples, config, policy.pad_token_id)
     assert math.isfinite(stats.loss)
-    assert (
-        stats.logprob_gap_max < 1e-3
-    )  # the trainer scored the distribution the runner's rollouts sampled
+    if dtype == "float32":  # the trainer scored the distribution the runner's rollouts sampled
+        assert stats.logprob_gap_max < 1e-3
+    else:  # its own log-probs are the old ones: ratio exactly 1, the sampler's rounding only reported
+        assert stats.ratio_mean == 1.0 and stats.clip_frac == 0.0
+        assert 0.0 < stats.logprob_gap_max < 2.0
     params = dict(policy.model.named_parameters())
     assert any(not torch.equal(params[n], before) for n, before in trainable.items())
     assert all(torch.equal(params[n], before) for n, before in frozen.items())

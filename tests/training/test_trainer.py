@@ -332,6 +332,105 @@ def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
     assert shifted.logprob_gap_max > 0.4 and shifted.clip_frac > 0.0
 
 
+def _trainer_mode_grads(shift: float, source: str = "trainer", cap: float | None = 2.0):
+    """LoRA gradients of one step whose sampler log-probs are the model's own minus ``shift``
+    (lr 0 and no grad clipping, so the weights stay and the gradient is the loss's)."""
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        micro_batch_sequences=2,
+        temperature=0.7,
+        old_logprobs=source,
+        sampler_is_cap=cap,
+        max_grad_norm=1e9,
+    )
+    model = attach_lora(tiny_model(), config)
+    with torch.no_grad():  # a non-zero adapter, so the LoRA A matrices get gradients too
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
+    with torch.no_grad():
+        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=0.7)
+    for i, s in enumerate(samples):
+        s.old_logprobs = (exact[i, : len(s.completion_ids)] - shift).tolist()
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=0.0)
+    stats = optimise_step(model, optimizer, samples, config, pad_id=0)
+    return torch.cat([p.grad.flatten() for p in trainable]), stats, samples
+
+
+def test_trainer_logprobs_as_old_ones_give_ratio_one_and_weigh_tokens_by_the_truncated_sampler_ratio():
+    """``old_logprobs: trainer`` (bf16's default): the ratio is the trainer's against itself (exactly
+    1 at the first epoch, nothing clips however far the sampler was off), the sampler's difference is
+    still reported as the gap, and each token's loss is weighted by min(exp(trainer - sampler), cap)."""
+    exact_grad, exact, _ = _trainer_mode_grads(0.0)
+    sampler_grad, _, _ = _trainer_mode_grads(0.0, source="sampler")
+    assert torch.allclose(exact_grad, sampler_grad, atol=1e-7)  # same thing when they agree
+    assert exact.ratio_mean == 1.0 and exact.clip_frac == 0.0 and exact.logprob_gap_max < 1e-5
+
+    half_grad, half, samples = _trainer_mode_grads(0.5)  # weight e^0.5 = 1.65 on every token
+    assert half.ratio_mean == 1.0 and half.clip_frac == 0.0
+    assert half.logprob_gap_max == pytest.approx(0.5, abs=1e-5)
+    assert torch.allclose(half_grad, math.exp(0.5) * exact_grad, rtol=1e-4, atol=1e-8)
+    assert all(s.trainer_logprobs is not None for s in samples)
+
+    capped_grad, _, _ = _trainer_mode_grads(1.0)  # e^1 = 2.72, truncated at 2
+    assert torch.allclose(capped_grad, 2.0 * exact_grad, rtol=1e-4, atol=1e-8)
+    low_grad, _, _ = _trainer_mode_grads(-1.0)  # the sampler liked them more: e^-1, never raised
+    assert torch.allclose(low_grad, math.exp(-1.0) * exact_grad, rtol=1e-4, atol=1e-8)
+    uncorrected, _, _ = _trainer_mode_grads(1.0, cap=None)
+    assert torch.allclose(uncorrected, exact_grad, atol=1e-7)
+
+    clipped_grad, clipped, _ = _trainer_mode_grads(0.5, source="sampler")  # the old behaviour
+    assert clipped.clip_frac > 0.0 and not torch.allclose(clipped_grad, half_grad, rtol=1e-2)
+
+
+def test_auto_old_logprobs_follow_the_weights_dtype():
+    from rewardbox.training.checkpoint import attach_lora
+    from rewardbox.training.trainer import old_logprobs_source
+
+    config = GRPOConfig()
+    assert old_logprobs_source(config, attach_lora(tiny_model(), config)) == "sampler"
+    bf16 = attach_lora(tiny_model().to(torch.bfloat16), config)
+    assert old_logprobs_source(config, bf16) == "trainer"
+    assert old_logprobs_source(GRPOConfig(old_logprobs="sampler"), bf16) == "sampler"
+    full = GRPOConfig(finetune="full")
+    assert old_logprobs_source(full, tiny_model()) == "sampler"
+    assert old_logprobs_source(full, tiny_model().to(torch.bfloat16)) == "trainer"
+
+
+def test_trainer_old_logprobs_are_frozen_at_the_first_epoch():
+    from rewardbox.training.checkpoint import attach_lora
+    from rewardbox.training.trainer import _optimise_epochs
+
+    config = GRPOConfig(
+        group_size=2,
+        tasks_per_step=1,
+        steps=1,
+        learning_rate=5e-2,
+        micro_batch_sequences=2,
+        ppo_epochs=3,
+        old_logprobs="trainer",
+    )
+    model = attach_lora(tiny_model(), config)
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
+    with torch.no_grad():
+        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=1.0)
+    for i, s in enumerate(samples):
+        s.old_logprobs = exact[i, : len(s.completion_ids)].tolist()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
+    stats = _optimise_epochs(model, optimizer, samples, config, pad_id=0)
+    for i, s in enumerate(samples):
+        assert s.trainer_logprobs == pytest.approx(
+            exact[i, : len(s.completion_ids)].tolist(), abs=1e-5
+        )
+    assert stats.ratio_mean != pytest.approx(1.0, abs=1e-6)  # later epochs moved away from them
+
+
 def test_ppo_epochs_reuse_the_batch_against_the_step_start_policy():
     from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.trainer import _optimise_epochs
