@@ -31,7 +31,7 @@ setup: $(STAMP)
 help:
 	@echo "make demo            set up, run every stage on the demo profile, print stage times and the verdict"
 	@echo "make test            set up, lint, run the test suite (what CI runs)"
-	@echo "make learn           the measured learning run (PROFILE=learn; hours on 2 cores, docs/learning_run.md)"
+	@echo "make learn           the measured learning run (PROFILE=learn; 87 min on 2 cores, docs/learning_run.md)"
 	@echo "make learn-warm      the learning run with the RFT warm start (docs/warm_start.md)"
 	@echo "make dev             the Dagster UI on http://127.0.0.1:3000 for PROFILE (default demo)"
 	@echo "make audit ASSET=x   which data, config and code produced an asset (docs/audit.md)"
@@ -59,7 +59,7 @@ audit: $(DAGSTER_HOME)/dagster.yaml
 dagster-home:
 	@echo $(DAGSTER_HOME)
 
-# The measured learning run (docs/learning_run.md): the main job on the `learn` profile, 100
+# The measured learning run (docs/learning_run.md): the main job on the `learn` profile, 87
 # minutes on 2 cores; its report compares base and tuned per split (in / out of distribution).
 learn:
 	$(MAKE) demo PROFILE=learn

@@ -54,7 +54,7 @@ def test_real_model_episode_and_one_grpo_step(smollm2_checkpoint, dtype):
         temperature=0.7,
     )
     # the dtype pinned, whatever the host: a sampler-trainer gap under 1e-3 is an fp32 property; in bf16
-    # (auto's choice where the CPU has the units) GRPO divides by the trainer's own log-probs instead
+    # (policy.dtype: bfloat16) GRPO divides by the trainer's own log-probs instead
     policy = LocalPolicy(smollm2_checkpoint, max_batch_size=2, seed=0, dtype=dtype)
     policy.model = attach_lora(policy.model, config)
     episode = EpisodeConfig(
