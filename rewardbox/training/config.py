@@ -53,7 +53,7 @@ class GRPOConfig(BaseModel):
             ``old_log_prob``), so the first epoch's ratio is exactly 1, and the sampler's
             log-probs give a truncated importance weight per token
             (``sampler_is_cap``). ``"auto"``: ``"sampler"`` on fp32 weights, else ``"trainer"``
-            (in bf16 the two differ by up to 0.24 per token on the real weights, which a
+            (in bf16 the two differed by up to 0.24-0.51 per token on the real weights, which a
             ratio clipped at 1 ± 0.2 would read as a policy change; docs/performance.md,
             "Precision").
         sampler_is_cap: with trainer log-probs as the old ones, each token's loss is weighted by

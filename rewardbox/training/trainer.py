@@ -16,9 +16,9 @@ and user messages are inside the prompt ids and never scored), ``ppo_epochs``
 times. Tokens are scored under the sampling distribution
 (``logprobs.completion_logprobs``), so in fp32 the first epoch's ratio is 1 up to
 float error, reported as ``logprob_gap_max``; on bf16 weights (``policy.dtype:
-bfloat16``) the trainer's own
-log-probs are the old ones and the sampler's enter as a truncated importance
-weight (``GRPOConfig.old_logprobs``, docs/grpo_training.md).
+bfloat16``) the trainer's own log-probs are the old ones and the sampler's enter
+as a truncated importance weight (``GRPOConfig.old_logprobs``,
+docs/grpo_training.md).
 """
 
 from __future__ import annotations
