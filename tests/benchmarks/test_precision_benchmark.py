@@ -39,22 +39,12 @@ def test_grpo_update_rows_time_each_dtype_alternated_and_report_the_median_ratio
     from types import SimpleNamespace
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     from benchmarks import precision
+    from tests.fixtures.tiny_models import tiny_llama
 
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-    )
-    fp32 = LlamaForCausalLM(cfg).eval()
-    bf16 = LlamaForCausalLM(cfg).eval().to(torch.bfloat16)
+    fp32 = tiny_llama(max_position_embeddings=2048).eval()
+    bf16 = tiny_llama(max_position_embeddings=2048).eval().to(torch.bfloat16)
     policies = {"float32": SimpleNamespace(model=fp32), "bfloat16": SimpleNamespace(model=bf16)}
     seconds = precision._grpo_update(policies)
     assert {d: len(v) for d, v in seconds.items()} == {"float32": 2, "bfloat16": 2}

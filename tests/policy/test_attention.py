@@ -1,4 +1,4 @@
-"""The bf16 CPU attention: decode steps as eager attention computes them, prefill exactly SDPA's."""
+"""The bf16 CPU attention: unpadded decode steps get an all-True mask; every other call is exactly SDPA's."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from rewardbox.episode.config import EpisodeConfig
 from rewardbox.episode.runner import EpisodeRunner
 from rewardbox.episode.user_simulator import ScriptedUser
 from rewardbox.grading.testrunner import TestRunner
+from rewardbox.policy.precision import has_bf16_units
 from rewardbox.sandbox.inprocess import InProcessSandboxFactory
 from rewardbox.tasks.sources import resolve_dataset
 from rewardbox.tasks.thinkingbox import load_dataset
@@ -23,12 +24,6 @@ from rewardbox.training.trainer import group_samples, optimise_step
 pytestmark = pytest.mark.slow
 
 
-def _bf16_units() -> bool:
-    from rewardbox.policy.precision import has_bf16_units
-
-    return has_bf16_units()
-
-
 @pytest.mark.parametrize(
     "dtype",
     [
@@ -36,7 +31,7 @@ def _bf16_units() -> bool:
         pytest.param(
             "bfloat16",
             marks=pytest.mark.skipif(
-                not _bf16_units(), reason="no bf16 units on this CPU (auto stays float32 here)"
+                not has_bf16_units(), reason="no bf16 units on this CPU (auto stays float32 here)"
             ),
         ),
     ],

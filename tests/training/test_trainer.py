@@ -304,10 +304,27 @@ def test_mask_truncated_drops_rollouts_cut_by_the_budget():
     assert [s.advantage for s in group_samples([g], mask_truncated=True)] == [1.0]
 
 
-def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
-    """Sampler log-probs equal to the model's give gap ~0 and ratio 1; shifted ones show the gap and clip."""
+def _lora_with_sampler_logprobs(config: GRPOConfig, shift: float = 0.0, nonzero_adapter=False):
+    """A LoRA tiny model and two samples whose sampler log-probs are the model's own (at
+    ``config.temperature``) minus ``shift``; ``nonzero_adapter`` draws B so A gets gradients too."""
     from rewardbox.training.checkpoint import attach_lora
 
+    model = attach_lora(tiny_model(), config)
+    if nonzero_adapter:
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.1)
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
+    with torch.no_grad():
+        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=config.temperature)
+    for i, s in enumerate(samples):
+        s.old_logprobs = (exact[i, : len(s.completion_ids)] - shift).tolist()
+    return model, samples
+
+
+def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
+    """Sampler log-probs equal to the model's give gap ~0 and ratio 1; shifted ones show the gap and clip."""
     config = GRPOConfig(
         group_size=2,
         tasks_per_step=1,
@@ -316,12 +333,7 @@ def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
         micro_batch_sequences=2,
         temperature=0.7,
     )
-    model = attach_lora(tiny_model(), config)
-    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
-    with torch.no_grad():
-        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=0.7)
-    for i, s in enumerate(samples):
-        s.old_logprobs = exact[i, : len(s.completion_ids)].tolist()
+    model, samples = _lora_with_sampler_logprobs(config)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     stats = optimise_step(model, optimizer, samples, config, pad_id=0)
     assert stats.logprob_gap_max < 1e-5 and stats.ratio_mean == pytest.approx(1.0, abs=1e-5)
@@ -335,8 +347,6 @@ def test_sampler_logprobs_are_old_logprobs_and_the_gap_is_reported():
 def _trainer_mode_grads(shift: float, source: str = "trainer", cap: float | None = 2.0):
     """LoRA gradients of one step whose sampler log-probs are the model's own minus ``shift``
     (lr 0 and no grad clipping, so the weights stay and the gradient is the loss's)."""
-    from rewardbox.training.checkpoint import attach_lora
-
     config = GRPOConfig(
         group_size=2,
         tasks_per_step=1,
@@ -347,16 +357,7 @@ def _trainer_mode_grads(shift: float, source: str = "trainer", cap: float | None
         sampler_is_cap=cap,
         max_grad_norm=1e9,
     )
-    model = attach_lora(tiny_model(), config)
-    with torch.no_grad():  # a non-zero adapter, so the LoRA A matrices get gradients too
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.1)
-    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
-    with torch.no_grad():
-        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=0.7)
-    for i, s in enumerate(samples):
-        s.old_logprobs = (exact[i, : len(s.completion_ids)] - shift).tolist()
+    model, samples = _lora_with_sampler_logprobs(config, shift, nonzero_adapter=True)
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=0.0)
     stats = optimise_step(model, optimizer, samples, config, pad_id=0)
@@ -404,7 +405,6 @@ def test_auto_old_logprobs_follow_the_weights_dtype():
 
 
 def test_trainer_old_logprobs_are_frozen_at_the_first_epoch():
-    from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.trainer import _optimise_epochs
 
     config = GRPOConfig(
@@ -416,18 +416,13 @@ def test_trainer_old_logprobs_are_frozen_at_the_first_epoch():
         ppo_epochs=3,
         old_logprobs="trainer",
     )
-    model = attach_lora(tiny_model(), config)
-    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2], [6, 7, 8], -1.0)]
-    with torch.no_grad():
-        exact, _ = completion_logprobs(model, samples, pad_id=0, temperature=1.0)
-    for i, s in enumerate(samples):
-        s.old_logprobs = exact[i, : len(s.completion_ids)].tolist()
+    model, samples = _lora_with_sampler_logprobs(config)  # the step-start policy's own log-probs
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-2)
     stats = _optimise_epochs(model, optimizer, samples, config, pad_id=0)
-    for i, s in enumerate(samples):
-        assert s.trainer_logprobs == pytest.approx(
-            exact[i, : len(s.completion_ids)].tolist(), abs=1e-5
-        )
+    for (
+        s
+    ) in samples:  # kept from the first epoch, not overwritten by the moved policy of later ones
+        assert s.trainer_logprobs == pytest.approx(s.old_logprobs, abs=1e-5)
     assert stats.ratio_mean != pytest.approx(1.0, abs=1e-6)  # later epochs moved away from them
 
 
