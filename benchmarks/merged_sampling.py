@@ -10,7 +10,9 @@ adapter as GRPO attaches it (r16, every linear, ``B != 0``), fills a KV cache of
 both modes see the same context lengths and the same machine moments; medians per mode.
 It also times one merge + unmerge and prints the break-even: decode steps per GRPO step
 above which merging pays (``switch / (unmerged - merged)``). Sizes:
-``REWARDBOX_BENCH_MERGED="rows,context,pairs,steps_per_block"`` (default ``8,1100,8,3``).
+``REWARDBOX_BENCH_MERGED="rows,context,pairs,steps_per_block"`` (default ``8,1100,8,3``);
+weights' dtype ``REWARDBOX_BENCH_MERGED_DTYPE`` (default ``float32``; ``bfloat16`` times the
+restoring merge of ``merged_sampling``, as GRPO runs on a CPU with bf16 units).
 """
 
 from __future__ import annotations
@@ -24,16 +26,22 @@ from benchmarks.rows import row
 ROWS, CONTEXT, PAIRS, STEPS = (
     int(x) for x in os.environ.get("REWARDBOX_BENCH_MERGED", "8,1100,8,3").split(",")
 )
+DTYPE = os.environ.get("REWARDBOX_BENCH_MERGED_DTYPE", "float32")
 
 
 def _model(path):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rewardbox.policy.attention import implementation_for
     from rewardbox.training.checkpoint import trainable
     from rewardbox.training.config import GRPOConfig
 
-    model = trainable(AutoModelForCausalLM.from_pretrained(path), GRPOConfig())
+    dtype = getattr(torch, DTYPE)
+    base = AutoModelForCausalLM.from_pretrained(
+        path, dtype=dtype, attn_implementation=implementation_for(torch.device("cpu"), dtype)
+    )
+    model = trainable(base, GRPOConfig())
     torch.manual_seed(0)
     for name, param in model.named_parameters():
         if "lora_B" in name:  # a trained adapter, so the merge changes the weights
@@ -98,11 +106,11 @@ def run() -> list[dict]:
     figures = measure(_model(checkpoint()))
     saved = figures["unmerged_s"] - figures["merged_s"]
     switch = figures["merge_s"] + figures["unmerge_s"]
-    figures |= {"threads": policy.threads, "rows": ROWS, "context": CONTEXT}
+    figures |= {"threads": policy.threads, "rows": ROWS, "context": CONTEXT, "dtype": DTYPE}
     figures["break_even_decode_steps"] = switch / saved if saved > 0 else None
     return [
         row(
-            f"decode step, LoRA merged, {ROWS} rows, {CONTEXT}-token context",
+            f"decode step, LoRA merged, {ROWS} rows, {CONTEXT}-token context, {DTYPE}",
             figures["merged_s"] * 1e3,
             "ms",
             figures["unmerged_s"] * 1e3,

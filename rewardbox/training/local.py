@@ -175,7 +175,11 @@ def _trainee(
         model = trainable(AutoModelForCausalLM.from_pretrained(base_dir), cfg, init_adapter)
         pad_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
         return build_policy(policy_config), model, pad_id, chat_tokenizer(tokenizer), None
-    policy = build_policy(on_policy_config(policy_config), checkpoint_dir=base_dir)
+    # one dtype for probes, evaluation and GRPO (``policy.dtype``): bf16 where the CPU has the units
+    # for it. There the adapter is merged for rollouts with an exact restore (``sampling_weights``)
+    # and the trainer's own log-probs are the PPO "old" ones (``grpo.old_logprobs: auto``);
+    # docs/performance.md, "Precision"
+    policy = build_policy(policy_config, checkpoint_dir=base_dir)
     check_budget(policy, pool)
     policy.model = trainable(policy.model, cfg, init_adapter)
     guide_index = None
@@ -184,34 +188,12 @@ def _trainee(
     return policy, policy.model, policy.pad_token_id, None, guide_index
 
 
-def on_policy_config(policy_config):
-    """The rollout policy's config for on-policy GRPO: ``dtype: auto`` becomes float32.
-
-    Measured on a CPU with bf16 units (docs/performance.md, "Precision"): the bf16 update alone
-    takes 0.65-0.78 of fp32's time, but the demo's GRPO stage was no faster in bf16 (197 s
-    against 188 s), because a bf16 base is never merged with the adapter for sampling
-    (``sampling_weights``) and the unmerged adapter's per-step cost eats the gain. So GRPO
-    rollouts and the update run in fp32 unless a profile asks for bf16 explicitly; there the
-    trainer's own log-probs are the PPO "old" ones (``grpo.old_logprobs: auto``). Probes and
-    evaluation keep ``auto``.
-    """
-    return (
-        policy_config.model_copy(update={"dtype": "float32"})
-        if policy_config.dtype == "auto"
-        else policy_config
-    )
-
-
 def sampling_weights(cfg: GRPOConfig, policy, model, *, on_policy: bool) -> SamplingWeights:
-    """On-policy LoRA with ``grpo.sample_merged`` and fp32 base weights: rollouts from merged weights
+    """On-policy LoRA with ``grpo.sample_merged``: rollouts from weights with the adapter merged in
     (``merged_sampling``); otherwise the adapter stays unmerged (off-policy rollouts do not sample
-    from ``model``; in bf16 each merge/unmerge cycle could move a base weight by half a bf16 ulp,
-    2^-9 of it, so a bf16 base is never merged in place)."""
-    import torch
-
-    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
-    fp32 = frozen is not None and frozen.dtype == torch.float32
-    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged and fp32
+    from ``model``). On fp32 base weights the unmerge subtracts ``B A``; on bf16/fp16 ones it
+    restores a saved copy of the base weights, so no merge/unmerge cycle moves them."""
+    merge = on_policy and cfg.finetune == "lora" and cfg.sample_merged
     return SamplingWeights(model, policy if on_policy else None, merge=merge)
 
 

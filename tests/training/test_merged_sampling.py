@@ -128,11 +128,59 @@ def test_merging_only_for_on_policy_lora_when_asked():
         GRPOConfig(sample_merged=False), policy, model, on_policy=True
     ).merge
     assert not sampling_weights(GRPOConfig(), policy, model, on_policy=False).merge
-    assert not sampling_weights(
-        GRPOConfig(), policy, lora_model().to(torch.bfloat16), on_policy=True
-    ).merge
+    bf16 = sampling_weights(GRPOConfig(), policy, lora_model().to(torch.bfloat16), on_policy=True)
+    assert bf16.merge and bf16.restore
+    assert not sampling_weights(GRPOConfig(), policy, model, on_policy=True).restore
     full = GRPOConfig(finetune="full")
     assert not sampling_weights(full, policy, model, on_policy=True).merge
     off = SamplingWeights(model, merge=False)
     off.for_rollouts()
     assert not any(layer.merged for layer in lora_layers(model))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_merge_restores_the_base_weights_bit_for_bit(dtype):
+    model = lora_model(2).to(dtype)
+    layers = lora_layers(model)
+    before = [layer.base_layer.weight.detach().clone() for layer in layers]
+    with torch.no_grad():
+        out_before = model(input_ids=torch.tensor([PROMPTS[2]])).logits
+    weights = SamplingWeights(model, merge=True)
+    assert weights.restore
+    subtracting = lora_model(2).to(dtype)
+    plain = SamplingWeights(subtracting, merge=True, restore=False)
+    for _ in range(10):
+        weights.for_rollouts()
+        assert all(layer.merged for layer in layers)
+        assert any(not torch.equal(l.base_layer.weight, w0) for l, w0 in zip(layers, before))
+        with torch.no_grad():  # merged: the adapter is in the weights, not added again
+            merged_out = model(input_ids=torch.tensor([PROMPTS[2]])).logits
+        torch.testing.assert_close(merged_out, out_before, atol=0.15, rtol=0.05)
+        weights.for_update()
+        plain.for_rollouts()
+        plain.for_update()
+    assert not any(layer.merged for layer in layers)
+    for layer, w0 in zip(layers, before):
+        assert torch.equal(layer.base_layer.weight, w0)
+    with torch.no_grad():
+        out_after = model(input_ids=torch.tensor([PROMPTS[2]])).logits
+    assert torch.equal(out_after, out_before)
+    # subtracting B A instead drifts in 16 bits: the kind of error the restore removes
+    drifted = [
+        not torch.equal(layer.base_layer.weight, w0)
+        for layer, w0 in zip(lora_layers(subtracting), before)
+    ]
+    assert any(drifted)
+
+
+def test_low_precision_merge_keeps_the_update_reaching_the_adapter():
+    model = lora_model(3).to(torch.bfloat16)
+    for name, param in model.named_parameters():
+        param.requires_grad = "lora_" in name
+    weights = SamplingWeights(model, merge=True)
+    weights.for_rollouts()
+    weights.for_update()
+    out = model(input_ids=torch.tensor([PROMPTS[0]])).logits.float().sum()
+    out.backward()
+    grads = [p.grad for n, p in model.named_parameters() if "lora_A" in n]
+    assert grads and all(g is not None and bool(g.abs().sum() > 0) for g in grads)
