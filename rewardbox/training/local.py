@@ -108,7 +108,7 @@ def step_note(metrics: StepMetrics) -> str:
         f"truncated={metrics.truncated_completions}/{metrics.completions} "
         f"(rollouts scored as failures {metrics.truncated_failures}) repeated_trials={metrics.repeated_trials} "
         f"bands=[{metrics.band_histogram}] "
-        f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s)"
+        f"samples={metrics.samples} tokens={metrics.policy_tokens} ({metrics.duration_s:.1f}s, update {metrics.update_s:.1f}s)"
     )
 
 

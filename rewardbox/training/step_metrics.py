@@ -29,7 +29,12 @@ class OptimiseStats:
 
 @dataclass
 class StepMetrics:
-    """Per-step training metrics (logged and shown in the asset metadata)."""
+    """Per-step training metrics (logged and shown in the asset metadata).
+
+    ``duration_s``: the whole step, seconds; ``update_s``: its optimiser update alone (scoring,
+    backward and the AdamW step, after the weights switch back for it), so the rollouts took
+    ``duration_s - update_s``.
+    """
 
     step: int
     mean_reward: float | None
@@ -57,6 +62,7 @@ class StepMetrics:
     refill_rounds: int = 0
     repeated_trials: int = 0
     truncated_failures: int = 0
+    update_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -80,11 +86,12 @@ def step_metrics(
     peak: int,
     t0: float,
     groups_wanted: int = 0,
+    update_s: float = 0.0,
 ) -> StepMetrics:
     """The metrics of one step from its groups, sampling stats, samples and optimiser result.
 
     ``peak``: peak accelerator memory of the update, bytes; ``t0``: ``time.perf_counter()`` at the
-    step's start.
+    step's start; ``update_s``: seconds of the optimiser update.
     """
     rollouts = [r for g in groups for r in g.rollouts]
     turns = [t for r in rollouts for t in r.agent_turns]
@@ -114,4 +121,5 @@ def step_metrics(
         refill_rounds=stats.rounds,
         repeated_trials=stats.repeated_trials,
         truncated_failures=stats.truncated_failures,
+        update_s=update_s,
     )

@@ -345,11 +345,21 @@ async def train_grpo(
         samples = group_samples(
             groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index
         )
+        t_update = time.perf_counter()
         weights.for_update()
         with PeakMemory(device=device) as peak:
             result = _optimise_epochs(model, optimizer, samples, config, pad_id)
+        update_s = time.perf_counter() - t_update
         metrics = step_metrics(
-            step, groups, stats, samples, result, peak.peak_bytes, t0, config.tasks_per_step
+            step,
+            groups,
+            stats,
+            samples,
+            result,
+            peak.peak_bytes,
+            t0,
+            config.tasks_per_step,
+            update_s=update_s,
         )
         _finish_step(step, metrics, result, tasks)
         summary.steps.append(metrics)

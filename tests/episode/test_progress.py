@@ -133,6 +133,7 @@ def test_grpo_step_line_carries_reward_zero_variance_share_and_seconds():
         policy_tokens=900,
         loss=-0.01,
         duration_s=81.34,
+        update_s=52.06,
         scored_rollouts=24,
         groups_wanted=4,
         refill_rounds=2,
@@ -141,7 +142,7 @@ def test_grpo_step_line_carries_reward_zero_variance_share_and_seconds():
         "step 2: groups kept/needed=4/4 rounds=2 mean_reward=0.375 (scored rollouts 24) "
         "zero_variance=0.25 system_error_groups=1 loss=-0.01 logprob_gap_max=None "
         "clip_frac=None truncated=0/0 (rollouts scored as failures 0) repeated_trials=0 "
-        "bands=[] samples=40 tokens=900 (81.3s)"
+        "bands=[] samples=40 tokens=900 (81.3s, update 52.1s)"
     )
     metrics.mean_reward = None  # every rollout of the step was a system error
     assert step_note(metrics).startswith("step 2: groups kept/needed=4/4 rounds=2 mean_reward=n/a ")

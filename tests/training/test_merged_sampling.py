@@ -152,7 +152,7 @@ def test_low_precision_merge_restores_the_base_weights_bit_for_bit(dtype):
     for _ in range(10):
         weights.for_rollouts()
         assert all(layer.merged for layer in layers)
-        assert any(not torch.equal(l.base_layer.weight, w0) for l, w0 in zip(layers, before))
+        assert any(not torch.equal(m.base_layer.weight, w0) for m, w0 in zip(layers, before))
         with torch.no_grad():  # merged: the adapter is in the weights, not added again
             merged_out = model(input_ids=torch.tensor([PROMPTS[2]])).logits
         torch.testing.assert_close(merged_out, out_before, atol=0.15, rtol=0.05)

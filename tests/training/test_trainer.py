@@ -211,6 +211,7 @@ def test_train_grpo_runs_steps_and_logs_metrics():
     assert all(
         m.loss is not None and m.samples == 2 and m.mean_reward == 0.5 for m in summary.steps
     )
+    assert all(0 < m.update_s < m.duration_s for m in summary.steps)  # the update's own seconds
 
 
 def test_empty_pool_saves_an_untrained_adapter(tmp_path):
