@@ -14,9 +14,10 @@ update (``unmerge_adapter``).
   steps that stays within a few ulps (tested), far below one update's change, and the saved
   adapter never contains the base.
 - bf16/fp16 base weights: half an ulp there is 2^-9 of the weight, so subtracting would drift.
-  Before each merge the adapted layers' base weights are copied aside (one copy, kept between
-  steps: 2 bytes per adapted weight, about 210 MB for SmolLM2-135M with every linear adapted)
-  and the unmerge copies them back, bit for bit (``restore``). The merged weights are rounded to
+  Before each merge the adapted layers' base weights are copied aside (2 bytes per adapted
+  weight, about 210 MB for SmolLM2-135M with every linear adapted, held while the rollouts run)
+  and the unmerge copies them back, bit for bit, and frees the copy (``restore``), so the
+  update's memory peak does not carry it. The merged weights are rounded to
   bf16, so the sampler's log-probs differ from the trainer's unmerged ones by bf16 rounding; the
   trainer's own log-probs are then the PPO "old" ones (``grpo.old_logprobs: auto``).
 - On-policy scoring holds: the sampler's log-probs (merged) and the trainer's (unmerged) differ
@@ -69,19 +70,12 @@ class SamplingWeights:
             self.merged = False
 
     def _merge_saving(self) -> None:
-        """Copy each adapted layer's base weight aside (into the buffer kept from the last step),
-        then merge (peft ``merge_adapter``)."""
+        """Copy each adapted layer's base weight aside, then merge (peft ``merge_adapter``)."""
         import torch
 
         with torch.no_grad():
             for layer in _lora_layers(self.model):
-                current = _base_tensors(layer)
-                saved = self._saved.get(id(layer))
-                if saved is None:
-                    self._saved[id(layer)] = [t.detach().clone() for t in current]
-                else:
-                    for kept, t in zip(saved, current):
-                        kept.copy_(t.detach())
+                self._saved[id(layer)] = [t.detach().clone() for t in _base_tensors(layer)]
         self.model.merge_adapter()
 
     def _restore(self) -> None:
@@ -94,6 +88,7 @@ class SamplingWeights:
                     for t, kept in zip(_base_tensors(layer), self._saved[id(layer)]):
                         t.copy_(kept)
                     layer.merged_adapters.clear()
+        self._saved.clear()  # the update's peak does not carry the copy; the next merge makes a new one
 
     def _switch(self, change) -> None:
         """Run ``change`` (no decode step in between: under the policy's lock) and drop the policy's

@@ -157,6 +157,7 @@ def test_low_precision_merge_restores_the_base_weights_bit_for_bit(dtype):
             merged_out = model(input_ids=torch.tensor([PROMPTS[2]])).logits
         torch.testing.assert_close(merged_out, out_before, atol=0.15, rtol=0.05)
         weights.for_update()
+        assert not weights._saved  # the copy is freed once restored
         plain.for_rollouts()
         plain.for_update()
     assert not any(layer.merged for layer in layers)
