@@ -88,10 +88,10 @@ class GRPOConfig(BaseModel):
             shuffles the pool in passes.
         lora_r, lora_alpha, lora_dropout, lora_target_modules: the LoRA adapter.
         micro_batch_sequences: most sequences per forward/backward pass.
-        sample_merged: on-policy LoRA on fp32 base weights: rollouts sample from weights with the
-            adapter merged in (merged after each update, unmerged before the next;
-            ``training.merged_sampling``), cheaper per decode step than the unmerged adapter
-            (docs/performance.md).
+        sample_merged: on-policy LoRA: rollouts sample from weights with the adapter merged in
+            (merged after each update, unmerged before the next; ``training.merged_sampling``:
+            fp32 weights subtract ``B A`` again, bf16/fp16 ones restore a saved copy), cheaper
+            per decode step than the unmerged adapter (docs/performance.md).
         micro_batch_memory_mib: activations one micro-batch may keep for backward, MiB (an
             estimate per token, ``shared_prefix.activation_bytes_per_token``): micro-batches of
             long samples get fewer rows; None sizes by ``micro_batch_sequences`` alone.

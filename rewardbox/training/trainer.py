@@ -283,10 +283,12 @@ def _optimise_epochs(
     model, optimizer, samples, config: GRPOConfig, pad_id: int
 ) -> OptimiseStats | None:
     """``config.ppo_epochs`` optimiser steps on the same samples; the gap comes from the first. The
-    update's temporaries (GiBs on a 1,100-token prompt) go back to the system after it
-    (``process_memory.release_freed_memory``; glibc would keep them)."""
+    update's temporaries (GiBs on a 1,100-token prompt) go back to the system after it, and the
+    rollouts' freed blocks before it (``process_memory.release_freed_memory``; glibc would keep
+    them, and the update's peak would stand on top of them)."""
     if not samples:
         return None
+    release_freed_memory()
     with wide_team():  # hundreds of rows per matmul (rewardbox.threads)
         first = last = optimise_step(model, optimizer, samples, config, pad_id)
         for _ in range(config.ppo_epochs - 1):

@@ -214,6 +214,26 @@ def test_train_grpo_runs_steps_and_logs_metrics():
     assert all(0 < m.update_s < m.duration_s for m in summary.steps)  # the update's own seconds
 
 
+def test_the_update_returns_freed_heap_before_and_after_it(monkeypatch):
+    """The rollouts' freed blocks go back to the system before the update (its peak stands on what
+    is live, not on glibc's leftovers) and the update's own after it."""
+    from rewardbox.training import trainer
+    from rewardbox.training.checkpoint import attach_lora
+
+    config = GRPOConfig(group_size=2, tasks_per_step=1, steps=1, learning_rate=1e-2)
+    model = attach_lora(tiny_model(), config)
+    events: list[str] = []
+    step = trainer.optimise_step
+    monkeypatch.setattr(trainer, "release_freed_memory", lambda: events.append("release"))
+    monkeypatch.setattr(
+        trainer, "optimise_step", lambda *a, **k: events.append("update") or step(*a, **k)
+    )
+    samples = [Sample([1, 2, 3], [4, 5], 1.0), Sample([1, 2, 3], [6, 7], -1.0)]
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    assert trainer._optimise_epochs(model, optimizer, samples, config, 0) is not None
+    assert events == ["release", "update", "release"]
+
+
 def test_empty_pool_saves_an_untrained_adapter(tmp_path):
     """An empty pool is reported, not a crash: zero steps and a LoRA whose merge equals the base."""
     from peft import PeftModel
