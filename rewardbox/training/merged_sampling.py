@@ -53,9 +53,8 @@ class SamplingWeights:
         self.restore = _low_precision(model) if restore is None else restore
         self.merged = False
         self.switches = 0
-        self._saved: dict[
-            int, list
-        ] = {}  # id(layer) -> its base weight (and bias) before the merge
+        # id(layer) -> its base weight (and bias) as before the merge, while merged (``restore``)
+        self._saved: dict[int, list] = {}
 
     def for_rollouts(self) -> None:
         """Merge the adapter into the weights (no-op when merged or when merging is off)."""

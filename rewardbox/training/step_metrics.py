@@ -31,8 +31,8 @@ class OptimiseStats:
 class StepMetrics:
     """Per-step training metrics (logged and shown in the asset metadata).
 
-    ``duration_s``: the whole step, seconds; ``update_s``: its optimiser update alone (scoring,
-    backward and the AdamW step, after the weights switch back for it), so the rollouts took
+    ``duration_s``: the whole step, seconds; ``update_s``: its update (the weights' switch back
+    from merged sampling, scoring, backward and the AdamW steps), so the rollouts took
     ``duration_s - update_s``.
     """
 
