@@ -5,10 +5,12 @@ list of them.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rewardbox.training.curriculum import format_histogram
 from rewardbox.training.groups import is_truncated
 
 
@@ -123,3 +125,12 @@ def step_metrics(
         truncated_failures=stats.truncated_failures,
         update_s=update_s,
     )
+
+
+def finish_step(step: int, metrics: StepMetrics, result: OptimiseStats | None, tasks: Any) -> None:
+    """Add the task sampler's band histogram (when it keeps one) to ``metrics``; raise
+    ``FloatingPointError`` when the step's loss is not finite (NaN or inf)."""
+    if hasattr(tasks, "band_histogram"):
+        metrics.band_histogram = format_histogram(tasks.band_histogram())
+    if result is not None and not math.isfinite(result.loss):
+        raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")

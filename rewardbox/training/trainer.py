@@ -23,7 +23,6 @@ docs/grpo_training.md).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 
@@ -36,7 +35,6 @@ from rewardbox.process_memory import release_freed_memory
 from rewardbox.tasks.schema import Task
 from rewardbox.threads import wide_team
 from rewardbox.training.config import GRPOConfig
-from rewardbox.training.curriculum import format_histogram
 from rewardbox.training.groups import (
     Group,
     GroupStats,
@@ -54,6 +52,7 @@ from rewardbox.training.step_metrics import (
     OptimiseStats,
     StepMetrics,
     TrainingSummary,
+    finish_step,
     step_metrics,
 )
 
@@ -336,7 +335,6 @@ async def train_grpo(
     """
     torch.manual_seed(config.seed)
     optimizer = _adamw(model, config)
-    device = next(model.parameters()).device
     summary, trials = TrainingSummary(), TrialNumbers() if trials is None else trials
     mask_truncated = config.mask_truncated and not budget_fits_golden
     weights = weights or SamplingWeights(model, merge=False)
@@ -347,27 +345,24 @@ async def train_grpo(
         samples = group_samples(
             groups, tokenize, mask_truncated=mask_truncated, guide_index=guide_index
         )
-        t_update = time.perf_counter()
-        weights.for_update()
-        with PeakMemory(device=device) as peak:
-            result = _optimise_epochs(model, optimizer, samples, config, pad_id)
-        update_s = time.perf_counter() - t_update
+        result, peak, update_s = _timed_update(model, optimizer, samples, config, pad_id, weights)
         metrics = step_metrics(
-            step,
-            groups,
-            stats,
-            samples,
-            result,
-            peak.peak_bytes,
-            t0,
-            config.tasks_per_step,
-            update_s=update_s,
+            step, groups, stats, samples, result, peak, t0, config.tasks_per_step, update_s
         )
-        _finish_step(step, metrics, result, tasks)
+        finish_step(step, metrics, result, tasks)
         summary.steps.append(metrics)
         if on_step is not None:
             on_step(metrics)
     return summary
+
+
+def _timed_update(model, optimizer, samples, config: GRPOConfig, pad_id: int, weights):
+    """The step's update, the weights switched back first: (result, peak accelerator bytes, seconds)."""
+    started = time.perf_counter()
+    weights.for_update()
+    with PeakMemory(device=next(model.parameters()).device) as peak:
+        result = _optimise_epochs(model, optimizer, samples, config, pad_id)
+    return result, peak.peak_bytes, time.perf_counter() - started
 
 
 def _adamw(model: torch.nn.Module, config: GRPOConfig) -> torch.optim.AdamW:
@@ -397,14 +392,3 @@ def _collect(
         max_system_error_reruns=config.max_system_error_reruns,
         observe=getattr(tasks, "observe", None),
     )
-
-
-def _finish_step(
-    step: int, metrics: StepMetrics, result: OptimiseStats | None, tasks: Iterator[Task]
-) -> None:
-    """Add the task sampler's band histogram (when it keeps one) to ``metrics``; raise
-    ``FloatingPointError`` when the step's loss is not finite (NaN or inf)."""
-    if hasattr(tasks, "band_histogram"):
-        metrics.band_histogram = format_histogram(tasks.band_histogram())
-    if result is not None and not math.isfinite(result.loss):
-        raise FloatingPointError(f"GRPO step {step} produced a non-finite loss {result.loss}")
