@@ -152,8 +152,8 @@ ASKS = [
             marks=pytest.mark.xfail(
                 strict=False,
                 reason="bf16 sampler vs trainer gap measured 0.24 (prefix-cache; no-cache unmeasured): "
-                "auto GRPO runs fp32; an explicit bf16 divides by the trainer's own log-probs and "
-                "weighs tokens by the truncated sampler ratio (grpo.old_logprobs, docs/performance.md)",
+                "on bf16 weights GRPO divides by the trainer's own log-probs and weighs tokens by "
+                "the truncated sampler ratio (grpo.old_logprobs, docs/performance.md)",
             ),
         ),
     ],
