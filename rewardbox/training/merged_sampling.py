@@ -113,7 +113,15 @@ def _base_tensors(layer: Any) -> list:
     return [base.weight] if bias is None else [base.weight, bias]
 
 
-def _low_precision(model: Any) -> bool:
-    """True when the model's frozen (base) weights are stored in fewer than 32 bits."""
+def base_dtype(model: Any) -> Any:
+    """The dtype of the model's frozen (base) weights; with nothing frozen (a full fine-tune) its
+    trainable ones'; None for a model without parameters."""
     frozen = next((p for p in model.parameters() if not p.requires_grad), None)
-    return frozen is not None and frozen.element_size() < 4
+    weight = frozen if frozen is not None else next(model.parameters(), None)
+    return None if weight is None else weight.dtype
+
+
+def _low_precision(model: Any) -> bool:
+    """True when the model's base weights are stored in fewer than 32 bits."""
+    dtype = base_dtype(model)
+    return dtype is not None and dtype.itemsize < 4

@@ -15,10 +15,10 @@ minimise the clipped surrogate over the policy's own tokens only (tool results
 and user messages are inside the prompt ids and never scored), ``ppo_epochs``
 times. Tokens are scored under the sampling distribution
 (``logprobs.completion_logprobs``), so in fp32 the first epoch's ratio is 1 up to
-float error, reported as ``logprob_gap_max``; on bf16 weights (``policy.dtype:
-bfloat16``) the trainer's own log-probs are the old ones and the sampler's enter
-as a truncated importance weight (``GRPOConfig.old_logprobs``,
-docs/grpo_training.md).
+float error, reported as ``logprob_gap_max``; on bf16 weights (``policy.dtype``
+``auto`` on a CPU with bf16 units, or ``bfloat16``) the trainer's own log-probs
+are the old ones and the sampler's enter as a truncated importance weight
+(``GRPOConfig.old_logprobs``, docs/grpo_training.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from rewardbox.training.groups import (
 from rewardbox.training.logprobs import Sample, completion_logprobs, guide_masks
 from rewardbox.training.losses import policy_loss
 from rewardbox.training.memory import PeakMemory
-from rewardbox.training.merged_sampling import SamplingWeights
+from rewardbox.training.merged_sampling import SamplingWeights, base_dtype
 from rewardbox.training.shared_prefix import scored_micro_batches
 from rewardbox.training.step_metrics import (
     OptimiseStats,
@@ -170,9 +170,8 @@ def old_logprobs_source(config: GRPOConfig, model) -> str:
     looks at its trainable weights). Errors: none."""
     if config.old_logprobs != "auto":
         return config.old_logprobs
-    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
-    weight = frozen if frozen is not None else next(model.parameters(), None)
-    return "sampler" if weight is None or weight.dtype == torch.float32 else "trainer"
+    dtype = base_dtype(model)
+    return "sampler" if dtype is None or dtype == torch.float32 else "trainer"
 
 
 def optimise_step(
