@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gguf
+import pytest
 
 from rewardbox.policy.checkpoint import _one_gguf_parse
 
@@ -36,9 +37,6 @@ def test_the_library_is_restored_when_the_block_raises(monkeypatch):
             self.path = path
 
     monkeypatch.setattr(gguf, "GGUFReader", Reader)
-    try:
-        with _one_gguf_parse():
-            raise ValueError("conversion failed")
-    except ValueError:
-        pass
+    with pytest.raises(ValueError, match="conversion failed"), _one_gguf_parse():
+        raise ValueError("conversion failed")
     assert gguf.GGUFReader is Reader
