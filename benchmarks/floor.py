@@ -12,11 +12,15 @@ figure as a fraction of its floor:
   attention ``4 x layers x L/2 x hidden``).
 * **decode tok/s** at the batch sizes the demo forms: steps of ``B`` rows against
   a ``L``-token cache; floor = bandwidth x ``B`` / bytes read per step (every
-  weight once, plus the rows' key/value cache).
+  weight once, plus the rows' key/value cache). Where the policy packs its bf16
+  weights (``rewardbox.policy.packed_linear``) the rows are measured packed and,
+  beside them, with plain ``F.linear`` weights.
 * **rows per decode step**: 8 requests reach ``LocalPolicy`` 0.15 s apart (as
   episodes' turns do); the mean number of rows per decode forward over 8
-  requests in flight. The policy runs one batch to its end, so a request that
-  arrives meanwhile waits (continuous batching is not built yet).
+  requests in flight (bounded by the arrivals: the first request decodes alone
+  until the second comes), and per step its rows over the requests in flight at
+  the model then (what continuous batching decides; 1.0 when every waiting
+  request decodes in every step).
 * **seconds per scored GRPO sample**: ``trainer.optimise_step`` on ``G``-sample
   groups with a shared first prompt (LoRA r16, all linear layers); floor = FLOPs
   of forward and input-gradient backward (``4 x matmul parameters`` per token the

@@ -72,22 +72,33 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
 def rows_per_decode_step(
     checkpoint: Path, requests: int = 8, gap_s: float = 0.15, new_tokens: int = 24
 ) -> dict:
-    """Mean rows per decode forward while ``requests`` short requests arrive ``gap_s`` apart at ``LocalPolicy``."""
+    """Rows per decode forward while ``requests`` short requests arrive ``gap_s`` apart at ``LocalPolicy``.
+
+    Returns ``rows_per_step`` (mean rows per decode forward), ``decode_steps``, ``in_flight``
+    (``requests``) and ``share_of_in_flight``: per decode step, its rows over the requests in flight
+    at the model then (asked and not yet answered), averaged over the steps. The first ratio is
+    bounded by the arrivals (the first request decodes alone until the second arrives); the second
+    is what batching decides: 1.0 when every request waiting at the model decodes in every step.
+    """
     from rewardbox.policy.base import ChatRequest
     from rewardbox.policy.local import LocalPolicy
 
     policy = LocalPolicy(checkpoint, max_batch_size=16, seed=0, guided_tool_calls=False)
-    widths: list[int] = []
+    steps: list[tuple[float, int]] = []  # (time, rows) of each decode forward
+    spans: list[list[float]] = [[0.0, float("inf")] for _ in range(requests)]
     hook = policy.model.register_forward_pre_hook(
         lambda _m, _a, kw: (
-            widths.append(kw["input_ids"].shape[0]) if kw["input_ids"].shape[1] == 1 else None
+            steps.append((time.perf_counter(), kw["input_ids"].shape[0]))
+            if kw["input_ids"].shape[1] == 1
+            else None
         ),
         with_kwargs=True,
     )
 
     async def one(i: int):
         await asyncio.sleep(i * gap_s)
-        return await policy.complete(
+        spans[i][0] = time.perf_counter()
+        done = await policy.complete(
             ChatRequest(
                 messages=[{"role": "user", "content": f"Note {i} about tea."}],
                 tools=[],
@@ -95,6 +106,8 @@ def rows_per_decode_step(
                 temperature=0.0,
             )
         )
+        spans[i][1] = time.perf_counter()
+        return done
 
     async def go():
         try:
@@ -104,10 +117,14 @@ def rows_per_decode_step(
 
     asyncio.run(go())
     hook.remove()
+    shares = [
+        rows / max(1, sum(1 for start, end in spans if start <= t < end)) for t, rows in steps
+    ]
     return {
-        "rows_per_step": sum(widths) / max(1, len(widths)),
-        "decode_steps": len(widths),
+        "rows_per_step": sum(rows for _, rows in steps) / max(1, len(steps)),
+        "decode_steps": len(steps),
         "in_flight": requests,
+        "share_of_in_flight": sum(shares) / max(1, len(shares)),
     }
 
 
@@ -179,6 +196,15 @@ def model_rows(
                 detail=measured,
             )
         )
+        rows.append(
+            row(
+                "decode rows / requests in flight at that step",
+                measured["share_of_in_flight"],
+                "share",
+                1.0,
+                "all in flight",
+            )
+        )
     rows.append(_grpo_row(model, floor, prompt, completion, groups, group_size, dtype))
     return rows
 
@@ -196,19 +222,57 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
             "GEMM floor, this run",
         )
     ]
+    packed = _packed_linears(model)
+    ways = _decode_weights(packed)
     for batch in DEMO_BATCH_SIZES:
-        tok_s = decode_tok_s(model, batch, prompt)
         floor_tok_s = bandwidth * batch / (weight_bytes + batch * kv_row)
-        rows.append(
-            row(
-                f"decode, batch {batch}, {prompt}-token context ({dtype})",
-                tok_s,
-                "tokens/s",
-                floor_tok_s,
-                "memory floor, this run",
+        measured = _paired_decode(model, batch, prompt, ways)
+        for label, tok_s in measured.items():
+            rows.append(
+                row(
+                    f"decode, batch {batch}, {prompt}-token context ({dtype}{label})",
+                    tok_s,
+                    "tokens/s",
+                    floor_tok_s,
+                    "memory floor, this run",
+                )
             )
-        )
+    if packed is not None:
+        packed.drop()  # the GRPO row runs without the copies, as the update does
     return rows
+
+
+def _paired_decode(model, batch: int, prompt: int, ways: list, pairs: int = 3) -> dict[str, float]:
+    """Median of ``pairs`` decode tok/s runs per way of running the weights, the ways alternated (so a
+    load spike on this shared machine hits both; a single best-of-2 flipped their order)."""
+    import statistics
+
+    runs: dict[str, list[float]] = {label: [] for label, _ in ways}
+    for _ in range(pairs):
+        for label, scope in ways:
+            with scope():
+                runs[label].append(decode_tok_s(model, batch, prompt, steps=16, repeats=1))
+    return {label: statistics.median(values) for label, values in runs.items()}
+
+
+def _packed_linears(model):
+    """``PackedLinears`` over ``model`` where the local policy would pack its weights, else None."""
+    from rewardbox.policy import packed_linear
+
+    parameter = next(model.parameters())
+    if not packed_linear.available(parameter.dtype, parameter.device):
+        return None
+    return packed_linear.PackedLinears(model)
+
+
+def _decode_weights(packed) -> list:
+    """``(label, context factory)`` per way of running the decode rows: the policy's packed weights
+    and, beside them in the same run, plain ``F.linear`` (``packed_linear``); plain only without."""
+    from contextlib import nullcontext
+
+    if packed is None:
+        return [("", nullcontext)]
+    return [(", packed weights", packed.active), (", F.linear weights", nullcontext)]
 
 
 def _grpo_row(

@@ -22,6 +22,7 @@ KIND_FIELDS: dict[str, tuple[str, ...]] = {
         "name",
         "guided_tool_calls",
         "kv_cache_mib",
+        "pack_weights",
     ),
     "endpoint": (
         "base_url",
@@ -68,6 +69,9 @@ class PolicyConfig(BaseModel):
         kv_cache_mib: local only; most memory the running batch's KV cache may reserve, MiB
             (rows x (prompt width + budget) x bytes per position); a request that would exceed it
             waits for rows to finish (a lone request always runs). None: ``max_batch_size`` alone.
+        pack_weights: local only; bf16 weights on a CPU with bf16 units are packed once for oneDNN
+            and decode steps multiply the packed copies (``policy/packed_linear.py``; one more copy
+            of the weights while decoding). False: plain ``F.linear`` everywhere.
         batch_wait_ms: local only; how long to wait for more requests, ms.
         num_threads: local only; torch threads: a count, ``auto`` (default: measured at start) or
             None (leave torch's); passive OpenMP waits either way (``rewardbox.threads``).
@@ -108,6 +112,7 @@ class PolicyConfig(BaseModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     max_batch_size: int = Field(8, ge=1)
     kv_cache_mib: int | None = Field(2048, ge=1)
+    pack_weights: bool = True
     batch_wait_ms: float = Field(20.0, ge=0)
     num_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     seed: int | None = None

@@ -20,6 +20,7 @@ re-tokenising.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 import time
@@ -29,12 +30,14 @@ from typing import Any
 import torch
 
 from rewardbox.errors import ContextLengthError, EndpointError
+from rewardbox.policy import packed_linear
 from rewardbox.policy.base import ChatRequest, Completion
 from rewardbox.policy.batching import Pending
 from rewardbox.policy.chat_template import prompt_opens_reasoning
 from rewardbox.policy.guided import VocabularyIndex, tool_signatures
 from rewardbox.policy.interpreter import interpret
 from rewardbox.policy.kv_cache import kv_bytes_per_position
+from rewardbox.policy.packed_linear import PackedLinears
 from rewardbox.policy.precision import resolve_dtype
 from rewardbox.policy.prefix_cache import PrefixCache
 from rewardbox.policy.running import RowSpec, RunningBatch
@@ -71,6 +74,9 @@ class LocalPolicy(ContinuousWorker):
         episode_kv_mib: most memory finished rows' KV kept for their episode's next turn may hold,
             MiB (``episode_kv``: the next turn prefills only its new tokens); 0 keeps none, None: no
             bound (the store still keeps at most 64 entries).
+        pack_weights: decode a bf16 model on a CPU with bf16 units from linear weights packed once
+            for oneDNN (``packed_linear``: 1.2-1.4x per decode step, one more copy of the weights
+            while decoding); False: plain ``F.linear``.
 
     Attributes:
         model, tokenizer: the live objects; the trainer may use them (train-mode
@@ -99,6 +105,7 @@ class LocalPolicy(ContinuousWorker):
         guided_tool_calls: bool = True,
         kv_cache_mib: int | None = None,
         episode_kv_mib: int | None = 512,
+        pack_weights: bool = True,
     ):
         """Load the checkpoint and start the worker thread (arguments: the class doc)."""
         if max_batch_size < 1:
@@ -118,12 +125,15 @@ class LocalPolicy(ContinuousWorker):
         )
         self.guided_tool_calls, self._vocabulary = guided_tool_calls, None
         self.kv_cache_bytes = None if kv_cache_mib is None else int(kv_cache_mib) << 20
+        self.pack_weights = pack_weights
         self._load_weights(self.dtype, adapter_dir)
         self._start_worker()
 
     def _load_weights(self, dtype: torch.dtype, adapter_dir: Path | str | None) -> None:
         """Load model and tokenizer, read the context window and stop tokens, merge the adapter if any."""
         self.model, self.tokenizer = _load(self.checkpoint_dir, self.device, dtype)
+        packs = self.pack_weights and packed_linear.available(dtype, self.device)
+        self.packed_linears = PackedLinears(self.model) if packs else None
         self.context_tokens = int(getattr(self.model.config, "max_position_embeddings", 1 << 30))
         self.stop_token_ids = [self.tokenizer.convert_tokens_to_ids(t) for t in STOP_TOKENS]
         self.pad_token_id = self.stop_token_ids[0]
@@ -146,6 +156,14 @@ class LocalPolicy(ContinuousWorker):
         with self.generation_lock:
             self.prefix_cache.invalidate()
             self._weights_version = getattr(self, "_weights_version", 0) + 1
+            if getattr(self, "packed_linears", None) is not None:
+                self.packed_linears.drop()  # repacked at the next decode, never held by the update
+
+    def decode_weights(self) -> contextlib.AbstractContextManager:
+        """The context the policy's model calls run in: packed bf16 linear weights where available
+        (``packed_linear``), nothing otherwise. Enter it holding ``generation_lock``."""
+        packed = getattr(self, "packed_linears", None)
+        return contextlib.nullcontext() if packed is None else packed.active(self._weights_version)
 
     async def complete(self, request: ChatRequest) -> Completion:
         """Queue one request and await its completion (batched with concurrent ones).
@@ -189,7 +207,7 @@ class LocalPolicy(ContinuousWorker):
             ContextLengthError: a prompt leaves no room in the context window.
         """
         specs = [self._spec(r, p) for r, p in zip(requests, prompt_ids)]
-        with self.generation_lock, torch.inference_mode():
+        with self.generation_lock, torch.inference_mode(), self.decode_weights():
             rows = self._new_batch().decode_all(specs)
         return [self._finish(r, p, row) for r, p, row in zip(requests, prompt_ids, rows)]
 

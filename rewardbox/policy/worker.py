@@ -44,7 +44,7 @@ STOP = object()
 class ContinuousWorker:
     """The worker half of ``LocalPolicy``; the policy provides ``name``, ``tokenizer``, ``context_tokens``,
     ``max_batch_size``, ``batch_wait_s``, ``prefix_cache``, ``generation_lock``, ``_weights_version``,
-    ``_new_batch()``, ``_spec(request, prompt_ids)``, ``_temperature(request)`` and ``_completion(...)``."""
+    ``decode_weights()``, ``_new_batch()``, ``_spec(request, prompt_ids)``, ``_temperature(request)`` and ``_completion(...)``."""
 
     def _start_worker(self) -> None:
         self._queue: queue.Queue = queue.Queue()
@@ -65,7 +65,7 @@ class ContinuousWorker:
         """One turn of the loop (module doc); returns whether a stop was asked for."""
         idle = not self._slots
         stop = self._collect(block=idle and not self._waiting and not stopping, company=idle)
-        with self.generation_lock, torch.inference_mode():
+        with self.generation_lock, torch.inference_mode(), self.decode_weights():
             self._check_weights()
             joiners = self._joiners()
             if joiners:

@@ -79,3 +79,17 @@ def test_thread_benchmark_setups_are_what_they_say():
     assert product["threads"] == 1 and product["wait_policy_applied"] is True
     assert anchor["threads"] == 2 and anchor["wait_policy_applied"] is False
     assert product["wall_s"] > 0 and product["cpu_s"] > 0 and anchor["wall_s"] > 0
+
+
+def test_rows_per_decode_step_counts_each_steps_rows_against_the_requests_in_flight(tmp_path):
+    from benchmarks.floor_model import rows_per_decode_step
+    from tests.fixtures.tiny_checkpoint import write_tiny_checkpoint
+
+    measured = rows_per_decode_step(
+        write_tiny_checkpoint(tmp_path / "ckpt"), requests=4, gap_s=0.02, new_tokens=6
+    )
+    assert measured["decode_steps"] > 0 and measured["in_flight"] == 4
+    assert 1.0 <= measured["rows_per_step"] <= 4.0
+    # a step's rows are requests in flight, so the share never passes 1; a worker that left
+    # waiting requests out of running steps would show below it
+    assert 0.0 < measured["share_of_in_flight"] <= 1.0
