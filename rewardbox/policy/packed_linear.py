@@ -2,13 +2,15 @@
 
 A decode step multiplies a few rows by every weight of the model, so it is bound by
 how fast the matmul kernel streams the weights. torch's bf16 ``F.linear`` on a CPU
-calls oneDNN with the weight in its plain ``[out, in]`` layout, and oneDNN reorders
-it into its blocked layout inside every call: a pass over SmolLM2-135M's 211 linear
-weights at 1-16 rows took 37-55 ms that way against 20-33 ms with the weights
-reordered once (``torch.ops.mkldnn._reorder_linear_weight``, the prepacking
-``torch.compile``'s freezing pass applies on CPUs) and multiplied with
-``torch.ops.mkldnn._linear_pointwise``; the outputs were bit-identical
-(docs/performance.md, "Decode: weights packed once").
+hands oneDNN's matmul the weight in its plain ``[out, in]`` layout, which the kernel
+repacks inside every call: a pass over SmolLM2-135M's 211 linear weights at 1-16
+rows took 37-55 ms that way against 20-33 ms with the weights reordered once
+(``torch.ops.mkldnn._reorder_linear_weight``, the prepacking ``torch.compile``'s
+freezing pass applies on CPUs) and multiplied with ``torch.ops.mkldnn._linear_pointwise``;
+the outputs were bit-identical. Decode steps at a 1,100-token context ran 1.24-1.29x
+faster; in the demo's campaigns, where attention and the episodes' tools weigh more,
+decode time was 1.05x and the campaigns' wall unchanged (docs/performance.md, "Decode:
+weights packed once").
 
 ``PackedLinears`` does that for the local policy's decode and prefill calls without
 changing the model: each plain ``nn.Linear`` gets a forward that uses the packed
