@@ -159,6 +159,14 @@ class LocalPolicy(ContinuousWorker):
             if getattr(self, "packed_linears", None) is not None:
                 self.packed_linears.drop()  # repacked at the next decode, never held by the update
 
+    def release_decode_memory(self) -> None:
+        """Free what only decoding needs (the packed weights, ``packed_linear``); the next decode
+        rebuilds it. The GRPO update calls it, so its peak does not carry the copies."""
+        packed = getattr(self, "packed_linears", None)
+        if packed is not None:
+            with self.generation_lock:
+                packed.drop()
+
     def decode_weights(self) -> contextlib.AbstractContextManager:
         """The context the policy's model calls run in: packed bf16 linear weights where available
         (``packed_linear``), nothing otherwise. Enter it holding ``generation_lock``."""
@@ -187,6 +195,7 @@ class LocalPolicy(ContinuousWorker):
         if self._thread.is_alive():
             self._queue.put(STOP)
             await asyncio.to_thread(self._thread.join)
+        self.release_decode_memory()
 
     def generate_batch(
         self, requests: list[ChatRequest], prompt_ids: list[list[int]]

@@ -18,9 +18,13 @@ weight while ``active`` is entered (the policy's worker, under ``inference_mode`
 and is ``F.linear`` everywhere else (the trainer's scoring and update, which need
 autograd). The packed copies (one more copy of the weights, 270 MB for
 SmolLM2-135M in bf16) are built on the first call after the weights change and
-dropped by ``drop`` (``LocalPolicy.weights_changed``), so the GRPO update never
-holds them. A weight replaced rather than written in place (its storage moved)
-falls back to ``F.linear`` until the next pack.
+dropped by ``drop``: ``LocalPolicy.weights_changed`` (which every in-place change of
+the weights must call, as the prefix cache already requires) and
+``LocalPolicy.release_decode_memory`` (before each GRPO update, merged or not). A
+weight replaced by a tensor at another address falls back to ``F.linear`` until the
+next pack; that check is a safety net, not the guarantee. Layers with the switching
+forward cannot be pickled (``torch.save(model)``; ``save_pretrained`` and state dicts
+are unaffected): the local policy's model is never pickled.
 
 Only bfloat16 on a CPU with bf16 units (``precision.has_bf16_units``) is packed:
 fp32 keeps MKL's kernels, whose results the exactness tests pin
@@ -103,6 +107,7 @@ class PackedLinears:
 
     def __init__(self, model: Any):
         self.layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+        self._managed = weakref.WeakSet(self.layers)
         self._packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._version: object = None
         self._on = False
@@ -146,6 +151,8 @@ class PackedLinears:
         """``layer``'s packed weight when this call may use it (inside ``active``, under inference
         mode, a bf16 input, the weight's storage unchanged since packing), else None."""
         if not self._on or x.dtype != torch.bfloat16 or not torch.is_inference_mode_enabled():
+            return None
+        if layer not in self._managed:  # a copy of a managed layer: never packs the originals
             return None
         if not self.packed:
             self.pack()

@@ -63,10 +63,15 @@ class SamplingWeights:
             self.merged = True
 
     def for_update(self) -> None:
-        """Unmerge the adapter, so the update's gradients reach it (no-op when unmerged)."""
+        """Unmerge the adapter, so the update's gradients reach it; either way the policy's decode-only
+        copies of the weights (``LocalPolicy.release_decode_memory``) are freed before the update."""
         if self.merged:
             self._switch(self._restore if self.restore else self.model.unmerge_adapter)
             self.merged = False
+        else:
+            release = getattr(self.policy, "release_decode_memory", None)
+            if release is not None:
+                release()
 
     def _merge_saving(self) -> None:
         """Copy each adapted layer's base weight aside, then merge (peft ``merge_adapter``)."""

@@ -85,35 +85,102 @@ def test_a_new_weights_version_repacks_and_a_drop_frees_the_copies(counting_ops)
 
 def test_weights_changed_in_place_are_never_served_stale(counting_ops):
     """The GRPO merge writes the weights in place and calls ``weights_changed``: the next decode must
-    see the new weights, not the packed old ones."""
-    model = _model(torch.float32)  # exact stand-in ops: any dtype shows staleness
+    see the new weights, not the packed old ones (the stand-in ops keep a clone, so a stale copy
+    gives the old logits)."""
+    model = _model()
     packed = PackedLinears(model)
     ids = torch.randint(1, 64, (1, 5))
     with torch.inference_mode():
         with packed.active(version=1):
             before = model(input_ids=ids).logits
+        assert counting_ops["linear"] == len(packed.layers)  # the packed path ran
         for layer in packed.layers:
             layer.weight.data.mul_(1.5)  # in place, like peft's merge
+        with packed.active(version=1):  # nobody said the weights changed: the old copies serve
+            stale = model(input_ids=ids).logits
         with packed.active(version=2):  # the policy's version moved (weights_changed)
             after = model(input_ids=ids).logits
         plain = model(input_ids=ids).logits
+    assert torch.equal(stale, before)  # what the version guards against
     assert not torch.equal(before, after)
     assert torch.equal(after, plain)
+    assert counting_ops["linear"] == 3 * len(packed.layers)
 
 
 def test_a_replaced_weight_or_a_copied_layer_falls_back_to_f_linear(counting_ops):
-    model = _model(torch.float32)
+    model = _model()
     packed = PackedLinears(model)
     layer = packed.layers[0]
-    x = torch.randn(2, layer.in_features)
+    x = torch.randn(2, layer.in_features).to(torch.bfloat16)
     with torch.inference_mode(), packed.active(version=1):
         layer(x)
-        used = counting_ops["linear"]
+        assert counting_ops["linear"] == 1  # packed
+        packs = counting_ops["pack"]
         layer.weight = torch.nn.Parameter(layer.weight.detach() * 2)  # new storage
         assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
-        twin = copy.deepcopy(layer)
+        twin = copy.deepcopy(packed.layers[1])
+        packed.drop()
         assert torch.equal(twin(x), F.linear(x, twin.weight, twin.bias))
-    assert counting_ops["linear"] == used  # neither call used a packed weight
+    assert counting_ops["linear"] == 1  # neither call used a packed weight
+    assert counting_ops["pack"] == packs  # and the copy did not pack the originals
+
+
+def test_sampling_weights_drop_the_packed_copies_before_every_update_merged_or_not(
+    counting_ops, monkeypatch, tmp_path
+):
+    """bf16 LoRA rollouts through ``LocalPolicy`` from merged weights give the tokens of unpacked
+    weights before and after an update; the update never holds the copies, merged or not."""
+    from peft import LoraConfig, get_peft_model
+
+    from rewardbox.policy.base import ChatRequest
+    from rewardbox.policy.local import LocalPolicy
+    from rewardbox.training.merged_sampling import SamplingWeights
+
+    monkeypatch.setattr(packed_linear, "available", lambda dtype, device: True)
+    path = write_tiny_checkpoint(tmp_path / "ckpt")
+    request = ChatRequest(
+        messages=[{"role": "user", "content": "pack"}], tools=[], max_new_tokens=6, temperature=0.0
+    )
+    runs = {}
+    for pack in (True, False):
+        policy = LocalPolicy(path, dtype="bfloat16", num_threads=1, pack_weights=pack)
+        try:
+            torch.manual_seed(0)
+            lora = get_peft_model(policy.model, LoraConfig(r=4, target_modules="all-linear"))
+            for name, weight in lora.named_parameters():
+                if "lora_B" in name:
+                    weight.data.normal_(0, 0.5)  # a non-zero adapter: merging changes the weights
+            weights = SamplingWeights(lora, policy, merge=pack)  # packed: merged; plain: unmerged
+            tokens = []
+            for _ in range(2):
+                weights.for_rollouts()
+                done = policy.generate_batch([request], [[5, 6, 7, 8]])[0]
+                tokens.append(done.completion_token_ids)
+                assert (policy.packed_linears is not None and policy.packed_linears.packed) == pack
+                weights.for_update()
+                assert policy.packed_linears is None or not policy.packed_linears.packed
+                for name, weight in lora.named_parameters():
+                    if "lora_B" in name:
+                        weight.data.mul_(-1.0)  # the "update" moves the adapter
+            runs[pack] = tokens
+        finally:
+            asyncio.run(policy.aclose())
+    assert runs[True] == runs[False]
+    assert counting_ops["linear"] > 0
+
+
+def test_sampling_weights_without_a_merge_still_free_the_copies_before_the_update():
+    from rewardbox.training.merged_sampling import SamplingWeights
+
+    class Policy:
+        released = 0
+
+        def release_decode_memory(self):
+            self.released += 1
+
+    policy = Policy()
+    SamplingWeights(torch.nn.Linear(2, 2), policy, merge=False).for_update()
+    assert policy.released == 1
 
 
 def test_only_bf16_on_a_cpu_is_packed(monkeypatch):
