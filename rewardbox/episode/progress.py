@@ -125,7 +125,7 @@ class Progress:
         self._bar = (
             _make_bar(total, label, unit) if (bar if bar is not None else _terminal()) else None
         )
-        self._write(f"{label}: 0/{total} {unit} to run")
+        self._write(f"{label}: {total} {unit} to run")
 
     def update(
         self, *, passed: bool | None = None, system_error: bool = False, note: str = ""

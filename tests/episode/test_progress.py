@@ -29,7 +29,7 @@ def test_lines_count_done_pass_rate_system_errors_and_eta():
         clock.now += 10.0
         progress.episode(SimpleNamespace(passed=passed, system_error=error))
     progress.close()
-    assert lines[0] == "probe_results: 0/4 episodes to run"
+    assert lines[0] == "probe_results: 4 episodes to run"
     assert lines[1] == (
         "probe_results: 1/4 episodes (25%), pass rate 1.000 (1/1), system errors 0, "
         "10s elapsed, ETA 30s"
@@ -110,7 +110,7 @@ def test_empty_stage_and_bad_total():
     with Progress(0, "screen (golden replay)", lines.append, bar=False):
         pass
     assert lines == [
-        "screen (golden replay): 0/0 episodes to run",
+        "screen (golden replay): 0 episodes to run",
         "screen (golden replay): 0/0 episodes, pass rate n/a, system errors 0, 0s elapsed",
     ]
     with pytest.raises(ValueError, match="total must be >= 0"):

@@ -115,7 +115,7 @@ def test_screening_logs_progress_lines_with_done_and_total(screened):
     _, instance, result = screened
     messages = [e.user_message for e in instance.all_logs(result.run_id) if e.user_message]
     lines = [m for m in messages if m.startswith("screen (")]
-    assert "screen (golden replay): 0/10 episodes to run" in lines
+    assert "screen (golden replay): 10 episodes to run" in lines
     final = [
         m
         for m in lines
