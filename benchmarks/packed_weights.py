@@ -25,7 +25,7 @@ import asyncio
 import os
 import statistics
 
-from benchmarks.precision import _campaign, _greedy, agreement
+from benchmarks.precision import _greedy, agreement, alternated_campaigns
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_PACKED", "1,2").split(","))
@@ -58,15 +58,8 @@ def run() -> list[dict]:
         )
         for way in WAYS
     }
-    runs: dict[str, list[dict]] = {way: [] for way in WAYS}
     try:
-        for repeat in range(REPEATS):
-            for way in WAYS if repeat % 2 == 0 else WAYS[::-1]:
-                result = _campaign(policies[way], profile, tasks, TRIALS)
-                runs[way].append(result)
-                print(
-                    way, {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")}
-                )
+        runs = alternated_campaigns(policies, profile, tasks, TRIALS, REPEATS)
         first_turns = runs["packed"][0]["first_turns"]
         greedy = {way: _greedy(policies[way], first_turns) for way in WAYS}
     finally:

@@ -127,6 +127,21 @@ def _campaign(policy, profile, tasks, trials: int) -> dict:
     }
 
 
+def alternated_campaigns(
+    policies: dict, profile, tasks, trials: int, repeats: int
+) -> dict[str, list[dict]]:
+    """``repeats`` rounds of one ``_campaign`` per policy (dict order, then reversed, ...), each printed;
+    returns each policy key's results in order."""
+    keys = list(policies)
+    runs: dict[str, list[dict]] = {key: [] for key in keys}
+    for repeat in range(repeats):
+        for key in keys if repeat % 2 == 0 else keys[::-1]:
+            result = _campaign(policies[key], profile, tasks, trials)
+            runs[key].append(result)
+            print(key, {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")})
+    return runs
+
+
 def _greedy(policy, first_turns: dict) -> list[list[int]]:
     """Greedy completions of the recorded first-turn prompts, in seed order."""
     seeds = sorted(first_turns)
@@ -168,15 +183,8 @@ def run() -> list[dict]:
         )
         for dtype in DTYPES
     }
-    runs: dict[str, list[dict]] = {d: [] for d in DTYPES}
     try:
-        for repeat in range(REPEATS):
-            for dtype in DTYPES if repeat % 2 == 0 else DTYPES[::-1]:
-                result = _campaign(policies[dtype], profile, tasks, TRIALS)
-                runs[dtype].append(result)
-                print(
-                    dtype, {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")}
-                )
+        runs = alternated_campaigns(policies, profile, tasks, TRIALS, REPEATS)
         first_turns = runs["float32"][0]["first_turns"]
         greedy = {d: _greedy(policies[d], first_turns) for d in DTYPES}
         update = _grpo_update(policies)

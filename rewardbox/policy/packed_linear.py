@@ -35,6 +35,7 @@ missing or disagree.
 
 from __future__ import annotations
 
+import functools
 import logging
 import types
 import weakref
@@ -52,9 +53,6 @@ log = logging.getLogger(__name__)
 ROWS_HINT = 8
 """Rows oneDNN lays the packed weights out for (the demo's decode batches hold 1-8 rows)."""
 
-_CHECKED: dict[str, bool] = {}
-
-
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` (``[out, in]``, bf16) reordered into oneDNN's layout for ``ROWS_HINT``-row inputs."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT)
@@ -65,22 +63,21 @@ def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | No
     return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
 
 
+@functools.cache
 def _ops_agree() -> bool:
-    """Whether the packing ops exist here and give ``F.linear``'s result on a probe (cached)."""
-    if "bf16" not in _CHECKED:
-        try:
-            gen = torch.Generator().manual_seed(0)
-            weight = torch.randn(96, 64, generator=gen).to(torch.bfloat16)
-            bias = torch.randn(96, generator=gen).to(torch.bfloat16)
-            x = torch.randn(3, 1, 64, generator=gen).to(torch.bfloat16)
-            with torch.inference_mode():
-                got = packed_linear(x, pack_weight(weight), bias)
-                want = F.linear(x, weight, bias)
-            _CHECKED["bf16"] = bool(torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2))
-        except (AttributeError, RuntimeError) as exc:
-            log.warning("packed bf16 linear weights unavailable (%s); decode uses F.linear", exc)
-            _CHECKED["bf16"] = False
-    return _CHECKED["bf16"]
+    """Whether the packing ops exist here and give ``F.linear``'s result on a probe (once per process)."""
+    try:
+        gen = torch.Generator().manual_seed(0)
+        weight = torch.randn(96, 64, generator=gen).to(torch.bfloat16)
+        bias = torch.randn(96, generator=gen).to(torch.bfloat16)
+        x = torch.randn(3, 1, 64, generator=gen).to(torch.bfloat16)
+        with torch.inference_mode():
+            got = packed_linear(x, pack_weight(weight), bias)
+            want = F.linear(x, weight, bias)
+        return bool(torch.allclose(got.float(), want.float(), rtol=1e-2, atol=1e-2))
+    except (AttributeError, RuntimeError) as exc:
+        log.warning("packed bf16 linear weights unavailable (%s); decode uses F.linear", exc)
+        return False
 
 
 def available(dtype: torch.dtype, device: torch.device | str) -> bool:
