@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 ROWS_HINT = 8
 """Rows oneDNN lays the packed weights out for (the demo's decode batches hold 1-8 rows)."""
 
+
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
     """``weight`` (``[out, in]``, bf16) reordered into oneDNN's layout for ``ROWS_HINT``-row inputs."""
     return torch.ops.mkldnn._reorder_linear_weight(weight, ROWS_HINT)
