@@ -128,14 +128,17 @@ def _campaign(policy, profile, tasks, trials: int) -> dict:
 
 
 def alternated_campaigns(
-    policies: dict, profile, tasks, trials: int, repeats: int
+    policies: dict, profile, tasks, trials: int, repeats: int, before_each=None
 ) -> dict[str, list[dict]]:
     """``repeats`` rounds of one ``_campaign`` per policy (dict order, then reversed, ...), each printed;
-    returns each policy key's results in order."""
+    returns each policy key's results in order. ``before_each(key)``, when given, runs before each
+    campaign (a setting the campaigns differ in that is not a policy object of its own)."""
     keys = list(policies)
     runs: dict[str, list[dict]] = {key: [] for key in keys}
     for repeat in range(repeats):
         for key in keys if repeat % 2 == 0 else keys[::-1]:
+            if before_each is not None:
+                before_each(key)
             result = _campaign(policies[key], profile, tasks, trials)
             runs[key].append(result)
             print(key, {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")})

@@ -1,9 +1,11 @@
 """The thread policy, paired: idle and under a synthetic load (issue 28, "threads that never spin").
 
 Each setup runs in a fresh process (OpenMP reads its wait policy once, when
-torch loads) and times a decode-shaped workload: ``STEPS`` steps of SmolLM2-135M's
-per-layer matmuls for 8 rows (576 -> 1,536 -> 576, 30 layers), wall time and the
-process's CPU time per step. Setups:
+torch loads) and times a decode-shaped workload in the dtype ``policy.dtype: auto``
+picks: ``STEPS`` steps of 30 SmolLM2-135M layers for 8 rows at a 1,100-token
+context (``rewardbox.threads.decode_layer_workload``: the seven matmuls and the
+attention, the decode probe's workload), wall time and the process's CPU time per
+step. Setups:
 
 * ``product``: what every model process runs (``rewardbox.threads``: passive
   OpenMP waits, team size ``"auto"``, measured at start);
@@ -47,21 +49,23 @@ if sys.argv[3] == "torch-first":
 import rewardbox  # otherwise: sets the passive-wait environment before torch loads
 import torch
 from rewardbox import strict_json
-from rewardbox.threads import apply_thread_policy
+from rewardbox.policy.precision import resolve_dtype
+from rewardbox.threads import apply_thread_policy, decode_layer_workload
 threads = sys.argv[2] if sys.argv[2] == "auto" else int(sys.argv[2])
-policy = apply_thread_policy(threads)
-x = torch.randn(8, 576)
-up, down = torch.randn(576, 1536) / 24, torch.randn(1536, 576) / 40
-for _ in range(30):
-    x = torch.tanh(x @ up) @ down
-wall, cpu = time.perf_counter(), time.process_time()
-with torch.inference_mode():
-    for _ in range(int(sys.argv[1])):
-        for _ in range(30):
-            x = torch.tanh(x @ up) @ down
+dtype = resolve_dtype("auto")
+policy = apply_thread_policy(threads, dtype)
+layer = decode_layer_workload(dtype)
 steps = int(sys.argv[1])
+with torch.inference_mode():
+    for _ in range(30):
+        layer()
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(steps):
+        for _ in range(30):
+            layer()
 print(strict_json.dumps({"wall_s": (time.perf_counter() - wall) / steps, "cpu_s": (time.process_time() - cpu) / steps,
-                  "threads": policy.threads, "wait_policy_applied": policy.wait_policy_applied}))
+                  "threads": policy.threads, "wait_policy_applied": policy.wait_policy_applied,
+                  "dtype": str(dtype).replace("torch.", "")}))
 """
 
 
@@ -121,7 +125,7 @@ def run() -> list[dict]:
         for setup, figure in figures.items():
             rows.append(
                 row(
-                    f"decode-shaped step, {setup} ({figure['threads']} threads), {condition}",
+                    f"decode-shaped step ({figure['dtype']}), {setup} ({figure['threads']} threads), {condition}",
                     figure["wall_s"] * 1e3,
                     "ms",
                     anchor,

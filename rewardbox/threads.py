@@ -16,14 +16,21 @@ threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
    says so and a warning is logged.
 2. **Thread count** (``apply_thread_policy``): a fixed ``int`` from the config, or
    ``"auto"``: measured at start, the team size among ``1 .. usable cores`` that
-   runs a decode-shaped matmul fastest (more threads only when >= 15% faster,
-   ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``), about
-   0.15 s each. Inter-op threads are 1 (the policy runs one model
-   call at a time).
-3. **Wide calls** (``wide_team``): a decode step multiplies a few rows, so a second
-   thread barely pays for its wake-up and ``"auto"`` often keeps one; a prefill of
-   hundreds of tokens or the training update multiplies hundreds of rows, where a
-   second core nearly halves the time. ``"auto"`` therefore also times a
+   runs a decode step fastest (more threads only when >= 15% faster,
+   ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``),
+   a few tenths of a second in all. The decode probe is one layer of a decode step
+   (``decode_layer_workload``): SmolLM2-135M's seven matmuls for 8 rows and their
+   attention over 1,100 cached keys, in the model's dtype. A first probe timed the
+   matmuls alone, where a second thread barely pays for its wake-up, and kept one
+   thread; but at a 1,100-token context the attention is most of a decode step, and
+   it nearly halves on two cores (a bf16 decode step of 8 rows on the idle 2-core
+   machine: 97 ms on one thread, 61 ms on two; docs/performance.md, "Threads").
+   Under load the probe sees the descheduled partner and keeps one (the same step
+   took 100 ms on one thread and 200 ms on two with one busy process beside it).
+   Inter-op threads are 1 (the policy runs one model call at a time).
+3. **Wide calls** (``wide_team``): a prefill of hundreds of tokens or the training
+   update multiplies hundreds of rows, where a second core nearly halves the time
+   even when a decode step does not gain enough. ``"auto"`` therefore also times a
    prefill-shaped matmul (``WIDE_ROWS`` rows) and keeps its own team size for those
    calls (``ThreadPolicy.wide_threads``); the policy's prefill calls and the GRPO
    update run inside ``wide_team()``, decode steps with ``threads``.
@@ -70,10 +77,11 @@ class ThreadPolicy:
         chosen_by: ``"config"`` (a fixed count), ``"measured"`` (``"auto"``), ``"environment"``
             (``"auto"`` with ``OMP_NUM_THREADS`` set: the user's count, torch's reading of it, wins)
             or ``"unchanged"`` (None).
-        probe_s: seconds per probe matmul per candidate team size (``"auto"`` only).
+        probe_s: seconds of the decode probe per candidate team size (``"auto"`` only).
         wide_threads: team size for wide calls (prefill, the update; ``wide_team``): measured with
             ``WIDE_ROWS``-row matmuls under ``"auto"``, else ``threads``.
         wide_probe_s: seconds per wide probe per candidate team size (``"auto"`` only).
+        probe_dtype: the decode probe's dtype (the model's, as the caller passed it).
     """
 
     threads: int
@@ -83,6 +91,7 @@ class ThreadPolicy:
     probe_s: dict[int, float]
     wide_threads: int = 0
     wide_probe_s: dict[int, float] = field(default_factory=dict)
+    probe_dtype: str = "float32"
 
 
 _APPLIED: ThreadPolicy | None = None
@@ -124,20 +133,84 @@ def candidate_team_sizes(cores: int) -> list[int]:
     return sizes + [max(1, cores)]
 
 
-def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8) -> float:
-    """Best wall time of ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) with ``threads``: 64 of
-    them for a decode step's 8 rows, 2 for the wide probe's 1,024 (about 50 ms on one core: shorter
-    wide probes flipped between 1 and 2 threads from one start to the next on a loaded machine)."""
+DECODE_SHAPE = {
+    "rows": 8,
+    "hidden": 576,
+    "intermediate": 1536,
+    "heads": 9,
+    "kv_heads": 3,
+    "head_dim": 64,
+    "keys": 1100,
+}
+"""The decode probe's sizes: SmolLM2-135M (the embedded default) decoding 8 rows at a 1,100-token
+context, the mean prompt of the demo's episodes (issue 28 measured 1,124 tokens)."""
+
+
+def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
+    """A callable running one transformer layer of a decode step on random tensors (no model needed).
+
+    Per call: the q/k/v/o projections and the gated MLP's three matmuls for ``rows`` rows
+    (``F.linear``, ``[rows, hidden]``), and attention of those rows over ``keys`` cached positions
+    through ``F.scaled_dot_product_attention`` with a boolean mask, the query heads grouped by
+    key/value head (``[rows, kv_heads, heads / kv_heads, head_dim]`` queries against
+    ``[rows, kv_heads, keys, head_dim]`` keys and values: how transformers runs a one-position
+    step of a grouped-query model). Args: ``dtype`` (None: float32), ``shape`` (None: ``DECODE_SHAPE``).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    dtype = dtype or torch.float32
+    d = {**DECODE_SHAPE, **(shape or {})}
+    rows, hidden, inter = d["rows"], d["hidden"], d["intermediate"]
+    kv, group, hd = d["kv_heads"], d["heads"] // d["kv_heads"], d["head_dim"]
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*size):
+        return torch.randn(*size, generator=gen).to(dtype)
+
+    x, mlp_in = randn(rows, hidden), randn(rows, inter)
+    shapes = [(d["heads"] * hd, hidden), (kv * hd, hidden), (kv * hd, hidden), (hidden, hidden)]
+    projections = [randn(*s) for s in shapes]
+    gate, up, down = randn(inter, hidden), randn(inter, hidden), randn(hidden, inter)
+    query = randn(rows, kv, group, hd)
+    key, value = randn(rows, kv, d["keys"], hd), randn(rows, kv, d["keys"], hd)
+    mask = torch.ones(rows, 1, 1, d["keys"], dtype=torch.bool)
+
+    def layer() -> None:
+        for weight in projections:
+            F.linear(x, weight)
+        F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+        F.linear(x, gate), F.linear(x, up), F.linear(mlp_in, down)
+
+    return layer
+
+
+def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8, dtype=None) -> float:
+    """Best wall time, over ``repeats``, of a probe with ``threads``: for ``rows <= 8`` eight decode
+    layers (``decode_layer_workload`` in ``dtype``: about 20 ms on one core in bf16), else
+    ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) for 2,048 rows in all, about 50 ms on one
+    core (shorter wide probes flipped between 1 and 2 threads from one start to the next on a
+    loaded machine)."""
     import torch
 
     torch.set_num_threads(threads)
-    x, w = torch.randn(rows, 576), torch.randn(576, 1536)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(64 if rows <= 8 else max(1, 2048 // rows)):
-            torch.mm(x, w)
-        best = min(best, time.perf_counter() - t0)
+    with torch.inference_mode():
+        if rows <= 8:
+            layer, calls = decode_layer_workload(dtype), 8
+        else:
+            x, w = torch.randn(rows, 576), torch.randn(576, 1536)
+            calls = max(1, 2048 // rows)
+
+            def layer() -> None:
+                torch.mm(x, w)
+
+        layer()  # first call: oneDNN primitive creation, not the team
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                layer()
+            best = min(best, time.perf_counter() - t0)
     return best
 
 
@@ -168,13 +241,15 @@ def wide_team() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
+def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> ThreadPolicy:
     """Apply the thread policy to this process and return it (also kept for ``current_thread_policy``).
 
     Args:
         num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc; when the
             environment sets ``OMP_NUM_THREADS`` that count is kept instead), or
             None (leave torch's count; the wait policy still applies to later children).
+        dtype: the dtype the process's model decodes in (a ``torch.dtype``; None: float32), for
+            the decode probe: bf16 and fp32 kernels gain differently from a second thread.
 
     Raises:
         ValueError: a count < 1 or an unknown string.
@@ -197,7 +272,7 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
         num_threads == "auto"
     ):  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
         for threads in candidate_team_sizes(usable_cores()):
-            probe[threads] = _probe_seconds(threads)
+            probe[threads] = _probe_seconds(threads, dtype=dtype)
             wide_probe[threads] = _probe_seconds(threads, rows=WIDE_ROWS)
         count, chosen_by = _fastest(probe), "measured"
     elif num_threads is None:
@@ -219,6 +294,7 @@ def apply_thread_policy(num_threads: int | str | None = "auto") -> ThreadPolicy:
         probe,
         _fastest(wide_probe) if wide_probe else torch.get_num_threads(),
         wide_probe,
+        str(dtype or torch.float32).replace("torch.", ""),
     )
     log.info("thread policy: %s", _APPLIED)
     return _APPLIED

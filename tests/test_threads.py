@@ -63,14 +63,14 @@ def test_auto_takes_more_threads_only_when_measurably_faster(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # a user's count would win over "auto"
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     try:
-        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: {1: 1.0, 2: 0.95}[n])
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8, **_: {1: 1.0, 2: 0.95}[n])
         policy = apply_thread_policy("auto")
         assert (policy.threads, policy.chosen_by, policy.probe_s) == (
             1,
             "measured",
             {1: 1.0, 2: 0.95},
         )
-        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: {1: 1.0, 2: 0.55}[n])
+        monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8, **_: {1: 1.0, 2: 0.55}[n])
         assert apply_thread_policy("auto").threads == 2 == torch.get_num_threads()
         assert threads.current_thread_policy().threads == 2
         with pytest.raises(ValueError, match="num_threads"):
@@ -91,11 +91,12 @@ def test_local_policy_applies_the_thread_policy(tmp_path, monkeypatch):
     seen = []
     real = threads.apply_thread_policy
     monkeypatch.setattr(
-        "rewardbox.policy.local.apply_thread_policy", lambda n: seen.append(n) or real(n)
+        "rewardbox.policy.local.apply_thread_policy",
+        lambda n, dtype=None: seen.append((n, dtype)) or real(n, dtype),
     )
     policy = LocalPolicy(write_tiny_checkpoint(tmp_path / "ckpt"), num_threads=1)
     try:
-        assert seen == [1] and torch.get_num_threads() == 1
+        assert seen == [(1, policy.dtype)] and torch.get_num_threads() == 1
         assert policy.thread_policy.threads == 1 and policy.thread_policy.wait_policy == "PASSIVE"
         assert policy.dtype == torch.float32 or policy.dtype == torch.bfloat16
     finally:
@@ -163,7 +164,7 @@ def test_auto_probes_log2_team_sizes_not_every_core_count(monkeypatch):
     monkeypatch.setattr(threads, "usable_cores", lambda: 96)
     probed = []
     monkeypatch.setattr(
-        threads, "_probe_seconds", lambda n, rows=8: probed.append(n) or 1.0 / min(n, 4)
+        threads, "_probe_seconds", lambda n, rows=8, **_: probed.append(n) or 1.0 / min(n, 4)
     )
     try:
         policy = apply_thread_policy("auto")
@@ -184,7 +185,7 @@ def test_auto_keeps_a_wider_team_for_prefill_and_the_update_than_for_decode_step
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "usable_cores", lambda: 2)
     timings = {8: {1: 1.0, 2: 0.95}, threads.WIDE_ROWS: {1: 1.0, 2: 0.55}}
-    monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8: timings[rows][n])
+    monkeypatch.setattr(threads, "_probe_seconds", lambda n, rows=8, **_: timings[rows][n])
     try:
         policy = apply_thread_policy("auto")
         assert (policy.threads, policy.wide_threads) == (1, 2)
@@ -230,3 +231,72 @@ def test_prefill_runs_with_the_wide_team_and_decode_steps_with_the_decode_team(m
         torch.set_num_threads(before)
     assert (True, 2) in seen and (False, 1) in seen  # prefill wide, decode steps narrow
     assert all(n == (2 if wide else 1) for wide, n in seen)
+
+
+def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dtype(monkeypatch):
+    """Issue #28's kind: the decode probe timed 8-row matmuls alone, where a second thread barely pays,
+    so "auto" kept one thread; at a 1,100-token context the attention is most of a decode step and
+    nearly halves on two cores (97 -> 61 ms per bf16 step of 8 rows, idle 2-core machine). The probe
+    now runs a decode layer, attention included, in the dtype the model decodes in."""
+    import torch
+    import torch.nn.functional as F
+
+    calls = []
+    real_sdpa, real_linear = F.scaled_dot_product_attention, F.linear
+    monkeypatch.setattr(
+        F,
+        "scaled_dot_product_attention",
+        lambda q, k, v, **kw: (
+            calls.append(("sdpa", q.shape, k.shape, q.dtype, kw["attn_mask"].shape))
+            or real_sdpa(q, k, v, **kw)
+        ),
+    )
+    monkeypatch.setattr(
+        F,
+        "linear",
+        lambda x, w: calls.append(("linear", x.shape, w.shape, x.dtype)) or real_linear(x, w),
+    )
+    threads.decode_layer_workload(torch.bfloat16)()
+    sdpa = [c for c in calls if c[0] == "sdpa"]
+    linear = [c for c in calls if c[0] == "linear"]
+    assert sdpa == [
+        ("sdpa", (8, 3, 3, 64), (8, 3, 1100, 64), torch.bfloat16, (8, 1, 1, 1100))
+    ]  # SmolLM2-135M: 9 query heads grouped by its 3 key/value heads
+    assert [c[2] for c in linear] == [
+        (576, 576),
+        (192, 576),
+        (192, 576),
+        (576, 576),
+        (1536, 576),
+        (1536, 576),
+        (576, 1536),
+    ] and {c[3] for c in linear} == {torch.bfloat16}
+    assert threads.decode_layer_workload(shape={"keys": 16, "rows": 2}) is not None
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    seen = []
+    monkeypatch.setattr(
+        threads,
+        "_probe_seconds",
+        lambda n, rows=8, dtype=None: seen.append((n, rows, dtype)) or {1: 1.0, 2: 0.6}[n],
+    )
+    try:
+        policy = apply_thread_policy("auto", torch.bfloat16)
+        assert (policy.threads, policy.probe_dtype) == (2, "bfloat16")
+        assert (1, 8, torch.bfloat16) in seen and (2, 8, torch.bfloat16) in seen
+        assert apply_thread_policy("auto").probe_dtype == "float32"
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_real_decode_probe_times_every_candidate_team():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        seconds = threads._probe_seconds(1, repeats=1, dtype=torch.float32)
+        assert 0 < seconds < 60 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -73,8 +73,9 @@ class PolicyConfig(BaseModel):
             and decode steps multiply the packed copies (``policy/packed_linear.py``; one more copy
             of the weights while decoding). False: plain ``F.linear`` everywhere.
         batch_wait_ms: local only; how long to wait for more requests, ms.
-        num_threads: local only; torch threads: a count, ``auto`` (default: measured at start) or
-            None (leave torch's); passive OpenMP waits either way (``rewardbox.threads``).
+        num_threads: local only; torch threads: a count, ``auto`` (default: measured at start on
+            one decode layer, attention included, in the model's dtype) or None (leave torch's);
+            passive OpenMP waits either way (``rewardbox.threads``).
         seed: local only; seeds sampling per batch (None: unseeded).
         guided_tool_calls: local only; restrict tool-call names and argument keys
             to the request's tools while they are written (``policy/guided.py``).

@@ -110,12 +110,12 @@ class LocalPolicy(ContinuousWorker):
         """Load the checkpoint and start the worker thread (arguments: the class doc)."""
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
-        self.thread_policy = apply_thread_policy(num_threads)
+        self.device, self.dtype = torch.device(device), resolve_dtype(dtype, device)
+        self.thread_policy = apply_thread_policy(num_threads, self.dtype)
         map_large_blocks()  # freed KV buffers go back to the system (process_memory)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.name = name or self.checkpoint_dir.name
         self.max_batch_size, self.batch_wait_s = max_batch_size, batch_wait_ms / 1000.0
-        self.device, self.dtype = torch.device(device), resolve_dtype(dtype, device)
         self.temperature, self.max_new_tokens = temperature, max_new_tokens
         self._rng = random.Random(seed) if seed is not None else None
         self.generation_lock, self._weights_version = threading.RLock(), 0
