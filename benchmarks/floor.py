@@ -1,7 +1,9 @@
 """The model path against this machine's floor, measured in the same run (issue 28).
 
 First the floor, in this process with the thread policy the policy uses
-(``rewardbox.threads``): GEMM GFLOP/s in float32 and bfloat16 (a prefill-shaped
+(``rewardbox.threads``, applied first; each figure with the team its rows run on:
+the wide team for GEMMs, prefill and the update, the decode team for memory
+and decode steps): GEMM GFLOP/s in float32 and bfloat16 (a prefill-shaped
 ``[M x K] @ [K x N]`` matmul, SmolLM2-135M's MLP widths) and memory bandwidth
 (GiB/s reading a tensor far larger than the caches). Then the model, in the
 dtype ``policy.dtype: auto`` picks here (``rewardbox.policy.precision``), each
@@ -83,12 +85,17 @@ def memory_gib_s(device: str = "cpu", nbytes: int = MEMORY_BYTES, repeats: int =
 
 
 def machine_floor(device: str = "cpu") -> dict[str, float]:
-    """``{gemm_fp32_gflops, gemm_bf16_gflops, memory_gib_s}`` measured now."""
-    return {
-        "gemm_fp32_gflops": gemm_gflops(torch.float32, device),
-        "gemm_bf16_gflops": gemm_gflops(torch.bfloat16, device),
-        "memory_gib_s": memory_gib_s(device),
-    }
+    """``{gemm_fp32_gflops, gemm_bf16_gflops, memory_gib_s}`` measured now, each with the thread team
+    its rows run on (``rewardbox.threads``): the GEMMs with the wide team (prefill, the update), the
+    memory read with the decode team (decode steps)."""
+    from rewardbox.threads import wide_team
+
+    with wide_team():
+        gemm = {
+            "gemm_fp32_gflops": gemm_gflops(torch.float32, device),
+            "gemm_bf16_gflops": gemm_gflops(torch.bfloat16, device),
+        }
+    return gemm | {"memory_gib_s": memory_gib_s(device)}
 
 
 def matmul_params(model) -> int:
@@ -161,7 +168,11 @@ def sizes() -> tuple[int, int, int, int]:
 def run() -> list[dict]:
     """The floor rows and the model rows as fractions of them (see the module doc)."""
     from benchmarks.floor_model import model_rows
+    from rewardbox.policy.precision import resolve_dtype
+    from rewardbox.threads import apply_thread_policy
 
+    policy = apply_thread_policy("auto", resolve_dtype("auto"))  # as LocalPolicy applies it
+    print(f"thread policy: decode team {policy.threads}, wide team {policy.wide_threads}")
     floor = machine_floor()
     rows = [
         row("GEMM fp32 (this machine, floor)", floor["gemm_fp32_gflops"], "GFLOP/s", None),

@@ -48,6 +48,7 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
     from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.config import GRPOConfig
     from rewardbox.training.shared_prefix import plan_blocks
+    from rewardbox.threads import wide_team
     from rewardbox.training.trainer import optimise_step
 
     config = GRPOConfig(micro_batch_sequences=2)
@@ -56,7 +57,8 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        optimise_step(lora, optimizer, samples, config, pad_id=0)
+        with wide_team():  # as the product's update runs (trainer._optimise_epochs)
+            optimise_step(lora, optimizer, samples, config, pad_id=0)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
@@ -212,7 +214,10 @@ def model_rows(
 def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) -> list[dict]:
     """Prefill at batch 1 and decode at ``DEMO_BATCH_SIZES`` against the GEMM and memory floors."""
     prefill_floor, (bandwidth, weight_bytes, kv_row) = _fractions(model, floor, prompt, completion)
-    prefill = prefill_tok_s(model, 1, prompt)
+    from rewardbox.threads import wide_team
+
+    with wide_team():  # the policy prefills with the wide team (worker._admit)
+        prefill = prefill_tok_s(model, 1, prompt)
     rows = [
         row(
             f"prefill {prompt} tokens, batch 1 ({dtype})",

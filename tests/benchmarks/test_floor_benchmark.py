@@ -94,3 +94,44 @@ def test_rows_per_decode_step_counts_each_steps_rows_against_the_requests_in_fli
     # a step's rows are requests in flight, so the share never passes 1; a worker that left
     # waiting requests out of running steps would show below it
     assert 0.0 < measured["share_of_in_flight"] <= 1.0
+
+
+def test_each_floor_and_row_runs_on_the_team_the_product_gives_it(monkeypatch):
+    """The GRPO row called optimise_step on the decode team (1 thread on the 2-core machine) while the
+    product's update runs in wide_team() (2): the row read 3.85 s per sample against the demo's
+    ~2 s. GEMM floors, prefill and the update now run with the wide team, decode with the decode team."""
+
+    from benchmarks import floor_model
+    from rewardbox import threads
+    from rewardbox.threads import ThreadPolicy
+    from tests.fixtures.tiny_models import tiny_llama
+
+    before = torch.get_num_threads()
+    policy = ThreadPolicy(1, "PASSIVE", True, "config", {}, wide_threads=2)
+    monkeypatch.setattr(threads, "_APPLIED", policy)
+    torch.set_num_threads(1)
+    seen = {}
+    monkeypatch.setattr(
+        floor,
+        "gemm_gflops",
+        lambda dtype, device: seen.setdefault(f"gemm {dtype}", torch.get_num_threads()) or 1.0,
+    )
+    monkeypatch.setattr(
+        floor,
+        "memory_gib_s",
+        lambda device: seen.setdefault("memory", torch.get_num_threads()) or 1.0,
+    )
+    try:
+        floor.machine_floor()
+        assert seen == {"gemm torch.float32": 2, "gemm torch.bfloat16": 2, "memory": 1}
+        model = tiny_llama(max_position_embeddings=512)
+        teams = []
+        model.model.layers[0].register_forward_pre_hook(
+            lambda *_: teams.append(torch.get_num_threads())
+        )
+        samples = floor_model.group_samples_like_grpo(1, 2, 40, 4, model.config.vocab_size)
+        per_sample, ran = floor_model.grpo_seconds_per_sample(model, samples)
+        assert per_sample > 0 and ran > 0 and teams and set(teams) == {2}
+        assert torch.get_num_threads() == 1  # back to the decode team
+    finally:
+        torch.set_num_threads(before)
