@@ -45,10 +45,10 @@ def group_samples_like_grpo(
 
 def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, int]:
     """Best seconds per sample of ``trainer.optimise_step`` (LoRA r16, all linear), and tokens the decoder ran."""
+    from rewardbox.threads import wide_team
     from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.config import GRPOConfig
     from rewardbox.training.shared_prefix import plan_blocks
-    from rewardbox.threads import wide_team
     from rewardbox.training.trainer import optimise_step
 
     config = GRPOConfig(micro_batch_sequences=2)
