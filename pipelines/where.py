@@ -16,7 +16,8 @@ USAGE_KEYS = ("wall_s", "peak_rss_mib")
 
 def stage_usage_lines(instance: dg.DagsterInstance) -> list[str]:
     """One line per asset whose latest materialization recorded ``wall_s`` and ``peak_rss_mib``, in the
-    order they were materialized, then their summed wall time and the largest peak, then the wall
+    order they were materialized (with the thread teams the stage's model process chose, where it
+    recorded them), then their summed wall time and the largest peak, then the wall
     time of the run that materialized the last of them, which also counts the stages that record
     nothing (loading the checkpoint, the blocking checks, the merge) and the executor's step start-up
     (docs/performance.md, "Memory"). Empty when no stage recorded them."""
@@ -28,14 +29,16 @@ def stage_usage_lines(instance: dg.DagsterInstance) -> list[str]:
         metadata = event.asset_materialization.metadata
         if all(k in metadata for k in USAGE_KEYS):
             values = [metadata[k].value for k in USAGE_KEYS]
-            rows.append((event.timestamp, key.to_user_string(), *values, event.run_id))
+            teams = metadata["thread_teams"].value if "thread_teams" in metadata else ""
+            rows.append((event.timestamp, key.to_user_string(), *values, event.run_id, teams))
     if not rows:
         return []
     rows.sort()
     width = max(len("stages above"), *(len(row[1]) for row in rows))
     lines = ["Stage wall time and peak resident memory (each stage's own process):"]
-    for _, name, wall_s, peak, _ in rows:
-        lines.append(f"  {name:<{width}}  {wall_s:8.1f} s  {peak / 1024:6.2f} GiB")
+    for _, name, wall_s, peak, _, teams in rows:
+        threads = f"  threads: {teams}" if teams else ""
+        lines.append(f"  {name:<{width}}  {wall_s:8.1f} s  {peak / 1024:6.2f} GiB{threads}")
     total = sum(r[2] for r in rows)
     largest = max(rows, key=lambda r: r[3])
     lines.append(

@@ -44,12 +44,23 @@ def _mib(maxrss: int) -> float:
 
 def stage_usage(started_s: float) -> dict[str, Any]:
     """A stage's metadata: ``wall_s`` since ``started_s`` (a ``time.perf_counter()``), ``peak_rss_mib`` of
-    its process and ``children_peak_rss_mib`` (the largest child's, 0 when none was waited for)."""
-    return {
+    its process and ``children_peak_rss_mib`` (the largest child's, 0 when none was waited for); where
+    this process ran a model, ``thread_teams``: the thread policy it applied (``rewardbox.threads``),
+    e.g. ``"decode 2, wide 2 (measured, bfloat16 probe)"``, which ``auto`` decides per start."""
+    from rewardbox.threads import current_thread_policy
+
+    usage = {
         "wall_s": round(time.perf_counter() - started_s, 1),
         "peak_rss_mib": peak_rss_mib(),
         "children_peak_rss_mib": children_peak_rss_mib(),
     }
+    policy = current_thread_policy()
+    if policy is not None:
+        usage["thread_teams"] = (
+            f"decode {policy.threads}, wide {policy.wide_threads} "
+            f"({policy.chosen_by}, {policy.probe_dtype} probe)"
+        )
+    return usage
 
 
 @cache

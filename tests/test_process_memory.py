@@ -16,10 +16,18 @@ from rewardbox.process_memory import (
 )
 
 
-def test_stage_usage_reports_wall_time_and_this_processs_peak():
+def test_stage_usage_reports_wall_time_and_this_processs_peak(monkeypatch):
+    from rewardbox import threads
+    from rewardbox.threads import ThreadPolicy
+
+    monkeypatch.setattr(threads, "_APPLIED", None)
     started = time.perf_counter() - 2.0
     usage = stage_usage(started)
     assert set(usage) == {"wall_s", "peak_rss_mib", "children_peak_rss_mib"}
+    # a process that ran a model records the thread teams auto chose at its start
+    policy = ThreadPolicy(2, "PASSIVE", True, "measured", {1: 0.02, 2: 0.012}, 2, {}, "bfloat16")
+    monkeypatch.setattr(threads, "_APPLIED", policy)
+    assert stage_usage(started)["thread_teams"] == "decode 2, wide 2 (measured, bfloat16 probe)"
     assert 2.0 <= usage["wall_s"] < 60
     assert usage["peak_rss_mib"] >= peak_rss_mib() - 1 > 10  # a Python process with torch around
 

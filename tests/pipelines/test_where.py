@@ -7,7 +7,14 @@ from pipelines.where import stage_usage_lines
 
 @dg.asset
 def probe_like(context: dg.AssetExecutionContext) -> int:
-    context.add_output_metadata({"wall_s": 12.5, "peak_rss_mib": 3072.0, "episodes": 4})
+    context.add_output_metadata(
+        {
+            "wall_s": 12.5,
+            "peak_rss_mib": 3072.0,
+            "episodes": 4,
+            "thread_teams": "decode 2, wide 2 (measured, bfloat16 probe)",
+        }
+    )
     return 1
 
 
@@ -35,7 +42,8 @@ def test_stage_lines_read_wall_time_and_peak_memory_from_the_instance():
         "whole",
     ]
     assert "12.5 s" in lines[1] and "3.00 GiB" in lines[1]
-    assert "30.0 s" in lines[2] and "1.50 GiB" in lines[2]
+    assert lines[1].endswith("threads: decode 2, wide 2 (measured, bfloat16 probe)")
+    assert "30.0 s" in lines[2] and "1.50 GiB" in lines[2] and "threads" not in lines[2]
     assert "42.5 s" in lines[3] and "peak 3.00 GiB (probe_like)" in lines[3]
     run = instance.get_runs(limit=1)[0]
     stats = instance.get_run_stats(run.run_id)
