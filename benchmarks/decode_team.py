@@ -8,14 +8,15 @@ with each candidate team. An earlier probe timed the matmuls alone and kept one 
 demo profile's tasks (its 12 training candidates and 6 benchmark tasks) x ``trials`` through one
 ``LocalPolicy`` (``policy.dtype: auto``, the demo's ``max_batch_size`` and ``kv_cache_mib``,
 in-process MCP servers, the scripted user, the grading workers), its decode team set to 1 and to
-``usable_cores()`` (at most 2) before each campaign, alternated ``repeats`` times, each from a cold
-prefix cache. Prefill and the update keep the measured wide team (``wide_team``) in both.
+``usable_cores()`` (at most 2) before each campaign (``LocalPolicy.decode_threads``: the worker thread
+applies it at its next turn), alternated ``repeats`` times, each from a cold prefix cache. Prefill keeps
+the measured wide team (``wide_team``) in both.
 
 Rows: campaign wall seconds, decode rows per second of decode time, and how many greedy
 first-turn completions are token-identical between the two teams (a team size splits the work,
 and may reorder float sums). The team ``auto`` picked at the start, and its probe timings, are in
 the first row's ``detail``. On a 1-core machine it returns one row saying it measured nothing.
-Sizes: ``REWARDBOX_BENCH_DECODE_TEAM="trials,repeats"`` (default ``1,2``): about 6 minutes on 2 cores.
+Sizes: ``REWARDBOX_BENCH_DECODE_TEAM="trials,repeats"`` (default ``1,2``): about 4 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ def run() -> list[dict]:
     chosen = dataclasses.asdict(policy.thread_policy)
 
     def team(key: str) -> None:
-        torch.set_num_threads(
-            teams[key]
-        )  # the decode steps' team; wide_team() still widens prefill
+        # the worker thread's decode team (applied at its next turn); this thread's for _greedy
+        policy.decode_threads = teams[key]
+        torch.set_num_threads(teams[key])
 
     try:
         runs = alternated_campaigns(
@@ -69,6 +70,7 @@ def run() -> list[dict]:
             team(key)
             greedy[key] = _greedy(policy, first_turns)
     finally:
+        policy.decode_threads = policy.thread_policy.threads
         torch.set_num_threads(policy.thread_policy.threads)
         asyncio.run(policy.aclose())
     return _rows(runs, greedy, len(tasks), chosen, str(policy.dtype).replace("torch.", ""))

@@ -187,7 +187,14 @@ def model_rows(
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     rows = _speed_rows(model, floor, prompt, completion, dtype)
     if rows_step and checkpoint is not None:
+        from rewardbox.threads import current_thread_policy, restore_thread_policy
+
+        applied = current_thread_policy()
         measured = rows_per_decode_step(checkpoint)
+        if (
+            applied is not None
+        ):  # its LocalPolicy measured teams of its own; the GRPO row keeps ours
+            restore_thread_policy(applied)
         rows.append(
             row(
                 "rows per decode step, 8 requests 0.15 s apart",

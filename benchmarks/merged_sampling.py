@@ -99,10 +99,12 @@ def measure(model) -> dict:
 
 
 def run() -> list[dict]:
+    import torch
+
     from benchmarks.peak_memory import checkpoint
     from rewardbox.threads import apply_thread_policy
 
-    policy = apply_thread_policy("auto")
+    policy = apply_thread_policy("auto", getattr(torch, DTYPE))
     figures = measure(_model(checkpoint()))
     saved = figures["unmerged_s"] - figures["merged_s"]
     switch = figures["merge_s"] + figures["unmerge_s"]

@@ -46,7 +46,8 @@ def stage_usage(started_s: float) -> dict[str, Any]:
     """A stage's metadata: ``wall_s`` since ``started_s`` (a ``time.perf_counter()``), ``peak_rss_mib`` of
     its process and ``children_peak_rss_mib`` (the largest child's, 0 when none was waited for); where
     this process ran a model, ``thread_teams``: the thread policy it applied (``rewardbox.threads``),
-    e.g. ``"decode 2, wide 2 (measured, bfloat16 probe)"``, which ``auto`` decides per start."""
+    e.g. ``"decode 2, wide 2 (measured, bfloat16 probe)"`` (``auto`` decides per start) or
+    ``"decode 1, wide 1 (config)"``."""
     from rewardbox.threads import current_thread_policy
 
     usage = {
@@ -56,10 +57,12 @@ def stage_usage(started_s: float) -> dict[str, Any]:
     }
     policy = current_thread_policy()
     if policy is not None:
-        usage["thread_teams"] = (
-            f"decode {policy.threads}, wide {policy.wide_threads} "
-            f"({policy.chosen_by}, {policy.probe_dtype} probe)"
+        how = (
+            f"measured, {policy.probe_dtype} probe"
+            if policy.chosen_by == "measured"
+            else policy.chosen_by
         )
+        usage["thread_teams"] = f"decode {policy.threads}, wide {policy.wide_threads} ({how})"
     return usage
 
 

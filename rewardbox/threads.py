@@ -18,7 +18,7 @@ threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
    ``"auto"``: measured at start, the team size among ``1 .. usable cores`` that
    runs a decode step fastest (more threads only when >= 15% faster,
    ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``),
-   a few tenths of a second in all. The decode probe is one layer of a decode step
+   about 0.7 s in all on 2 cores, the wide probe included. The decode probe is one layer of a decode step
    (``decode_layer_workload``): SmolLM2-135M's seven matmuls for 8 rows and their
    attention over 1,100 cached keys, in the model's dtype. A first probe timed the
    matmuls alone, where a second thread barely pays for its wake-up, and kept one
@@ -187,7 +187,8 @@ def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
 
 def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8, dtype=None) -> float:
     """Best wall time, over ``repeats``, of a probe with ``threads``: for ``rows <= 8`` eight decode
-    layers (``decode_layer_workload`` in ``dtype``: about 20 ms on one core in bf16), else
+    layers of ``rows`` rows (``decode_layer_workload`` in ``dtype``: about 20-30 ms for 8 rows on one
+    core in bf16), else
     ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) for 2,048 rows in all, about 50 ms on one
     core (shorter wide probes flipped between 1 and 2 threads from one start to the next on a
     loaded machine)."""
@@ -196,7 +197,7 @@ def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8, dtype=None) ->
     torch.set_num_threads(threads)
     with torch.inference_mode():
         if rows <= 8:
-            layer, calls = decode_layer_workload(dtype), 8
+            layer, calls = decode_layer_workload(dtype, {"rows": rows}), 8
         else:
             x, w = torch.randn(rows, 576), torch.randn(576, 1536)
             calls = max(1, 2048 // rows)
@@ -298,6 +299,16 @@ def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> T
     )
     log.info("thread policy: %s", _APPLIED)
     return _APPLIED
+
+
+def restore_thread_policy(policy: ThreadPolicy) -> None:
+    """Make ``policy`` this process's applied policy again (its decode team on the calling thread, its
+    wide team for ``wide_team``), e.g. after a ``LocalPolicy`` built later measured its own."""
+    global _APPLIED
+    import torch
+
+    torch.set_num_threads(policy.threads)
+    _APPLIED = policy
 
 
 def current_thread_policy() -> ThreadPolicy | None:

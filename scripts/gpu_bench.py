@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: run with --dry-run on a CPU", file=sys.stderr)
         return 2
-    if device == "cpu":
-        apply_thread_policy("auto")
     dtype = resolve_dtype("auto", device)
+    if device == "cpu":
+        apply_thread_policy("auto", dtype)
     prompt, completion, groups, group_size = (96, 8, 2, 2) if args.dry_run else (1100, 40, 4, 8)
     started = time.perf_counter()
     floor = machine_floor(device)

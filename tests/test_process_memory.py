@@ -28,6 +28,9 @@ def test_stage_usage_reports_wall_time_and_this_processs_peak(monkeypatch):
     policy = ThreadPolicy(2, "PASSIVE", True, "measured", {1: 0.02, 2: 0.012}, 2, {}, "bfloat16")
     monkeypatch.setattr(threads, "_APPLIED", policy)
     assert stage_usage(started)["thread_teams"] == "decode 2, wide 2 (measured, bfloat16 probe)"
+    fixed = ThreadPolicy(1, "PASSIVE", True, "config", {}, 1)  # nothing was probed: no dtype shown
+    monkeypatch.setattr(threads, "_APPLIED", fixed)
+    assert stage_usage(started)["thread_teams"] == "decode 1, wide 1 (config)"
     assert 2.0 <= usage["wall_s"] < 60
     assert usage["peak_rss_mib"] >= peak_rss_mib() - 1 > 10  # a Python process with torch around
 

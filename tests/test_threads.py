@@ -271,7 +271,9 @@ def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dty
         (1536, 576),
         (576, 1536),
     ] and {c[3] for c in linear} == {torch.bfloat16}
-    assert threads.decode_layer_workload(shape={"keys": 16, "rows": 2}) is not None
+    calls.clear()
+    threads.decode_layer_workload(shape={"keys": 16, "rows": 2})()  # fp32, smaller: shapes follow
+    assert ("sdpa", (2, 3, 3, 64), (2, 3, 16, 64), torch.float32, (2, 1, 1, 16)) in calls
 
     before = torch.get_num_threads()
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
@@ -291,12 +293,63 @@ def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dty
         torch.set_num_threads(before)
 
 
-def test_the_real_decode_probe_times_every_candidate_team():
+def test_the_real_decode_probe_times_each_candidate_team_in_each_dtype():
     import torch
 
     before = torch.get_num_threads()
     try:
-        seconds = threads._probe_seconds(1, repeats=1, dtype=torch.float32)
-        assert 0 < seconds < 60 and torch.get_num_threads() == 1
+        for dtype in (torch.float32, torch.bfloat16):
+            for team in threads.candidate_team_sizes(min(threads.usable_cores(), 2)):
+                seconds = threads._probe_seconds(team, repeats=1, rows=2, dtype=dtype)
+                assert 0 < seconds < 60 and torch.get_num_threads() == team
     finally:
+        torch.set_num_threads(before)
+
+
+def test_restore_thread_policy_brings_back_the_teams_another_policy_replaced(monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        first = apply_thread_policy(1)
+        apply_thread_policy(2)
+        threads.restore_thread_policy(first)
+        assert threads.current_thread_policy() is first and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_worker_thread_decodes_with_its_own_team_whatever_another_thread_set(tmp_path):
+    """torch keeps an OpenMP team size per thread, and a thread takes the process-wide count at its
+    first parallel op: a worker whose first step came while another thread had widened the team (the
+    trainer's wide_team(), a benchmark) decoded with that count for good, and a later change from
+    another thread never reached it (the first decode_team benchmark compared 1 thread with 1). The
+    worker now applies ``decode_threads`` itself at every turn."""
+    import asyncio
+
+    import torch
+
+    from rewardbox.policy.base import ChatRequest
+    from rewardbox.policy.local import LocalPolicy
+    from tests.fixtures.tiny_checkpoint import write_tiny_checkpoint
+
+    before = torch.get_num_threads()
+    policy = LocalPolicy(write_tiny_checkpoint(tmp_path / "ckpt"), num_threads=1)
+    teams = []
+    layer = policy.model.model.layers[0]
+    layer.register_forward_pre_hook(
+        lambda _m, args: teams.append((args[0].shape[1], torch.get_num_threads()))
+    )
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], tools=[], max_new_tokens=3)
+    try:
+        torch.set_num_threads(2)  # another thread's count when the worker first runs
+        asyncio.run(policy.complete(request))
+        assert {n for width, n in teams if width == 1} == {1}  # decode steps: the policy's team
+        teams.clear()
+        policy.decode_threads = 2  # from this thread; the worker applies it at its next turn
+        torch.set_num_threads(1)
+        asyncio.run(policy.complete(request))
+        assert {n for width, n in teams if width == 1} == {2}
+    finally:
+        asyncio.run(policy.aclose())
         torch.set_num_threads(before)

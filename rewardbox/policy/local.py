@@ -62,7 +62,9 @@ class LocalPolicy(ContinuousWorker):
         seed: seeds the generators of rows whose request has no ``seed`` (reproducible runs); None
             draws fresh ones. A request's own ``seed`` seeds its row's generator
             (``sampling.PerRowSampler``), so its tokens do not depend on the other rows of the batch.
-        num_threads: ``rewardbox.threads.apply_thread_policy``'s count (``"auto"``: measured).
+        num_threads: ``rewardbox.threads.apply_thread_policy``'s count (``"auto"``: measured). The
+            worker thread decodes with ``decode_threads`` (the policy's count; set it to change the
+            team from the next worker turn on), prefill with the policy's wide team.
         temperature, max_new_tokens: when set, override every request's values.
         name: policy name for records (defaults to the checkpoint directory name).
         prefix_cache_min_tokens: new rows whose prompts share at least this many leading tokens
@@ -112,6 +114,7 @@ class LocalPolicy(ContinuousWorker):
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.device, self.dtype = torch.device(device), resolve_dtype(dtype, device)
         self.thread_policy = apply_thread_policy(num_threads, self.dtype)
+        self.decode_threads = self.thread_policy.threads
         map_large_blocks()  # freed KV buffers go back to the system (process_memory)
         self.checkpoint_dir = Path(checkpoint_dir)
         self.name = name or self.checkpoint_dir.name

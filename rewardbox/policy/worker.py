@@ -43,8 +43,12 @@ STOP = object()
 
 class ContinuousWorker:
     """The worker half of ``LocalPolicy``; the policy provides ``name``, ``tokenizer``, ``context_tokens``,
-    ``max_batch_size``, ``batch_wait_s``, ``prefix_cache``, ``generation_lock``, ``_weights_version``,
+    ``max_batch_size``, ``batch_wait_s``, ``prefix_cache``, ``generation_lock``, ``_weights_version``, ``decode_threads``,
     ``decode_weights()``, ``_new_batch()``, ``_spec(request, prompt_ids)``, ``_temperature(request)`` and ``_completion(...)``."""
+
+    decode_threads: int | None = None
+    """The worker thread's team size for decode steps (``LocalPolicy`` sets the thread policy's count);
+    None leaves the thread's own."""
 
     def _start_worker(self) -> None:
         self._queue: queue.Queue = queue.Queue()
@@ -67,6 +71,7 @@ class ContinuousWorker:
         stop = self._collect(block=idle and not self._waiting and not stopping, company=idle)
         with self.generation_lock, torch.inference_mode(), self.decode_weights():
             self._check_weights()
+            self._apply_decode_team()
             joiners = self._joiners()
             if joiners:
                 self._admit(joiners)
@@ -74,6 +79,16 @@ class ContinuousWorker:
             if self._slots:
                 self._step()
         return stopping or stop
+
+    def _apply_decode_team(self) -> None:
+        """Give this thread ``decode_threads`` (the thread policy's decode team) before it runs the model.
+
+        torch keeps an OpenMP team size per thread: a thread takes the process-wide count at its first
+        parallel op and keeps its own after that, so without this the worker decoded with whatever
+        count was set anywhere when it first ran (a ``wide_team()`` on another thread, say) and never
+        saw a later change."""
+        if self.decode_threads is not None and torch.get_num_threads() != self.decode_threads:
+            torch.set_num_threads(self.decode_threads)
 
     def _drop_cancelled(self) -> None:
         """Rows whose caller cancelled (an episode's timeout) leave the batch without decoding on."""

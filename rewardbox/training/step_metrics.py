@@ -72,11 +72,12 @@ class StepMetrics:
 
 @dataclass
 class TrainingSummary:
-    """The metrics of every step of a run, in order; ``usage``: the stage's ``wall_s``, ``peak_rss_mib``
-    and ``children_peak_rss_mib`` (``rewardbox.process_memory.stage_usage``, set by ``runtime.train``)."""
+    """The metrics of every step of a run, in order; ``usage``: the stage's ``wall_s``, ``peak_rss_mib``,
+    ``children_peak_rss_mib`` and, where the process applied a thread policy, ``thread_teams`` (a
+    string; ``rewardbox.process_memory.stage_usage``, set by ``runtime.train``)."""
 
     steps: list[StepMetrics] = field(default_factory=list)
-    usage: dict[str, float] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
 
 
 def step_metrics(

@@ -99,7 +99,9 @@ def test_rows_per_decode_step_counts_each_steps_rows_against_the_requests_in_fli
 def test_each_floor_and_row_runs_on_the_team_the_product_gives_it(monkeypatch):
     """The GRPO row called optimise_step on the decode team (1 thread on the 2-core machine) while the
     product's update runs in wide_team() (2): the row read 3.85 s per sample against the demo's
-    ~2 s. GEMM floors, prefill and the update now run with the wide team, decode with the decode team."""
+    ~2 s. Checked here: the GEMM floors and the update run with the wide team, the memory read with
+    the decode team (prefill and decode rows call the model the same way, inside and outside
+    wide_team())."""
 
     from benchmarks import floor_model
     from rewardbox import threads
