@@ -179,7 +179,8 @@ def rft_update(
 ) -> RFTSummary:
     """Fine-tune ``model``'s trainable parameters (the LoRA adapter) in place on ``samples``.
 
-    ``config.epochs`` passes; each pass shuffles the samples (``config.seed``) and takes one AdamW step
+    ``config.epochs`` passes; each pass shuffles the samples (``config.seed``, from one canonical order,
+    so the samples' arrival order does not change the update) and takes one AdamW step
     (``config.learning_rate``, ``grpo.weight_decay``, gradients clipped at ``grpo.max_grad_norm``) per
     ``config.batch_samples`` samples on the token-mean NLL of their completion tokens (:func:`nll_loss`).
     Micro-batches follow ``grpo.micro_batch_sequences`` / ``micro_batch_memory_mib``.
@@ -199,7 +200,10 @@ def rft_update(
     )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=grpo.weight_decay)
-    rng, order = random.Random(config.seed), list(samples)
+    # one order for the same samples however they arrived (episodes finish in any order), so the
+    # seeded shuffles, and with them the update, depend on the samples and the seed alone
+    order = sorted(samples, key=lambda s: (s.prompt_ids, s.completion_ids))
+    rng = random.Random(config.seed)
     torch.manual_seed(config.seed)
     model.train()
     for epoch in range(config.epochs):

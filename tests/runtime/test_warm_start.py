@@ -19,6 +19,7 @@ from rewardbox.tasks.sources import load_candidates
 @pytest.fixture(scope="module")
 def tiny_base(tmp_path_factory):
     """A one-layer Llama with SmolLM2's tokenizer (its vocabulary), saved as a checkpoint folder."""
+    import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     from rewardbox.policy.checkpoint import gguf_path
@@ -35,7 +36,10 @@ def tiny_base(tmp_path_factory):
         num_key_value_heads=2,
         max_position_embeddings=4096,
     )
-    LlamaForCausalLM(config).save_pretrained(out)
+    # fixed weights: the log-prob assertion below flaked in CI (-0.0014 nats on one unseeded draw)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
@@ -43,8 +47,8 @@ def tiny_base(tmp_path_factory):
 def test_probe_successes_of_the_pool_are_replayed_kept_and_trained_on(tiny_base, tmp_path):
     profile = load_profile("test")
     profile = profile.model_copy(
-        update={"rft": profile.rft.model_copy(update={"epochs": 3, "learning_rate": 5e-2})}
-    )
+        update={"rft": profile.rft.model_copy(update={"epochs": 3, "learning_rate": 2e-2})}
+    )  # at 5e-2 the last step overshot in some runs (-0.07 nats once; the update varies run to run)
     pool = load_candidates(profile.tasks).tasks[:3]
     probe_rows, _ = run_trials(
         pool, 2, build_policy(profile.policy), campaign_parts(profile), keep_results=False

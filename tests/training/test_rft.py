@@ -185,6 +185,26 @@ def test_rft_raises_the_logprob_of_its_completions_and_trains_only_lora():
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if n in frozen)
 
 
+def test_rft_update_depends_on_the_samples_and_seed_not_their_arrival_order():
+    """Replays finish in any order (episodes run concurrently); the seeded shuffle started from that
+    order, so one seed gave different updates for the same samples."""
+    samples = [
+        Sample([1, 2, 3], [4, 5, 6], 1.0),
+        Sample([1, 2, 3, 7], [8, 9], 1.0),
+        Sample([3, 2], [10, 11, 12, 13], 1.0),
+        Sample([5], [6, 7], 1.0),
+    ]
+    config = RFTConfig(epochs=3, learning_rate=5e-2, batch_samples=2)
+    runs = []
+    for order in (samples, samples[::-1], samples[2:] + samples[:2]):
+        model = lora_model()
+        runs.append((rft_update(model, list(order), config, grpo_config(), 0), model))
+    first, model = runs[0]
+    for summary, other in runs[1:]:
+        assert summary.epoch_nll == first.epoch_nll and summary.logprob_after == first.logprob_after
+        assert all(torch.equal(a, b) for a, b in zip(model.parameters(), other.parameters()))
+
+
 def test_rft_without_samples_changes_nothing():
     model = lora_model()
     state = {n: p.detach().clone() for n, p in model.named_parameters()}
