@@ -23,7 +23,8 @@ def test_rft_checkpoint_and_its_merge_materialise_with_their_metadata(tiny_base,
 
     data = yaml.safe_load((PROFILE_DIR / "test.yaml").read_text())
     path = tmp_path / "warm.yaml"
-    path.write_text(yaml.safe_dump(data | {"rft": {"epochs": 3, "learning_rate": 5e-2}}))
+    # lr 2e-2: at 5e-2 the last step overshot in some runs (tests/runtime/test_warm_start.py)
+    path.write_text(yaml.safe_dump(data | {"rft": {"epochs": 3, "learning_rate": 2e-2}}))
     profile = load_profile(path)
     pool = load_candidates(profile.tasks).tasks[:3]
     probe, _ = run_trials(
