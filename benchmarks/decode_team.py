@@ -26,7 +26,7 @@ import dataclasses
 import os
 import statistics
 
-from benchmarks.precision import _greedy, agreement, alternated_campaigns
+from benchmarks.precision import _greedy, agreement, alternated_campaigns, campaigns_detail
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_DECODE_TEAM", "1,2").split(","))
@@ -85,10 +85,7 @@ def _rows(runs: dict, greedy: dict, tasks: int, chosen: dict, dtype: str) -> lis
 
     wall = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(many, one))
     agree = agreement(*greedy.values())
-    detail = {
-        key: [{k: v for k, v in r.items() if k not in ("outcomes", "first_turns")} for r in rs]
-        for key, rs in runs.items()
-    }
+    detail = campaigns_detail(runs)
     detail |= {"greedy": agree, "tasks": tasks, "trials": TRIALS, "auto_chose": chosen}
     label = "decode team of 1, alternated in this process"
     return [

@@ -25,7 +25,7 @@ import asyncio
 import os
 import statistics
 
-from benchmarks.precision import _greedy, agreement, alternated_campaigns
+from benchmarks.precision import _greedy, agreement, alternated_campaigns, campaigns_detail
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_PACKED", "1,2").split(","))
@@ -78,10 +78,7 @@ def _rows(
 
     wall = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(packed, plain))
     agree = agreement(greedy["packed"], greedy["plain"])
-    detail = {
-        way: [{k: v for k, v in r.items() if k not in ("outcomes", "first_turns")} for r in rs]
-        for way, rs in runs.items()
-    }
+    detail = campaigns_detail(runs)
     detail |= {"greedy": agree, "tasks": tasks, "trials": TRIALS}
     label = "plain F.linear, alternated in this process"
     return [

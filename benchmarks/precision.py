@@ -127,6 +127,16 @@ def _campaign(policy, profile, tasks, trials: int) -> dict:
     }
 
 
+def campaign_figures(result: dict) -> dict:
+    """A ``_campaign`` result without its per-episode parts (``outcomes``, ``first_turns``)."""
+    return {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")}
+
+
+def campaigns_detail(runs: dict[str, list[dict]]) -> dict[str, list[dict]]:
+    """Each key's campaigns as ``campaign_figures``, for a row's ``detail``."""
+    return {key: [campaign_figures(r) for r in rs] for key, rs in runs.items()}
+
+
 def alternated_campaigns(
     policies: dict, profile, tasks, trials: int, repeats: int, before_each=None
 ) -> dict[str, list[dict]]:
@@ -141,7 +151,7 @@ def alternated_campaigns(
                 before_each(key)
             result = _campaign(policies[key], profile, tasks, trials)
             runs[key].append(result)
-            print(key, {k: v for k, v in result.items() if k not in ("outcomes", "first_turns")})
+            print(key, campaign_figures(result))
     return runs
 
 
@@ -238,10 +248,7 @@ def _rows(
         return statistics.median(r[key] for r in rs)
 
     wall = statistics.median(b["wall_s"] / f["wall_s"] for b, f in zip(bf16, fp32))
-    detail = {
-        d: [{k: v for k, v in r.items() if k not in ("outcomes", "first_turns")} for r in rs]
-        for d, rs in runs.items()
-    }
+    detail = campaigns_detail(runs)
     detail |= {"pass_rates": passes, "greedy": agree, "tasks": tasks, "trials": TRIALS}
     label = "float32, alternated in this process"
     return [
