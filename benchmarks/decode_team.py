@@ -26,7 +26,14 @@ import dataclasses
 import os
 import statistics
 
-from benchmarks.precision import _greedy, agreement, alternated_campaigns, campaigns_detail
+from benchmarks.precision import (
+    _greedy,
+    agreement,
+    alternated_campaigns,
+    campaigns_detail,
+    demo_policy,
+    identical_row,
+)
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_DECODE_TEAM", "1,2").split(","))
@@ -35,9 +42,7 @@ TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_DECODE_TEAM",
 def run() -> list[dict]:
     import torch
 
-    from benchmarks.peak_memory import checkpoint
     from rewardbox.config.profile import load_profile
-    from rewardbox.policy.local import LocalPolicy
     from rewardbox.tasks.sources import load_benchmark, load_candidates
     from rewardbox.threads import usable_cores
 
@@ -46,12 +51,7 @@ def run() -> list[dict]:
         return [row("decode team 1 vs 2: not measured (1 usable core)", 0.0, "", None)]
     profile = load_profile("demo")
     tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
-    policy = LocalPolicy(
-        checkpoint(),
-        max_batch_size=profile.policy.max_batch_size,
-        seed=profile.policy.seed,
-        kv_cache_mib=profile.policy.kv_cache_mib,
-    )
+    policy = demo_policy(profile)
     teams = {"1 thread": 1, f"{wide} threads": wide}
     chosen = dataclasses.asdict(policy.thread_policy)
 
@@ -105,12 +105,5 @@ def _rows(runs: dict, greedy: dict, tasks: int, chosen: dict, dtype: str) -> lis
             median(one, "decode_rows_per_s"),
             label,
         ),
-        row(
-            f"decode team {many_key} vs 1: greedy first turns token-identical "
-            f"({agree['identical']} of {agree['n']})",
-            agree["identical"] / max(agree["n"], 1),
-            "",
-            None,
-            detail={"prefix_fraction": agree["prefix_fraction"]},
-        ),
+        identical_row(f"decode team {many_key} vs 1", agree),
     ]

@@ -124,21 +124,15 @@ def _campaign(policy, profile, tasks, mib: int, trials: int = TRIALS) -> dict:
 
 
 def _setup(split: str = "benchmark"):
-    from benchmarks.peak_memory import checkpoint
     from rewardbox.config.profile import load_profile
-    from rewardbox.policy.local import LocalPolicy
     from rewardbox.tasks.sources import load_benchmark, load_candidates
 
     profile = load_profile("demo")
     load = load_benchmark if split == "benchmark" else load_candidates
     tasks = load(profile.tasks).tasks
-    policy = LocalPolicy(
-        checkpoint(),
-        max_batch_size=profile.policy.max_batch_size,
-        seed=profile.policy.seed,
-        kv_cache_mib=profile.policy.kv_cache_mib,
-        episode_kv_mib=ON_MIB,
-    )
+    from benchmarks.precision import demo_policy  # precision imports this module at load
+
+    policy = demo_policy(profile, episode_kv_mib=ON_MIB)
     return profile, tasks, policy
 
 

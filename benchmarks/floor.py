@@ -16,7 +16,11 @@ figure as a fraction of its floor:
   a ``L``-token cache; floor = bandwidth x ``B`` / bytes read per step (every
   weight once, plus the rows' key/value cache). Where the policy packs its bf16
   weights (``rewardbox.policy.packed_linear``) the rows are measured packed and,
-  beside them, with plain ``F.linear`` weights.
+  beside them, with plain ``F.linear`` weights. Where the model takes a shared
+  prefix (``rewardbox.policy.attention``), a third row has the rows share the
+  context's first ``L - OWN_TOKENS`` tokens, kept once, as the demo's rows share
+  their domain prefix; its floor counts the bytes that layout reads (the prefix's
+  key/value cache once, each row's own columns).
 * **rows per decode step**: 8 requests reach ``LocalPolicy`` 0.15 s apart (as
   episodes' turns do); the mean number of rows per decode forward over 8
   requests in flight (bounded by the arrivals: the first request decodes alone
@@ -46,6 +50,9 @@ import torch
 from benchmarks.rows import row
 
 GEMM_SHAPE = (512, 576, 1536)
+OWN_TOKENS = 100
+"""Each row's own context tokens in the shared-prefix decode row (the demo's prompts: about 1,000
+tokens of domain prefix, then the task's own)."""
 MEMORY_BYTES = 256 << 20
 
 
@@ -112,13 +119,25 @@ def prefill_tok_s(model, batch: int, prompt_tokens: int, repeats: int = 2) -> fl
     return batch * prompt_tokens / seconds
 
 
-def decode_tok_s(model, batch: int, context_tokens: int, steps: int = 8, repeats: int = 2) -> float:
+def decode_tok_s(
+    model,
+    batch: int,
+    context_tokens: int,
+    steps: int = 8,
+    repeats: int = 2,
+    shared_tokens: int = 0,
+) -> float:
     """Tokens per second of ``steps`` decode steps of ``batch`` rows after a ``context_tokens`` context.
 
     The context is prefilled once at batch 1 (untimed) and its cache repeated for the rows, a
     fresh copy per repeat, so only the decode steps are timed (through ``kv_cache.preallocated_cache``,
-    the policy's in-place cache).
+    the policy's in-place cache). With ``shared_tokens`` (a model that takes a shared prefix,
+    ``attention.takes_shared_prefix``), the rows share the context's first ``shared_tokens`` tokens,
+    kept once (``attention.SharedPrefix``), and each has ``context_tokens - shared_tokens`` tokens of
+    its own, prefilled untimed through ``decode.prefill`` as the policy does.
     """
+    if shared_tokens:
+        return _shared_decode_tok_s(model, batch, context_tokens, steps, repeats, shared_tokens)
     from rewardbox.policy.kv_cache import preallocated_cache
 
     device = next(model.parameters()).device
@@ -135,6 +154,44 @@ def decode_tok_s(model, batch: int, context_tokens: int, steps: int = 8, repeats
             for _ in range(steps):
                 out = model(input_ids=step, cache=cache, use_cache=True, logits_to_keep=1)
                 step = out.logits[:, -1:].argmax(-1)
+            _sync()
+            best = min(best, time.perf_counter() - t0)
+    return batch * steps / best
+
+
+def _shared_decode_tok_s(
+    model, batch: int, context_tokens: int, steps: int, repeats: int, shared_tokens: int
+) -> float:
+    from rewardbox.policy.attention import SharedPrefix
+    from rewardbox.policy.decode import advance, prefill
+    from rewardbox.policy.prefix_cache import expanded
+
+    if not 0 < shared_tokens < context_tokens:
+        raise ValueError("shared_tokens must leave each row at least one token of its own")
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    prefix = torch.randint(10, vocab, (1, shared_tokens), device=device)
+    own = torch.randint(10, vocab, (batch, context_tokens - shared_tokens), device=device)
+    ids = torch.cat([prefix.expand(batch, -1), own], dim=1)
+    best = float("inf")
+    with torch.inference_mode():
+        source = model(input_ids=prefix, use_cache=True, logits_to_keep=1).cache
+        for _ in range(repeats):
+            shared = SharedPrefix(tuple(prefix[0].tolist()), source)
+            rows, logits = prefill(
+                model,
+                ids,
+                torch.ones_like(ids),
+                expanded(source, batch),
+                context_tokens + steps,
+                list(range(batch)),
+                shared,
+            )
+            rows.last = logits[:, -1].argmax(-1)
+            _sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                rows.last = advance(model, rows)[:, -1].argmax(-1)
             _sync()
             best = min(best, time.perf_counter() - t0)
     return batch * steps / best

@@ -235,18 +235,20 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
         )
     ]
     packed = _packed_linears(model)
-    ways = _decode_weights(packed)
+    ways = _decode_weights(packed, _shared_tokens(model, prompt))
     for batch in DEMO_BATCH_SIZES:
-        floor_tok_s = bandwidth * batch / (weight_bytes + batch * kv_row)
         measured = _paired_decode(model, batch, prompt, ways)
-        for label, tok_s in measured.items():
+        for label, _, shared in ways:
+            # bytes a step reads: the weights, the shared prefix's KV once, each row's own KV
+            own = kv_row * (prompt + completion // 2 - shared) / (prompt + completion // 2)
+            read = weight_bytes + kv_row * shared / (prompt + completion // 2) + batch * own
             rows.append(
                 row(
                     f"decode, batch {batch}, {prompt}-token context ({dtype}{label})",
-                    tok_s,
+                    measured[label],
                     "tokens/s",
-                    floor_tok_s,
-                    "memory floor, this run",
+                    bandwidth * batch / read,
+                    "memory floor of the bytes this layout reads, this run",
                 )
             )
     if packed is not None:
@@ -255,16 +257,29 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
 
 
 def _paired_decode(model, batch: int, prompt: int, ways: list, pairs: int = 3) -> dict[str, float]:
-    """Median of ``pairs`` decode tok/s runs per way of running the weights, the ways alternated (so a
-    load spike on this shared machine hits both; a single best-of-2 flipped their order)."""
+    """Median of ``pairs`` decode tok/s runs per way (weights, shared prefix), the ways alternated (so
+    a load spike on this shared machine hits all; a single best-of-2 flipped their order)."""
     import statistics
 
-    runs: dict[str, list[float]] = {label: [] for label, _ in ways}
+    runs: dict[str, list[float]] = {label: [] for label, _, _ in ways}
     for _ in range(pairs):
-        for label, scope in ways:
+        for label, scope, shared in ways:
             with scope():
-                runs[label].append(decode_tok_s(model, batch, prompt, steps=16, repeats=1))
+                runs[label].append(
+                    decode_tok_s(model, batch, prompt, steps=16, repeats=1, shared_tokens=shared)
+                )
     return {label: statistics.median(values) for label, values in runs.items()}
+
+
+def _shared_tokens(model, prompt: int) -> int:
+    """The shared-prefix row's shared tokens (``prompt - OWN_TOKENS``), 0 where the model cannot take a
+    shared prefix (``attention.takes_shared_prefix``) or the prompt is too short."""
+    from benchmarks.floor import OWN_TOKENS
+    from rewardbox.policy.attention import takes_shared_prefix
+
+    if not takes_shared_prefix(model) or prompt <= OWN_TOKENS:
+        return 0
+    return prompt - OWN_TOKENS
 
 
 def _packed_linears(model):
@@ -277,14 +292,21 @@ def _packed_linears(model):
     return packed_linear.PackedLinears(model)
 
 
-def _decode_weights(packed) -> list:
-    """``(label, context factory)`` per way of running the decode rows: the policy's packed weights
-    and, beside them in the same run, plain ``F.linear`` (``packed_linear``); plain only without."""
+def _decode_weights(packed, shared: int = 0) -> list:
+    """``(label, context factory, shared tokens)`` per way of running the decode rows: the policy's
+    packed weights and, beside them in the same run, plain ``F.linear`` (``packed_linear``; plain
+    only without), each row with the whole context its own; then, with ``shared``, the policy's way
+    with the rows sharing the context's first ``shared`` tokens (``attention.SharedPrefix``)."""
     from contextlib import nullcontext
 
     if packed is None:
-        return [("", nullcontext)]
-    return [(", packed weights", packed.active), (", F.linear weights", nullcontext)]
+        ways = [("", nullcontext, 0)]
+    else:
+        ways = [(", packed weights", packed.active, 0), (", F.linear weights", nullcontext, 0)]
+    if shared:
+        label, scope, _ = ways[0]
+        ways.append((f"{label}, {shared}-token shared prefix", scope, shared))
+    return ways
 
 
 def _grpo_row(

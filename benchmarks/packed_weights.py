@@ -23,9 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 
-from benchmarks.precision import _greedy, agreement, alternated_campaigns, campaigns_detail
+from benchmarks.precision import _greedy, alternated_campaigns, demo_policy, setting_rows
 from benchmarks.rows import row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_PACKED", "1,2").split(","))
@@ -35,10 +34,8 @@ WAYS = ("packed", "plain")
 def run() -> list[dict]:
     import torch
 
-    from benchmarks.peak_memory import checkpoint
     from rewardbox.config.profile import load_profile
     from rewardbox.policy import packed_linear
-    from rewardbox.policy.local import LocalPolicy
     from rewardbox.tasks.sources import load_benchmark, load_candidates
 
     if not packed_linear.available(torch.bfloat16, "cpu"):
@@ -48,15 +45,7 @@ def run() -> list[dict]:
     profile = load_profile("demo")
     tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
     policies = {
-        way: LocalPolicy(
-            checkpoint(),
-            max_batch_size=profile.policy.max_batch_size,
-            seed=profile.policy.seed,
-            kv_cache_mib=profile.policy.kv_cache_mib,
-            dtype="bfloat16",
-            pack_weights=way == "packed",
-        )
-        for way in WAYS
+        way: demo_policy(profile, dtype="bfloat16", pack_weights=way == "packed") for way in WAYS
     }
     try:
         runs = alternated_campaigns(policies, profile, tasks, TRIALS, REPEATS)
@@ -71,44 +60,11 @@ def run() -> list[dict]:
 def _rows(
     runs: dict[str, list[dict]], greedy: dict[str, list[list[int]]], tasks: int
 ) -> list[dict]:
-    packed, plain = runs["packed"], runs["plain"]
-
-    def median(rs, key):
-        return statistics.median(r[key] for r in rs)
-
-    wall = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(packed, plain))
-    agree = agreement(greedy["packed"], greedy["plain"])
-    detail = campaigns_detail(runs)
-    detail |= {"greedy": agree, "tasks": tasks, "trials": TRIALS}
-    label = "plain F.linear, alternated in this process"
-    return [
-        row(
-            f"packed vs plain bf16: demo tasks campaign wall (packed/plain median {wall:.2f})",
-            median(packed, "wall_s"),
-            "s",
-            median(plain, "wall_s"),
-            label,
-            detail=detail,
-        ),
-        row(
-            "packed vs plain bf16: decode rows per second of decode time",
-            median(packed, "decode_rows_per_s"),
-            "rows/s",
-            median(plain, "decode_rows_per_s"),
-            label,
-        ),
-        row(
-            "packed vs plain bf16: prefill columns per second of prefill time",
-            median(packed, "prefill_columns_per_s"),
-            "columns/s",
-            median(plain, "prefill_columns_per_s"),
-            label,
-        ),
-        row(
-            f"packed vs plain bf16: greedy first turns token-identical ({agree['identical']} of {agree['n']})",
-            agree["identical"] / max(agree["n"], 1),
-            "",
-            None,
-            detail={"prefix_fraction": agree["prefix_fraction"]},
-        ),
-    ]
+    return setting_rows(
+        runs,
+        greedy,
+        tasks,
+        TRIALS,
+        "packed vs plain bf16",
+        "plain F.linear, alternated in this process",
+    )

@@ -155,6 +155,71 @@ def alternated_campaigns(
     return runs
 
 
+def demo_policy(profile, **settings):
+    """A ``LocalPolicy`` of the converted SmolLM2 checkpoint with the demo profile's batch size, seed and
+    KV budget, plus ``settings`` (the setting an A/B varies)."""
+    from benchmarks.peak_memory import checkpoint
+    from rewardbox.policy.local import LocalPolicy
+
+    return LocalPolicy(
+        checkpoint(),
+        max_batch_size=profile.policy.max_batch_size,
+        seed=profile.policy.seed,
+        kv_cache_mib=profile.policy.kv_cache_mib,
+        **settings,
+    )
+
+
+def identical_row(title: str, agree: dict) -> dict:
+    """The row of how many greedy first turns two settings decode token-identically (``agreement``)."""
+    return row(
+        f"{title}: greedy first turns token-identical ({agree['identical']} of {agree['n']})",
+        agree["identical"] / max(agree["n"], 1),
+        "",
+        None,
+        detail={"prefix_fraction": agree["prefix_fraction"]},
+    )
+
+
+def setting_rows(
+    runs: dict[str, list[dict]],
+    greedy: dict[str, list[list[int]]],
+    tasks: int,
+    trials: int,
+    title: str,
+    label: str,
+) -> list[dict]:
+    """The rows of a campaign A/B of two settings (``runs``' keys: the measured one, then its anchor):
+    campaign wall (the median of the paired ratios in the title), decode rows and prefill columns per
+    second of model time, and how many greedy first turns are token-identical."""
+    ours, anchor = runs.values()
+    first, second = greedy.values()
+
+    def median(rs, key):
+        return statistics.median(r[key] for r in rs)
+
+    wall = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(ours, anchor))
+    agree = agreement(first, second)
+    detail = campaigns_detail(runs) | {"greedy": agree, "tasks": tasks, "trials": trials}
+    rows = [
+        row(
+            f"{title}: demo tasks campaign wall (median of paired ratios {wall:.2f})",
+            median(ours, "wall_s"),
+            "s",
+            median(anchor, "wall_s"),
+            label,
+            detail=detail,
+        )
+    ]
+    for key, unit, what in (
+        ("decode_rows_per_s", "rows/s", "decode rows per second of decode time"),
+        ("prefill_columns_per_s", "columns/s", "prefill columns per second of prefill time"),
+    ):
+        rows.append(row(f"{title}: {what}", median(ours, key), unit, median(anchor, key), label))
+    rows.append(identical_row(title, agree))
+    return rows
+
+
 def _greedy(policy, first_turns: dict) -> list[list[int]]:
     """Greedy completions of the recorded first-turn prompts, in seed order."""
     seeds = sorted(first_turns)
@@ -169,9 +234,7 @@ def _greedy(policy, first_turns: dict) -> list[list[int]]:
 
 
 def run() -> list[dict]:
-    from benchmarks.peak_memory import checkpoint
     from rewardbox.config.profile import load_profile
-    from rewardbox.policy.local import LocalPolicy
     from rewardbox.policy.precision import has_bf16_units
     from rewardbox.tasks.sources import load_benchmark, load_candidates
 
@@ -186,16 +249,7 @@ def run() -> list[dict]:
         ]
     profile = load_profile("demo")
     tasks = load_candidates(profile.tasks).tasks + load_benchmark(profile.tasks).tasks
-    policies = {
-        dtype: LocalPolicy(
-            checkpoint(),
-            max_batch_size=profile.policy.max_batch_size,
-            seed=profile.policy.seed,
-            kv_cache_mib=profile.policy.kv_cache_mib,
-            dtype=dtype,
-        )
-        for dtype in DTYPES
-    }
+    policies = {dtype: demo_policy(profile, dtype=dtype) for dtype in DTYPES}
     try:
         runs = alternated_campaigns(policies, profile, tasks, TRIALS, REPEATS)
         first_turns = runs["float32"][0]["first_turns"]
@@ -283,11 +337,5 @@ def _rows(
             passes["first_rate"],
             "float32 pass rate, same episodes",
         ),
-        row(
-            f"bf16 vs fp32: greedy first turns token-identical ({agree['identical']} of {agree['n']})",
-            agree["identical"] / max(agree["n"], 1),
-            "",
-            None,
-            detail={"prefix_fraction": agree["prefix_fraction"]},
-        ),
+        identical_row("bf16 vs fp32", agree),
     ]

@@ -20,7 +20,8 @@ threads against 1 on a loaded machine, tokens identical). Two decisions fix it:
    ``MIN_GAIN``); team sizes 1, 2, 4, ... and the core count (``candidate_team_sizes``),
    about 0.7 s in all on 2 cores, the wide probe included. The decode probe is one layer of a decode step
    (``decode_layer_workload``): SmolLM2-135M's seven matmuls for 8 rows and their
-   attention over 1,100 cached keys, in the model's dtype. A first probe timed the
+   attention over 1,100 cached keys (1,000 of them a shared prefix, as the policy decodes the
+   demo's rows), in the model's dtype. A first probe timed the
    matmuls alone, where a second thread barely pays for its wake-up, and kept one
    thread; but at a 1,100-token context the attention is most of a decode step, and
    it nearly halves on two cores (a bf16 decode step of 8 rows on the idle 2-core
@@ -141,20 +142,24 @@ DECODE_SHAPE = {
     "kv_heads": 3,
     "head_dim": 64,
     "keys": 1100,
+    "shared": 1000,
 }
 """The decode probe's sizes: SmolLM2-135M (the embedded default) decoding 8 rows at a 1,100-token
-context, the mean prompt of the demo's episodes (issue 28 measured 1,124 tokens)."""
+context, the mean prompt of the demo's episodes (issue 28 measured 1,124 tokens), of which the first
+``shared`` are a prefix the rows share (their domain's), kept once (``policy.attention``)."""
 
 
 def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
     """A callable running one transformer layer of a decode step on random tensors (no model needed).
 
     Per call: the q/k/v/o projections and the gated MLP's three matmuls for ``rows`` rows
-    (``F.linear``, ``[rows, hidden]``), and attention of those rows over ``keys`` cached positions
-    through ``F.scaled_dot_product_attention`` with a boolean mask, the query heads grouped by
-    key/value head (``[rows, kv_heads, heads / kv_heads, head_dim]`` queries against
-    ``[rows, kv_heads, keys, head_dim]`` keys and values: how transformers runs a one-position
-    step of a grouped-query model). Args: ``dtype`` (None: float32), ``shape`` (None: ``DECODE_SHAPE``).
+    (``F.linear``, ``[rows, hidden]``), and attention of those rows over ``keys`` cached positions as
+    the local policy runs it: the first ``shared`` of them a prefix kept once for the rows
+    (``policy.attention.shared_prefix_attention``), the rest each row's own, with a boolean mask;
+    with ``shared: 0``, ``F.scaled_dot_product_attention`` over all of them, the query heads grouped
+    by key/value head (``[rows, kv_heads, heads / kv_heads, head_dim]`` queries against ``[rows,
+    kv_heads, keys, head_dim]`` keys and values: how transformers runs a one-position step of a
+    grouped-query model). Args: ``dtype`` (None: float32), ``shape`` (None: ``DECODE_SHAPE``).
     """
     import torch
     import torch.nn.functional as F
@@ -163,6 +168,7 @@ def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
     d = {**DECODE_SHAPE, **(shape or {})}
     rows, hidden, inter = d["rows"], d["hidden"], d["intermediate"]
     kv, group, hd = d["kv_heads"], d["heads"] // d["kv_heads"], d["head_dim"]
+    shared, own = d["shared"], d["keys"] - d["shared"]
     gen = torch.Generator().manual_seed(0)
 
     def randn(*size):
@@ -173,13 +179,29 @@ def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
     projections = [randn(*s) for s in shapes]
     gate, up, down = randn(inter, hidden), randn(inter, hidden), randn(hidden, inter)
     query = randn(rows, kv, group, hd)
-    key, value = randn(rows, kv, d["keys"], hd), randn(rows, kv, d["keys"], hd)
-    mask = torch.ones(rows, 1, 1, d["keys"], dtype=torch.bool)
+    key, value = randn(rows, kv, own, hd), randn(rows, kv, own, hd)
+    mask = torch.ones(rows, 1, 1, own, dtype=torch.bool)
+    if shared:
+        from types import SimpleNamespace
+
+        from rewardbox.policy.attention import SharedPrefix, shared_prefix_attention
+
+        layer0 = SimpleNamespace(keys=randn(1, kv, shared, hd), values=randn(1, kv, shared, hd))
+        prefix = [SharedPrefix(tuple(range(shared)), SimpleNamespace(layers=[layer0]))]
+        module, grouped = SimpleNamespace(layer_idx=0), query.reshape(rows, kv * group, 1, hd)
+
+        def attend() -> None:
+            shared_prefix_attention(module, grouped, key, value, mask, None, prefix)
+
+    else:
+
+        def attend() -> None:
+            F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
 
     def layer() -> None:
         for weight in projections:
             F.linear(x, weight)
-        F.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+        attend()
         F.linear(x, gate), F.linear(x, up), F.linear(mlp_in, down)
 
     return layer

@@ -256,12 +256,23 @@ def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dty
         "linear",
         lambda x, w: calls.append(("linear", x.shape, w.shape, x.dtype)) or real_linear(x, w),
     )
+    from rewardbox.policy import attention
+
+    real_shared = attention.shared_prefix_attention
+    monkeypatch.setattr(
+        attention,
+        "shared_prefix_attention",
+        lambda module, q, k, v, mask, scaling, prefixes: (
+            calls.append(("shared", q.shape, k.shape, q.dtype, mask.shape, prefixes[0].length))
+            or real_shared(module, q, k, v, mask, scaling, prefixes)
+        ),
+    )
     threads.decode_layer_workload(torch.bfloat16)()
-    sdpa = [c for c in calls if c[0] == "sdpa"]
+    shared = [c for c in calls if c[0] in ("sdpa", "shared")]
     linear = [c for c in calls if c[0] == "linear"]
-    assert sdpa == [
-        ("sdpa", (8, 3, 3, 64), (8, 3, 1100, 64), torch.bfloat16, (8, 1, 1, 1100))
-    ]  # SmolLM2-135M: 9 query heads grouped by its 3 key/value heads
+    assert shared == [
+        ("shared", (8, 9, 1, 64), (8, 3, 100, 64), torch.bfloat16, (8, 1, 1, 100), 1000)
+    ]  # SmolLM2-135M: 9 query heads, 3 key/value heads; 1,000 of 1,100 keys a shared prefix
     assert [c[2] for c in linear] == [
         (576, 576),
         (192, 576),
@@ -272,7 +283,8 @@ def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dty
         (576, 1536),
     ] and {c[3] for c in linear} == {torch.bfloat16}
     calls.clear()
-    threads.decode_layer_workload(shape={"keys": 16, "rows": 2})()  # fp32, smaller: shapes follow
+    # fp32, smaller, no shared prefix: SDPA over every key, shapes follow
+    threads.decode_layer_workload(shape={"keys": 16, "rows": 2, "shared": 0})()
     assert ("sdpa", (2, 3, 3, 64), (2, 3, 16, 64), torch.float32, (2, 1, 1, 16)) in calls
 
     before = torch.get_num_threads()

@@ -12,10 +12,35 @@ that was 3x slower than SDPA with a mask, 13.8 against 43 rows per second.)
 
 The function is registered with transformers' ``AttentionInterface`` under :data:`NAME`, its masks
 with ``AttentionMaskInterface`` as SDPA's (``sdpa_mask``), so every other call is exactly SDPA's.
-``LocalPolicy`` loads bf16 and fp16 models on a CPU with it (:func:`implementation_for`).
+``LocalPolicy`` loads models on a CPU with it (:func:`implementation_for`).
+
+**Shared-prefix (cascade) attention.** The rows of a decode batch mostly start with the same domain
+prefix (system prompt and tool schemas: about 1,000 of a prompt's 1,100 tokens in the embedded
+domains). Copied into every row's cache, that prefix made each decode step read it once per row:
+a step of 8 rows read 8 copies, and the kernel's time grows with the keys it reads (1.3-1.8 ms per
+layer call for 8 rows x 1,100 keys, bf16, 1 thread, against 0.16 ms for 100 keys). A batch that
+carries :class:`SharedPrefix` objects (one per prefix its rows started from: a domain's, or a task's
+extension of it) keeps those columns once, at batch 1 (the prefix cache's entries, never copied),
+and each row's cache holds only its own columns. Attention is then computed in two
+parts and merged exactly (the log-sum-exp combination of FlashAttention's blockwise softmax; Dao et
+al. 2022, "FlashAttention", section 3.1; Juravsky et al. 2024, "Hydragen", eq. 3-5):
+
+* the shared part, per prefix: its rows' query heads stacked as one query block against the
+  prefix's keys (batch 1, one call of torch's CPU flash kernel, which returns the log-sum-exp);
+* each row's own part: its query heads, grouped by key/value head at one position, against its own
+  columns, with its mask;
+* ``out = (o1 exp(l1 - m) + o2 exp(l2 - m)) / (exp(l1 - m) + exp(l2 - m))``, ``m = max(l1, l2)``.
+
+The numbers are those of one softmax over all the row's keys up to float rounding (fp32 log-sum-exp,
+the same kernel's blocks); ``tests/policy/test_attention.py`` checks them against SDPA over the
+concatenated keys and ``tests/policy/test_running.py`` checks greedy tokens against ``generate``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import AttentionInterface
@@ -26,6 +51,172 @@ NAME = "rewardbox_cpu_decode"
 """The attention implementation's registered name (``config._attn_implementation``)."""
 
 
+@dataclass
+class SharedPrefix:
+    """KV columns that some rows of a batch attend to before their own (module doc). A batch carries a
+    list of them (one per domain or task prefix its rows started from), each row in at most one.
+
+    Attributes:
+        tokens: the prefix's token ids (``P`` of them); its rows start their prompts with them.
+        source: a batch-1 cache (``DynamicCache``-like: ``layers[i].keys`` ``[1, kv_heads, >= P,
+            head_dim]``) whose first ``P`` columns are the prefix's keys/values: a prefix-cache entry,
+            read and never written.
+        rows: ``[B]`` bool, which batch rows attend to it (None: every row).
+    """
+
+    tokens: tuple[int, ...]
+    source: Any
+    rows: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """``P``, the prefix's columns."""
+        return len(self.tokens)
+
+    def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer ``index``'s ``(keys, values)``, ``[1, kv_heads, P, head_dim]`` views."""
+        layer = self.source.layers[index]
+        return layer.keys[:, :, : self.length], layer.values[:, :, : self.length]
+
+    def using(self, batch: int) -> torch.Tensor:
+        """``[batch]`` bool: the rows that attend to the prefix."""
+        return torch.ones(batch, dtype=torch.bool) if self.rows is None else self.rows
+
+    def select(self, index: torch.Tensor) -> SharedPrefix | None:
+        """The prefix for batch rows ``index`` (kept rows, in order); None when none of them uses it."""
+        if self.rows is None:
+            return self
+        rows = self.rows[index.cpu()]
+        if not bool(rows.any()):
+            return None
+        return SharedPrefix(self.tokens, self.source, None if bool(rows.all()) else rows)
+
+    def crop(self, length: int) -> SharedPrefix:
+        """The first ``length`` columns only (same rows)."""
+        return SharedPrefix(self.tokens[:length], self.source, self.rows)
+
+
+def concatenate(parts: Sequence[tuple[Sequence[SharedPrefix], int]]) -> list[SharedPrefix]:
+    """The prefixes of batches stacked in order, given each as ``(its prefixes, its rows)``: every
+    prefix's rows widened to the stacked batch, prefixes with the same tokens made one."""
+    total = sum(n for _, n in parts)
+    merged: dict[tuple[int, ...], SharedPrefix] = {}
+    offset = 0
+    for prefixes, n in parts:
+        for prefix in prefixes:
+            rows = torch.zeros(total, dtype=torch.bool)
+            rows[offset : offset + n] = prefix.using(n)
+            kept = merged.get(prefix.tokens)
+            if kept is not None:
+                rows |= kept.rows
+            merged[prefix.tokens] = SharedPrefix(
+                prefix.tokens, prefix.source if kept is None else kept.source, rows
+            )
+        offset += n
+    out = list(merged.values())
+    for prefix in out:
+        if bool(prefix.rows.all()):
+            prefix.rows = None
+    return out
+
+
+def shared_prefix_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None,
+    shared: Sequence[SharedPrefix],
+) -> torch.Tensor:
+    """Attention of each row over its shared prefix's keys, then its own, merged (module doc).
+
+    Shapes: query ``[B, heads, L, D]``; key/value ``[B, kv_heads, S, D]`` (each row's own columns:
+    cached and new); ``attention_mask`` boolean ``[B, 1, L, S]`` (True = attend; ``sdpa_mask``'s) or
+    None (causal when ``L > 1``, which transformers passes only when ``L == S``); ``shared``: the
+    batch's prefixes, each row in at most one, all of whose columns come before the row's own, so
+    every query of its rows attends to all of them. Returns ``[B, L, heads, D]`` in the query's dtype.
+    The log-sum-exp merge is exact up to rounding (module doc). A query that its own part masks out
+    entirely (a left pad) takes its prefix's part alone.
+    """
+    batch, heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    group = heads // kv_heads
+    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    # each row's own part
+    additive = None
+    if attention_mask is not None:
+        additive = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
+        additive.masked_fill_(~attention_mask, float("-inf"))
+    if length == 1:  # grouped query heads as the query block of their key/value head
+        own, own_lse = flash(
+            query.view(batch, kv_heads, group, dim), key, value, attn_mask=additive, scale=scaling
+        )
+        own, own_lse = own.reshape(batch, heads, 1, dim), own_lse.reshape(batch, heads, 1)
+    else:
+        own, own_lse = flash(
+            query,
+            key.repeat_interleave(group, dim=1),
+            value.repeat_interleave(group, dim=1),
+            is_causal=attention_mask is None,
+            attn_mask=additive,
+            scale=scaling,
+        )
+        if attention_mask is not None:  # the kernel gives a fully masked query 0, log-sum-exp 0
+            own_lse = own_lse.masked_fill(~attention_mask.any(-1), float("-inf"))
+    if len(shared) == 1 and shared[0].rows is None:  # every row, one prefix: no gather or scatter
+        return (
+            _with_prefix(query, own, own_lse, shared[0], module.layer_idx, scaling)
+            .transpose(1, 2)
+            .contiguous()
+        )
+    out = own.clone()
+    for prefix in shared:
+        index = prefix.using(batch).to(query.device).nonzero().flatten()
+        out[index] = _with_prefix(
+            query[index], own[index], own_lse[index], prefix, module.layer_idx, scaling
+        )
+    return out.transpose(1, 2).contiguous()
+
+
+def _with_prefix(
+    query: torch.Tensor,
+    own: torch.Tensor,
+    own_lse: torch.Tensor,
+    prefix: SharedPrefix,
+    layer: int,
+    scaling: float | None,
+) -> torch.Tensor:
+    """Rows' own attention ``own`` (``[n, heads, L, D]``, log-sum-exp ``[n, heads, L]``) merged with
+    their attention over ``prefix``: every row's query heads of one key/value head stacked as one
+    query block against the prefix's keys (batch 1, one flash call). Returns ``[n, heads, L, D]``."""
+    n, heads, length, dim = query.shape
+    keys, values = prefix.layer(layer)
+    kv_heads = keys.shape[1]
+    group = heads // kv_heads
+    stacked = (
+        query.reshape(n, kv_heads, group, length, dim)
+        .permute(1, 0, 2, 3, 4)
+        .reshape(1, kv_heads, n * group * length, dim)
+    )
+    common, common_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        stacked, keys, values, scale=scaling
+    )
+    common = (
+        common.reshape(kv_heads, n, group, length, dim)
+        .transpose(0, 1)
+        .reshape(n, heads, length, dim)
+    )
+    common_lse = (
+        common_lse.reshape(kv_heads, n, group, length).transpose(0, 1).reshape(n, heads, length)
+    )
+    top = torch.maximum(common_lse, own_lse)
+    w_common = torch.exp(common_lse - top).unsqueeze(-1)
+    w_own = torch.exp(own_lse - top).unsqueeze(-1)
+    merged = (common.float() * w_common + own.float() * w_own) / (w_common + w_own)
+    return merged.to(query.dtype)
+
+
 def attention_forward(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -34,10 +225,12 @@ def attention_forward(
     attention_mask: torch.Tensor | None,
     dropout: float = 0.0,
     scaling: float | None = None,
+    shared_prefix: Sequence[SharedPrefix] | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """``sdpa_attention_forward``, with an all-True mask where SDPA would run unmasked at one query
-    position in reduced precision on a CPU (see the module doc).
+    position in reduced precision on a CPU; with ``shared_prefix`` (a decode batch's prefixes, on a CPU
+    only), :func:`shared_prefix_attention` (see the module doc).
 
     Shapes: query ``[batch, heads, q_len, head_dim]``, key/value ``[batch, kv_heads, kv_len, head_dim]``,
     ``attention_mask`` as ``sdpa_mask`` makes it (boolean ``[batch, 1, q_len, kv_len]``, True = attend)
@@ -45,6 +238,12 @@ def attention_forward(
     key, as None does at one query position (the last one sees every cached key), so the result is the
     same attention (Vaswani et al. 2017, eq. 1) through another kernel.
     """
+    if shared_prefix:
+        if query.device.type != "cpu":
+            raise ValueError("shared-prefix attention runs on a CPU (torch's CPU flash kernel)")
+        return shared_prefix_attention(
+            module, query, key, value, attention_mask, scaling, shared_prefix
+        ), None
     if (
         attention_mask is None
         and query.shape[2] == 1
@@ -68,8 +267,18 @@ def register() -> str:
 
 
 def implementation_for(device: torch.device, dtype: torch.dtype) -> str | None:
-    """The ``attn_implementation`` to load a model with: :data:`NAME` (registered) for bf16/fp16 on a
-    CPU, None (transformers' default, SDPA) otherwise."""
-    if device.type == "cpu" and dtype in (torch.bfloat16, torch.float16):
+    """The ``attn_implementation`` to load a model with: :data:`NAME` (registered) on a CPU (any
+    dtype: in fp32 without a shared prefix every call is SDPA's), None (transformers' default,
+    SDPA) otherwise."""
+    if device.type == "cpu":
         return register()
     return None
+
+
+def takes_shared_prefix(model: Any) -> bool:
+    """Whether ``model`` runs :data:`NAME` on a CPU, so its forward takes ``shared_prefix``."""
+    config = getattr(model, "config", None)
+    device = getattr(model, "device", torch.device("cpu"))
+    return (
+        getattr(config, "_attn_implementation", None) == NAME and torch.device(device).type == "cpu"
+    )

@@ -23,6 +23,7 @@ KIND_FIELDS: dict[str, tuple[str, ...]] = {
         "guided_tool_calls",
         "kv_cache_mib",
         "pack_weights",
+        "shared_prefix",
     ),
     "endpoint": (
         "base_url",
@@ -72,6 +73,9 @@ class PolicyConfig(BaseModel):
         pack_weights: local only; bf16 weights on a CPU with bf16 units are packed once for oneDNN
             and decode steps multiply the packed copies (``policy/packed_linear.py``; one more copy
             of the weights while decoding). False: plain ``F.linear`` everywhere.
+        shared_prefix: local only; rows that start with one cached prefix keep it once and a decode
+            step reads it once for them (``policy/attention.py``, shared-prefix attention; on a CPU).
+            False: a copy of the prefix in every row's KV cache.
         batch_wait_ms: local only; how long to wait for more requests, ms.
         num_threads: local only; torch threads: a count, ``auto`` (default: measured at start on
             one decode layer, attention included, in the model's dtype) or None (leave torch's);
@@ -114,6 +118,7 @@ class PolicyConfig(BaseModel):
     max_batch_size: int = Field(8, ge=1)
     kv_cache_mib: int | None = Field(2048, ge=1)
     pack_weights: bool = True
+    shared_prefix: bool = True
     batch_wait_ms: float = Field(20.0, ge=0)
     num_threads: Annotated[int, Field(ge=1)] | Literal["auto"] | None = "auto"
     seed: int | None = None

@@ -22,6 +22,13 @@ written in place (``kv_cache``), not concatenated (copied) every step. Two
 batching, ``running``): each side's columns are right-aligned in one buffer and
 the columns a row never had are masked out.
 
+A batch may carry ``SharedPrefix`` objects (``attention``): the prefix-cache entries its rows' prompts
+start with, each kept once at batch 1, while each row's cache holds only its own columns; attention
+reads each prefix once per step for all its rows (shared-prefix, or cascade, attention). ``prefill``
+takes one for rows that came from one cached prefix; ``merge_rows`` keeps the prefixes of both sides,
+and folds two into what they have in common when that reads fewer columns per step (two tasks'
+extensions of one domain prefix), moving the rest into the rows' own columns (``rebase``).
+
 A batch without padding (equal prompt lengths, or a shared prefix with equal
 suffixes) runs without an attention mask: causal attention alone is exact
 there, and no per-step mask is built.
@@ -36,16 +43,19 @@ to the float rounding of batched matrix products, as with ``generate``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
 from transformers import DynamicCache
 
+from rewardbox.policy.attention import SharedPrefix, concatenate
+from rewardbox.policy.episode_kv import common_len
 from rewardbox.policy.kv_cache import (
     PreallocatedLayer,
     merge_caches,
     preallocated_cache,
+    prepend_columns,
     trim_left,
 )
 from rewardbox.policy.sampling import PerRowSampler
@@ -71,6 +81,8 @@ class Rows:
         mask: ``[B, columns]`` attention mask, or None when no row has padding.
         next_position: ``[B, 1]`` position id of each row's next token.
         last: ``[B]`` each row's latest token (fed at the next step), or None before the first draw.
+        shared: the prefixes rows attend to before their own columns (a row's cache and mask hold
+            only the columns after its prefix), each row in at most one; empty: none.
     """
 
     slots: list[int]
@@ -78,6 +90,7 @@ class Rows:
     mask: torch.Tensor | None
     next_position: torch.Tensor
     last: torch.Tensor | None = None
+    shared: list[SharedPrefix] = field(default_factory=list)
 
     @property
     def mergeable(self) -> bool:
@@ -98,6 +111,7 @@ def prefill(
     cache: Any | None,
     capacity: int,
     slots: list[int],
+    shared: SharedPrefix | None = None,
 ) -> tuple[Rows, torch.Tensor]:
     """Run the prompts' uncached columns; returns the rows and the last position's logits ``[B, 1, V]``.
 
@@ -106,20 +120,30 @@ def prefill(
         cache: a KV cache already holding the first ``cache.get_seq_length()`` columns (a shared prefix), or None.
         capacity: KV positions to reserve: ``W`` + the largest token budget.
         slots: the caller's id of each row.
+        shared: the prefix every row starts with, its ``P <= cache.get_seq_length()`` columns held once
+            (``attention.SharedPrefix``; the model must take it, ``attention.takes_shared_prefix``): the
+            rows' own cache starts at column ``P``. None: every cached column is copied into each row.
     """
-    cache = _decode_cache(model.config, cache, capacity)
-    cached = cache.get_seq_length()
+    columns = 0 if shared is None else shared.length
+    if shared is not None and (cache is None or cache.get_seq_length() < columns):
+        raise ValueError("a shared prefix needs a cache holding at least its columns")
+    cache = _decode_cache(model.config, cache, capacity - columns, start=columns)
+    cached = columns + cache.get_seq_length()
     positions = prompt_positions(attention_mask)
-    mask = None if bool(attention_mask.all()) else attention_mask
-    logits = _forward(model, input_ids[:, cached:], mask, positions[:, cached:], cache)
-    return Rows(list(slots), cache, mask, positions[:, -1:] + 1), logits
+    own = attention_mask[:, columns:]
+    mask = None if bool(own.all()) else own
+    prefixes = [] if shared is None else [shared]
+    logits = _forward(model, input_ids[:, cached:], mask, positions[:, cached:], cache, prefixes)
+    return Rows(list(slots), cache, mask, positions[:, -1:] + 1, shared=prefixes), logits
 
 
 def advance(model: Any, rows: Rows) -> torch.Tensor:
     """Feed each row's ``last`` token; returns logits ``[B, 1, V]`` (the cache, mask and positions move on)."""
     if rows.mask is not None:
         rows.mask = torch.cat([rows.mask, rows.mask.new_ones((len(rows.slots), 1))], dim=-1)
-    logits = _forward(model, rows.last[:, None], rows.mask, rows.next_position, rows.cache)
+    logits = _forward(
+        model, rows.last[:, None], rows.mask, rows.next_position, rows.cache, rows.shared
+    )
     rows.next_position = rows.next_position + 1
     return logits
 
@@ -132,6 +156,8 @@ def keep_rows(rows: Rows, keep: list[int]) -> None:
     rows.cache.batch_select_indices(index)
     rows.slots = [rows.slots[i] for i in keep]
     rows.next_position, rows.last = rows.next_position[index], rows.last[index]
+    if rows.shared:
+        rows.shared = [p for p in (prefix.select(index) for prefix in rows.shared) if p is not None]
     if rows.mask is None:
         return
     rows.mask = rows.mask[index]
@@ -144,9 +170,21 @@ def keep_rows(rows: Rows, keep: list[int]) -> None:
 
 
 def merge_rows(a: Rows, b: Rows, capacity: int) -> Rows:
-    """One batch of ``a``'s rows then ``b``'s, columns right-aligned, ``capacity`` KV positions reserved."""
+    """One batch of ``a``'s rows then ``b``'s, columns right-aligned, ``capacity`` KV positions reserved.
+
+    Shared prefixes: both sides' are kept, the same tokens made one; two that ``fold_plan`` folds
+    first have their rows take the columns beyond their common part into their own (``rebase``)."""
+    plan = fold_plan(
+        [(p.tokens, int(p.using(len(a.slots)).sum())) for p in a.shared]
+        + [(p.tokens, int(p.using(len(b.slots)).sum())) for p in b.shared]
+    )
+    before = max(a.cache.get_seq_length(), b.cache.get_seq_length())
+    for side, keeps in ((a, plan[: len(a.shared)]), (b, plan[len(a.shared) :])):
+        for index in reversed(range(len(side.shared))):
+            rebase(side, index, keeps[index])
     la, lb = a.cache.get_seq_length(), b.cache.get_seq_length()
     width = max(la, lb)
+    capacity += width - before  # the columns rebase moved in: the budget left is the same
     if a.mask is None and b.mask is None and la == lb:
         mask = None
     else:
@@ -157,7 +195,81 @@ def merge_rows(a: Rows, b: Rows, capacity: int) -> Rows:
         mask,
         torch.cat([a.next_position, b.next_position]),
         torch.cat([a.last, b.last]),
+        concatenate([(a.shared, len(a.slots)), (b.shared, len(b.slots))]),
     )
+
+
+def fold_plan(prefixes: list[tuple[tuple[int, ...], int]]) -> list[int]:
+    """How many of its columns each prefix keeps shared when the prefixes of two batches meet.
+
+    Args:
+        prefixes: ``(tokens, rows using it)`` per prefix.
+
+    Returns:
+        Per prefix, the columns it keeps (its own length where it stays as it is). Two prefixes fold
+        into their common first ``c`` tokens when that reads fewer columns per decode step: ``c`` once
+        plus each row's columns beyond it, ``c + n1 (P1 - c) + n2 (P2 - c)``, against ``P1 + P2`` for
+        both kept. Two tasks' extensions of one domain prefix (c about 1,000, 5-60 columns beyond it)
+        fold; two domains (c: a chat template's first few tokens) do not. Greedy: the pair that saves
+        the most folds first, then again, until no fold saves a column.
+    """
+    tokens = [t for t, _ in prefixes]
+    rows = [n for _, n in prefixes]
+    keep = [len(t) for t in tokens]
+    alive = list(range(len(prefixes)))  # one index per distinct prefix left
+    members = {i: [i] for i in alive}
+    while True:
+        best, pair = 0, None
+        for x in range(len(alive)):
+            for y in range(x + 1, len(alive)):
+                i, j = alive[x], alive[y]
+                common = common_len(tokens[i][: keep[i]], tokens[j][: keep[j]])
+                folded = common + rows[i] * (keep[i] - common) + rows[j] * (keep[j] - common)
+                if common == keep[i] == keep[j]:
+                    folded = common  # the same tokens: one prefix, nothing moves
+                saving = keep[i] + keep[j] - folded
+                if saving > best:
+                    best, pair = saving, (i, j, common)
+        if pair is None:
+            break
+        i, j, common = pair
+        for member in members[i] + members[j]:
+            keep[member] = common
+        rows[i] += rows[j]
+        members[i] += members.pop(j)
+        alive.remove(j)
+    return keep
+
+
+def rebase(rows: Rows, index: int, keep: int) -> None:
+    """Keep only the first ``keep`` columns of ``rows.shared[index]`` shared: each of its rows takes the
+    prefix's columns ``keep..P`` as its own first columns (placed just before its own, so its columns
+    stay in token order). ``keep == 0`` drops the prefix. No-op when ``keep`` is all of it."""
+    shared = rows.shared[index]
+    if keep >= shared.length:
+        return
+    batch, width = len(rows.slots), rows.cache.get_seq_length()
+    moved = shared.length - keep
+    using = shared.using(batch)
+    old = rows.mask if rows.mask is not None else rows.next_position.new_ones((batch, width))
+    first = torch.where(old.any(-1), old.long().argmax(-1), torch.full((batch,), width))
+    mask = torch.cat([old.new_zeros((batch, moved)), old], dim=-1)
+    starts: dict[int, list[int]] = {}
+    for row in using.nonzero().flatten().tolist():
+        start = int(first[row])
+        mask[row, start : start + moved] = 1
+        starts.setdefault(start, []).append(row)
+    prepend_columns(
+        rows.cache,
+        moved,
+        [(start, torch.tensor(rows_at)) for start, rows_at in starts.items()],
+        [tuple(t[:, :, keep:] for t in shared.layer(i)) for i in range(len(rows.cache.layers))],
+    )
+    rows.mask = None if bool(mask.all()) else mask
+    if keep > 0:
+        rows.shared[index] = shared.crop(keep)
+    else:
+        del rows.shared[index]
 
 
 def _padded_mask(rows: Rows, columns: int, width: int) -> torch.Tensor:
@@ -242,11 +354,14 @@ def full_attention(config: Any) -> bool:
     return all(t == "full_attention" for t in layer_types)
 
 
-def _decode_cache(config: Any, cache: Any | None, capacity: int) -> Any:
-    """A cache written in place (``kv_cache.preallocated_cache``, the prefix's columns copied in once) for
-    full-attention models; ``transformers``' ``DynamicCache`` for others (sliding windows keep their layers)."""
+def _decode_cache(config: Any, cache: Any | None, capacity: int, start: int = 0) -> Any:
+    """A cache written in place (``kv_cache.preallocated_cache``, the prefix's columns from ``start`` on
+    copied in once) for full-attention models; ``transformers``' ``DynamicCache`` for others (sliding
+    windows keep their layers; ``start`` must be 0 there)."""
     if full_attention(config) and (cache is None or isinstance(cache, DynamicCache)):
-        return preallocated_cache(config, capacity, cache)
+        return preallocated_cache(config, capacity, cache, start=start)
+    if start:
+        raise ValueError("only a full-attention model's cache can leave a shared prefix out")
     return cache if cache is not None else DynamicCache(config=config)
 
 
@@ -256,8 +371,10 @@ def _forward(
     attention_mask: torch.Tensor | None,
     position_ids: torch.Tensor,
     cache: Any,
+    shared: list[SharedPrefix] | None = None,
 ) -> torch.Tensor:
     """Logits of the last position only (``[B, 1, V]``), the cache extended in place."""
+    extra = {"shared_prefix": shared} if shared else {}
     return model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -265,4 +382,5 @@ def _forward(
         cache=cache,
         use_cache=True,
         logits_to_keep=1,
+        **extra,
     ).logits

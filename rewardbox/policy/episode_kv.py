@@ -152,17 +152,21 @@ class EpisodeKV:
         return sum(n for ptr, n in seen.items() if ptr not in skip)
 
 
-def row_entry(rows, index: int, columns: int, base: Any | None, base_len: int) -> EpisodeEntry:
-    """The KV of batch row ``index`` of ``rows`` (``decode.Rows`` over ``PreallocatedLayer``s): its
-    ``columns`` real columns (mask 1) from the ``base_len``-th on, copied out at batch 1."""
+def row_entry(
+    rows, index: int, columns: int, base: Any | None, base_len: int, offset: int = 0
+) -> EpisodeEntry:
+    """The KV of batch row ``index`` of ``rows`` (``decode.Rows`` over ``PreallocatedLayer``s): of its
+    ``columns`` columns, those from the ``base_len``-th on, copied out at batch 1. The row's cache holds
+    its columns from the ``offset``-th on (mask 1; the ones before are its batch's shared prefix,
+    ``offset <= base_len``)."""
     width = rows.cache.get_seq_length()
     if rows.mask is None:
         real = torch.arange(width, device=rows.next_position.device)
     else:
         real = rows.mask[index].nonzero().flatten()
-    if real.numel() != columns or base_len > columns:
-        raise ValueError(f"row holds {real.numel()} real columns, expected {columns}")
-    own = real[base_len:]
+    if real.numel() != columns - offset or base_len > columns or offset > base_len:
+        raise ValueError(f"row holds {real.numel()} real columns, expected {columns - offset}")
+    own = real[base_len - offset :]
     suffix = [
         (
             layer.keys[index : index + 1].index_select(2, own),

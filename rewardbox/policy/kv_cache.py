@@ -103,21 +103,56 @@ def cache_storages(caches: list):
                     yield storage.data_ptr(), storage.nbytes()
 
 
-def preallocated_cache(config, capacity: int, source: DynamicCache | None = None) -> DynamicCache:
+def preallocated_cache(
+    config, capacity: int, source: DynamicCache | None = None, start: int = 0
+) -> DynamicCache:
     """A cache of ``PreallocatedLayer`` (one per decoder layer) of ``capacity`` positions.
 
     Args:
         config: the model's config (``num_hidden_layers``).
         capacity: positions to reserve: prompt width + the largest token budget.
         source: a filled cache (the shared-prefix cache) whose columns are copied in once.
+        start: the first of ``source``'s columns to copy (those before it are a ``SharedPrefix``'s).
     """
     cache = DynamicCache()
     cache.layers = [PreallocatedLayer(capacity) for _ in range(config.num_hidden_layers)]
     if source is not None:
         for layer, filled in zip(cache.layers, source.layers):
-            if filled.is_initialized and filled.get_seq_length() > 0:
-                layer.update(filled.keys, filled.values)
+            if filled.is_initialized and filled.get_seq_length() > start:
+                layer.update(filled.keys[:, :, start:], filled.values[:, :, start:])
     return cache
+
+
+def prepend_columns(
+    cache: DynamicCache,
+    columns: int,
+    placements: list[tuple[int, torch.Tensor]],
+    sources: list[tuple[torch.Tensor, torch.Tensor]],
+) -> None:
+    """Widen every ``PreallocatedLayer`` of ``cache`` by ``columns`` on the left and write ``sources``'
+    columns into some rows (``decode.rebase``: a shared prefix's columns becoming rows' own).
+
+    Args:
+        cache: ``B`` rows of ``W`` columns; afterwards ``W + columns``, the old columns moved right by
+            ``columns`` (new columns elsewhere are zeros, for the caller to mask out).
+        placements: ``(start, rows)``: write the source's columns at ``start..start + columns`` of
+            batch rows ``rows`` (a ``[n]`` index tensor); ``start`` is in the new layout.
+        sources: per layer ``(keys, values)``, ``[1, kv_heads, columns, head_dim]``.
+    """
+    for layer, (keys, values) in zip(cache.layers, sources):
+        if not layer.is_initialized:
+            continue
+        length = layer._length
+        capacity = max(layer._keys.shape[2], length) + columns
+        for name, source in (("_keys", keys), ("_values", values)):
+            old = getattr(layer, name)
+            new = old.new_zeros((*old.shape[:2], capacity, old.shape[-1]))
+            new[:, :, columns : columns + length] = old[:, :, :length]
+            for start, rows in placements:
+                new[rows, :, start : start + columns] = source.expand(len(rows), -1, -1, -1)
+            setattr(layer, name, new)
+        layer._length = length + columns
+        layer._views()
 
 
 def merge_caches(a: DynamicCache, b: DynamicCache, capacity: int) -> DynamicCache:

@@ -79,6 +79,9 @@ class LocalPolicy(ContinuousWorker):
         pack_weights: decode a bf16 model on a CPU with bf16 units from linear weights packed once
             for oneDNN (``packed_linear``: 1.24-1.29x per decode step at a 1,100-token context, the
             same tokens, one more copy of the weights while decoding); False: plain ``F.linear``.
+        shared_prefix: rows that start with one cached prefix keep it once, not a copy each
+            (``attention``'s shared-prefix attention: a decode step reads the prefix once for its
+            rows), wherever the model takes it (a CPU model with full attention); False: off.
 
     Attributes:
         model, tokenizer: the live objects; the trainer may use them (train-mode
@@ -88,6 +91,7 @@ class LocalPolicy(ContinuousWorker):
     samples_from_a_model = (
         True  # episode limits must fit the golden trajectories (check_policy_budget)
     )
+    shared_prefix: bool = True  # the constructor's argument (class doc)
 
     def __init__(
         self,
@@ -108,6 +112,7 @@ class LocalPolicy(ContinuousWorker):
         kv_cache_mib: int | None = None,
         episode_kv_mib: int | None = 512,
         pack_weights: bool = True,
+        shared_prefix: bool = True,
     ):
         """Load the checkpoint and start the worker thread (arguments: the class doc)."""
         if max_batch_size < 1:
@@ -128,7 +133,7 @@ class LocalPolicy(ContinuousWorker):
         )
         self.guided_tool_calls, self._vocabulary = guided_tool_calls, None
         self.kv_cache_bytes = None if kv_cache_mib is None else int(kv_cache_mib) << 20
-        self.pack_weights = pack_weights
+        self.pack_weights, self.shared_prefix = pack_weights, shared_prefix
         self._load_weights(self.dtype, adapter_dir)
         self._start_worker()
 
@@ -231,6 +236,7 @@ class LocalPolicy(ContinuousWorker):
             self.device,
             prefix_cache=self.prefix_cache,
             vocabulary=self._vocabulary_index,
+            shared_prefix=None if self.shared_prefix else False,
         )
 
     def _vocabulary_index(self) -> VocabularyIndex:
@@ -324,8 +330,8 @@ class LocalPolicy(ContinuousWorker):
 
 
 def _load(checkpoint_dir: Path, device: torch.device, dtype: torch.dtype) -> tuple[Any, Any]:
-    """Load model and tokenizer from a local directory only (no hub access); a bf16/fp16 model on a CPU
-    gets ``attention.NAME`` (decode steps without the CPU's slow reduced-precision SDPA kernel)."""
+    """Load model and tokenizer from a local directory only (no hub access); a model on a CPU gets
+    ``attention.NAME`` (bf16 decode steps without the CPU's slow unmasked kernel; shared prefixes)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rewardbox.policy.attention import implementation_for

@@ -14,6 +14,10 @@ flight). ``RunningBatch`` keeps one batch alive instead:
   next token; a row that produced a stop token or used its budget leaves at
   once and is returned (``FinishedRow``).
 
+Rows that came from one cached prefix keep it shared (``attention.SharedPrefix``): their own KV
+buffer holds only the columns after it, and each step reads the prefix once for the batch
+(``shared_prefix``; on by default where the model takes it).
+
 Each row keeps its own generator (seeded from its request), temperature, budget
 and tool-call guide state, indexed by its slot, so its tokens and sampler
 log-probs do not depend on when it joined or which rows it met (up to the float
@@ -31,6 +35,7 @@ from typing import Any
 
 import torch
 
+from rewardbox.policy.attention import SharedPrefix, takes_shared_prefix
 from rewardbox.policy.decode import (
     Rows,
     advance,
@@ -96,6 +101,9 @@ class RunningBatch:
         pad_token_id, device: for left-padding new rows.
         prefix_cache: reuse of shared-prefix KV for new rows, or None.
         vocabulary: builds the guide's ``VocabularyIndex`` (called once, when the first guided row joins).
+        shared_prefix: keep a cached prefix once for the rows that start with it (``attention``'s
+            shared-prefix attention) rather than a copy in each row; None: where the model takes it
+            (``attention.takes_shared_prefix``) and its layers are all full attention.
     """
 
     def __init__(
@@ -107,8 +115,15 @@ class RunningBatch:
         *,
         prefix_cache: PrefixCache | None = None,
         vocabulary: Callable[[], VocabularyIndex] | None = None,
+        shared_prefix: bool | None = None,
     ):
         self.model, self.stops = model, {int(t) for t in stop_token_ids}
+        capable = takes_shared_prefix(model) and full_attention(model.config)
+        if shared_prefix and not capable:
+            raise ValueError(
+                "this model cannot take a shared prefix (attention.takes_shared_prefix)"
+            )
+        self.shared_prefix = capable if shared_prefix is None else bool(shared_prefix)
         self.pad_token_id, self.device = pad_token_id, device
         self.prefix_cache, self._vocabulary = prefix_cache, vocabulary
         self.steps = self.row_steps = (
@@ -173,8 +188,11 @@ class RunningBatch:
         """One prefill call for ``specs``; the rows that go on join the running batch."""
         ids, mask, cache, root = self._inputs([s.prompt_ids for s in specs])
         cached = 0 if cache is None else cache.get_seq_length()
+        shared = None
+        if self.shared_prefix and root[0] is not None and 0 < root[1] <= cached:
+            shared = SharedPrefix(tuple(specs[0].prompt_ids[: root[1]]), root[0])
         rows, logits = prefill(
-            self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots
+            self.model, ids, mask, cache, ids.shape[1] + max(s.budget for s in specs), slots, shared
         )
         generation = None if self.prefix_cache is None else self.prefix_cache.episodes.generation
         for slot in slots:
@@ -282,9 +300,14 @@ class RunningBatch:
         if self.prefix_cache is None or not rows.mergeable:
             return
         base, base_len, generation = self._roots[slot]
+        offset = 0
+        for prefix in rows.shared:
+            if bool(prefix.using(len(rows.slots))[index]):
+                base = prefix.source  # its first columns are the row's first tokens' KV
+                base_len = offset = prefix.length
         tokens = self._specs[slot].prompt_ids + self.completions[slot][:-1]
         try:
-            entry = row_entry(rows, index, len(tokens), base, base_len)
+            entry = row_entry(rows, index, len(tokens), base, base_len, offset)
         except ValueError:  # a layout this path does not know: reuse nothing, decode on
             log.warning("episode KV of a finished row not kept", exc_info=True)
             return

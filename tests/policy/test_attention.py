@@ -73,9 +73,7 @@ def test_bf16_unpadded_decode_steps_get_an_all_true_mask_and_padded_calls_are_sd
     assert torch.equal(ours[1].argmax(-1), sdpa[1].argmax(-1))
 
 
-def test_fp32_calls_stay_on_sdpa_and_only_bf16_or_fp16_on_a_cpu_gets_the_decode_attention(
-    checkpoint,
-):
+def test_fp32_calls_are_sdpas_and_every_cpu_model_gets_the_attention(checkpoint):
     torch.manual_seed(1)
     ids = torch.randint(1, 64, (2, 9))
     mask = torch.ones_like(ids)
@@ -83,18 +81,174 @@ def test_fp32_calls_stay_on_sdpa_and_only_bf16_or_fp16_on_a_cpu_gets_the_decode_
     ours = _run(_load(checkpoint, torch.float32, attention.register()), ids, mask)
     sdpa = _run(_load(checkpoint, torch.float32, "sdpa"), ids, mask)
     assert torch.equal(ours[0], sdpa[0]) and torch.equal(ours[1], sdpa[1])
-    assert attention.implementation_for(torch.device("cpu"), torch.float32) is None
+    assert attention.implementation_for(torch.device("cpu"), torch.float32) == attention.NAME
     assert attention.implementation_for(torch.device("cpu"), torch.bfloat16) == attention.NAME
     assert attention.implementation_for(torch.device("cuda"), torch.bfloat16) is None
 
 
-def test_local_policy_loads_bf16_with_the_decode_attention_and_fp32_with_sdpa(tmp_path):
+def test_local_policy_loads_every_dtype_on_a_cpu_with_the_attention(tmp_path):
     from rewardbox.policy.local import LocalPolicy
 
     path = write_tiny_checkpoint(tmp_path / "ckpt")
-    for dtype, expected in (("bfloat16", attention.NAME), ("float32", "sdpa")):
-        policy = LocalPolicy(path, dtype=dtype, num_threads=1)
+    for dtype, shared in (("bfloat16", True), ("float32", True), ("float32", False)):
+        policy = LocalPolicy(path, dtype=dtype, num_threads=1, shared_prefix=shared)
         try:
-            assert policy.model.config._attn_implementation == expected
+            assert policy.model.config._attn_implementation == attention.NAME
+            assert policy._batch.shared_prefix is shared  # on unless turned off
         finally:
             asyncio.run(policy.aclose())
+
+
+def _module(layer_idx: int = 0):
+    module = torch.nn.Module()
+    module.layer_idx, module.num_key_value_groups, module.is_causal = layer_idx, 3, True
+    return module.eval()
+
+
+def _shared_source(keys, values):
+    """A batch-1 cache-like holder of one layer's prefix keys/values."""
+    layer = type("Layer", (), {})()
+    layer.keys, layer.values = keys, values
+    return type("Source", (), {"layers": [layer]})()
+
+
+def _reference(query, keys, values, mask):
+    """SDPA over the concatenated keys (grouped heads repeated), ``[B, L, heads, D]``."""
+    group = query.shape[1] // keys.shape[1]
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.float(),
+        keys.float().repeat_interleave(group, 1),
+        values.float().repeat_interleave(group, 1),
+        attn_mask=mask,
+    )
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 2e-6), (torch.bfloat16, 2e-2)])
+@pytest.mark.parametrize("using", [None, [True, False, True, True]])
+def test_shared_prefix_attention_equals_one_softmax_over_prefix_and_own_keys(
+    dtype, tolerance, using
+):
+    """Decode (one query position) with padded own columns, some rows not using the prefix."""
+    torch.manual_seed(4)
+    batch, heads, kv_heads, dim, prefix, own = 4, 9, 3, 16, 37, 11
+    query = torch.randn(batch, heads, 1, dim, dtype=dtype)
+    shared_k = torch.randn(
+        1, kv_heads, prefix + 5, dim, dtype=dtype
+    )  # the entry holds more columns
+    shared_v = torch.randn(1, kv_heads, prefix + 5, dim, dtype=dtype)
+    own_k = torch.randn(batch, kv_heads, own, dim, dtype=dtype)
+    own_v = torch.randn(batch, kv_heads, own, dim, dtype=dtype)
+    mask = torch.ones(batch, 1, 1, own, dtype=torch.bool)
+    mask[1, ..., :4] = False  # left pads of a shorter row
+    mask[2, ..., :7] = False
+    rows = None if using is None else torch.tensor(using)
+    shared = [
+        attention.SharedPrefix(tuple(range(prefix)), _shared_source(shared_k, shared_v), rows)
+    ]
+    out = attention.shared_prefix_attention(_module(), query, own_k, own_v, mask, None, shared)
+    assert out.shape == (batch, 1, heads, dim) and out.dtype == dtype
+    for row in range(batch):
+        uses = using is None or using[row]
+        keys = (
+            torch.cat([shared_k[:, :, :prefix], own_k[row : row + 1]], 2)
+            if uses
+            else own_k[row : row + 1]
+        )
+        values = (
+            torch.cat([shared_v[:, :, :prefix], own_v[row : row + 1]], 2)
+            if uses
+            else own_v[row : row + 1]
+        )
+        row_mask = mask[row : row + 1]
+        if uses:
+            row_mask = torch.cat([torch.ones(1, 1, 1, prefix, dtype=torch.bool), row_mask], -1)
+        expected = _reference(query[row : row + 1], keys, values, row_mask)
+        torch.testing.assert_close(out[row : row + 1].float(), expected, rtol=0, atol=tolerance)
+
+
+def test_shared_prefix_attention_at_prefill_is_causal_over_own_columns_and_pads_see_the_prefix():
+    torch.manual_seed(5)
+    batch, heads, kv_heads, dim, prefix, length = 2, 6, 2, 8, 20, 6
+    query = torch.randn(batch, heads, length, dim)
+    shared_k, shared_v = (
+        torch.randn(1, kv_heads, prefix, dim),
+        torch.randn(1, kv_heads, prefix, dim),
+    )
+    own_k, own_v = (
+        torch.randn(batch, kv_heads, length, dim),
+        torch.randn(batch, kv_heads, length, dim),
+    )
+    padding = torch.ones(batch, length, dtype=torch.bool)
+    padding[1, :2] = False  # row 1's first two columns are left pads
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    mask = (causal[None] & padding[:, None, :])[:, None]  # [B, 1, L, S], as sdpa_mask builds it
+    shared = [attention.SharedPrefix(tuple(range(prefix)), _shared_source(shared_k, shared_v))]
+    module = _module()
+    module.num_key_value_groups = heads // kv_heads
+    out = attention.shared_prefix_attention(module, query, own_k, own_v, mask, None, shared)
+    full = torch.cat([torch.ones(batch, 1, length, prefix, dtype=torch.bool), mask], -1)
+    expected = _reference(
+        query,
+        torch.cat([shared_k.expand(batch, -1, -1, -1), own_k], 2),
+        torch.cat([shared_v.expand(batch, -1, -1, -1), own_v], 2),
+        full,
+    )
+    assert torch.isfinite(out).all()  # the pad queries (no own key) take the prefix's part alone
+    torch.testing.assert_close(out, expected, rtol=0, atol=2e-6)
+    unmasked = attention.shared_prefix_attention(module, query, own_k, own_v, None, None, shared)
+    torch.testing.assert_close(unmasked[0], out[0], rtol=0, atol=2e-6)  # None: causal (L == S)
+
+
+def test_shared_prefix_attention_refuses_other_devices():
+    module = _module()
+    shared = attention.SharedPrefix(
+        (1,), _shared_source(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+    )
+    x = torch.zeros(1, 9, 1, 4, device="meta")
+    with pytest.raises(ValueError, match="runs on a CPU"):
+        attention.attention_forward(module, x, x[:, :3], x[:, :3], None, shared_prefix=shared)
+
+
+def test_two_prefixes_in_one_batch_each_serve_only_their_rows():
+    """Rows of two domains decode together, each domain's prefix kept once: each row's result is one
+    softmax over its own prefix and its own keys; a row in neither attends to its own keys alone."""
+    torch.manual_seed(6)
+    batch, heads, kv_heads, dim, own = 5, 9, 3, 16, 7
+    query = torch.randn(batch, heads, 1, dim)
+    own_k, own_v = torch.randn(batch, kv_heads, own, dim), torch.randn(batch, kv_heads, own, dim)
+    mask = torch.ones(batch, 1, 1, own, dtype=torch.bool)
+    mask[3, ..., :2] = False
+    prefixes, members = [], ([0, 3], [1, 4])  # row 2 uses neither
+    for length, rows in zip((30, 45), members):
+        keys, values = torch.randn(1, kv_heads, length, dim), torch.randn(1, kv_heads, length, dim)
+        using = torch.zeros(batch, dtype=torch.bool)
+        using[rows] = True
+        prefixes.append(
+            attention.SharedPrefix(tuple(range(length)), _shared_source(keys, values), using)
+        )
+    out = attention.shared_prefix_attention(_module(), query, own_k, own_v, mask, None, prefixes)
+    for row in range(batch):
+        keys, values, row_mask = own_k[row : row + 1], own_v[row : row + 1], mask[row : row + 1]
+        for prefix, rows in zip(prefixes, members):
+            if row in rows:
+                pk, pv = prefix.layer(0)
+                keys, values = torch.cat([pk, keys], 2), torch.cat([pv, values], 2)
+                ones = torch.ones(1, 1, 1, prefix.length, dtype=torch.bool)
+                row_mask = torch.cat([ones, row_mask], -1)
+        expected = _reference(query[row : row + 1], keys, values, row_mask)
+        torch.testing.assert_close(out[row : row + 1], expected, rtol=0, atol=2e-6)
+
+
+def test_concatenate_widens_rows_and_makes_equal_prefixes_one():
+    source = object()
+    a = [attention.SharedPrefix((1, 2, 3), source)]
+    b = [
+        attention.SharedPrefix((1, 2, 3), source, torch.tensor([True, False])),
+        attention.SharedPrefix((7, 8), source, torch.tensor([False, True])),
+    ]
+    out = attention.concatenate([(a, 3), ([], 1), (b, 2)])
+    assert [(p.tokens, p.rows.tolist()) for p in out] == [
+        ((1, 2, 3), [True, True, True, False, True, False]),
+        ((7, 8), [False, False, False, False, False, True]),
+    ]

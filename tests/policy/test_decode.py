@@ -178,7 +178,7 @@ def test_decode_uses_the_preallocated_cache():
 
     seen = []
     real = decode._decode_cache
-    decode._decode_cache = lambda *a: seen.append(real(*a)) or seen[-1]
+    decode._decode_cache = lambda *a, **kw: seen.append(real(*a, **kw)) or seen[-1]
     try:
         rows, _ = _decode(tiny_model(), PROMPTS, budgets=[4, 4, 4, 4])
     finally:

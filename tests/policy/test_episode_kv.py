@@ -12,6 +12,10 @@ import pytest
 
 from tests.fixtures.tiny_models import tiny_llama
 
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    "implementation", [None, "rewardbox_cpu_decode"], ids=["sdpa", "shared-prefix"]
+)
+
 torch = pytest.importorskip("torch")
 
 from rewardbox.policy.episode_kv import EpisodeEntry, EpisodeKV  # noqa: E402
@@ -57,11 +61,14 @@ def _plain(model, spec: RowSpec):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_a_second_turn_reuses_its_first_turns_kv_and_prefills_only_the_new_tokens(temperature):
+@IMPLEMENTATIONS
+def test_a_second_turn_reuses_its_first_turns_kv_and_prefills_only_the_new_tokens(
+    temperature, implementation
+):
     """Issue #28's kind: turn k prefilled the query and turns 1..k-1 again (only the domain prefix
     came from the cache): 27 columns here where 6 are new (the last completion token, never fed, and
     the tool result)."""
-    model = tiny_llama().eval()
+    model = tiny_llama(attn_implementation=implementation).eval()
     cache = PrefixCache(min_tokens=16)
     _warm(model, cache)
     turn1 = RowSpec(DOMAIN + QUERY, 10, temperature, 7)
@@ -80,8 +87,11 @@ def test_a_second_turn_reuses_its_first_turns_kv_and_prefills_only_the_new_token
     assert tuple(turn2.prompt_ids + done[0].tokens[:-1]) in keys and cache.episodes.taken == 1
 
 
-def test_a_third_turn_reuses_the_second_and_the_entry_keeps_one_copy_of_the_domain_prefix():
-    model = tiny_llama().eval()
+@IMPLEMENTATIONS
+def test_a_third_turn_reuses_the_second_and_the_entry_keeps_one_copy_of_the_domain_prefix(
+    implementation,
+):
+    model = tiny_llama(attn_implementation=implementation).eval()
     cache = PrefixCache(min_tokens=16)
     _warm(model, cache)
     prompt = DOMAIN + QUERY
@@ -98,11 +108,12 @@ def test_a_third_turn_reuses_the_second_and_the_entry_keeps_one_copy_of_the_doma
     assert cache.episodes.nbytes(shared=list(cache._entries.values())) < cache.episodes.nbytes()
 
 
-def test_rows_with_different_cached_lengths_admitted_together_each_reuse_their_own():
+@IMPLEMENTATIONS
+def test_rows_with_different_cached_lengths_admitted_together_each_reuse_their_own(implementation):
     """A second turn (its episode's KV kept) and a first turn of the same domain join in one admit:
     each is its own prefill call, of its new tokens only; one call would pad both to the domain
     prefix's suffix (2 x 47 columns)."""
-    model = tiny_llama().eval()
+    model = tiny_llama(attn_implementation=implementation).eval()
     cache = PrefixCache(min_tokens=16)
     _warm(model, cache)
     first, _ = _decode(model, cache, [RowSpec(DOMAIN + QUERY, 30, 0.0, 1)])
@@ -115,8 +126,9 @@ def test_rows_with_different_cached_lengths_admitted_together_each_reuse_their_o
     assert sorted(w for w in widths if w[1] > 1) == [(1, 1 + len(TOOL)), (1, 12)]
 
 
-def test_kv_from_before_a_weight_change_is_never_reused():
-    model = tiny_llama().eval()
+@IMPLEMENTATIONS
+def test_kv_from_before_a_weight_change_is_never_reused(implementation):
+    model = tiny_llama(attn_implementation=implementation).eval()
     cache = PrefixCache(min_tokens=16)
     _warm(model, cache)
     first, _ = _decode(model, cache, [RowSpec(DOMAIN + QUERY, 10, 0.0, 1)])

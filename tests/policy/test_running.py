@@ -27,10 +27,14 @@ from rewardbox.policy.running import RowSpec, RunningBatch  # noqa: E402
 from rewardbox.training.logprobs import Sample, completion_logprobs  # noqa: E402
 
 PAD = 0
+SHARED = "rewardbox_cpu_decode"  # attention.NAME: rows keep a cached prefix shared
+IMPLEMENTATIONS = pytest.mark.parametrize(
+    "implementation", [None, SHARED], ids=["sdpa", "shared-prefix"]
+)
 
 
-def tiny_model():
-    return tiny_llama().eval()
+def tiny_model(implementation: str | None = None):
+    return tiny_llama(attn_implementation=implementation).eval()
 
 
 PROMPTS = [[5, 9, 13, 2, 7], [3, 4], [11, 12, 13, 14, 15, 16, 17, 18, 19], [8], [21, 22, 23]]
@@ -95,8 +99,9 @@ def test_seeded_sampled_rows_are_the_same_joined_or_alone_and_logprobs_match_the
         assert scored[k, : int(mask[k].sum())].tolist() == pytest.approx(done[i].logprobs, abs=1e-4)
 
 
-def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix():
-    model = tiny_model()
+@IMPLEMENTATIONS
+def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix(implementation):
+    model = tiny_model(implementation)
     prefix = [
         int(x) for x in torch.randint(3, 64, (40,), generator=torch.Generator().manual_seed(1))
     ]
@@ -128,11 +133,12 @@ def test_a_prefix_cache_hit_joins_without_prefilling_the_prefix():
     assert done[2].cached_tokens == 40
 
 
-def test_rows_of_two_domains_admitted_together_each_reuse_their_own_cached_prefix():
+@IMPLEMENTATIONS
+def test_rows_of_two_domains_admitted_together_each_reuse_their_own_cached_prefix(implementation):
     """Issue #28's kind: one admit of rows from two domains (two long prefixes that share only a few
     tokens) prefilled every row's whole prompt, because one call's common prefix was the few shared
     tokens. Each domain's rows are now a call of their own and prefill only their suffixes."""
-    model = tiny_model()
+    model = tiny_model(implementation)
     gen = torch.Generator().manual_seed(2)
     opening = [3, 4, 5]  # both domains' prompts start alike (a chat template's first tokens)
     domain_a = opening + [int(x) for x in torch.randint(6, 64, (40,), generator=gen)]
@@ -199,6 +205,88 @@ def test_a_sliding_window_model_prefills_rows_of_two_domains_in_one_call():
             )
         done = RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(specs)
     assert [row.tokens for row in done] == plain
+
+
+def _domain(seed: int, n: int = 40) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    return [3, 4, 5] + [int(x) for x in torch.randint(6, 64, (n,), generator=gen)]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_shared_prefix_rows_keep_only_their_own_columns_and_their_tokens(temperature):
+    """Rows from one cached prefix keep it once (``SharedPrefix``); their own buffer holds only their
+    columns. Rows of two tasks (two extensions of one domain prefix) and of a second domain join the
+    batch mid-decode: the merged batch keeps what the prefixes share, the rest moving into the rows'
+    own columns. Every row's tokens and sampler log-probs equal the same row decoded alone without a
+    cache (SDPA), and the sampled rows' log-probs equal the trainer's scoring."""
+    model, reference = tiny_model(SHARED), tiny_model()
+    domain_a, domain_b = _domain(2), _domain(3)
+    task_1, task_2 = domain_a + [7, 8, 9, 10, 11, 12], domain_a + [13, 14, 15, 16, 17]
+    prompts = [
+        task_1 + [20],
+        task_1 + [21, 22],  # two trials of task 1 (one call: the prefix cache extends the domain's)
+        task_2 + [23],
+        task_2 + [24, 25, 26],  # task 2: shares only the domain prefix with task 1's entry
+        domain_b + [27, 28],  # another domain: shares 3 tokens
+        domain_b + [29],
+    ]
+    specs = [RowSpec(p, 9, temperature, 60 + i) for i, p in enumerate(prompts)]
+    with torch.inference_mode():
+        alone = [RunningBatch(reference, [], PAD, "cpu").decode_all([spec])[0] for spec in specs]
+        cache = PrefixCache(min_tokens=16)
+        for prompt in (domain_a + [1], domain_b + [1]):  # each domain cached, as after a first turn
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(
+                [RowSpec(prompt, 1, 0.0, 0)]
+            )
+        batch = RunningBatch(model, [], PAD, "cpu", prefix_cache=cache)
+        assert batch.shared_prefix
+        shared_lengths, widths = [], []
+        done, slot_of, joins = {}, {}, {0: [0, 1], 2: [2, 3], 4: [4, 5]}
+        step = 0
+        while len(done) < len(specs):
+            if step in joins:
+                slots, finished = batch.admit([specs[i] for i in joins[step]])
+                slot_of.update(zip(slots, joins[step]))
+                done.update((slot_of[r.slot], r) for r in finished)
+                if batch.rows is not None:
+                    shared_lengths.append(sorted(p.length for p in batch.rows.shared))
+                    widths.append(batch.rows.cache.get_seq_length())
+            done.update((slot_of[r.slot], r) for r in batch.step())
+            step += 1
+    for i in range(len(specs)):
+        assert done[i].tokens == alone[i].tokens, i
+        assert done[i].logprobs == pytest.approx(alone[i].logprobs, abs=1e-5), i
+    # task 1's rows share its extended entry; with task 2's, the two extensions fold into the domain
+    # prefix; the second domain's rows keep theirs beside it (they share 3 tokens: no fold)
+    assert shared_lengths[0] == [len(task_1)]
+    assert shared_lengths[1] == [len(domain_a)]
+    assert shared_lengths[2] == [len(domain_a), len(domain_b)]
+    assert widths[0] < len(task_1)  # the rows' own columns: suffix and first token, not the prefix
+    if temperature:
+        picked = [i for i in range(len(specs)) if len(done[i].tokens) > 1][:3]
+        samples = [Sample(prompts[i], done[i].tokens, 1.0) for i in picked]
+        with torch.no_grad():
+            scored, mask = completion_logprobs(reference, samples, PAD, temperature=temperature)
+        for k, i in enumerate(picked):
+            got = scored[k, : int(mask[k].sum())].tolist()
+            assert got == pytest.approx(done[i].logprobs, abs=1e-4)
+
+
+def test_a_batch_without_a_prefix_cache_or_with_sdpa_keeps_every_column_per_row():
+    with torch.inference_mode():
+        for model, cache in (
+            (tiny_model(SHARED), None),
+            (tiny_model(), PrefixCache(min_tokens=16)),
+        ):
+            batch = RunningBatch(model, [], PAD, "cpu", prefix_cache=cache)
+            prompt = _domain(2) + [7]
+            batch.admit([RowSpec(prompt, 4, 0.0, 0), RowSpec(prompt + [8], 4, 0.0, 1)])
+            assert batch.rows.shared == []
+            assert (
+                batch.rows.cache.get_seq_length() == len(prompt) + 1
+            )  # the longer prompt, all of it
+    with pytest.raises(ValueError, match="cannot take a shared prefix"):
+        RunningBatch(tiny_model(), [], PAD, "cpu", shared_prefix=True)
 
 
 class _CharTokenizer:
@@ -420,3 +508,21 @@ def test_a_fault_in_one_prefill_call_fails_the_whole_admit_and_leaves_no_row_beh
     finally:
         hook.remove()
         loop.close()
+
+
+def test_fold_plan_folds_task_extensions_of_one_domain_and_keeps_domains_apart():
+    from rewardbox.policy.decode import fold_plan
+
+    domain_a, domain_b = tuple(range(100, 1100)), (1, 2, 3) + tuple(range(2000, 2996))
+    task_1, task_2 = domain_a + tuple(range(50)), domain_a + tuple(range(60, 120))
+    # two tasks' extensions (4 rows each): 1,000 + 4 x 50 + 4 x 60 columns a step against 2,110
+    assert fold_plan([(task_1, 4), (task_2, 4)]) == [1000, 1000]
+    # but not when the extensions are long for their rows: 1,000 + 40 x 50 + 40 x 60 > 2,110
+    assert fold_plan([(task_1, 40), (task_2, 40)]) == [1050, 1060]
+    assert fold_plan([(task_1, 4), (domain_b, 4)]) == [1050, 999]  # two domains: 3 tokens common
+    same = fold_plan([(domain_a, 3), (domain_a, 2)])
+    assert same == [1000, 1000]  # the same prefix: nothing moves
+    # three prefixes of domain a: both extensions fold into it; domain b stays as it is
+    mixed = fold_plan([(task_1, 2), (domain_b, 5), (domain_a, 1), (task_2, 2)])
+    assert mixed == [1000, 999, 1000, 1000]
+    assert fold_plan([]) == []
