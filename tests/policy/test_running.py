@@ -526,3 +526,61 @@ def test_fold_plan_folds_task_extensions_of_one_domain_and_keeps_domains_apart()
     mixed = fold_plan([(task_1, 2), (domain_b, 5), (domain_a, 1), (task_2, 2)])
     assert mixed == [1000, 999, 1000, 1000]
     assert fold_plan([]) == []
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_admits_of_domains_tasks_and_next_turns_keep_every_rows_tokens(seed):
+    """Random traffic through one running batch with shared prefixes: rows of two domains and several
+    tasks, next turns of finished rows (their episode KV), joining at random steps in random groups,
+    budgets and temperatures mixed. Every row's tokens and sampler log-probs equal the same row
+    decoded alone with SDPA and no cache (fp32), whatever the folds, rebases and trims did."""
+    rng = random.Random(seed)
+    model, reference = tiny_model(SHARED), tiny_model()
+    domains = [_domain(10 + seed), _domain(20 + seed, n=30)]
+    tasks = [
+        d + [rng.randrange(6, 64) for _ in range(rng.randint(3, 9))]
+        for d in domains
+        for _ in (0, 1)
+    ]
+    cache = PrefixCache(min_tokens=16)
+    batch = RunningBatch(model, [], PAD, "cpu", prefix_cache=cache)
+    specs, done, slot_of, pending = [], {}, {}, []
+    with torch.inference_mode():
+        for domain in domains:  # each domain cached, as after a first turn
+            RunningBatch(model, [], PAD, "cpu", prefix_cache=cache).decode_all(
+                [RowSpec(domain + [1], 1, 0.0, 0)]
+            )
+        for step in range(40):
+            if step < 30 and (step % 4 == 0 or rng.random() < 0.3):
+                group = []
+                for _ in range(rng.randint(1, 3)):
+                    if pending and rng.random() < 0.5:  # a finished row's next turn
+                        prompt = pending.pop(0) + [rng.randrange(6, 64) for _ in range(3)]
+                    else:
+                        prompt = rng.choice(tasks) + [rng.randrange(6, 64)]
+                    specs.append(
+                        RowSpec(
+                            prompt,
+                            rng.randint(2, 8),
+                            rng.choice([0.0, 0.8]),
+                            seed * 100 + len(specs),
+                        )
+                    )
+                    group.append(len(specs) - 1)
+                slots, finished = batch.admit([specs[i] for i in group])
+                slot_of.update(zip(slots, group))
+                for row in finished:
+                    done[slot_of[row.slot]] = row
+            for row in batch.step():
+                done[slot_of[row.slot]] = row
+                spec = specs[slot_of[row.slot]]
+                pending.append(spec.prompt_ids + row.tokens)
+        while batch.rows is not None:
+            for row in batch.step():
+                done[slot_of[row.slot]] = row
+        alone = [RunningBatch(reference, [], PAD, "cpu").decode_all([spec])[0] for spec in specs]
+    assert len(done) == len(specs) >= 8
+    for i, spec in enumerate(specs):
+        assert done[i].tokens == alone[i].tokens, (i, spec.prompt_ids[-6:])
+        assert done[i].logprobs == pytest.approx(alone[i].logprobs, abs=1e-5), i
+    assert cache.episodes.taken > 0  # next turns reused their episode's KV
