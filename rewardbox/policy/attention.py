@@ -23,7 +23,8 @@ carries :class:`SharedPrefix` objects (one per prefix its rows started from: a d
 extension of it) keeps those columns once, at batch 1 (the prefix cache's entries, never copied),
 and each row's cache holds only its own columns. Attention is then computed in two
 parts and merged exactly (the log-sum-exp combination of FlashAttention's blockwise softmax; Dao et
-al. 2022, "FlashAttention", section 3.1; Juravsky et al. 2024, "Hydragen", eq. 3-5):
+al. 2022, "FlashAttention", section 3.1; Juravsky et al. 2024, "Hydragen", applies it to shared
+prefixes):
 
 * the shared part, per prefix: its rows' query heads stacked as one query block against the
   prefix's keys (batch 1, one call of torch's CPU flash kernel, which returns the log-sum-exp);
@@ -33,7 +34,8 @@ al. 2022, "FlashAttention", section 3.1; Juravsky et al. 2024, "Hydragen", eq. 3
 
 The numbers are those of one softmax over all the row's keys up to float rounding (fp32 log-sum-exp,
 the same kernel's blocks); ``tests/policy/test_attention.py`` checks them against SDPA over the
-concatenated keys and ``tests/policy/test_running.py`` checks greedy tokens against ``generate``.
+concatenated keys, and ``tests/policy/test_running.py`` checks each row's tokens and sampler log-probs
+against the same row decoded alone with SDPA.
 """
 
 from __future__ import annotations
