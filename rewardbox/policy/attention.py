@@ -243,6 +243,11 @@ def attention_forward(
     if shared_prefix:
         if query.device.type != "cpu":
             raise ValueError("shared-prefix attention runs on a CPU (torch's CPU flash kernel)")
+        extra = [k for k in ("sliding_window", "softcap", "s_aux") if kwargs.get(k) is not None]
+        if extra:
+            raise ValueError(
+                f"shared-prefix attention is plain softmax attention; this layer passes {extra}"
+            )
         return shared_prefix_attention(
             module, query, key, value, attention_mask, scaling, shared_prefix
         ), None
@@ -277,10 +282,27 @@ def implementation_for(device: torch.device, dtype: torch.dtype) -> str | None:
     return None
 
 
+SHARED_PREFIX_MODELS = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+"""Model types whose attention layers pass the forward's keyword arguments down to the attention
+function and add nothing to plain softmax attention but, where configured, a sliding window (which
+:func:`takes_shared_prefix` refuses)."""
+
+
 def takes_shared_prefix(model: Any) -> bool:
-    """Whether ``model`` runs :data:`NAME` on a CPU, so its forward takes ``shared_prefix``."""
+    """Whether ``model`` can decode with shared prefixes: it runs :data:`NAME` on a CPU, its type is
+    one of :data:`SHARED_PREFIX_MODELS`, and no layer has a sliding window (a window counts positions
+    from the row's start, which the shared part does not see; a config without ``layer_types`` but
+    with ``sliding_window`` set, as Mistral's, windows every layer) or a logit soft-cap."""
     config = getattr(model, "config", None)
     device = getattr(model, "device", torch.device("cpu"))
-    return (
-        getattr(config, "_attn_implementation", None) == NAME and torch.device(device).type == "cpu"
-    )
+    if getattr(config, "_attn_implementation", None) != NAME or torch.device(device).type != "cpu":
+        return False
+    if getattr(config, "model_type", None) not in SHARED_PREFIX_MODELS:
+        return False
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True):
+        return False
+    layer_types = getattr(config, "layer_types", None) or ["full_attention"]
+    if any(t != "full_attention" for t in layer_types):
+        return False
+    return not getattr(config, "attn_logit_softcapping", None)

@@ -252,3 +252,34 @@ def test_concatenate_widens_rows_and_makes_equal_prefixes_one():
         ((1, 2, 3), [True, True, True, False, True, False]),
         ((7, 8), [False, False, False, False, False, True]),
     ]
+
+
+def test_only_models_with_plain_full_attention_take_a_shared_prefix():
+    """A Mistral config windows every layer without ``layer_types``; with a shared prefix its rows
+    attended to the whole prefix and decoded other tokens than alone. Such models keep a copy per row,
+    and a layer that passes a window to the shared-prefix path is refused."""
+    from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    sizes = dict(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2,
+    )  # fmt: skip
+    name = attention.register()
+    assert attention.takes_shared_prefix(tiny_llama(attn_implementation=name))
+    assert not attention.takes_shared_prefix(tiny_llama())  # SDPA
+    windowed = MistralForCausalLM(MistralConfig(sliding_window=8, **sizes))
+    windowed.set_attn_implementation(name)
+    assert not attention.takes_shared_prefix(windowed)
+    qwen = Qwen2ForCausalLM(Qwen2Config(use_sliding_window=False, **sizes))
+    qwen.set_attn_implementation(name)
+    assert attention.takes_shared_prefix(qwen)
+    shared = [
+        attention.SharedPrefix(
+            (1,), _shared_source(torch.zeros(1, 3, 1, 4), torch.zeros(1, 3, 1, 4))
+        )
+    ]
+    x = torch.zeros(1, 9, 1, 4)
+    with pytest.raises(ValueError, match="sliding_window"):
+        attention.attention_forward(
+            _module(), x, x[:, :3], x[:, :3], None, shared_prefix=shared, sliding_window=8
+        )

@@ -220,7 +220,7 @@ def test_shared_prefix_rows_keep_only_their_own_columns_and_their_tokens(tempera
     own columns. Every row's tokens and sampler log-probs equal the same row decoded alone without a
     cache (SDPA), and the sampled rows' log-probs equal the trainer's scoring."""
     model, reference = tiny_model(SHARED), tiny_model()
-    domain_a, domain_b = _domain(2), _domain(3)
+    domain_a, domain_b = _domain(2, n=70), _domain(3, n=70)  # over decode.FOLD_MIN_TOKENS
     task_1, task_2 = domain_a + [7, 8, 9, 10, 11, 12], domain_a + [13, 14, 15, 16, 17]
     prompts = [
         task_1 + [20],
@@ -515,17 +515,25 @@ def test_fold_plan_folds_task_extensions_of_one_domain_and_keeps_domains_apart()
 
     domain_a, domain_b = tuple(range(100, 1100)), (1, 2, 3) + tuple(range(2000, 2996))
     task_1, task_2 = domain_a + tuple(range(50)), domain_a + tuple(range(60, 120))
-    # two tasks' extensions (4 rows each): 1,000 + 4 x 50 + 4 x 60 columns a step against 2,110
-    assert fold_plan([(task_1, 4), (task_2, 4)]) == [1000, 1000]
-    # but not when the extensions are long for their rows: 1,000 + 40 x 50 + 40 x 60 > 2,110
-    assert fold_plan([(task_1, 40), (task_2, 40)]) == [1050, 1060]
-    assert fold_plan([(task_1, 4), (domain_b, 4)]) == [1050, 999]  # two domains: 3 tokens common
-    same = fold_plan([(domain_a, 3), (domain_a, 2)])
+    # two tasks' extensions, 4 rows each: 1,000 + 8 rows x 60 columns a step against 2,110
+    assert fold_plan([(task_1, 4), (task_2, 4)], 8) == [1000, 1000]
+    # but not in a batch of 80 rows, which the moved columns would pad: 1,000 + 80 x 60 > 2,110
+    assert fold_plan([(task_1, 40), (task_2, 40)], 80) == [1050, 1060]
+    # two domains (3 tokens in common) never fold, even at one row each (3 + 2 x 1,047 > 2,049)
+    assert fold_plan([(task_1, 4), (domain_b, 4)], 8) == [1050, 999]
+    assert fold_plan([(domain_a, 1), (domain_b, 1)], 2) == [1000, 999]
+    # short prefixes sharing a few tokens: 3 + 2 x 200 < 406 would fold, but 3 tokens save nothing
+    # for the rows that later join and are padded to the moved 200 columns
+    short_a, short_b = domain_b[:203], (1, 2, 3) + tuple(range(500, 700))
+    assert fold_plan([(short_a, 1), (short_b, 1)], 2) == [203, 203]
+    # the same tokens fold whatever their length (nothing moves)
+    assert fold_plan([(short_a[:10], 1), (short_a[:10], 2)], 3) == [10, 10]
+    same = fold_plan([(domain_a, 3), (domain_a, 2)], 5)
     assert same == [1000, 1000]  # the same prefix: nothing moves
     # three prefixes of domain a: both extensions fold into it; domain b stays as it is
-    mixed = fold_plan([(task_1, 2), (domain_b, 5), (domain_a, 1), (task_2, 2)])
+    mixed = fold_plan([(task_1, 2), (domain_b, 5), (domain_a, 1), (task_2, 2)], 10)
     assert mixed == [1000, 999, 1000, 1000]
-    assert fold_plan([]) == []
+    assert fold_plan([], 0) == []
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -536,7 +544,7 @@ def test_random_admits_of_domains_tasks_and_next_turns_keep_every_rows_tokens(se
     decoded alone with SDPA and no cache (fp32), whatever the folds, rebases and trims did."""
     rng = random.Random(seed)
     model, reference = tiny_model(SHARED), tiny_model()
-    domains = [_domain(10 + seed), _domain(20 + seed, n=30)]
+    domains = [_domain(10 + seed, n=70), _domain(20 + seed, n=40)]
     tasks = [
         d + [rng.randrange(6, 64) for _ in range(rng.randint(3, 9))]
         for d in domains
