@@ -40,6 +40,7 @@ against the same row decoded alone with SDPA.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,10 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "rewardbox_cpu_decode"
 """The attention implementation's registered name (``config._attn_implementation``)."""
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+"""torch's CPU flash-attention kernel: ``(output, log-sum-exp)``; a mask must be additive, in the
+query's dtype."""
 
 
 @dataclass
@@ -83,6 +88,11 @@ class SharedPrefix:
     def using(self, batch: int) -> torch.Tensor:
         """``[batch]`` bool: the rows that attend to the prefix."""
         return torch.ones(batch, dtype=torch.bool) if self.rows is None else self.rows
+
+    @functools.cached_property
+    def index(self) -> torch.Tensor:
+        """``[n]`` the batch rows that attend to the prefix (``rows`` set; computed once, not per layer)."""
+        return self.rows.nonzero().flatten()
 
     def select(self, index: torch.Tensor) -> SharedPrefix | None:
         """The prefix for batch rows ``index`` (kept rows, in order); None when none of them uses it."""
@@ -144,19 +154,15 @@ def shared_prefix_attention(
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
-    flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     # each row's own part
-    additive = None
-    if attention_mask is not None:
-        additive = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
-        additive.masked_fill_(~attention_mask, float("-inf"))
+    additive = None if attention_mask is None else _additive(attention_mask, query.dtype)
     if length == 1:  # grouped query heads as the query block of their key/value head
-        own, own_lse = flash(
+        own, own_lse = _flash(
             query.view(batch, kv_heads, group, dim), key, value, attn_mask=additive, scale=scaling
         )
         own, own_lse = own.reshape(batch, heads, 1, dim), own_lse.reshape(batch, heads, 1)
     else:
-        own, own_lse = flash(
+        own, own_lse = _flash(
             query,
             key.repeat_interleave(group, dim=1),
             value.repeat_interleave(group, dim=1),
@@ -174,11 +180,28 @@ def shared_prefix_attention(
         )
     out = own.clone()
     for prefix in shared:
-        index = prefix.using(batch).to(query.device).nonzero().flatten()
+        index = (prefix.index if prefix.rows is not None else torch.arange(batch)).to(query.device)
         out[index] = _with_prefix(
             query[index], own[index], own_lse[index], prefix, module.layer_idx, scaling
         )
     return out.transpose(1, 2).contiguous()
+
+
+_ADDITIVE: list = [None, None, None]  # the last (boolean mask, dtype, additive mask)
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``mask`` (boolean, True = attend) as the additive mask the flash kernel takes (0 / -inf).
+
+    transformers hands every layer of a forward the same mask tensor, so the last conversion is kept
+    and reused while the same tensor comes back (it is held, so its identity cannot be reused): one
+    conversion per step, not one per layer."""
+    if _ADDITIVE[0] is mask and _ADDITIVE[1] == dtype:
+        return _ADDITIVE[2]
+    additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
+    additive.masked_fill_(~mask, float("-inf"))
+    _ADDITIVE[:] = [mask, dtype, additive]
+    return additive
 
 
 def _with_prefix(
@@ -201,9 +224,7 @@ def _with_prefix(
         .permute(1, 0, 2, 3, 4)
         .reshape(1, kv_heads, n * group * length, dim)
     )
-    common, common_lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        stacked, keys, values, scale=scaling
-    )
+    common, common_lse = _flash(stacked, keys, values, scale=scaling)
     common = (
         common.reshape(kv_heads, n, group, length, dim)
         .transpose(0, 1)

@@ -103,7 +103,7 @@ class RunningBatch:
         vocabulary: builds the guide's ``VocabularyIndex`` (called once, when the first guided row joins).
         shared_prefix: keep a cached prefix once for the rows that start with it (``attention``'s
             shared-prefix attention) rather than a copy in each row; None: where the model takes it
-            (``attention.takes_shared_prefix``) and its layers are all full attention.
+            (``attention.takes_shared_prefix``).
     """
 
     def __init__(
@@ -118,7 +118,7 @@ class RunningBatch:
         shared_prefix: bool | None = None,
     ):
         self.model, self.stops = model, {int(t) for t in stop_token_ids}
-        capable = takes_shared_prefix(model) and full_attention(model.config)
+        capable = takes_shared_prefix(model)  # full attention in every layer included
         if shared_prefix and not capable:
             raise ValueError(
                 "this model cannot take a shared prefix (attention.takes_shared_prefix)"

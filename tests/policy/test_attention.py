@@ -283,3 +283,12 @@ def test_only_models_with_plain_full_attention_take_a_shared_prefix():
         attention.attention_forward(
             _module(), x, x[:, :3], x[:, :3], None, shared_prefix=shared, sliding_window=8
         )
+
+
+def test_the_additive_mask_is_built_once_per_mask_tensor_not_per_layer():
+    mask = torch.tensor([[[[True, False, True]]]])
+    first = attention._additive(mask, torch.bfloat16)
+    assert first.tolist() == [[[[0.0, float("-inf"), 0.0]]]] and first.dtype == torch.bfloat16
+    assert attention._additive(mask, torch.bfloat16) is first  # the next layer's call: reused
+    assert attention._additive(mask, torch.float32) is not first  # another dtype: converted
+    assert attention._additive(mask.clone(), torch.float32).dtype == torch.float32
