@@ -26,10 +26,25 @@ DEMO_BATCH_SIZES = (1, 4, 8)
 """Decode batch sizes the demo forms (issue 28: 3.0-3.85 rows per step on average, up to 8 in flight)."""
 
 
+TOOL_RESULT_TOKENS = 60
+"""Tokens between one agent turn and the next in ``group_samples_like_grpo`` (a tool result with the
+chat template's markers): the demo's second-turn prompts were 80-240 tokens longer than the first
+(completions of 7-64 tokens), in the steps a one-off dump of ``make demo``'s GRPO samples showed."""
+
+MULTI_TURN = 3
+"""Agent turns per rollout of the floor's multi-turn GRPO row: the demo's steps scored 21 and 25
+samples for 8 rollouts (2.6-3.1 turns each) in that dump."""
+
+
 def group_samples_like_grpo(
-    groups: int, group_size: int, prompt: int, completion: int, vocab: int
+    groups: int, group_size: int, prompt: int, completion: int, vocab: int, turns: int = 1
 ) -> list:
-    """``groups x group_size`` samples: a 900/1,100 system prefix shared by all, each group's prompt by its rows."""
+    """``groups x group_size`` rollouts of ``turns`` agent turns each, one sample per turn.
+
+    A 900/1,100 system prefix is shared by all, each group's first prompt by its rows, and turn
+    ``k + 1``'s prompt is turn ``k``'s prompt, its completion and ``TOOL_RESULT_TOKENS`` more (a
+    later turn's prompt extends its rollout's earlier turns, as in a real step).
+    """
     from rewardbox.training.logprobs import Sample
 
     gen = torch.Generator().manual_seed(0)
@@ -38,8 +53,12 @@ def group_samples_like_grpo(
     for _ in range(groups):
         own = torch.randint(10, vocab, (prompt - len(system),), generator=gen).tolist()
         for r in range(group_size):
-            done = torch.randint(10, vocab, (completion,), generator=gen).tolist()
-            out.append(Sample(system + own, done, advantage=1.0 if r % 2 else -1.0))
+            context = system + own
+            for _ in range(turns):
+                done = torch.randint(10, vocab, (completion,), generator=gen).tolist()
+                out.append(Sample(context, done, advantage=1.0 if r % 2 else -1.0))
+                tool = torch.randint(10, vocab, (TOOL_RESULT_TOKENS,), generator=gen).tolist()
+                context = context + done + tool
     return out
 
 
@@ -48,7 +67,7 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
     from rewardbox.threads import wide_team
     from rewardbox.training.checkpoint import attach_lora
     from rewardbox.training.config import GRPOConfig
-    from rewardbox.training.shared_prefix import plan_blocks
+    from rewardbox.training.shared_prefix import plan_blocks, tokens_run
     from rewardbox.training.trainer import optimise_step
 
     config = GRPOConfig(micro_batch_sequences=2)
@@ -62,11 +81,7 @@ def grpo_seconds_per_sample(model, samples, repeats: int = 1) -> tuple[float, in
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()
         best = min(best, time.perf_counter() - t0)
-    ran = sum(
-        b.prefix_len
-        + sum(len(s.prompt_ids) + len(s.completion_ids) - b.prefix_len for s in b.samples)
-        for b in plan_blocks(samples)
-    )
+    ran = tokens_run(plan_blocks(sorted(samples, key=lambda s: s.prompt_ids)))
     lora.unload()
     return best / len(samples), ran
 
@@ -215,6 +230,7 @@ def model_rows(
             )
         )
     rows.append(_grpo_row(model, floor, prompt, completion, groups, group_size, dtype))
+    rows.append(_grpo_row(model, floor, prompt, completion, groups, group_size, dtype, MULTI_TURN))
     return rows
 
 
@@ -310,11 +326,19 @@ def _decode_weights(packed, shared: int = 0) -> list:
 
 
 def _grpo_row(
-    model, floor: dict, prompt: int, completion: int, groups: int, group_size: int, dtype: str
+    model,
+    floor: dict,
+    prompt: int,
+    completion: int,
+    groups: int,
+    group_size: int,
+    dtype: str,
+    turns: int = 1,
 ) -> dict:
-    """GRPO seconds per scored sample against 4 x matmul parameters x decoder tokens run / GEMM GFLOP/s."""
+    """GRPO seconds per scored sample against 4 x matmul parameters x decoder tokens run / GEMM GFLOP/s
+    (rollouts of ``turns`` agent turns, one sample each: ``group_samples_like_grpo``)."""
     samples = group_samples_like_grpo(
-        groups, group_size, prompt, completion, model.config.vocab_size
+        groups, group_size, prompt, completion, model.config.vocab_size, turns
     )
     per_sample_s, ran = grpo_seconds_per_sample(model, samples)
     head = model.get_output_embeddings().weight.numel()
@@ -322,7 +346,9 @@ def _grpo_row(
     flops = 4.0 * (matmul_params(model) - head) * ran + 4.0 * head * completion * len(samples)
     floor_s = flops / (gflops * 1e9) / len(samples)
     return row(
-        f"GRPO seconds per scored sample ({groups}x{group_size}, {prompt}+{completion} tokens, {dtype})",
+        f"GRPO seconds per scored sample ({groups}x{group_size}"
+        + (f"x{turns} turns" if turns > 1 else "")
+        + f", {prompt}+{completion} tokens, {dtype})",
         per_sample_s,
         "s",
         floor_s,

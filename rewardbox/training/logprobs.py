@@ -21,11 +21,21 @@ whole first-turn prompt within a group) runs once, its key/value cache
 repeated for the rows, as generation's prefix cache does. The trainer goes
 further (``shared_prefix``): a prefix shared by a block of samples (a group's
 first prompt) runs once per optimiser step and is passed in as ``SharedPrefix``.
+
+Mixed precision (``run_decoder``): a LoRA adapter's weights are fp32 (peft's
+``autocast_adapter_dtype``: the master weights and AdamW's state) while the
+frozen base may be bf16. peft would then cast every adapter layer's input to
+fp32 and its output back; the decoder instead runs under ``torch.autocast`` in
+the base's dtype, so the adapter's matmuls take a bf16 copy of its weights and
+their gradients reach the fp32 weights through the cast (the mixed precision of
+``torch.amp`` and of transformers' ``Trainer(bf16=True)``; docs/performance.md,
+"Precision").
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -136,6 +146,48 @@ def _allowed(batch: Sequence[Sample], t_max: int, vocab: int, device) -> torch.T
     return allowed
 
 
+def mixed_precision_dtype(model) -> torch.dtype | None:
+    """The 16-bit dtype the decoder computes a trainable fp32 adapter in, or None (as stored).
+
+    Set when the frozen base weights are bf16 (fp16 on CUDA only: CPU autocast's fp16 is not what
+    the base multiplies in) and some trainable weight is fp32: a LoRA adapter on a 16-bit base.
+    A full fine-tune (cast to fp32, ``checkpoint.trainable``) and a model with nothing trainable
+    get None.
+    """
+    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
+    if frozen is None or frozen.dtype not in (torch.bfloat16, torch.float16):
+        return None
+    if frozen.dtype == torch.float16 and frozen.device.type != "cuda":
+        return None
+    if not any(p.requires_grad and p.dtype == torch.float32 for p in model.parameters()):
+        return None
+    return frozen.dtype
+
+
+def run_decoder(model, **inputs):
+    """``model.get_decoder()(**inputs)``, an fp32 adapter on a 16-bit base computed in the base's dtype.
+
+    With :func:`mixed_precision_dtype` set, the call runs under ``torch.autocast`` in that dtype with
+    peft's cast of each adapter layer's input to fp32 turned off (``peft.helpers.
+    disable_input_dtype_casting``): the adapter's matmuls multiply bf16 activations by a bf16 copy of
+    the fp32 weights, and the weights' gradients come back in fp32. Otherwise a plain call. Only the
+    forward runs under autocast; backward follows the dtypes it recorded (``torch.amp``'s rule).
+
+    Returns:
+        The decoder's output (``BaseModelOutputWithPast``).
+    """
+    dtype = mixed_precision_dtype(model)
+    if dtype is None:
+        return model.get_decoder()(**inputs)
+    from peft.helpers import disable_input_dtype_casting
+
+    device = next(model.parameters()).device.type
+    with ExitStack() as stack:
+        stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
+        stack.enter_context(disable_input_dtype_casting(model))
+        return model.get_decoder()(**inputs)
+
+
 def _hidden_states(
     model,
     batch: Sequence[Sample],
@@ -155,7 +207,6 @@ def _hidden_states(
     """
     from transformers import DynamicCache
 
-    decoder = model.get_decoder()
     if prefix is not None:
         n = prefix.length
         cache = DynamicCache(
@@ -168,9 +219,10 @@ def _hidden_states(
         n = common_prefix_len([s.prompt_ids for s in batch]) if len(batch) > 1 else 0
         if n < min_shared:
             input_ids, attention = right_padded(batch, pad_id, device)
-            return decoder(input_ids=input_ids, attention_mask=attention).last_hidden_state, 0
+            hidden = run_decoder(model, input_ids=input_ids, attention_mask=attention)
+            return hidden.last_hidden_state, 0
         ids = torch.tensor([batch[0].prompt_ids[:n]], dtype=torch.long, device=device)
-        cache = decoder(input_ids=ids, use_cache=True).cache
+        cache = run_decoder(model, input_ids=ids, use_cache=True).cache
         cache.batch_repeat_interleave(len(batch))
     rest = [Sample(s.prompt_ids[n:], s.completion_ids, s.advantage) for s in batch]
     suffix_ids, suffix_mask = right_padded(rest, pad_id, device)
@@ -178,7 +230,8 @@ def _hidden_states(
         [torch.ones((len(batch), n), dtype=torch.long, device=device), suffix_mask], dim=1
     )
     positions = torch.arange(n, n + suffix_ids.shape[1], device=device).expand(len(batch), -1)
-    hidden = decoder(
+    hidden = run_decoder(
+        model,
         input_ids=suffix_ids,
         attention_mask=attention,
         position_ids=positions,

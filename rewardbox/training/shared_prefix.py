@@ -27,56 +27,134 @@ backward stays within the budget (docs/performance.md, "Memory").
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from rewardbox.policy.prefix_cache import common_prefix_len
 from rewardbox.training import logprobs as _logprobs
-from rewardbox.training.logprobs import Sample, SharedPrefix, completion_logprobs
+from rewardbox.training.logprobs import Sample, SharedPrefix, completion_logprobs, run_decoder
 
 
 @dataclass
 class Block:
-    """Consecutive samples scored against one shared prefix of ``prefix_len`` tokens (0: none)."""
+    """Samples scored against one shared prompt prefix of ``prefix_len`` tokens (0: none).
+
+    Attributes:
+        samples: the rows scored directly after the prefix (each keeps >= 1 own prompt token).
+        prefix_len: the prompt prefix every sample of the block and of its children starts with.
+        children: blocks whose longer prefixes extend this one; each encodes only its extension,
+            on top of this block's key/value states (a later turn's prompt extends its first turn's).
+    """
 
     samples: list[Sample]
     prefix_len: int
+    children: list[Block] = field(default_factory=list)
+
+    def all_samples(self) -> list[Sample]:
+        """The block's own rows and, after them, its children's, depth first."""
+        return self.samples + [s for child in self.children for s in child.all_samples()]
+
+
+def tokens_run(blocks: Sequence[Block], encoded: int = 0) -> int:
+    """Tokens the decoder runs for ``blocks`` under an already encoded prefix of ``encoded`` tokens:
+    each block's prefix extension once, and every row's tokens after its block's prefix."""
+    total = 0
+    for block in blocks:
+        base = max(encoded, block.prefix_len)
+        total += base - encoded
+        total += sum(len(s.prompt_ids) + len(s.completion_ids) - base for s in block.samples)
+        total += tokens_run(block.children, base)
+    return total
 
 
 def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> list[Block]:
-    """Cut samples (in the given order, sorted by prompt) into blocks that run the fewest tokens.
+    """Arrange samples (sorted by prompt) into blocks of shared prefixes that run the fewest tokens.
+
+    The sorted prompts form a trie: a run of samples whose adjacent prompts share at least ``d``
+    tokens shares a ``d``-token prefix (``d`` capped one short of the shortest prompt, so every row
+    keeps an own token). A dynamic programme over the trie chooses which of those prefixes to encode:
+    a prefix of ``d`` tokens under an encoded one of ``b`` costs its extension ``d - b`` once, then its
+    runs are planned on top of it; unencoded, the same runs are planned on top of ``b``; a lone
+    sample costs its tokens after ``b``. A prefix is encoded only when it extends the one below by at
+    least ``min_shared`` tokens (None: ``logprobs.MIN_SHARED_PREFIX_TOKENS``), which keeps a few shared
+    tokens from costing a decoder call of their own.
 
     Returns:
-        Blocks covering every sample once, in order. A block's ``prefix_len`` is
-        the prompt prefix all its samples share (each keeps >= 1 own prompt token),
-        0 for singletons and prefixes shorter than ``min_shared`` (None: ``logprobs.MIN_SHARED_PREFIX_TOKENS``).
+        Top-level blocks in sample order (consecutive unshared samples in one block with
+        ``prefix_len`` 0); their ``all_samples()`` cover every sample once, in order.
     """
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
-    n = len(samples)
+    samples = list(samples)
+    if not samples:
+        return []
     lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
     adjacent = [
-        common_prefix_len([samples[i].prompt_ids, samples[i + 1].prompt_ids]) for i in range(n - 1)
+        common_prefix_len([samples[i].prompt_ids, samples[i + 1].prompt_ids])
+        for i in range(len(samples) - 1)
     ]
-    best = [0] + [
-        None
-    ] * n  # best[j]: fewest tokens for samples[:j]; cut[j]: start of its last block
-    cut, shared = [0] * (n + 1), [0] * (n + 1)
-    for j in range(1, n + 1):
-        prefix, total = 1 << 62, 0
-        for i in range(j - 1, -1, -1):  # last block = samples[i:j]
-            total += lengths[i]
-            if i < j - 1:
-                prefix = min(prefix, adjacent[i])
-            p = prefix if j - i > 1 and prefix >= min_shared else 0
-            cost = best[i] + total - (j - i - 1) * p
-            if best[j] is None or cost < best[j]:
-                best[j], cut[j], shared[j] = cost, i, p
-    blocks, j = [], n
-    while j > 0:
-        blocks.append(Block(list(samples[cut[j] : j]), shared[j]))
-        j = cut[j]
-    return blocks[::-1]
+    memo: dict[tuple[int, int, int], tuple[int, list]] = {}
+
+    def runs(i: int, j: int, depth: int) -> list[tuple[int, int]]:
+        """``samples[i:j]`` cut where adjacent prompts share no more than ``depth`` tokens."""
+        cuts = [k + 1 for k in range(i, j - 1) if adjacent[k] <= depth]
+        return list(zip([i, *cuts], [*cuts, j]))
+
+    def solve(i: int, j: int, base: int) -> tuple[int, list]:
+        """Fewest tokens for ``samples[i:j]`` over an encoded ``base``-token prefix, and the plan:
+        a list of sample indices (rows) and ``(depth, plan)`` pairs (encoded prefixes)."""
+        key = (i, j, base)
+        if key in memo:
+            return memo[key]
+        if j - i == 1:
+            memo[key] = (lengths[i] - base, [i])
+            return memo[key]
+        depth = min(
+            min(adjacent[i : j - 1]), min(len(samples[k].prompt_ids) for k in range(i, j)) - 1
+        )
+        parts = runs(i, j, depth)
+
+        def over(b: int) -> tuple[int, list]:
+            cost, plan = 0, []
+            for start, stop in parts:
+                if (start, stop) == (i, j):  # nothing longer shared: rows
+                    cost += sum(lengths[k] - b for k in range(i, j))
+                    plan.extend(range(i, j))
+                else:
+                    c, sub = solve(start, stop, b)
+                    cost += c
+                    plan.extend(sub)
+            return cost, plan
+
+        best = over(base)
+        if depth - base >= min_shared:
+            cost, plan = over(depth)
+            if depth - base + cost < best[0]:
+                best = (depth - base + cost, [(depth, plan)])
+        memo[key] = best
+        return best
+
+    def blocks_of(plan: list, prefix_len: int) -> tuple[list[Sample], list[Block]]:
+        rows, children = [], []
+        for item in plan:
+            if isinstance(item, int):
+                rows.append(samples[item])
+            else:
+                own, nested = blocks_of(item[1], item[0])
+                children.append(Block(own, item[0], nested))
+        return rows, children
+
+    top: list[Block] = []
+    for item in solve(0, len(samples), 0)[1]:
+        if isinstance(item, int):
+            if top and top[-1].prefix_len == 0:
+                top[-1].samples.append(samples[item])
+            else:
+                top.append(Block([samples[item]], 0))
+        else:
+            rows, children = blocks_of(item[1], item[0])
+            top.append(Block(rows, item[0], children))
+    return top
 
 
 def activation_bytes_per_token(model, context_tokens: int = 0) -> int:
@@ -131,72 +209,103 @@ class PrefixPlan:
     row_budget_bytes: int | None
 
 
-def prefix_plan(model, block: Block, budget_bytes: int | None) -> PrefixPlan:
-    """Keep the prefix's graph when it and one row of the block fit ``budget_bytes``; else recompute.
+def prefix_plan(model, block: Block, budget_bytes: int | None, encoded: int = 0) -> PrefixPlan:
+    """Keep the graph of the block's prefix extension (its tokens after the ``encoded`` ones below it)
+    when it and the largest row under it fit ``budget_bytes``; else recompute it in chunks.
 
-    Estimates from ``activation_bytes_per_token`` (attention context: the prefix for the prefix,
-    the longest row for the rows). Without a budget, or without a shared prefix, the graph is kept.
+    Estimates from ``activation_bytes_per_token`` (attention context: the prefix for the prefix, the
+    row's length for a row). A row counts its tokens after its own block's prefix, the deepest under
+    this one, so a block whose rows all nest deeper counts their short remainders; a nested block
+    then decides with what this one left (``row_budget_bytes``), which still holds that row. Without
+    a budget, or with nothing to encode, the graph is kept.
     """
-    if budget_bytes is None or not block.prefix_len:
+    if budget_bytes is None or block.prefix_len <= encoded:
         return PrefixPlan(None, budget_bytes)
-    p = block.prefix_len
-    prefix_bytes = p * activation_bytes_per_token(model, p)
-    longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in block.samples)
-    one_row = (longest - p) * activation_bytes_per_token(model, longest)
-    if prefix_bytes + one_row <= budget_bytes:
+    p, extension = block.prefix_len, block.prefix_len - encoded
+    prefix_bytes = extension * activation_bytes_per_token(model, p)
+    if prefix_bytes + _largest_row_bytes(model, block) <= budget_bytes:
         return PrefixPlan(None, budget_bytes - prefix_bytes)
     return PrefixPlan(max(1, budget_bytes // activation_bytes_per_token(model, p)), budget_bytes)
 
 
+def _largest_row_bytes(model, block: Block) -> int:
+    """The most any one row under ``block`` keeps: its tokens after its own block's prefix."""
+    own = [
+        (len(s.prompt_ids) + len(s.completion_ids) - block.prefix_len)
+        * activation_bytes_per_token(model, len(s.prompt_ids) + len(s.completion_ids))
+        for s in block.samples
+    ]
+    return max(own + [_largest_row_bytes(model, child) for child in block.children], default=0)
+
+
 @dataclass
 class _Recompute:
-    """What the chunked prefix's backward needs: chunk size and each chunk's RNG state (dropout)."""
+    """What a chunked prefix's backward needs: chunk size, each chunk's RNG state (dropout), and the
+    prefix it extends (its columns' gradients go back to that prefix's states)."""
 
     chunk_tokens: int
     rng_states: list[torch.Tensor]
+    below: SharedPrefix | None = None
+
+
+def _cache_of(prefix: SharedPrefix | None, trains: bool = True):
+    """A ``DynamicCache`` holding ``prefix``'s states (None: no cache); ``trains`` False detaches them."""
+    from transformers import DynamicCache
+
+    if prefix is None:
+        return None
+    return DynamicCache([(k, v) if trains else (k.detach(), v.detach()) for k, v in prefix.kv])
 
 
 def _encode_prefix(
-    model, ids: list[int], chunk_tokens: int | None = None
+    model, ids: list[int], chunk_tokens: int | None = None, below: SharedPrefix | None = None
 ) -> tuple[SharedPrefix, list[tuple[torch.Tensor, torch.Tensor]] | _Recompute]:
-    """Run the prefix once: (its states as leaf tensors for the micro-batches, what its backward needs:
-    the states with their graph, or with ``chunk_tokens`` a :class:`_Recompute`)."""
+    """Run the prefix once, on top of the encoded prefix ``below`` (its first tokens; None: from the
+    start): (its states, all ``len(ids)`` columns, as leaf tensors for the micro-batches; what its
+    backward needs: the states with their graph, which reaches ``below``'s leaves, or with
+    ``chunk_tokens`` a :class:`_Recompute`)."""
     device = next(model.parameters()).device
     tokens = torch.tensor([ids], dtype=torch.long, device=device)
+    start = 0 if below is None else below.length
     if chunk_tokens is None:
-        out = model.get_decoder()(input_ids=tokens, use_cache=True)
+        out = _run_chunk(model, tokens, start, len(ids) - start, _cache_of(below))
         graph = [(layer.keys, layer.values) for layer in out.cache.layers]
         leaves = [
             (k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
             for k, v in graph
         ]
         return SharedPrefix(list(ids), leaves), graph
-    cache, states = None, []
+    cache, states = _cache_of(below, trains=False), []
     with torch.no_grad():
-        for start in range(0, len(ids), chunk_tokens):
+        for chunk in range(start, len(ids), chunk_tokens):
             states.append(torch.get_rng_state())
-            cache = _run_chunk(model, tokens, start, chunk_tokens, cache).cache
+            cache = _run_chunk(model, tokens, chunk, chunk_tokens, cache).cache
     trains = any(p.requires_grad for p in model.parameters())
     leaves = [
         (layer.keys.detach().requires_grad_(trains), layer.values.detach().requires_grad_(trains))
         for layer in cache.layers
     ]
-    return SharedPrefix(list(ids), leaves), _Recompute(chunk_tokens, states)
+    return SharedPrefix(list(ids), leaves), _Recompute(chunk_tokens, states, below)
 
 
 def _run_chunk(model, tokens: torch.Tensor, start: int, chunk_tokens: int, cache):
     """The decoder on ``tokens[:, start:start + chunk_tokens]`` after ``cache``'s ``start`` columns."""
     end = min(tokens.shape[1], start + chunk_tokens)
     positions = torch.arange(start, end, device=tokens.device)[None]
-    return model.get_decoder()(
-        input_ids=tokens[:, start:end], position_ids=positions, cache=cache, use_cache=True
+    return run_decoder(
+        model,
+        input_ids=tokens[:, start:end],
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
     )
 
 
 def _backward_prefix(
     model, prefix: SharedPrefix, graph: list[tuple[torch.Tensor, torch.Tensor]] | _Recompute
 ) -> None:
-    """Back-propagate the leaves' accumulated gradients through the prefix's forward, once."""
+    """Back-propagate the leaves' accumulated gradients through the prefix's forward, once; the share
+    of the prefix below it lands in that prefix's leaves."""
     if isinstance(graph, _Recompute):
         _backward_in_chunks(model, prefix, graph)
         return
@@ -215,7 +324,9 @@ def _backward_in_chunks(model, prefix: SharedPrefix, plan: _Recompute) -> None:
 
     A chunk's keys/values receive the micro-batches' gradients plus those later chunks sent back
     through their attention (added into the leaves' ``.grad`` before the chunk runs), so the result
-    equals back-propagating the whole prefix graph. Dropout draws the chunk's forward RNG state.
+    equals back-propagating the whole prefix graph. The columns of the prefix below (``plan.below``)
+    collect the same way and are added to its leaves' gradients at the end. Dropout draws the
+    chunk's forward RNG state.
     """
     from transformers import DynamicCache
 
@@ -226,7 +337,8 @@ def _backward_in_chunks(model, prefix: SharedPrefix, plan: _Recompute) -> None:
         for pair in prefix.kv
     ]
     tokens = torch.tensor([prefix.ids], dtype=torch.long, device=prefix.kv[0][0].device)
-    starts = list(range(0, prefix.length, plan.chunk_tokens))
+    below = 0 if plan.below is None else plan.below.length
+    starts = list(range(below, prefix.length, plan.chunk_tokens))
     with torch.random.fork_rng(devices=[]):
         for start, state in reversed(list(zip(starts, plan.rng_states))):
             torch.set_rng_state(state)
@@ -249,6 +361,12 @@ def _backward_in_chunks(model, prefix: SharedPrefix, plan: _Recompute) -> None:
                 for leaf, grad in zip(leaves, pair):
                     if leaf.grad is not None:
                         grad[:, :, :start] += leaf.grad
+    if plan.below is not None:
+        for leaves, pair in zip(plan.below.kv, grads):
+            for leaf, grad in zip(leaves, pair):
+                if leaf.requires_grad:
+                    part = grad[:, :, :below]
+                    leaf.grad = part.clone() if leaf.grad is None else leaf.grad + part
 
 
 def scored_micro_batches(
@@ -262,16 +380,18 @@ def scored_micro_batches(
 ) -> Iterator[tuple[list[Sample], torch.Tensor, torch.Tensor]]:
     """Yield ``(batch, logprobs [B, T], mask [B, T])`` for micro-batches of at most ``micro_batch_sequences`` rows.
 
-    With ``memory_budget_bytes`` what a block keeps for backward stays within it (estimates:
-    ``activation_bytes_per_token``): the prefix's graph is kept only when it and one row fit
-    (else it is recomputed in chunks that fit, :func:`prefix_plan`), and micro-batches hold only
-    as many rows as fit what is left (``micro_batch_rows``), so long later-turn samples run in
-    smaller micro-batches than short first-turn ones.
+    Blocks come from :func:`plan_blocks`; a nested block encodes its prefix's extension on top of
+    its parent's states, and its gradient reaches the parent's through them. With
+    ``memory_budget_bytes`` what the open blocks keep for backward stays within it (estimates:
+    ``activation_bytes_per_token``): a prefix's graph is kept only when it and one row fit what the
+    blocks below it left (else it is recomputed in chunks that fit, :func:`prefix_plan`), and
+    micro-batches hold only as many rows as fit what is left (``micro_batch_rows``), so long
+    later-turn samples run in smaller micro-batches than short first-turn ones.
 
     The caller back-propagates each micro-batch's loss before asking for the next
-    one (as ``trainer.optimise_step`` does); after a block's last micro-batch the
-    block's prefix is back-propagated here, so the gradients are complete once
-    the iterator is exhausted (stopping early drops the prefix's share).
+    one (as ``trainer.optimise_step`` does); after a block's last micro-batch (and its children's)
+    the block's prefix is back-propagated here, so the gradients are complete once
+    the iterator is exhausted (stopping early drops the prefixes' share).
 
     Raises:
         ValueError: ``micro_batch_sequences < 1`` or a sample ``completion_logprobs`` refuses.
@@ -280,16 +400,42 @@ def scored_micro_batches(
         raise ValueError(f"micro_batch_sequences must be >= 1, got {micro_batch_sequences}")
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
     for block in plan_blocks(samples, min_shared):
-        plan = prefix_plan(model, block, memory_budget_bytes)
+        yield from _scored_block(
+            model,
+            block,
+            None,
+            memory_budget_bytes,
+            pad_id,
+            temperature,
+            micro_batch_sequences,
+            min_shared,
+        )
+
+
+def _scored_block(
+    model,
+    block: Block,
+    below: SharedPrefix | None,
+    budget_bytes: int | None,
+    pad_id: int,
+    temperature: float,
+    micro_batch_sequences: int,
+    min_shared: int,
+) -> Iterator[tuple[list[Sample], torch.Tensor, torch.Tensor]]:
+    """The micro-batches of ``block`` (its rows, then its children's) over the encoded prefix
+    ``below``; its own prefix extension is encoded first and back-propagated last."""
+    encoded = 0 if below is None else below.length
+    plan = prefix_plan(model, block, budget_bytes, encoded)
+    prefix, graph = below, None
+    if block.prefix_len > encoded:
+        ids = block.all_samples()[0].prompt_ids[: block.prefix_len]
+        prefix, graph = _encode_prefix(model, ids, plan.chunk_tokens, below)
+    if block.samples:
         longest = max(len(s.prompt_ids) + len(s.completion_ids) for s in block.samples)
         per_token = activation_bytes_per_token(model, longest)
         rows = micro_batch_rows(
             block.samples, block.prefix_len, micro_batch_sequences, plan.row_budget_bytes, per_token
         )
-        prefix, graph = (None, None)
-        if block.prefix_len:
-            ids = block.samples[0].prompt_ids[: block.prefix_len]
-            prefix, graph = _encode_prefix(model, ids, plan.chunk_tokens)
         for start in range(0, len(block.samples), rows):
             batch = block.samples[start : start + rows]
             logprobs, mask = completion_logprobs(
@@ -301,5 +447,16 @@ def scored_micro_batches(
                 prefix=prefix,
             )
             yield batch, logprobs, mask
-        if prefix is not None:
-            _backward_prefix(model, prefix, graph)
+    for child in block.children:
+        yield from _scored_block(
+            model,
+            child,
+            prefix,
+            plan.row_budget_bytes,
+            pad_id,
+            temperature,
+            micro_batch_sequences,
+            min_shared,
+        )
+    if graph is not None:
+        _backward_prefix(model, prefix, graph)

@@ -137,3 +137,25 @@ def test_each_floor_and_row_runs_on_the_team_the_product_gives_it(monkeypatch):
         assert torch.get_num_threads() == 1  # back to the decode team
     finally:
         torch.set_num_threads(before)
+
+
+def test_multi_turn_samples_extend_their_rollouts_earlier_turns():
+    """The multi-turn GRPO row's step: each later turn's prompt is the turn before, its completion and a
+    tool result; the trainer's plan nests them (fewer decoder tokens than the first turns' sharing alone)."""
+    from benchmarks import floor_model
+    from rewardbox.training.shared_prefix import plan_blocks, tokens_run
+
+    samples = floor_model.group_samples_like_grpo(2, 3, 110, 5, 97, turns=3)
+    assert len(samples) == 2 * 3 * 3
+    for r in range(6):
+        first, second, third = samples[3 * r : 3 * r + 3]
+        for before, after in ((first, second), (second, third)):
+            seen = before.prompt_ids + before.completion_ids
+            assert after.prompt_ids[: len(seen)] == seen
+            assert len(after.prompt_ids) == len(seen) + floor_model.TOOL_RESULT_TOKENS
+    ordered = sorted(samples, key=lambda s: s.prompt_ids)
+    # each group's first prompt shared (109 of its 110 tokens), every later turn a row after it
+    by_group = 2 * 109 + sum(len(s.prompt_ids) + len(s.completion_ids) - 109 for s in samples)
+    assert tokens_run(plan_blocks(ordered, 16)) < by_group
+    single = floor_model.group_samples_like_grpo(2, 3, 110, 5, 97)
+    assert len(single) == 6 and {len(s.prompt_ids) for s in single} == {110}

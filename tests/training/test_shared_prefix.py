@@ -8,7 +8,7 @@ import torch
 
 from rewardbox.training.config import GRPOConfig
 from rewardbox.training.logprobs import Sample, completion_logprobs
-from rewardbox.training.shared_prefix import plan_blocks, scored_micro_batches
+from rewardbox.training.shared_prefix import plan_blocks, scored_micro_batches, tokens_run
 from tests.fixtures.tiny_models import tiny_llama
 
 
@@ -55,21 +55,114 @@ def surrogate(logprobs, mask, batch):
     return ((logprobs * mask).sum(dim=1) * adv).sum()
 
 
-def test_plan_shares_each_groups_prompt_and_covers_every_sample_once():
+def deep_samples() -> list[Sample]:
+    """``step_samples`` plus later turns that nest three deep: two third-turn samples extend one
+    second-turn prompt, which extends a first turn (system 70 -> group 89 -> turn two -> turn three)."""
+    samples = step_samples()
+    second = next(s for s in samples if len(s.prompt_ids) > 90)
+    for tail in ([12, 13] * 3, [14, 15] * 3):
+        third = second.prompt_ids + second.completion_ids + [20] * 30 + tail
+        samples.append(Sample(third, [16, 17, 18], advantage=-0.3))
+    return sorted(samples, key=lambda s: s.prompt_ids)
+
+
+def _flat_tokens(samples, min_shared) -> int:
+    """Tokens run when every block is encoded from the start (no nesting): the plan before nesting."""
+    from rewardbox.policy.prefix_cache import common_prefix_len
+
+    n = len(samples)
+    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
+    best = [0] + [1 << 62] * n
+    for j in range(1, n + 1):
+        for i in range(j):
+            group = samples[i:j]
+            p = 0
+            if j - i > 1:
+                p = min(common_prefix_len([s.prompt_ids for s in group]),
+                        min(len(s.prompt_ids) for s in group) - 1)  # fmt: skip
+                p = p if p >= min_shared else 0
+            best[j] = min(best[j], best[i] + p + sum(lengths[i:j]) - (j - i) * p)
+    return best[n]
+
+
+def _check_plan(blocks, samples, min_shared):
+    """Every sample once; each block's samples start with its prefix and keep an own token; a nested
+    prefix extends its parent's by at least ``min_shared`` tokens."""
+
+    def walk(block, below):
+        assert block.prefix_len == 0 or block.prefix_len - below >= min_shared
+        ids = block.all_samples()[0].prompt_ids[: block.prefix_len]
+        for s in block.all_samples():
+            assert s.prompt_ids[: block.prefix_len] == ids and len(s.prompt_ids) > block.prefix_len
+        for child in block.children:
+            assert child.prefix_len > block.prefix_len
+            walk(child, block.prefix_len)
+
+    for block in blocks:
+        walk(block, 0)
+    planned = [s for b in blocks for s in b.all_samples()]
+    assert sorted(map(id, planned)) == sorted(map(id, samples))
+
+
+def test_plan_nests_each_groups_prompt_in_the_system_prefix_and_covers_every_sample_once():
     samples = step_samples()
     blocks = plan_blocks(samples, min_shared=16)
-    assert [s for b in blocks for s in b.samples] == samples
-    # each group's first prompt (90 tokens, 89 shareable) beats the 70-token system prefix for all 7
-    assert sorted(b.prefix_len for b in blocks if len(b.samples) > 1) == [89, 89]
-    assert [b.prefix_len for b in plan_blocks(samples, min_shared=1000)] == [0] * len(
-        plan_blocks(samples, 1000)
-    )
+    _check_plan(blocks, samples, 16)
+    # the 70-token system prefix once, each group's 19 more tokens once on top of it
+    assert [(b.prefix_len, [c.prefix_len for c in b.children]) for b in blocks] == [(70, [89, 89])]
+    assert tokens_run(blocks) == _flat_tokens(samples, 16) - 89 - 89 + 70 + 19 + 19
+    # extensions shorter than min_shared stay unshared: the groups' prompts, not the system prefix
+    assert sorted(b.prefix_len for b in plan_blocks(samples, min_shared=20)) == [89, 89]
+    assert [b.prefix_len for b in plan_blocks(samples, min_shared=1000)] == [0]
     assert plan_blocks([], 16) == []
 
 
+def test_later_turns_nest_on_the_turn_they_extend():
+    samples = deep_samples()
+    blocks = plan_blocks(samples, min_shared=16)
+    _check_plan(blocks, samples, 16)
+    from rewardbox.policy.prefix_cache import common_prefix_len
+
+    third = [s.prompt_ids for s in samples if s.completion_ids == [16, 17, 18]]
+    shared = common_prefix_len(third)  # the third turns' common prompt, past turn two's
+
+    def lengths(block):
+        return [block.prefix_len] + [x for c in block.children for x in lengths(c)]
+
+    nested = lengths(blocks[0])
+    assert nested[:2] == [70, 89] and sorted(nested) == [70, 89, 89, shared], nested
+    assert tokens_run(blocks) < _flat_tokens(samples, 16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_nested_plan_never_runs_more_tokens_than_flat_blocks(seed):
+    """Random steps of groups with later turns: a valid plan, never more tokens than the flat one."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def ids(n):
+        return torch.randint(3, 97, (n,), generator=gen).tolist()
+
+    system = ids(int(torch.randint(0, 120, (1,), generator=gen)))
+    samples = []
+    for _ in range(int(torch.randint(1, 4, (1,), generator=gen))):
+        prompt = system + ids(int(torch.randint(1, 80, (1,), generator=gen)))
+        for _ in range(int(torch.randint(1, 5, (1,), generator=gen))):
+            turn = prompt
+            for _ in range(int(torch.randint(1, 4, (1,), generator=gen))):
+                done = ids(int(torch.randint(1, 30, (1,), generator=gen)))
+                samples.append(Sample(turn, done, 1.0))
+                turn = turn + done + ids(int(torch.randint(1, 90, (1,), generator=gen)))
+    samples.sort(key=lambda s: s.prompt_ids)
+    for min_shared in (1, 16, 64):
+        blocks = plan_blocks(samples, min_shared)
+        _check_plan(blocks, samples, min_shared)
+        assert tokens_run(blocks) <= _flat_tokens(samples, min_shared)
+
+
+@pytest.mark.parametrize("make", [step_samples, deep_samples])
 @pytest.mark.parametrize("micro", [1, 2, 3])
-def test_gradients_equal_scoring_every_row_in_full(micro):
-    samples = step_samples()
+def test_gradients_equal_scoring_every_row_in_full(micro, make):
+    samples = make()
     model = lora_model()
     model.train()
 
@@ -113,11 +206,9 @@ def test_each_group_prompt_runs_once_per_step():
             surrogate(logprobs, mask, batch).backward()
     finally:
         handle.remove()
-    prefix_runs = [shape for shape in calls if shape[1] == 89]
-    assert (
-        len(prefix_runs) == 2
-    )  # one per group, not one per micro-batch (6 micro-batches share them)
-    assert len(calls) == 2 + len(samples)
+    # the system prefix once, each group's 19 more tokens once (not once per micro-batch)
+    assert [shape[1] for shape in calls if shape[1] >= 19] == [70, 19, 19]
+    assert len(calls) == 3 + len(samples)
 
 
 def test_optimise_step_uses_the_shared_prefix_and_matches_the_plain_update():
@@ -222,19 +313,40 @@ def _saved_bytes_per_decoder_call(model):
     return recording()
 
 
-def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradients():
-    """Budget for ~25 prefix tokens: the 89-token prefixes run without a graph and are recomputed in
-    4 chunks, last first; gradients and log-probs equal full scoring; no decoder call with gradients
-    keeps more than the budget."""
+def _recomputed_chunks(model, blocks, budget, encoded=0) -> int:
+    """Chunks ``scored_micro_batches`` recomputes with gradients for ``blocks`` (what ``prefix_plan`` says)."""
+    from rewardbox.training.shared_prefix import prefix_plan
+
+    total = 0
+    for block in blocks:
+        plan = prefix_plan(model, block, budget, encoded)
+        if plan.chunk_tokens is not None:
+            total += -(-(block.prefix_len - encoded) // plan.chunk_tokens)
+        total += _recomputed_chunks(
+            model, block.children, plan.row_budget_bytes, max(encoded, block.prefix_len)
+        )
+    return total
+
+
+@pytest.mark.parametrize("make", [step_samples, deep_samples])
+def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradients(make):
+    """Budget for ~25 prefix tokens: the 70-token system prefix runs without a graph and is recomputed
+    in 3 chunks of 27, last first, and the nested extensions that do not fit are recomputed on top of
+    it; gradients and log-probs equal full scoring; no decoder call with gradients keeps more than
+    the budget."""
     from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
 
-    samples = step_samples()
+    samples = make()
     model = lora_model()
     model.train()
     budget = 25 * activation_bytes_per_token(model, 89)
-    block = next(b for b in plan_blocks(samples, 16) if b.prefix_len)
-    plan = prefix_plan(model, block, budget)
-    assert plan.chunk_tokens == 25 and plan.row_budget_bytes == budget
+    blocks = plan_blocks(samples, 16)
+    plan = prefix_plan(model, blocks[0], budget)
+    assert blocks[0].prefix_len == 70
+    assert plan.chunk_tokens == budget // activation_bytes_per_token(model, 70) == 27
+    assert plan.row_budget_bytes == budget
+    chunks = _recomputed_chunks(model, blocks, budget)
+    assert chunks > 3  # nested extensions are recomputed too (with the system prefix below them)
 
     def full():
         for s in samples:
@@ -260,7 +372,7 @@ def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradient
             ref, _ = completion_logprobs(model, batch, 0, 0.7, min_shared_prefix_tokens=10**9)
             torch.testing.assert_close(logprobs, ref, atol=1e-5, rtol=1e-5)
     kept = [sum(c.values()) for c in calls if c]
-    assert len(kept) == len(seen) + 2 * 4  # every micro-batch, and 4 recomputed chunks per prefix
+    assert len(kept) == len(seen) + chunks  # every micro-batch, and each recomputed chunk
     assert max(kept) <= budget, (max(kept), budget)
 
 
@@ -269,11 +381,36 @@ def test_a_prefix_that_fits_keeps_its_graph_and_leaves_the_rest_to_the_rows():
 
     samples = step_samples()
     model = lora_model()
-    block = next(b for b in plan_blocks(samples, 16) if b.prefix_len)
-    prefix_bytes = 89 * activation_bytes_per_token(model, 89)
+    block = plan_blocks(samples, 16)[0]
+    prefix_bytes = 70 * activation_bytes_per_token(model, 70)
     plan = prefix_plan(model, block, 10 * prefix_bytes)
     assert plan.chunk_tokens is None and plan.row_budget_bytes == 9 * prefix_bytes
     assert prefix_plan(model, block, None).chunk_tokens is None
+    # a nested block counts only its extension, at its whole prefix's context
+    child = block.children[0]
+    extension = 19 * activation_bytes_per_token(model, 89)
+    nested = prefix_plan(model, child, plan.row_budget_bytes, encoded=70)
+    assert nested.chunk_tokens is None
+    assert nested.row_budget_bytes == plan.row_budget_bytes - extension
+
+
+def test_a_prefix_counts_the_rows_under_it_after_their_own_deeper_prefix():
+    """The system prefix keeps its graph when it and the largest row fit, that row counted after its
+    group's 89-token prefix (where it runs), not after the system's 70."""
+    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+
+    samples = step_samples()
+    model = lora_model()
+    block = plan_blocks(samples, 16)[0]
+    assert not block.samples and block.prefix_len == 70
+    row = max(
+        (len(s.prompt_ids) + len(s.completion_ids) - 89)
+        * activation_bytes_per_token(model, len(s.prompt_ids) + len(s.completion_ids))
+        for s in samples
+    )
+    fits = 70 * activation_bytes_per_token(model, 70) + row
+    assert prefix_plan(model, block, fits).chunk_tokens is None
+    assert prefix_plan(model, block, fits - 1).chunk_tokens is not None
 
 
 def test_saved_activations_stay_within_the_estimate():
