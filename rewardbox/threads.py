@@ -83,6 +83,8 @@ class ThreadPolicy:
             ``WIDE_ROWS``-row matmuls under ``"auto"``, else ``threads``.
         wide_probe_s: seconds per wide probe per candidate team size (``"auto"`` only).
         probe_dtype: the decode probe's dtype (the model's, as the caller passed it).
+        probe_shared: whether the decode probe kept the first ``DECODE_SHAPE["shared"]`` keys as one
+            prefix for its rows (the caller's ``policy.shared_prefix``), or a copy per row.
     """
 
     threads: int
@@ -93,6 +95,7 @@ class ThreadPolicy:
     wide_threads: int = 0
     wide_probe_s: dict[int, float] = field(default_factory=dict)
     probe_dtype: str = "float32"
+    probe_shared: bool = True
 
 
 _APPLIED: ThreadPolicy | None = None
@@ -207,19 +210,23 @@ def decode_layer_workload(dtype=None, shape: dict[str, int] | None = None):
     return layer
 
 
-def _probe_seconds(threads: int, repeats: int = 6, rows: int = 8, dtype=None) -> float:
+def _probe_seconds(
+    threads: int, repeats: int = 6, rows: int = 8, dtype=None, shared: bool = True
+) -> float:
     """Best wall time, over ``repeats``, of a probe with ``threads``: for ``rows <= 8`` eight decode
     layers of ``rows`` rows (``decode_layer_workload`` in ``dtype``: about 20-30 ms for 8 rows on one
     core in bf16), else
     ``rows`` x 576 -> 1536 matmuls (SmolLM2-135M's MLP) for 2,048 rows in all, about 50 ms on one
     core (shorter wide probes flipped between 1 and 2 threads from one start to the next on a
-    loaded machine)."""
+    loaded machine). ``shared`` False times the decode layers with every key in each row's own
+    columns (``policy.shared_prefix: false``)."""
     import torch
 
     torch.set_num_threads(threads)
     with torch.inference_mode():
         if rows <= 8:
-            layer, calls = decode_layer_workload(dtype, {"rows": rows}), 8
+            shape = {"rows": rows, "shared": DECODE_SHAPE["shared"] if shared else 0}
+            layer, calls = decode_layer_workload(dtype, shape), 8
         else:
             x, w = torch.randn(rows, 576), torch.randn(576, 1536)
             calls = max(1, 2048 // rows)
@@ -264,7 +271,9 @@ def wide_team() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> ThreadPolicy:
+def apply_thread_policy(
+    num_threads: int | str | None = "auto", dtype=None, shared_prefix: bool = True
+) -> ThreadPolicy:
     """Apply the thread policy to this process and return it (also kept for ``current_thread_policy``).
 
     Args:
@@ -273,6 +282,9 @@ def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> T
             None (leave torch's count; the wait policy still applies to later children).
         dtype: the dtype the process's model decodes in (a ``torch.dtype``; None: float32), for
             the decode probe: bf16 and fp32 kernels gain differently from a second thread.
+        shared_prefix: whether the process's decode keeps a cached prefix once for its rows
+            (``policy.shared_prefix``), for the decode probe's layout: with the prefix shared a
+            second thread gains less (docs/performance.md, "Threads").
 
     Raises:
         ValueError: a count < 1 or an unknown string.
@@ -295,7 +307,7 @@ def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> T
         num_threads == "auto"
     ):  # the probes are best-of-6 timings; MIN_GAIN keeps noise from flipping the choice
         for threads in candidate_team_sizes(usable_cores()):
-            probe[threads] = _probe_seconds(threads, dtype=dtype)
+            probe[threads] = _probe_seconds(threads, dtype=dtype, shared=shared_prefix)
             wide_probe[threads] = _probe_seconds(threads, rows=WIDE_ROWS)
         count, chosen_by = _fastest(probe), "measured"
     elif num_threads is None:
@@ -318,6 +330,7 @@ def apply_thread_policy(num_threads: int | str | None = "auto", dtype=None) -> T
         _fastest(wide_probe) if wide_probe else torch.get_num_threads(),
         wide_probe,
         str(dtype or torch.float32).replace("torch.", ""),
+        shared_prefix,
     )
     log.info("thread policy: %s", _APPLIED)
     return _APPLIED

@@ -92,11 +92,18 @@ def test_local_policy_applies_the_thread_policy(tmp_path, monkeypatch):
     real = threads.apply_thread_policy
     monkeypatch.setattr(
         "rewardbox.policy.local.apply_thread_policy",
-        lambda n, dtype=None: seen.append((n, dtype)) or real(n, dtype),
+        lambda n, dtype=None, shared=True: (
+            seen.append((n, dtype, shared)) or real(n, dtype, shared)
+        ),
     )
     policy = LocalPolicy(write_tiny_checkpoint(tmp_path / "ckpt"), num_threads=1)
+    unshared = LocalPolicy(
+        write_tiny_checkpoint(tmp_path / "ckpt2"), num_threads=1, shared_prefix=False
+    )
+    asyncio.run(unshared.aclose())
     try:
-        assert seen == [(1, policy.dtype)] and torch.get_num_threads() == 1
+        assert seen == [(1, policy.dtype, True), (1, policy.dtype, False)]
+        assert torch.get_num_threads() == 1
         assert policy.thread_policy.threads == 1 and policy.thread_policy.wait_policy == "PASSIVE"
         assert policy.dtype == torch.float32 or policy.dtype == torch.bfloat16
     finally:
@@ -294,13 +301,21 @@ def test_the_decode_probe_is_a_decode_layer_with_its_attention_in_the_models_dty
     monkeypatch.setattr(
         threads,
         "_probe_seconds",
-        lambda n, rows=8, dtype=None: seen.append((n, rows, dtype)) or {1: 1.0, 2: 0.6}[n],
+        lambda n, rows=8, dtype=None, shared=True: (
+            seen.append((n, rows, dtype, shared)) or {1: 1.0, 2: 0.6}[n]
+        ),
     )
     try:
         policy = apply_thread_policy("auto", torch.bfloat16)
-        assert (policy.threads, policy.probe_dtype) == (2, "bfloat16")
-        assert (1, 8, torch.bfloat16) in seen and (2, 8, torch.bfloat16) in seen
+        assert (policy.threads, policy.probe_dtype, policy.probe_shared) == (2, "bfloat16", True)
+        assert (1, 8, torch.bfloat16, True) in seen and (2, 8, torch.bfloat16, True) in seen
         assert apply_thread_policy("auto").probe_dtype == "float32"
+        # policy.shared_prefix: false probes a copy of the prefix per row
+        seen.clear()
+        assert (
+            apply_thread_policy("auto", torch.bfloat16, shared_prefix=False).probe_shared is False
+        )
+        assert (1, 8, torch.bfloat16, False) in seen and (2, 8, torch.bfloat16, False) in seen
     finally:
         torch.set_num_threads(before)
 
@@ -312,8 +327,11 @@ def test_the_real_decode_probe_times_each_candidate_team_in_each_dtype():
     try:
         for dtype in (torch.float32, torch.bfloat16):
             for team in threads.candidate_team_sizes(min(threads.usable_cores(), 2)):
-                seconds = threads._probe_seconds(team, repeats=1, rows=2, dtype=dtype)
-                assert 0 < seconds < 60 and torch.get_num_threads() == team
+                for shared in (True, False):
+                    seconds = threads._probe_seconds(
+                        team, repeats=1, rows=2, dtype=dtype, shared=shared
+                    )
+                    assert 0 < seconds < 60 and torch.get_num_threads() == team
     finally:
         torch.set_num_threads(before)
 
@@ -365,3 +383,19 @@ def test_the_worker_thread_decodes_with_its_own_team_whatever_another_thread_set
     finally:
         asyncio.run(policy.aclose())
         torch.set_num_threads(before)
+
+
+def test_the_decode_probe_times_the_layout_the_policy_decodes_with(monkeypatch):
+    """``policy.shared_prefix: false`` keeps a copy of the prefix in every row, so its probe times that."""
+    shapes = []
+    monkeypatch.setattr(
+        threads,
+        "decode_layer_workload",
+        lambda dtype, shape: shapes.append(shape) or (lambda: None),
+    )
+    threads._probe_seconds(1, repeats=1, shared=False)
+    threads._probe_seconds(1, repeats=1)
+    assert shapes == [
+        {"rows": 8, "shared": 0},
+        {"rows": 8, "shared": threads.DECODE_SHAPE["shared"]},
+    ]

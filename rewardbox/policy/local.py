@@ -118,7 +118,7 @@ class LocalPolicy(ContinuousWorker):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.device, self.dtype = torch.device(device), resolve_dtype(dtype, device)
-        self.thread_policy = apply_thread_policy(num_threads, self.dtype)
+        self.thread_policy = apply_thread_policy(num_threads, self.dtype, shared_prefix)
         self.decode_threads = self.thread_policy.threads
         map_large_blocks()  # freed KV buffers go back to the system (process_memory)
         self.checkpoint_dir = Path(checkpoint_dir)

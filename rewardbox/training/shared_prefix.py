@@ -26,6 +26,7 @@ backward stays within the budget (docs/performance.md, "Memory").
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -53,18 +54,28 @@ class Block:
 
     def all_samples(self) -> list[Sample]:
         """The block's own rows and, after them, its children's, depth first."""
-        return self.samples + [s for child in self.children for s in child.all_samples()]
+        return [s for block in self.walk() for s in block.samples]
+
+    def walk(self) -> list[Block]:
+        """This block and every block nested in it, depth first (parents before children)."""
+        out, stack = [], [self]
+        while stack:
+            block = stack.pop()
+            out.append(block)
+            stack.extend(reversed(block.children))
+        return out
 
 
 def tokens_run(blocks: Sequence[Block], encoded: int = 0) -> int:
     """Tokens the decoder runs for ``blocks`` under an already encoded prefix of ``encoded`` tokens:
     each block's prefix extension once, and every row's tokens after its block's prefix."""
-    total = 0
-    for block in blocks:
-        base = max(encoded, block.prefix_len)
-        total += base - encoded
+    total, stack = 0, [(block, encoded) for block in blocks]
+    while stack:
+        block, below = stack.pop()
+        base = max(below, block.prefix_len)
+        total += base - below
         total += sum(len(s.prompt_ids) + len(s.completion_ids) - base for s in block.samples)
-        total += tokens_run(block.children, base)
+        stack.extend((child, base) for child in block.children)
     return total
 
 
@@ -73,16 +84,20 @@ def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> lis
 
     The sorted prompts form a trie: a run of samples whose adjacent prompts share at least ``d``
     tokens shares a ``d``-token prefix (``d`` capped one short of the shortest prompt, so every row
-    keeps an own token). A dynamic programme over the trie chooses which of those prefixes to encode:
-    a prefix of ``d`` tokens under an encoded one of ``b`` costs its extension ``d - b`` once, then its
-    runs are planned on top of it; unencoded, the same runs are planned on top of ``b``; a lone
-    sample costs its tokens after ``b``. A prefix is encoded only when it extends the one below by at
-    least ``min_shared`` tokens (None: ``logprobs.MIN_SHARED_PREFIX_TOKENS``), which keeps a few shared
-    tokens from costing a decoder call of their own.
+    keeps an own token), and the run splits into sub-runs where its neighbours share exactly ``d``.
+    A dynamic programme over the trie chooses which prefixes to encode: over an encoded prefix of
+    ``b`` tokens, consecutive sub-runs either stay on ``b`` (each planned on its own) or share one
+    encoded ``d``-token prefix, costing its extension ``d - b`` once and each sub-run planned on top
+    of it; a lone sample costs its tokens after ``b``. A prefix is encoded only when it extends the one
+    below by at least ``min_shared`` tokens (None: ``logprobs.MIN_SHARED_PREFIX_TOKENS``), which keeps a
+    few shared tokens from costing a decoder call of their own. Every flat plan (each block's prefix
+    encoded from the first token) is one of its choices, so it never runs more tokens than the best
+    flat plan. Time: O(n^2) per trie level at worst; recursion one level per nested prefix.
 
     Returns:
         Top-level blocks in sample order (consecutive unshared samples in one block with
-        ``prefix_len`` 0); their ``all_samples()`` cover every sample once, in order.
+        ``prefix_len`` 0); their ``all_samples()`` cover every sample exactly once (a block's own rows
+        before its children's, so not always in sample order).
     """
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
     samples = list(samples)
@@ -114,25 +129,27 @@ def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> lis
         )
         parts = runs(i, j, depth)
 
-        def over(b: int) -> tuple[int, list]:
-            cost, plan = 0, []
-            for start, stop in parts:
-                if (start, stop) == (i, j):  # nothing longer shared: rows
-                    cost += sum(lengths[k] - b for k in range(i, j))
-                    plan.extend(range(i, j))
-                else:
-                    c, sub = solve(start, stop, b)
-                    cost += c
-                    plan.extend(sub)
-            return cost, plan
+        def planned(part: tuple[int, int], b: int) -> tuple[int, list]:
+            if part == (i, j):  # capped below what the run shares: its samples are rows
+                return sum(lengths[k] - b for k in range(i, j)), list(range(i, j))
+            return solve(*part, b)
 
-        best = over(base)
-        if depth - base >= min_shared:
-            cost, plan = over(depth)
-            if depth - base + cost < best[0]:
-                best = (depth - base + cost, [(depth, plan)])
-        memo[key] = best
-        return best
+        on_base = [planned(part, base) for part in parts]
+        on_depth = [planned(part, depth) for part in parts] if depth - base >= min_shared else []
+        best: list[tuple[int, list]] = [(0, [])]  # best[k]: the first k parts
+        for k in range(1, len(parts) + 1):
+            cost, plan = best[k - 1]
+            choice = (cost + on_base[k - 1][0], plan + on_base[k - 1][1])
+            shared_cost = 0
+            for m in range(k - 1, -1, -1) if on_depth else ():  # parts[m:k] share the depth
+                shared_cost += on_depth[m][0]
+                cost = best[m][0] + depth - base + shared_cost
+                if cost < choice[0]:
+                    group = [item for part in on_depth[m:k] for item in part[1]]
+                    choice = (cost, best[m][1] + [(depth, group)])
+            best.append(choice)
+        memo[key] = best[-1]
+        return best[-1]
 
     def blocks_of(plan: list, prefix_len: int) -> tuple[list[Sample], list[Block]]:
         rows, children = [], []
@@ -144,16 +161,23 @@ def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> lis
                 children.append(Block(own, item[0], nested))
         return rows, children
 
-    top: list[Block] = []
-    for item in solve(0, len(samples), 0)[1]:
-        if isinstance(item, int):
-            if top and top[-1].prefix_len == 0:
-                top[-1].samples.append(samples[item])
+    # one Python frame or two per nested prefix: a rollout of many turns nests that deep
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * len(samples) + 1000))
+    try:
+        plan = solve(0, len(samples), 0)[1]
+        top: list[Block] = []
+        for item in plan:
+            if isinstance(item, int):
+                if top and top[-1].prefix_len == 0:
+                    top[-1].samples.append(samples[item])
+                else:
+                    top.append(Block([samples[item]], 0))
             else:
-                top.append(Block([samples[item]], 0))
-        else:
-            rows, children = blocks_of(item[1], item[0])
-            top.append(Block(rows, item[0], children))
+                rows, children = blocks_of(item[1], item[0])
+                top.append(Block(rows, item[0], children))
+    finally:
+        sys.setrecursionlimit(limit)
     return top
 
 
@@ -209,33 +233,51 @@ class PrefixPlan:
     row_budget_bytes: int | None
 
 
+def state_bytes_per_token(model) -> int:
+    """Bytes an encoded prefix holds per column while its block is open: its keys and values in every
+    layer (``2 x layers x kv_heads x head_dim``, the model's dtype) and their gradient, the same again.
+    A nested prefix holds every column of its prefix, those below it included."""
+    config = model.config
+    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    itemsize = next(model.parameters()).element_size()
+    return 4 * config.num_hidden_layers * heads * head_dim * itemsize
+
+
 def prefix_plan(model, block: Block, budget_bytes: int | None, encoded: int = 0) -> PrefixPlan:
     """Keep the graph of the block's prefix extension (its tokens after the ``encoded`` ones below it)
-    when it and the largest row under it fit ``budget_bytes``; else recompute it in chunks.
+    when it, the prefix's states and the largest row under it fit ``budget_bytes``; else recompute it
+    in chunks.
 
     Estimates from ``activation_bytes_per_token`` (attention context: the prefix for the prefix, the
-    row's length for a row). A row counts its tokens after its own block's prefix, the deepest under
-    this one, so a block whose rows all nest deeper counts their short remainders; a nested block
-    then decides with what this one left (``row_budget_bytes``), which still holds that row. Without
-    a budget, or with nothing to encode, the graph is kept.
+    row's length for a row) and ``state_bytes_per_token`` (the prefix's keys and values with their
+    gradient, every column, kept either way). A row counts its tokens after its own block's prefix,
+    the deepest under this one, so a block whose rows all nest deeper counts their short remainders;
+    a nested block then decides with what this one left (``row_budget_bytes``), which still holds
+    that row. Without a budget, or with nothing to encode, the graph is kept.
     """
     if budget_bytes is None or block.prefix_len <= encoded:
         return PrefixPlan(None, budget_bytes)
     p, extension = block.prefix_len, block.prefix_len - encoded
+    states = p * state_bytes_per_token(model)
     prefix_bytes = extension * activation_bytes_per_token(model, p)
-    if prefix_bytes + _largest_row_bytes(model, block) <= budget_bytes:
-        return PrefixPlan(None, budget_bytes - prefix_bytes)
-    return PrefixPlan(max(1, budget_bytes // activation_bytes_per_token(model, p)), budget_bytes)
+    if states + prefix_bytes + _largest_row_bytes(model, block) <= budget_bytes:
+        return PrefixPlan(None, budget_bytes - states - prefix_bytes)
+    left = max(0, budget_bytes - states)
+    return PrefixPlan(max(1, left // activation_bytes_per_token(model, p)), left)
 
 
 def _largest_row_bytes(model, block: Block) -> int:
     """The most any one row under ``block`` keeps: its tokens after its own block's prefix."""
-    own = [
-        (len(s.prompt_ids) + len(s.completion_ids) - block.prefix_len)
-        * activation_bytes_per_token(model, len(s.prompt_ids) + len(s.completion_ids))
-        for s in block.samples
-    ]
-    return max(own + [_largest_row_bytes(model, child) for child in block.children], default=0)
+    return max(
+        (
+            (len(s.prompt_ids) + len(s.completion_ids) - nested.prefix_len)
+            * activation_bytes_per_token(model, len(s.prompt_ids) + len(s.completion_ids))
+            for nested in block.walk()
+            for s in nested.samples
+        ),
+        default=0,
+    )
 
 
 @dataclass

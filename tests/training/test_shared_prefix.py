@@ -134,7 +134,23 @@ def test_later_turns_nest_on_the_turn_they_extend():
     assert tokens_run(blocks) < _flat_tokens(samples, 16)
 
 
-@pytest.mark.parametrize("seed", range(6))
+def test_a_prefix_can_be_shared_by_some_of_the_runs_under_it():
+    """A review's case: four samples share 30 tokens and two more share the first 20 with them. Sharing
+    the 20 with all six would keep the four from nesting their 30 (10 more < min_shared 16); the plan
+    shares the 30 among the four and leaves the 20 to the two (62 tokens, as the flat plan)."""
+    system, longer = list(range(10, 30)), list(range(10, 30)) + list(range(40, 50))
+    samples = sorted(
+        [Sample(longer + [60 + i], [1], 1.0) for i in range(4)]
+        + [Sample(system + [70], [1], 1.0), Sample(system + [71], [1], 1.0)],
+        key=lambda s: s.prompt_ids,
+    )
+    blocks = plan_blocks(samples, 16)
+    _check_plan(blocks, samples, 16)
+    assert tokens_run(blocks) == _flat_tokens(samples, 16) == 62
+    assert sorted(b.prefix_len for b in blocks) == [20, 30]
+
+
+@pytest.mark.parametrize("seed", range(40))
 def test_the_nested_plan_never_runs_more_tokens_than_flat_blocks(seed):
     """Random steps of groups with later turns: a valid plan, never more tokens than the flat one."""
     gen = torch.Generator().manual_seed(seed)
@@ -334,7 +350,11 @@ def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradient
     in 3 chunks of 27, last first, and the nested extensions that do not fit are recomputed on top of
     it; gradients and log-probs equal full scoring; no decoder call with gradients keeps more than
     the budget."""
-    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+    from rewardbox.training.shared_prefix import (
+        activation_bytes_per_token,
+        prefix_plan,
+        state_bytes_per_token,
+    )
 
     samples = make()
     model = lora_model()
@@ -343,10 +363,11 @@ def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradient
     blocks = plan_blocks(samples, 16)
     plan = prefix_plan(model, blocks[0], budget)
     assert blocks[0].prefix_len == 70
-    assert plan.chunk_tokens == budget // activation_bytes_per_token(model, 70) == 27
-    assert plan.row_budget_bytes == budget
+    left = budget - 70 * state_bytes_per_token(model)  # the prefix's states and their gradient
+    assert plan.chunk_tokens == left // activation_bytes_per_token(model, 70) == 24
+    assert plan.row_budget_bytes == left
     chunks = _recomputed_chunks(model, blocks, budget)
-    assert chunks > 3  # nested extensions are recomputed too (with the system prefix below them)
+    assert chunks > 3  # nested extensions are recomputed too (on top of the system prefix)
 
     def full():
         for s in samples:
@@ -377,27 +398,40 @@ def test_a_prefix_over_the_budget_is_recomputed_in_chunks_with_the_same_gradient
 
 
 def test_a_prefix_that_fits_keeps_its_graph_and_leaves_the_rest_to_the_rows():
-    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+    from rewardbox.training.shared_prefix import (
+        activation_bytes_per_token,
+        prefix_plan,
+        state_bytes_per_token,
+    )
 
     samples = step_samples()
     model = lora_model()
+    state = state_bytes_per_token(model)
+    assert (
+        state == 4 * 2 * 2 * 8 * 4
+    )  # keys, values and their gradient: 2 layers, 2 KV heads of 8, fp32
     block = plan_blocks(samples, 16)[0]
     prefix_bytes = 70 * activation_bytes_per_token(model, 70)
     plan = prefix_plan(model, block, 10 * prefix_bytes)
-    assert plan.chunk_tokens is None and plan.row_budget_bytes == 9 * prefix_bytes
+    assert plan.chunk_tokens is None
+    assert plan.row_budget_bytes == 9 * prefix_bytes - 70 * state
     assert prefix_plan(model, block, None).chunk_tokens is None
-    # a nested block counts only its extension, at its whole prefix's context
+    # a nested block's graph is its extension, at its whole prefix's context; its states all 89 columns
     child = block.children[0]
     extension = 19 * activation_bytes_per_token(model, 89)
     nested = prefix_plan(model, child, plan.row_budget_bytes, encoded=70)
     assert nested.chunk_tokens is None
-    assert nested.row_budget_bytes == plan.row_budget_bytes - extension
+    assert nested.row_budget_bytes == plan.row_budget_bytes - extension - 89 * state
 
 
 def test_a_prefix_counts_the_rows_under_it_after_their_own_deeper_prefix():
     """The system prefix keeps its graph when it and the largest row fit, that row counted after its
     group's 89-token prefix (where it runs), not after the system's 70."""
-    from rewardbox.training.shared_prefix import activation_bytes_per_token, prefix_plan
+    from rewardbox.training.shared_prefix import (
+        activation_bytes_per_token,
+        prefix_plan,
+        state_bytes_per_token,
+    )
 
     samples = step_samples()
     model = lora_model()
@@ -408,7 +442,7 @@ def test_a_prefix_counts_the_rows_under_it_after_their_own_deeper_prefix():
         * activation_bytes_per_token(model, len(s.prompt_ids) + len(s.completion_ids))
         for s in samples
     )
-    fits = 70 * activation_bytes_per_token(model, 70) + row
+    fits = 70 * (activation_bytes_per_token(model, 70) + state_bytes_per_token(model)) + row
     assert prefix_plan(model, block, fits).chunk_tokens is None
     assert prefix_plan(model, block, fits - 1).chunk_tokens is not None
 
