@@ -277,14 +277,10 @@ def apply_thread_policy(
     """Apply the thread policy to this process and return it (also kept for ``current_thread_policy``).
 
     Args:
-        num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc; when the
-            environment sets ``OMP_NUM_THREADS`` that count is kept instead), or
-            None (leave torch's count; the wait policy still applies to later children).
-        dtype: the dtype the process's model decodes in (a ``torch.dtype``; None: float32), for
-            the decode probe: bf16 and fp32 kernels gain differently from a second thread.
-        shared_prefix: whether the process's decode keeps a cached prefix once for its rows
-            (``policy.shared_prefix``), for the decode probe's layout: with the prefix shared a
-            second thread gains less (docs/performance.md, "Threads").
+        num_threads: a team size >= 1, ``"auto"`` (measured, see the module doc; ``OMP_NUM_THREADS``
+            set: that count), or None (torch's count; the wait policy still applies to children).
+        dtype, shared_prefix: the model's dtype (None: float32) and ``policy.shared_prefix``, for the
+            decode probe's kernels and layout (each changes what a second thread gains).
 
     Raises:
         ValueError: a count < 1 or an unknown string.

@@ -4,11 +4,12 @@ A group's G rollouts start from the same first-turn prompt (about 1,100 tokens i
 the embedded domains, of which ~900 are the domain's system prompt, tool list and
 worked example). Scored micro-batch by micro-batch, that prompt would run once
 per micro-batch (G / ``micro_batch_sequences`` times per group, issue 23 item 5).
-Here the step's samples (sorted by prompt) are cut into **blocks** of
-consecutive samples sharing a prefix, the cut chosen by dynamic programming to
-minimise the tokens the decoder runs (a block of ``m`` samples with prefix ``P``
-costs ``P + sum(len_i - P)``; prefixes shorter than ``min_shared`` are not
-shared). Each block's prefix runs once (batch 1, with gradients); its key/value
+Here the step's samples (sorted by prompt) are arranged into **blocks** of
+samples sharing a prefix, nested where a later turn's prompt extends an earlier
+one (``prefix_blocks.plan_blocks``: a dynamic programme over the prompts' trie
+that minimises the tokens the decoder runs). Each block's prefix runs once
+(batch 1, with gradients; a nested one only its extension, on top of its
+parent's states); its key/value
 states are detached into leaf tensors that every micro-batch of the block
 reuses, and their gradients, accumulated over the block's micro-batches, are
 back-propagated through the prefix once when the block ends. The gradient is
@@ -26,159 +27,24 @@ backward stays within the budget (docs/performance.md, "Memory").
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from rewardbox.policy.prefix_cache import common_prefix_len
 from rewardbox.training import logprobs as _logprobs
 from rewardbox.training.logprobs import Sample, SharedPrefix, completion_logprobs, run_decoder
+from rewardbox.training.prefix_blocks import Block, plan_blocks, tokens_run
 
-
-@dataclass
-class Block:
-    """Samples scored against one shared prompt prefix of ``prefix_len`` tokens (0: none).
-
-    Attributes:
-        samples: the rows scored directly after the prefix (each keeps >= 1 own prompt token).
-        prefix_len: the prompt prefix every sample of the block and of its children starts with.
-        children: blocks whose longer prefixes extend this one; each encodes only its extension,
-            on top of this block's key/value states (a later turn's prompt extends its first turn's).
-    """
-
-    samples: list[Sample]
-    prefix_len: int
-    children: list[Block] = field(default_factory=list)
-
-    def all_samples(self) -> list[Sample]:
-        """The block's own rows and, after them, its children's, depth first."""
-        return [s for block in self.walk() for s in block.samples]
-
-    def walk(self) -> list[Block]:
-        """This block and every block nested in it, depth first (parents before children)."""
-        out, stack = [], [self]
-        while stack:
-            block = stack.pop()
-            out.append(block)
-            stack.extend(reversed(block.children))
-        return out
-
-
-def tokens_run(blocks: Sequence[Block], encoded: int = 0) -> int:
-    """Tokens the decoder runs for ``blocks`` under an already encoded prefix of ``encoded`` tokens:
-    each block's prefix extension once, and every row's tokens after its block's prefix."""
-    total, stack = 0, [(block, encoded) for block in blocks]
-    while stack:
-        block, below = stack.pop()
-        base = max(below, block.prefix_len)
-        total += base - below
-        total += sum(len(s.prompt_ids) + len(s.completion_ids) - base for s in block.samples)
-        stack.extend((child, base) for child in block.children)
-    return total
-
-
-def plan_blocks(samples: Sequence[Sample], min_shared: int | None = None) -> list[Block]:
-    """Arrange samples (sorted by prompt) into blocks of shared prefixes that run the fewest tokens.
-
-    The sorted prompts form a trie: a run of samples whose adjacent prompts share at least ``d``
-    tokens shares a ``d``-token prefix (``d`` capped one short of the shortest prompt, so every row
-    keeps an own token), and the run splits into sub-runs where its neighbours share exactly ``d``.
-    A dynamic programme over the trie chooses which prefixes to encode: over an encoded prefix of
-    ``b`` tokens, consecutive sub-runs either stay on ``b`` (each planned on its own) or share one
-    encoded ``d``-token prefix, costing its extension ``d - b`` once and each sub-run planned on top
-    of it; a lone sample costs its tokens after ``b``. A prefix is encoded only when it extends the one
-    below by at least ``min_shared`` tokens (None: ``logprobs.MIN_SHARED_PREFIX_TOKENS``), which keeps a
-    few shared tokens from costing a decoder call of their own. Every flat plan (each block's prefix
-    encoded from the first token) is one of its choices, so it never runs more tokens than the best
-    flat plan. Time: O(n^2) per trie level at worst; recursion one level per nested prefix.
-
-    Returns:
-        Top-level blocks in sample order (consecutive unshared samples in one block with
-        ``prefix_len`` 0); their ``all_samples()`` cover every sample exactly once (a block's own rows
-        before its children's, so not always in sample order).
-    """
-    min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
-    samples = list(samples)
-    if not samples:
-        return []
-    lengths = [len(s.prompt_ids) + len(s.completion_ids) for s in samples]
-    adjacent = [
-        common_prefix_len([samples[i].prompt_ids, samples[i + 1].prompt_ids])
-        for i in range(len(samples) - 1)
-    ]
-    memo: dict[tuple[int, int, int], tuple[int, list]] = {}
-
-    def runs(i: int, j: int, depth: int) -> list[tuple[int, int]]:
-        """``samples[i:j]`` cut where adjacent prompts share no more than ``depth`` tokens."""
-        cuts = [k + 1 for k in range(i, j - 1) if adjacent[k] <= depth]
-        return list(zip([i, *cuts], [*cuts, j]))
-
-    def solve(i: int, j: int, base: int) -> tuple[int, list]:
-        """Fewest tokens for ``samples[i:j]`` over an encoded ``base``-token prefix, and the plan:
-        a list of sample indices (rows) and ``(depth, plan)`` pairs (encoded prefixes)."""
-        key = (i, j, base)
-        if key in memo:
-            return memo[key]
-        if j - i == 1:
-            memo[key] = (lengths[i] - base, [i])
-            return memo[key]
-        depth = min(
-            min(adjacent[i : j - 1]), min(len(samples[k].prompt_ids) for k in range(i, j)) - 1
-        )
-        parts = runs(i, j, depth)
-
-        def planned(part: tuple[int, int], b: int) -> tuple[int, list]:
-            if part == (i, j):  # capped below what the run shares: its samples are rows
-                return sum(lengths[k] - b for k in range(i, j)), list(range(i, j))
-            return solve(*part, b)
-
-        on_base = [planned(part, base) for part in parts]
-        on_depth = [planned(part, depth) for part in parts] if depth - base >= min_shared else []
-        best: list[tuple[int, list]] = [(0, [])]  # best[k]: the first k parts
-        for k in range(1, len(parts) + 1):
-            cost, plan = best[k - 1]
-            choice = (cost + on_base[k - 1][0], plan + on_base[k - 1][1])
-            shared_cost = 0
-            for m in range(k - 1, -1, -1) if on_depth else ():  # parts[m:k] share the depth
-                shared_cost += on_depth[m][0]
-                cost = best[m][0] + depth - base + shared_cost
-                if cost < choice[0]:
-                    group = [item for part in on_depth[m:k] for item in part[1]]
-                    choice = (cost, best[m][1] + [(depth, group)])
-            best.append(choice)
-        memo[key] = best[-1]
-        return best[-1]
-
-    def blocks_of(plan: list, prefix_len: int) -> tuple[list[Sample], list[Block]]:
-        rows, children = [], []
-        for item in plan:
-            if isinstance(item, int):
-                rows.append(samples[item])
-            else:
-                own, nested = blocks_of(item[1], item[0])
-                children.append(Block(own, item[0], nested))
-        return rows, children
-
-    # one Python frame or two per nested prefix: a rollout of many turns nests that deep
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * len(samples) + 1000))
-    try:
-        plan = solve(0, len(samples), 0)[1]
-        top: list[Block] = []
-        for item in plan:
-            if isinstance(item, int):
-                if top and top[-1].prefix_len == 0:
-                    top[-1].samples.append(samples[item])
-                else:
-                    top.append(Block([samples[item]], 0))
-            else:
-                rows, children = blocks_of(item[1], item[0])
-                top.append(Block(rows, item[0], children))
-    finally:
-        sys.setrecursionlimit(limit)
-    return top
+__all__ = [
+    "Block",
+    "activation_bytes_per_token",
+    "plan_blocks",
+    "prefix_plan",
+    "scored_micro_batches",
+    "state_bytes_per_token",
+    "tokens_run",
+]
 
 
 def activation_bytes_per_token(model, context_tokens: int = 0) -> int:
