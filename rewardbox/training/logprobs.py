@@ -35,7 +35,6 @@ their gradients reach the fp32 weights through the cast (the mixed precision of
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import torch
@@ -149,19 +148,21 @@ def _allowed(batch: Sequence[Sample], t_max: int, vocab: int, device) -> torch.T
 def mixed_precision_dtype(model) -> torch.dtype | None:
     """The 16-bit dtype the decoder computes a trainable fp32 adapter in, or None (as stored).
 
-    Set when the frozen base weights are bf16 (fp16 on CUDA only: CPU autocast's fp16 is not what
-    the base multiplies in) and some trainable weight is fp32: a LoRA adapter on a 16-bit base.
-    A full fine-tune (cast to fp32, ``checkpoint.trainable``) and a model with nothing trainable
-    get None.
+    Set when the base weights (``merged_sampling.base_dtype``) are bf16 (fp16 on CUDA only: CPU
+    autocast's fp16 is not what the base multiplies in) and some trainable weight is fp32: a LoRA
+    adapter on a 16-bit base. A full fine-tune (cast to fp32, ``checkpoint.trainable``) and a model
+    with nothing trainable get None.
     """
-    frozen = next((p for p in model.parameters() if not p.requires_grad), None)
-    if frozen is None or frozen.dtype not in (torch.bfloat16, torch.float16):
+    from rewardbox.training.merged_sampling import base_dtype
+
+    dtype = base_dtype(model)
+    if dtype not in (torch.bfloat16, torch.float16):
         return None
-    if frozen.dtype == torch.float16 and frozen.device.type != "cuda":
+    if dtype == torch.float16 and next(model.parameters()).device.type != "cuda":
         return None
     if not any(p.requires_grad and p.dtype == torch.float32 for p in model.parameters()):
         return None
-    return frozen.dtype
+    return dtype
 
 
 def run_decoder(model, **inputs):
@@ -182,9 +183,7 @@ def run_decoder(model, **inputs):
     from peft.helpers import disable_input_dtype_casting
 
     device = next(model.parameters()).device.type
-    with ExitStack() as stack:
-        stack.enter_context(torch.autocast(device_type=device, dtype=dtype))
-        stack.enter_context(disable_input_dtype_casting(model))
+    with torch.autocast(device_type=device, dtype=dtype), disable_input_dtype_casting(model):
         return model.get_decoder()(**inputs)
 
 

@@ -27,6 +27,7 @@ backward stays within the budget (docs/performance.md, "Memory").
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -101,13 +102,11 @@ class PrefixPlan:
 
 def state_bytes_per_token(model) -> int:
     """Bytes an encoded prefix holds per column while its block is open: its keys and values in every
-    layer (``2 x layers x kv_heads x head_dim``, the model's dtype) and their gradient, the same again.
+    layer (``kv_cache.kv_bytes_per_position``, the model's dtype) and their gradient, the same again.
     A nested prefix holds every column of its prefix, those below it included."""
-    config = model.config
-    heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    itemsize = next(model.parameters()).element_size()
-    return 4 * config.num_hidden_layers * heads * head_dim * itemsize
+    from rewardbox.policy.kv_cache import kv_bytes_per_position
+
+    return 2 * kv_bytes_per_position(model.config, next(model.parameters()).dtype)
 
 
 def prefix_plan(model, block: Block, budget_bytes: int | None, encoded: int = 0) -> PrefixPlan:
@@ -291,8 +290,8 @@ def scored_micro_batches(
     Blocks come from :func:`plan_blocks`; a nested block encodes its prefix's extension on top of
     its parent's states, and its gradient reaches the parent's through them. With
     ``memory_budget_bytes`` what the open blocks keep for backward stays within it (estimates:
-    ``activation_bytes_per_token``): a prefix's graph is kept only when it and one row fit what the
-    blocks below it left (else it is recomputed in chunks that fit, :func:`prefix_plan`), and
+    ``activation_bytes_per_token``, ``state_bytes_per_token``): a prefix's graph is kept only when it,
+    its states and the largest row under it fit what the blocks below it left (else it is recomputed in chunks that fit, :func:`prefix_plan`), and
     micro-batches hold only as many rows as fit what is left (``micro_batch_rows``), so long
     later-turn samples run in smaller micro-batches than short first-turn ones.
 
@@ -307,16 +306,16 @@ def scored_micro_batches(
     if micro_batch_sequences < 1:
         raise ValueError(f"micro_batch_sequences must be >= 1, got {micro_batch_sequences}")
     min_shared = _logprobs.MIN_SHARED_PREFIX_TOKENS if min_shared is None else min_shared
+    score = functools.partial(
+        completion_logprobs,
+        model,
+        pad_id=pad_id,
+        temperature=temperature,
+        min_shared_prefix_tokens=min_shared,
+    )
     for block in plan_blocks(samples, min_shared):
         yield from _scored_block(
-            model,
-            block,
-            None,
-            memory_budget_bytes,
-            pad_id,
-            temperature,
-            micro_batch_sequences,
-            min_shared,
+            model, block, None, memory_budget_bytes, score, micro_batch_sequences
         )
 
 
@@ -325,13 +324,12 @@ def _scored_block(
     block: Block,
     below: SharedPrefix | None,
     budget_bytes: int | None,
-    pad_id: int,
-    temperature: float,
+    score,
     micro_batch_sequences: int,
-    min_shared: int,
 ) -> Iterator[tuple[list[Sample], torch.Tensor, torch.Tensor]]:
     """The micro-batches of ``block`` (its rows, then its children's) over the encoded prefix
-    ``below``; its own prefix extension is encoded first and back-propagated last."""
+    ``below``, scored by ``score(batch, prefix=...)``; its own prefix extension is encoded first
+    and back-propagated last."""
     encoded = 0 if below is None else below.length
     plan = prefix_plan(model, block, budget_bytes, encoded)
     prefix, graph = below, None
@@ -346,25 +344,11 @@ def _scored_block(
         )
         for start in range(0, len(block.samples), rows):
             batch = block.samples[start : start + rows]
-            logprobs, mask = completion_logprobs(
-                model,
-                batch,
-                pad_id,
-                temperature,
-                min_shared_prefix_tokens=min_shared,
-                prefix=prefix,
-            )
+            logprobs, mask = score(batch, prefix=prefix)
             yield batch, logprobs, mask
     for child in block.children:
         yield from _scored_block(
-            model,
-            child,
-            prefix,
-            plan.row_budget_bytes,
-            pad_id,
-            temperature,
-            micro_batch_sequences,
-            min_shared,
+            model, child, prefix, plan.row_budget_bytes, score, micro_batch_sequences
         )
     if graph is not None:
         _backward_prefix(model, prefix, graph)

@@ -96,20 +96,17 @@ def test_an_fp32_model_scores_in_fp32_as_before():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_mixed_precision_gradients_agree_with_peft_fp32_adapter_path_and_with_fp32(seed):
+def test_mixed_precision_gradients_agree_with_peft_fp32_adapter_path_and_with_fp32(
+    seed, monkeypatch
+):
     """bf16 compute of the adapter moves its gradient no further from an all-fp32 model's than
     peft's fp32 adapter path on the same bf16 base does (the base's bf16 rounding dominates)."""
     model = lora_on(torch.bfloat16, seed)
     mixed = adapter_grads(model)
-    import rewardbox.training.logprobs as logprobs_module
-
-    original = logprobs_module.mixed_precision_dtype
-    logprobs_module.mixed_precision_dtype = lambda _m: None  # peft's path: adapter in fp32
-    try:
-        upcast = adapter_grads(model)
-    finally:
-        logprobs_module.mixed_precision_dtype = original
     exact = adapter_grads(copy.deepcopy(model).float())
+    # peft's own path: the adapter in fp32
+    monkeypatch.setattr("rewardbox.training.logprobs.mixed_precision_dtype", lambda _m: None)
+    upcast = adapter_grads(model)
 
     def flat(grads):
         return torch.cat([grads[n].flatten().float() for n in sorted(grads)])
