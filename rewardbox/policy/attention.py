@@ -37,22 +37,12 @@ the same kernel's blocks); ``tests/policy/test_attention.py`` checks them agains
 concatenated keys, and ``tests/policy/test_running.py`` checks each row's tokens and sampler log-probs
 against the same row decoded alone with SDPA.
 
-**Grouped query blocks for masked multi-token calls.** A model with grouped key/value heads
-(SmolLM2-135M: 9 query heads, 3 key/value heads) has SDPA repeat each key/value head for its query
-heads (transformers' ``repeat_kv``: a copy of the keys and values per query head) whenever a mask is
-given and more than one query position runs: a prefill of a prompt's suffix over its cached prefix,
-and every row the GRPO update scores on top of an encoded prefix. Its backward then zero-fills
-gradients for the repeated copies and sums them back per key/value head. A call with a mask instead
-stacks each key/value head's query heads as one query block (``[B, kv_heads, group x L, D]``, the
-mask tiled to ``group x L`` rows) against the unrepeated keys: the same products in one kernel call
-per key/value head, the same output (up to the order the key/value gradients are summed in, now
-fp32 inside the kernel), no copies. Measured on a 2-core AMD EPYC with ``avx512_bf16``, 2 threads,
-medians of alternated runs against the repeated path: forward and backward 0.54-0.77 (bf16) and
-0.59-0.71 (fp32) for 1-2 rows of 49-170 positions over 1,146-1,278 keys; forward alone 0.74-0.81
-(bf16, 1-8 rows of 100-132 positions over 1,000-1,146 keys). An unmasked (causal) call keeps SDPA's
-own causal kernel, which skips the blocks above the diagonal: the same stacking with an explicit
-causal mask took 1.6x its time on a 1,146-position prefix (docs/performance.md, "Grouped query
-blocks").
+**Grouped query blocks.** A masked call of several query positions (a suffix's prefill over a cached
+prefix; each row the GRPO update scores on top of its prefix) stacks each key/value head's query heads
+as one query block against the unrepeated keys (:func:`grouped_query_attention`), instead of SDPA over
+``repeat_kv``'s copies, whose backward zero-fills and sums them back: the same output up to the order
+of fp32 sums, 0.66-0.77 of the time per call (docs/performance.md, "Grouped query blocks"). Unmasked
+(causal) calls keep SDPA's causal kernel, which skips the blocks above the diagonal.
 """
 
 from __future__ import annotations
@@ -174,13 +164,8 @@ def shared_prefix_attention(
     # each row's own part
     if length == 1 or attention_mask is not None:  # grouped query heads, one block per kv head
         tiled = None if attention_mask is None else _additive(attention_mask, query.dtype, group)
-        own, own_lse = _flash(
-            query.reshape(batch, kv_heads, group * length, dim),
-            key,
-            value,
-            attn_mask=tiled,
-            scale=scaling,
-        )
+        grouped = query.reshape(batch, kv_heads, group * length, dim)
+        own, own_lse = _flash(grouped, key, value, attn_mask=tiled, scale=scaling)
         own = own.reshape(batch, heads, length, dim)
         own_lse = own_lse.reshape(batch, heads, length)
         if attention_mask is not None and length > 1:  # a fully masked query: 0, log-sum-exp 0
