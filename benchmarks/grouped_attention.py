@@ -23,11 +23,13 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 import torch
 
+from benchmarks.generation import paired_ratio
 from benchmarks.rows import row
 
 GROUPS, GROUP_SIZE, PROMPT, COMPLETION, REPEATS = (
@@ -45,17 +47,11 @@ KERNEL_PAIRS = 9
 """Alternated pairs per kernel row (a call takes tens of milliseconds)."""
 
 
-@contextmanager
 def repeated_heads():
-    """The anchor: every call as before, SDPA over repeated key/value heads."""
+    """The anchor: every call as before, SDPA over repeated key/value heads (a context manager)."""
     from rewardbox.policy import attention
 
-    real = attention._groups_queries
-    attention._groups_queries = lambda *args: False
-    try:
-        yield
-    finally:
-        attention._groups_queries = real
+    return mock.patch.object(attention, "_groups_queries", lambda *args: False)
 
 
 def _inputs(shape, heads: int, kv_heads: int, dim: int, dtype: torch.dtype):
@@ -90,26 +86,25 @@ def attention_call_seconds(module, shape, config, dtype, backward: bool) -> floa
 
 def paired(measure, repeats: int = REPEATS) -> dict[str, list[float]]:
     """``measure()`` seconds, grouped and with repeated heads, alternated ``repeats`` times each."""
-    runs: dict[str, list[float]] = {"grouped": [], "repeated": []}
+    scopes = {"grouped": nullcontext, "repeated": repeated_heads}
+    runs: dict[str, list[float]] = {way: [] for way in scopes}
     for repeat in range(repeats):
-        for way in ("grouped", "repeated") if repeat % 2 == 0 else ("repeated", "grouped"):
-            if way == "grouped":
+        for way in list(scopes) if repeat % 2 == 0 else list(scopes)[::-1]:
+            with scopes[way]():
                 runs[way].append(measure())
-            else:
-                with repeated_heads():
-                    runs[way].append(measure())
     return runs
 
 
 def _paired_row(name: str, runs: dict[str, list[float]], unit_scale: float, unit: str) -> dict:
     ratios = [a / b for a, b in zip(runs["grouped"], runs["repeated"])]
+    median = paired_ratio(runs["grouped"], runs["repeated"])
     return row(
-        f"{name} (paired ratios {', '.join(f'{r:.2f}' for r in ratios)})",
+        f"{name} (paired ratios {', '.join(f'{r:.2f}' for r in ratios)}; median {median:.2f})",
         statistics.median(runs["grouped"]) * unit_scale,
         unit,
         statistics.median(runs["repeated"]) * unit_scale,
         "repeated key/value heads (SDPA over repeat_kv), alternated in this run",
-        detail={"runs_s": runs, "ratios": ratios},
+        detail={"runs_s": runs, "ratios": ratios, "paired_ratio": median},
     )
 
 

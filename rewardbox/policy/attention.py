@@ -163,11 +163,7 @@ def shared_prefix_attention(
     group = heads // kv_heads
     # each row's own part
     if length == 1 or attention_mask is not None:  # grouped query heads, one block per kv head
-        tiled = None if attention_mask is None else _additive(attention_mask, query.dtype, group)
-        grouped = query.reshape(batch, kv_heads, group * length, dim)
-        own, own_lse = _flash(grouped, key, value, attn_mask=tiled, scale=scaling)
-        own = own.reshape(batch, heads, length, dim)
-        own_lse = own_lse.reshape(batch, heads, length)
+        own, own_lse = _grouped_blocks(query, key, value, attention_mask, scaling)
         if attention_mask is not None and length > 1:  # a fully masked query: 0, log-sum-exp 0
             own_lse = own_lse.masked_fill(~attention_mask.any(-1), float("-inf"))
     else:  # causal over the row's own columns: SDPA's causal kernel skips the masked blocks
@@ -223,7 +219,7 @@ def grouped_query_attention(
     scaling: float | None = None,
 ) -> torch.Tensor:
     """Masked attention with each key/value head's query heads stacked as one query block (module
-    doc, "Grouped query blocks"), through SDPA on unrepeated keys.
+    doc, "Grouped query blocks"), on unrepeated keys.
 
     Shapes: query ``[B, heads, L, D]``; key/value ``[B, kv_heads, S, D]`` with ``heads`` a multiple
     of ``kv_heads`` (query head ``h`` reads key/value head ``h // (heads / kv_heads)``, as
@@ -231,18 +227,21 @@ def grouped_query_attention(
     ``[B, L, heads, D]`` in the query's dtype: SDPA's attention over the repeated keys (Vaswani et
     al. 2017, eq. 1), differentiable, with SDPA's result for a fully masked query.
     """
+    out, _ = _grouped_blocks(query, key, value, attention_mask, scaling, dropout)
+    return out.transpose(1, 2).contiguous()
+
+
+def _grouped_blocks(query, key, value, attention_mask, scaling, dropout: float = 0.0):
+    """One flash call per key/value head over its query heads stacked (``[B, kv_heads, group x L,
+    D]``, the mask's rows tiled to match, ``_additive``): ``(out [B, heads, L, D], log-sum-exp [B,
+    heads, L])``, as over repeated keys. ``attention_mask`` None only for one position per row."""
     batch, heads, length, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
-    out = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(batch, kv_heads, group * length, dim),
-        key,
-        value,
-        attn_mask=_additive(attention_mask, query.dtype, group),
-        dropout_p=dropout,
-        scale=scaling,
-    )
-    return out.reshape(batch, heads, length, dim).transpose(1, 2).contiguous()
+    tiled = None if attention_mask is None else _additive(attention_mask, query.dtype, group)
+    grouped = query.reshape(batch, kv_heads, group * length, dim)
+    out, lse = _flash(grouped, key, value, dropout, attn_mask=tiled, scale=scaling)
+    return out.reshape(batch, heads, length, dim), lse.reshape(batch, heads, length)
 
 
 def _with_prefix(
