@@ -254,22 +254,43 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
     ways = _decode_weights(packed, _shared_tokens(model, prompt))
     for batch in DEMO_BATCH_SIZES:
         measured = _paired_decode(model, batch, prompt, ways)
+        floor_of_way: dict[str, float] = {}
         for label, _, shared in ways:
             # bytes a step reads: the weights, the shared prefix's KV once, each row's own KV
             own = kv_row * (prompt + completion // 2 - shared) / (prompt + completion // 2)
             read = weight_bytes + kv_row * shared / (prompt + completion // 2) + batch * own
+            floor_of_way[label] = bandwidth * batch / read
             rows.append(
                 row(
                     f"decode, batch {batch}, {prompt}-token context ({dtype}{label})",
                     measured[label],
                     "tokens/s",
-                    bandwidth * batch / read,
+                    floor_of_way[label],
                     "memory floor of the bytes this layout reads, this run",
                 )
             )
+        rows.append(_matmul_row(model, batch, dtype, ways[0], floor_of_way))
     if packed is not None:
         packed.drop()  # the GRPO row runs without the copies, as the update does
     return rows
+
+
+def _matmul_row(model, batch: int, dtype: str, way, floors: dict) -> dict:
+    """The decode row's matmuls alone (``floor.linear_pass_seconds``) in ``way`` (the policy's:
+    packed where it packs, each row with its whole context), against that row's memory floor: the
+    decode tok/s this matmul kernel allows with attention and every other op taking no time."""
+    from benchmarks.floor import linear_pass_seconds
+
+    label, scope, _ = way
+    with scope():
+        seconds = linear_pass_seconds(model, batch)
+    return row(
+        f"decode matmuls alone, batch {batch} ({dtype}{label})",
+        batch / seconds,
+        "tokens/s",
+        floors[label],
+        "memory floor of the decode row above, this run",
+    )
 
 
 def _paired_decode(model, batch: int, prompt: int, ways: list, pairs: int = 3) -> dict[str, float]:

@@ -29,6 +29,25 @@ def test_attention_and_kv_terms_follow_the_config():
     assert floor.kv_bytes_per_row(config, 100, 4) == 2 * 30 * 3 * 64 * 100 * 4
 
 
+def test_the_matmul_pass_runs_every_linear_once_per_repeat_at_decode_shapes():
+    """``linear_pass_seconds`` is a decode step's matmuls alone: each linear layer (the LM head too)
+    once per repeat, on ``batch`` rows of one position, in the model's dtype."""
+    from tests.fixtures.tiny_models import tiny_llama
+
+    model = tiny_llama()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    seen = []
+    for layer in linears:
+        layer.register_forward_hook(
+            lambda layer, args, out: seen.append((layer, tuple(args[0].shape), out.shape[-1]))
+        )
+    seconds = floor.linear_pass_seconds(model, batch=3, repeats=2)
+    assert seconds > 0
+    assert len(seen) == 2 * len(linears) and {layer for layer, _, _ in seen} == set(linears)
+    for layer, shape, out in seen:
+        assert shape == (3, 1, layer.in_features) and out == layer.out_features
+
+
 def test_sizes_come_from_the_environment(monkeypatch):
     monkeypatch.setenv("REWARDBOX_BENCH_FLOOR", "200,10,1,2")
     assert floor.sizes() == (200, 10, 1, 2)
