@@ -21,10 +21,13 @@ figure as a fraction of its floor:
   context's first ``L - OWN_TOKENS`` tokens, kept once, as the demo's rows share
   their domain prefix; its floor counts the bytes that layout reads (the prefix's
   key/value cache once, each row's own columns).
-* **decode matmuls alone** at each of those batch sizes: one pass of ``B`` rows
-  over every linear layer in the policy's way (packed where it packs), nothing
-  else; against the same floor, it is the most any decode step with this
-  matmul kernel could reach (``linear_pass_seconds``).
+* **decode ceiling** at each of those batch sizes: one pass of ``B`` rows over
+  every linear layer in the policy's way (packed where it packs) and nothing
+  else (``linear_pass_seconds``), plus the rows' key/value bytes read at the
+  memory bandwidth, which is measured again beside the pass on the same team;
+  floor = that bandwidth x ``B`` / bytes read per step, as for the decode row.
+  An eager decode step does at least this work, so the ratio is the most such
+  a step could reach with this matmul kernel.
 * **rows per decode step**: 8 requests reach ``LocalPolicy`` 0.15 s apart (as
   episodes' turns do); the mean number of rows per decode forward over 8
   requests in flight (bounded by the arrivals: the first request decodes alone
@@ -164,11 +167,12 @@ def decode_tok_s(
 
 
 def linear_pass_seconds(model, batch: int, repeats: int = 3) -> float:
-    """Best-of-``repeats`` seconds of one pass over every ``nn.Linear`` of ``model`` with ``batch``
-    rows of one position each (``[batch, 1, in] -> [batch, 1, out]``): a decode step's matmuls and
-    nothing else (no attention, norms or element-wise ops), through whatever forward the layers have
-    now (``PackedLinears.active`` makes it the packed oneDNN kernel). A step cannot be faster than
-    this, so ``batch / seconds`` is the decode tok/s this kernel allows."""
+    """Best-of-``repeats`` seconds of one pass over every ``nn.Linear`` of ``model`` (a tied LM head
+    once) with ``batch`` rows of one position each (``[batch, 1, in] -> [batch, 1, out]``), after one
+    untimed pass (which packs the weights where ``PackedLinears.active`` is entered): a decode step's
+    matmuls through the layers' own forwards (``PackedLinears.active`` makes that the packed oneDNN
+    kernel, with its per-call module and lookup cost) and nothing else: no attention, norms,
+    rotary or element-wise ops. An eager decode step makes these calls and more."""
     device = next(model.parameters()).device
     dtype = next(model.parameters()).dtype
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
@@ -176,8 +180,15 @@ def linear_pass_seconds(model, batch: int, repeats: int = 3) -> float:
         width: torch.randn(batch, 1, width, device=device, dtype=dtype)
         for width in {layer.in_features for layer in layers}
     }
+
+    def one_pass() -> None:
+        for layer in layers:
+            layer(inputs[layer.in_features])
+
     with torch.inference_mode():
-        return _best(lambda: [layer(inputs[layer.in_features]) for layer in layers], repeats)
+        one_pass()
+        _sync()
+        return _best(one_pass, repeats)
 
 
 def _shared_decode_tok_s(

@@ -254,42 +254,58 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
     ways = _decode_weights(packed, _shared_tokens(model, prompt))
     for batch in DEMO_BATCH_SIZES:
         measured = _paired_decode(model, batch, prompt, ways)
-        floor_of_way: dict[str, float] = {}
         for label, _, shared in ways:
             # bytes a step reads: the weights, the shared prefix's KV once, each row's own KV
             own = kv_row * (prompt + completion // 2 - shared) / (prompt + completion // 2)
             read = weight_bytes + kv_row * shared / (prompt + completion // 2) + batch * own
-            floor_of_way[label] = bandwidth * batch / read
             rows.append(
                 row(
                     f"decode, batch {batch}, {prompt}-token context ({dtype}{label})",
                     measured[label],
                     "tokens/s",
-                    floor_of_way[label],
+                    bandwidth * batch / read,
                     "memory floor of the bytes this layout reads, this run",
                 )
             )
-        rows.append(_matmul_row(model, batch, dtype, ways[0], floor_of_way))
+        rows.append(_ceiling_row(model, batch, dtype, ways[0], kv_row))
     if packed is not None:
         packed.drop()  # the GRPO row runs without the copies, as the update does
     return rows
 
 
-def _matmul_row(model, batch: int, dtype: str, way, floors: dict) -> dict:
-    """The decode row's matmuls alone (``floor.linear_pass_seconds``) in ``way`` (the policy's:
-    packed where it packs, each row with its whole context), against that row's memory floor: the
-    decode tok/s this matmul kernel allows with attention and every other op taking no time."""
-    from benchmarks.floor import linear_pass_seconds
+def _ceiling_row(model, batch: int, dtype: str, way, kv_bytes: float) -> dict:
+    """The decode ceiling at ``batch`` rows in ``way`` (the policy's: packed where it packs, each row
+    with its whole context, ``kv_bytes`` of keys and values per row a step): the matmuls alone
+    (``floor.linear_pass_seconds``) plus the rows' keys and values read at the memory bandwidth, against
+    the decode floor at that bandwidth. The bandwidth is measured on this team right before and after
+    the pass (the best of the two), since the machine's memory rate moves between minutes here."""
+    from benchmarks.floor import linear_pass_seconds, memory_gib_s
 
     label, scope, _ = way
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    linear_bytes = sum(
+        m.weight.numel() * m.weight.element_size()
+        for m in model.modules()
+        if isinstance(m, torch.nn.Linear)
+    )
+    device = str(next(model.parameters()).device)
+    before = memory_gib_s(device)
     with scope():
-        seconds = linear_pass_seconds(model, batch)
+        matmuls = linear_pass_seconds(model, batch)
+    bandwidth = max(before, memory_gib_s(device)) * (1 << 30)
+    kv_seconds = batch * kv_bytes / bandwidth
     return row(
-        f"decode matmuls alone, batch {batch} ({dtype}{label})",
-        batch / seconds,
+        f"decode ceiling, batch {batch}: matmuls alone + KV at the memory floor ({dtype}{label})",
+        batch / (matmuls + kv_seconds),
         "tokens/s",
-        floors[label],
-        "memory floor of the decode row above, this run",
+        bandwidth * batch / (weight_bytes + batch * kv_bytes),
+        "memory floor, bandwidth measured beside it",
+        detail={
+            "matmul_seconds": matmuls,
+            "linear_weight_gib_s": linear_bytes / matmuls / (1 << 30),
+            "memory_gib_s": bandwidth / (1 << 30),
+            "kv_seconds": kv_seconds,
+        },
     )
 
 

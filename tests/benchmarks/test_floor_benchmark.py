@@ -31,7 +31,7 @@ def test_attention_and_kv_terms_follow_the_config():
 
 def test_the_matmul_pass_runs_every_linear_once_per_repeat_at_decode_shapes():
     """``linear_pass_seconds`` is a decode step's matmuls alone: each linear layer (the LM head too)
-    once per repeat, on ``batch`` rows of one position, in the model's dtype."""
+    once per repeat and once untimed before them, on ``batch`` rows of one position."""
     from tests.fixtures.tiny_models import tiny_llama
 
     model = tiny_llama()
@@ -43,9 +43,59 @@ def test_the_matmul_pass_runs_every_linear_once_per_repeat_at_decode_shapes():
         )
     seconds = floor.linear_pass_seconds(model, batch=3, repeats=2)
     assert seconds > 0
-    assert len(seen) == 2 * len(linears) and {layer for layer, _, _ in seen} == set(linears)
+    assert len(seen) == 3 * len(linears) and {layer for layer, _, _ in seen} == set(linears)
     for layer, shape, out in seen:
         assert shape == (3, 1, layer.in_features) and out == layer.out_features
+
+
+def test_the_matmul_pass_multiplies_packed_weights_and_a_tied_head_once(monkeypatch):
+    """In bf16 under ``PackedLinears.active`` every call of the pass takes the packed kernel (bf16
+    inputs, inference mode), and a tied LM head is one layer of the pass, not two."""
+    from rewardbox.policy import packed_linear
+    from tests.fixtures.tiny_models import tiny_llama
+
+    if not packed_linear.available(torch.bfloat16, "cpu"):
+        pytest.skip("this CPU has no bf16 units or oneDNN's packing ops: nothing is packed")
+    model = tiny_llama(tie_word_embeddings=True).to(torch.bfloat16).eval()
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 2 * 7 + 1
+    calls = []
+    real = packed_linear.packed_linear
+
+    def counting(x, packed, bias):
+        calls.append((x.dtype, tuple(x.shape)))
+        return real(x, packed, bias)
+
+    monkeypatch.setattr(packed_linear, "packed_linear", counting)
+    packed = packed_linear.PackedLinears(model)
+    with packed.active():
+        floor.linear_pass_seconds(model, batch=2, repeats=3)
+    assert len(calls) == 4 * len(linears)
+    assert {dtype for dtype, _ in calls} == {torch.bfloat16}
+    assert sum(shape == (2, 1, 32) for _, shape in calls) == 4 * (2 * 6 + 1)  # all but down_proj
+
+
+def test_the_ceiling_adds_the_rows_kv_at_the_better_of_two_memory_reads(monkeypatch):
+    """The decode ceiling is ``B / (matmul seconds + B x KV bytes / bandwidth)`` against the decode
+    floor ``bandwidth x B / (weight bytes + B x KV bytes)``, with the bandwidth the better of the reads
+    taken just before and after the pass."""
+    from contextlib import nullcontext
+
+    from benchmarks import floor_model
+    from tests.fixtures.tiny_models import tiny_llama
+
+    model = tiny_llama()
+    reads = iter([1.0, 2.0])
+    monkeypatch.setattr(floor, "memory_gib_s", lambda device: next(reads))
+    monkeypatch.setattr(floor, "linear_pass_seconds", lambda model, batch: 0.5)
+    kv = 1 << 29  # half a GiB per row
+    got = floor_model._ceiling_row(model, 4, "float32", ("", nullcontext, 0), kv)
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    bandwidth = 2.0 * (1 << 30)
+    assert got["value"] == pytest.approx(4 / (0.5 + 4 * kv / bandwidth))
+    assert got["anchor"] == pytest.approx(bandwidth * 4 / (weights + 4 * kv))
+    assert got["detail"]["memory_gib_s"] == 2.0 and got["detail"]["matmul_seconds"] == 0.5
 
 
 def test_sizes_come_from_the_environment(monkeypatch):
