@@ -278,7 +278,7 @@ def _ceiling_row(model, batch: int, dtype: str, way, kv_bytes: float) -> dict:
     with its whole context, ``kv_bytes`` of keys and values per row a step): the matmuls alone
     (``floor.linear_pass_seconds``) plus the rows' keys and values read at the memory bandwidth, against
     the decode floor at that bandwidth. The bandwidth is measured on this team right before and after
-    the pass (the best of the two), since the machine's memory rate moves between minutes here."""
+    the pass (the better of the two), since a shared machine's memory rate moves from minute to minute."""
     from benchmarks.floor import linear_pass_seconds, memory_gib_s
 
     label, scope, _ = way
