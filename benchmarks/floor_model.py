@@ -7,6 +7,7 @@ Not a benchmark of its own (no ``run``); ``benchmarks.floor`` and
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from benchmarks.floor import (
     matmul_params,
     prefill_tok_s,
 )
-from benchmarks.rows import row
+from benchmarks.rows import alternated, row
 
 DEMO_BATCH_SIZES = (1, 4, 8)
 """Decode batch sizes the demo forms (issue 28: 3.0-3.85 rows per step on average, up to 8 in flight)."""
@@ -267,28 +268,24 @@ def _speed_rows(model, floor: dict, prompt: int, completion: int, dtype: str) ->
                     "memory floor of the bytes this layout reads, this run",
                 )
             )
-        rows.append(_ceiling_row(model, batch, dtype, ways[0], kv_row))
+        rows.append(_ceiling_row(model, batch, dtype, ways[0], weight_bytes, kv_row))
     if packed is not None:
         packed.drop()  # the GRPO row runs without the copies, as the update does
     return rows
 
 
-def _ceiling_row(model, batch: int, dtype: str, way, kv_bytes: float) -> dict:
+def _ceiling_row(model, batch: int, dtype: str, way, weight_bytes: float, kv_bytes: float) -> dict:
     """The decode ceiling at ``batch`` rows in ``way`` (the policy's: packed where it packs, each row
-    with its whole context, ``kv_bytes`` of keys and values per row a step): the matmuls alone
-    (``floor.linear_pass_seconds``) plus the rows' keys and values read at the memory bandwidth, against
-    the decode floor at that bandwidth. The bandwidth is measured on this team right before and after
+    with its whole context; ``weight_bytes`` of parameters and ``kv_bytes`` of keys and values per row
+    read a step): the matmuls alone (``floor.linear_pass_seconds``) plus the rows' keys and values read
+    at the memory bandwidth, against the decode floor at that bandwidth. The bandwidth is measured on this team right before and after
     the pass (the better of the two), since a shared machine's memory rate moves from minute to minute."""
     from benchmarks.floor import linear_pass_seconds, memory_gib_s
 
     label, scope, _ = way
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    linear_bytes = sum(
-        m.weight.numel() * m.weight.element_size()
-        for m in model.modules()
-        if isinstance(m, torch.nn.Linear)
-    )
-    device = str(next(model.parameters()).device)
+    parameter = next(model.parameters())
+    linear_bytes = matmul_params(model) * parameter.element_size()
+    device = str(parameter.device)
     before = memory_gib_s(device)
     with scope():
         matmuls = linear_pass_seconds(model, batch)
@@ -314,13 +311,13 @@ def _paired_decode(model, batch: int, prompt: int, ways: list, pairs: int = 3) -
     a load spike on this shared machine hits all; a single best-of-2 flipped their order)."""
     import statistics
 
-    runs: dict[str, list[float]] = {label: [] for label, _, _ in ways}
-    for _ in range(pairs):
-        for label, scope, shared in ways:
-            with scope():
-                runs[label].append(
-                    decode_tok_s(model, batch, prompt, steps=16, repeats=1, shared_tokens=shared)
-                )
+    def measure(scope, shared: int) -> float:
+        with scope():
+            return decode_tok_s(model, batch, prompt, steps=16, repeats=1, shared_tokens=shared)
+
+    runs = alternated(
+        {label: functools.partial(measure, scope, shared) for label, scope, shared in ways}, pairs
+    )
     return {label: statistics.median(values) for label, values in runs.items()}
 
 

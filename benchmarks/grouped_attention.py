@@ -19,6 +19,7 @@ Sizes: ``REWARDBOX_BENCH_GROUPED="groups,group_size,prompt,completion,repeats"``
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import tempfile
@@ -30,7 +31,7 @@ from unittest import mock
 import torch
 
 from benchmarks.generation import paired_ratio
-from benchmarks.rows import row
+from benchmarks.rows import alternated, row
 
 GROUPS, GROUP_SIZE, PROMPT, COMPLETION, REPEATS = (
     int(x) for x in os.environ.get("REWARDBOX_BENCH_GROUPED", "2,4,1100,40,3").split(",")
@@ -86,13 +87,15 @@ def attention_call_seconds(module, shape, config, dtype, backward: bool) -> floa
 
 def paired(measure, repeats: int = REPEATS) -> dict[str, list[float]]:
     """``measure()`` seconds, grouped and with repeated heads, alternated ``repeats`` times each."""
+
+    def within(scope) -> float:
+        with scope():
+            return measure()
+
     scopes = {"grouped": nullcontext, "repeated": repeated_heads}
-    runs: dict[str, list[float]] = {way: [] for way in scopes}
-    for repeat in range(repeats):
-        for way in list(scopes) if repeat % 2 == 0 else list(scopes)[::-1]:
-            with scopes[way]():
-                runs[way].append(measure())
-    return runs
+    return alternated(
+        {way: functools.partial(within, scope) for way, scope in scopes.items()}, repeats
+    )
 
 
 def _paired_row(name: str, runs: dict[str, list[float]], unit_scale: float, unit: str) -> dict:

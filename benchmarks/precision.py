@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import statistics
 
 from benchmarks.episode_kv import counted_campaign
-from benchmarks.rows import row
+from benchmarks.rows import alternated, row
 
 TRIALS, REPEATS = (int(x) for x in os.environ.get("REWARDBOX_BENCH_PRECISION", "2,2").split(","))
 DTYPES = ("float32", "bfloat16")
@@ -143,16 +144,15 @@ def alternated_campaigns(
     """``repeats`` rounds of one ``_campaign`` per policy (dict order, then reversed, ...), each printed;
     returns each policy key's results in order. ``before_each(key)``, when given, runs before each
     campaign (a setting the campaigns differ in that is not a policy object of its own)."""
-    keys = list(policies)
-    runs: dict[str, list[dict]] = {key: [] for key in keys}
-    for repeat in range(repeats):
-        for key in keys if repeat % 2 == 0 else keys[::-1]:
-            if before_each is not None:
-                before_each(key)
-            result = _campaign(policies[key], profile, tasks, trials)
-            runs[key].append(result)
-            print(key, campaign_figures(result))
-    return runs
+
+    def campaign(key: str) -> dict:
+        if before_each is not None:
+            before_each(key)
+        result = _campaign(policies[key], profile, tasks, trials)
+        print(key, campaign_figures(result))
+        return result
+
+    return alternated({key: functools.partial(campaign, key) for key in policies}, repeats)
 
 
 def demo_policy(profile, **settings):

@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def alternated(ways: dict[str, Callable[[], T]], repeats: int) -> dict[str, list[T]]:
+    """``repeats`` rounds of each way's result, the ways in dict order, then reversed, and so on (so a
+    load spike or a warm cache on this shared machine does not always favour the same way): each
+    key's results in order, for paired ratios (``benchmarks.generation.paired_ratio``)."""
+    keys = list(ways)
+    runs: dict[str, list[T]] = {key: [] for key in keys}
+    for repeat in range(repeats):
+        for key in keys if repeat % 2 == 0 else keys[::-1]:
+            runs[key].append(ways[key]())
+    return runs
 
 
 def load() -> str:

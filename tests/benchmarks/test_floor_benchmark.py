@@ -90,12 +90,41 @@ def test_the_ceiling_adds_the_rows_kv_at_the_better_of_two_memory_reads(monkeypa
     monkeypatch.setattr(floor, "memory_gib_s", lambda device: next(reads))
     monkeypatch.setattr(floor, "linear_pass_seconds", lambda model, batch: 0.5)
     kv = 1 << 29  # half a GiB per row
-    got = floor_model._ceiling_row(model, 4, "float32", ("", nullcontext, 0), kv)
     weights = sum(p.numel() * 4 for p in model.parameters())
+    got = floor_model._ceiling_row(model, 4, "float32", ("", nullcontext, 0), weights, kv)
     bandwidth = 2.0 * (1 << 30)
     assert got["value"] == pytest.approx(4 / (0.5 + 4 * kv / bandwidth))
     assert got["anchor"] == pytest.approx(bandwidth * 4 / (weights + 4 * kv))
     assert got["detail"]["memory_gib_s"] == 2.0 and got["detail"]["matmul_seconds"] == 0.5
+
+
+def test_paired_decode_alternates_the_ways_each_in_its_scope_and_takes_medians(monkeypatch):
+    """The decode rows' ways run in order, then reversed (``rows.alternated``), each inside its own
+    weights scope with its shared tokens; each way's figure is the median of its runs."""
+    from contextlib import contextmanager
+
+    from benchmarks import floor_model
+
+    order, inside = [], []
+
+    def scope_of(label):
+        @contextmanager
+        def scope():
+            inside.append(label)
+            yield
+            inside.pop()
+
+        return scope
+
+    def fake_decode(model, batch, prompt, steps, repeats, shared_tokens):
+        order.append((inside[-1], shared_tokens))
+        return float(len(order))
+
+    monkeypatch.setattr(floor_model, "decode_tok_s", fake_decode)
+    ways = [("a", scope_of("a"), 0), ("b", scope_of("b"), 7)]
+    got = floor_model._paired_decode(None, 8, 100, ways, pairs=3)
+    assert order == [("a", 0), ("b", 7), ("b", 7), ("a", 0), ("a", 0), ("b", 7)]
+    assert got == {"a": 4.0, "b": 3.0}  # a ran 1st, 4th, 5th; b 2nd, 3rd, 6th
 
 
 def test_sizes_come_from_the_environment(monkeypatch):
